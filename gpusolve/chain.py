@@ -1,0 +1,346 @@
+"""The cost model: a chain of N stages with per-stage compute times (ms) and memory sizes (bytes).
+
+Stage s (1-based, s = 1..N) maps activation a_{s-1} to a_s; a_0 is the chain's input, held by the
+caller and never counted against the budget. Arrays below are indexed by ``s - 1``.
+
+Memory model (every size in bytes; see DESIGN in README for the recurrences):
+- ``act_bytes[s]``: a_s, kept as a checkpoint after a no-grad forward.
+- ``grad_bytes[s]``: the gradient of a_s.
+- ``tape_bytes[s]``: held from a forward-with-grad of s until its backward (a_s and what autograd saved).
+- ``fwd_nograd_extra``, ``fwd_grad_extra``, ``bwd_extra``: transient workspace of each pass on top of
+  the tensors just named.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+TIME_FIELDS = ("t_fwd", "t_fwd_nograd", "t_bwd")
+BYTE_FIELDS = ("act_bytes", "grad_bytes", "tape_bytes", "fwd_nograd_extra", "fwd_grad_extra", "bwd_extra")
+CHAIN_FORMAT = "gpusolve-chain/1"
+PROFILE_FORMAT = "measured-chain/1"
+THESIS_FORMAT = "thesis-reference/1"
+
+# Measured stage times below this (ms) are timer noise around zero (an in-place ReLU's backward
+# reads as -0.002 ms): they are clamped to 0. Anything more negative is an error in the profile.
+TIME_NOISE_MS = 0.05
+# The CUDA caching allocator hands out blocks in multiples of 512 bytes.
+ALLOCATOR_GRANULE = 512
+
+
+def allocator_bytes(nbytes: int) -> int:
+    """Bytes the CUDA caching allocator reserves for a tensor of ``nbytes`` (512-byte blocks)."""
+    if nbytes <= 0:
+        return 0
+    return -(-int(nbytes) // ALLOCATOR_GRANULE) * ALLOCATOR_GRANULE
+
+
+@dataclass
+class Chain:
+    """A chain of stages with measured or modelled costs.
+
+    Times are milliseconds (float), sizes are bytes (int). ``multi_tape=False`` selects the thesis's
+    model, in which a forward with autograd recording is only taken right before its own backward.
+    """
+
+    t_fwd: np.ndarray
+    t_fwd_nograd: np.ndarray
+    t_bwd: np.ndarray
+    act_bytes: np.ndarray
+    grad_bytes: np.ndarray
+    tape_bytes: np.ndarray
+    fwd_nograd_extra: np.ndarray
+    fwd_grad_extra: np.ndarray
+    bwd_extra: np.ndarray
+    input_bytes: int = 0
+    input_grad_bytes: int | None = None
+    names: list[str] | None = None
+    multi_tape: bool = True
+    provenance: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        for name in TIME_FIELDS:
+            setattr(self, name, np.asarray(getattr(self, name), dtype=np.float64).reshape(-1))
+        for name in BYTE_FIELDS:
+            setattr(self, name, _as_bytes(getattr(self, name), name))
+        if self.input_grad_bytes is None:
+            self.input_grad_bytes = self.input_bytes
+        n = len(self.t_fwd)
+        if self.names is None:
+            self.names = [f"stage{s}" for s in range(1, n + 1)]
+        self.names = [str(name) for name in self.names]
+        self.validate()
+
+    # ------------------------------------------------------------------ validation
+    @property
+    def n(self) -> int:
+        """Number of stages N."""
+        return len(self.t_fwd)
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the stage and field of the first bad value."""
+        n = len(self.t_fwd)
+        if n == 0:
+            raise ValueError("the chain is empty: it needs at least one stage")
+        for name in TIME_FIELDS + BYTE_FIELDS:
+            values = getattr(self, name)
+            if len(values) != n:
+                raise ValueError(f"field {name!r} has {len(values)} values but the chain has {n} stages")
+            bad = np.flatnonzero(~np.isfinite(values.astype(np.float64)) | (values < 0))
+            if len(bad):
+                s = int(bad[0])
+                raise ValueError(
+                    f"stage {s + 1} ({self.names[s] if self.names and s < len(self.names) else '?'}): "
+                    f"{name} = {values[s]!r}; every cost must be finite and >= 0")
+        if len(self.names) != n:
+            raise ValueError(f"{len(self.names)} stage names for {n} stages")
+        for name in ("input_bytes", "input_grad_bytes"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, np.integer)) or value < 0:
+                raise ValueError(f"{name} = {value!r}; it must be a whole number of bytes >= 0")
+            setattr(self, name, int(value))
+
+    # ------------------------------------------------------------------ derived arrays
+    def padded(self) -> dict[str, np.ndarray]:
+        """Arrays indexed by stage s = 0..N (index 0 is the input a_0), as the DP reads them.
+
+        Sizes are int64 bytes, times float64 ms; entry 0 of per-stage fields is 0.
+        """
+        out: dict[str, np.ndarray] = {}
+        for name in TIME_FIELDS:
+            out[name] = np.concatenate([[0.0], getattr(self, name)])
+        for name in BYTE_FIELDS:
+            out[name] = np.concatenate([[0], getattr(self, name)]).astype(np.int64)
+        out["act_bytes"][0] = self.input_bytes
+        out["grad_bytes"][0] = self.input_grad_bytes
+        return out
+
+    def store_all_peak_bytes(self) -> int:
+        """Peak bytes of plain autograd (every stage taped, then backward) under this model."""
+        from .baselines import store_all  # local import: baselines depend on this module
+        from .simulate import simulate
+        return simulate(self, store_all(self)).peak_bytes
+
+    # ------------------------------------------------------------------ constructors
+    @classmethod
+    def uniform(cls, n: int, t_fwd: float = 1.0, t_bwd: float = 2.0, act_bytes: int = 1 << 20,
+                tape_bytes: int | None = None, t_fwd_nograd: float | None = None, **kwargs) -> "Chain":
+        """A chain of ``n`` identical stages (times in ms, sizes in bytes); tape defaults to 2x act."""
+        if n < 1:
+            raise ValueError(f"a uniform chain needs n >= 1 stages, got {n}")
+        tape = 2 * act_bytes if tape_bytes is None else tape_bytes
+        tfn = t_fwd if t_fwd_nograd is None else t_fwd_nograd
+        return cls(t_fwd=[t_fwd] * n, t_fwd_nograd=[tfn] * n, t_bwd=[t_bwd] * n,
+                   act_bytes=[act_bytes] * n, grad_bytes=[act_bytes] * n, tape_bytes=[tape] * n,
+                   fwd_nograd_extra=[0] * n, fwd_grad_extra=[0] * n, bwd_extra=[0] * n,
+                   input_bytes=kwargs.pop("input_bytes", act_bytes),
+                   provenance={"source": "uniform", "n": n}, **kwargs)
+
+    @classmethod
+    def from_thesis(cls, alpha_f, alpha_b, beta_f, beta_b, name: str = "thesis") -> "Chain":
+        """The thesis's chain (arrays of length N+2, see shared reference README) as N+1 stages.
+
+        Thesis forward tensor f_l is our a_l, backward tensor b_l is our gradient of a_l, so the
+        thesis's C(i, j, m) is ours with ``multi_tape=False``. Stage s = l + 1 holds the base-case
+        cost ``alpha_b[l]`` as its backward time; its recording forward is free and keeps nothing
+        (the thesis has no tape), so the base case needs exactly b_i + b_{i+1}. The total budget
+        M of the thesis corresponds to ``M - input_bytes`` here (f_0 is held outside).
+        """
+        arrays = [np.asarray(a, dtype=np.float64).reshape(-1) for a in (alpha_f, alpha_b, beta_f, beta_b)]
+        lengths = {len(a) for a in arrays}
+        if len(lengths) != 1 or min(lengths) < 3:
+            raise ValueError(f"thesis arrays must all have the same length N + 2 >= 3, got {[len(a) for a in arrays]}")
+        af, ab, bf, bb = arrays
+        for arr, label in ((bf, "beta_f"), (bb, "beta_b")):
+            if np.any(arr != np.round(arr)):
+                raise ValueError(f"{label} must hold whole memory units, got {arr.tolist()}")
+        n_thesis = len(af) - 2
+        stages = n_thesis + 1
+        zeros = [0] * stages
+        act = [int(v) for v in bf[1:stages]] + [0]  # a_{N+1} (the targets' side) is never kept
+        return cls(t_fwd=[0.0] * stages, t_fwd_nograd=list(af[1:stages]) + [0.0], t_bwd=list(ab[0:stages]),
+                   act_bytes=act, grad_bytes=[int(v) for v in bb[1:stages + 1]], tape_bytes=zeros,
+                   fwd_nograd_extra=zeros, fwd_grad_extra=zeros, bwd_extra=zeros,
+                   input_bytes=int(bf[0]), input_grad_bytes=int(bb[0]), multi_tape=False,
+                   names=[f"l{s}" for s in range(1, stages + 1)],
+                   provenance={"source": "thesis", "name": name})
+
+    @classmethod
+    def from_profile(cls, path_or_dict, fuse_aliasing: bool = True) -> "Chain":
+        """Read a ``measured-chain/1`` profile (see ``gpusolve/profiles/README.md``).
+
+        A stage whose output aliases its input (``x == 0``: in-place ReLU, views) is merged into the
+        stage before it when ``fuse_aliasing`` is true, so that no plan keeps the pre-ReLU tensor as
+        a checkpoint that the in-place op would then overwrite; the merged costs are exact sums and
+        peaks of its members. With ``fuse_aliasing=False`` every measured stage stays a stage (useful
+        to benchmark the solver on the raw stage count), but such a chain may not be executable.
+        """
+        data, source = _load_json(path_or_dict)
+        if data.get("format") != PROFILE_FORMAT:
+            raise ValueError(f"{source}: format is {data.get('format')!r}, expected {PROFILE_FORMAT!r}")
+        stages = data.get("stages")
+        if not isinstance(stages, list) or not stages:
+            raise ValueError(f"{source}: 'stages' must be a non-empty list")
+        required = ("name", "t_fwd", "t_fwd_nograd", "t_bwd", "x", "x_nbytes", "xbar",
+                    "fwd_peak_nograd", "fwd_peak_grad", "bwd_peak")
+        notes: list[str] = []
+        for s, stage in enumerate(stages):
+            for key in required:
+                if key not in stage:
+                    raise ValueError(f"{source}: stage {s + 1} lacks field {key!r}")
+            for key in required[1:]:
+                value = stage[key]
+                if key == "bwd_peak" and value is None:
+                    continue
+                if not isinstance(value, (int, float)) or not math.isfinite(value):
+                    raise ValueError(f"{source}: stage {s + 1} ({stage['name']}): {key} = {value!r} is not a finite number")
+            for key in TIME_FIELDS:
+                if stage[key] < -TIME_NOISE_MS:
+                    raise ValueError(f"{source}: stage {s + 1} ({stage['name']}): {key} = {stage[key]} ms is negative")
+            for key in ("x", "x_nbytes", "xbar", "fwd_peak_nograd", "fwd_peak_grad"):
+                if stage[key] < 0:
+                    raise ValueError(f"{source}: stage {s + 1} ({stage['name']}): {key} = {stage[key]} bytes is negative")
+        groups: list[list[dict]] = []
+        for stage in stages:
+            if fuse_aliasing and stage["x"] == 0 and groups:
+                groups[-1].append(stage)
+            else:
+                groups.append([stage])
+        if fuse_aliasing and stages[0]["x"] == 0:
+            notes.append("stage 1 aliases the chain input: the executor clones the input before it")
+        input_bytes = int(data.get("input_bytes", 0))
+        fields: dict[str, list] = {name: [] for name in TIME_FIELDS + BYTE_FIELDS}
+        names: list[str] = []
+        members: list[list[str]] = []
+        grad_in = allocator_bytes(input_bytes)
+        for group in groups:
+            merged = _merge_group(group, grad_in, notes)
+            for name in TIME_FIELDS + BYTE_FIELDS:
+                fields[name].append(merged[name])
+            names.append("+".join(stage["name"] for stage in group))
+            members.append([stage["name"] for stage in group])
+            grad_in = merged["grad_bytes"]
+        provenance = {k: data[k] for k in ("network", "args", "device", "torch", "dtype", "reference",
+                                           "param_bytes") if k in data}
+        provenance.update(source=str(source), format=PROFILE_FORMAT, measured_stages=len(stages),
+                          fused_aliasing=fuse_aliasing, members=members, notes=notes)
+        return cls(**fields, input_bytes=input_bytes, input_grad_bytes=allocator_bytes(input_bytes),
+                   names=names, provenance=provenance)
+
+    @classmethod
+    def load(cls, path, fuse_aliasing: bool = True) -> "Chain":
+        """Read any supported chain file: ``gpusolve-chain/1`` or ``measured-chain/1``.
+
+        Raises ``FileNotFoundError`` or ``ValueError`` with a one-line reason.
+        """
+        data, source = _load_json(path)
+        fmt = data.get("format") if isinstance(data, dict) else None
+        if fmt == PROFILE_FORMAT:
+            return cls.from_profile(data | {"_source": str(source)}, fuse_aliasing=fuse_aliasing)
+        if fmt == CHAIN_FORMAT:
+            return cls.from_dict(data)
+        raise ValueError(f"{source}: unknown format {fmt!r}; expected {PROFILE_FORMAT!r} or {CHAIN_FORMAT!r}")
+
+    # ------------------------------------------------------------------ JSON
+    def to_dict(self) -> dict:
+        """A JSON-ready dict in format ``gpusolve-chain/1``."""
+        out = {"format": CHAIN_FORMAT, "input_bytes": self.input_bytes, "input_grad_bytes": self.input_grad_bytes,
+               "multi_tape": self.multi_tape, "names": list(self.names), "provenance": self.provenance}
+        for name in TIME_FIELDS:
+            out[name] = [float(v) for v in getattr(self, name)]
+        for name in BYTE_FIELDS:
+            out[name] = [int(v) for v in getattr(self, name)]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Chain":
+        """Inverse of :meth:`to_dict`."""
+        if data.get("format") != CHAIN_FORMAT:
+            raise ValueError(f"format is {data.get('format')!r}, expected {CHAIN_FORMAT!r}")
+        missing = [k for k in TIME_FIELDS + BYTE_FIELDS if k not in data]
+        if missing:
+            raise ValueError(f"chain file lacks fields {missing}")
+        kwargs = {k: data[k] for k in TIME_FIELDS + BYTE_FIELDS}
+        return cls(**kwargs, input_bytes=int(data.get("input_bytes", 0)),
+                   input_grad_bytes=data.get("input_grad_bytes"), names=data.get("names"),
+                   multi_tape=bool(data.get("multi_tape", True)), provenance=data.get("provenance", {}))
+
+    def to_json(self, path=None) -> str:
+        """Serialise to JSON text; also write it to ``path`` when given."""
+        text = json.dumps(self.to_dict(), indent=1)
+        if path is not None:
+            Path(path).write_text(text)
+        return text
+
+    @classmethod
+    def from_json(cls, text_or_path) -> "Chain":
+        """Read a chain from JSON text or a path written by :meth:`to_json`."""
+        text = str(text_or_path)
+        if not text.lstrip().startswith("{"):
+            text = Path(text_or_path).read_text()
+        return cls.from_dict(json.loads(text))
+
+    def summary(self) -> str:
+        """One line: stage count and totals."""
+        return (f"{self.n} stages, forward {self.t_fwd.sum():.2f} ms, backward {self.t_bwd.sum():.2f} ms, "
+                f"tape {self.tape_bytes.sum() / 2**30:.2f} GiB")
+
+
+def _as_bytes(values, name: str) -> np.ndarray:
+    arr = np.asarray(values, dtype=np.float64).reshape(-1)
+    if np.any(np.isfinite(arr) & (arr != np.round(arr))):
+        raise ValueError(f"field {name!r} must hold whole bytes, got {arr.tolist()[:8]}")
+    # Keep non-finite or negative values visible to validate() (it names the stage).
+    if not np.all(np.isfinite(arr)) or np.any(arr < 0):
+        return arr
+    return arr.astype(np.int64)
+
+
+def _load_json(path_or_dict):
+    if isinstance(path_or_dict, dict):
+        return path_or_dict, path_or_dict.get("_source", "<profile>")
+    path = Path(path_or_dict)
+    if not path.exists():
+        raise FileNotFoundError(f"no such file: {path}")
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: not a JSON file ({err})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object at the top level")
+    return data, path
+
+
+def _merge_group(group: list[dict], grad_in: int, notes: list[str]) -> dict:
+    """Costs of one executor stage made of a base stage and the aliasing stages after it.
+
+    ``grad_in`` is the gradient size of the group's input. Peaks of later members are offset by
+    what earlier members left allocated; the backward bound takes the worst member (its output
+    gradient plus its measured peak), which can only over-estimate.
+    """
+    times = {key: sum(max(0.0, float(st[key])) for st in group) for key in TIME_FIELDS}
+    act = sum(int(st["x"]) for st in group)
+    last_nbytes = int(group[-1]["x_nbytes"])
+    grad_out = act if 0 < last_nbytes <= act else allocator_bytes(last_nbytes)
+    tape = sum(int(st["xbar"]) for st in group)
+    held_nograd = held_grad = 0
+    peak_nograd = peak_grad = peak_bwd = 0
+    for st in group:
+        peak_nograd = max(peak_nograd, held_nograd + int(st["fwd_peak_nograd"]))
+        peak_grad = max(peak_grad, held_grad + int(st["fwd_peak_grad"]))
+        held_nograd += int(st["x"])
+        held_grad += int(st["xbar"])
+        member_grad = int(st["x"]) or allocator_bytes(int(st["x_nbytes"]))
+        if st["bwd_peak"] is None:
+            notes.append(f"{st['name']}: bwd_peak missing, assumed equal to its tape")
+            member_peak = int(st["xbar"]) + grad_in
+        else:
+            member_peak = max(0, int(st["bwd_peak"]))
+        peak_bwd = max(peak_bwd, member_grad + member_peak)
+    return dict(times, act_bytes=act, grad_bytes=grad_out, tape_bytes=tape,
+                fwd_nograd_extra=max(0, peak_nograd - act), fwd_grad_extra=max(0, peak_grad - tape),
+                bwd_extra=max(0, peak_bwd - grad_out - grad_in))

@@ -1,0 +1,67 @@
+"""Schedule recovery: re-derive the choice at each visited state from the table (no choice table).
+
+Tie-break rule, shared by every backend: among allowed candidates of minimal value, Tape wins,
+then the smallest checkpoint k.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from ..schedule import Checkpoint, Policy, Tape
+from .problem import Problem
+
+Lookup = Callable[[np.ndarray, np.ndarray], np.ndarray]
+"""lookup(rows, cols) -> float32 values of table[rows, cols] (int64 index arrays)."""
+
+
+def choose(problem: Problem, lookup: Lookup, i: int, j: int, m: int) -> int:
+    """The choice at state (i, j, m): 0 for Tape, k for checkpoint k. Raises if the state is infeasible."""
+    if j == i + 1:
+        if m < int(problem.thr_tape(i, j)):
+            raise ValueError(f"state ({i}, {j}, {m}) is infeasible")
+        return 0
+    ks = np.arange(i + 1, j, dtype=np.int64)
+    allowed = m >= problem.thr_ckpt(i, j, ks)
+    ks = ks[allowed]
+    m_right_t = m - int(problem.tape_b[i + 1])
+    tape_ok = problem.multi_tape and m >= int(problem.thr_tape(i, j))
+    rows = np.concatenate([problem.row(ks, j), problem.row(i, ks), problem.row([i + 1], j)[:1] if tape_ok else []])
+    cols = np.concatenate([m - problem.act_b[ks].astype(np.int64), np.full(len(ks), m, dtype=np.int64),
+                           [m_right_t] if tape_ok else []])
+    values = lookup(rows.astype(np.int64), cols.astype(np.int64)).astype(problem.dtype)
+    nk = len(ks)
+    cand_ckpt = (problem.sfn(i, ks) + values[:nk]) + values[nk:2 * nk]
+    best_t = problem.t_tape[i + 1] + values[2 * nk] if tape_ok else problem.dtype(np.inf)
+    best_k = np.min(cand_ckpt) if nk else problem.dtype(np.inf)
+    if not np.isfinite(min(best_t, best_k)):
+        raise ValueError(f"state ({i}, {j}, {m}) is infeasible")
+    if best_t <= best_k:
+        return 0
+    return int(ks[int(np.argmin(cand_ckpt))])
+
+
+def recover_policy(problem: Problem, lookup: Lookup, m: int) -> Policy:
+    """The optimal policy for the whole chain at m buckets, rebuilt from table lookups."""
+    n = problem.n
+    order: list[tuple[int, int, int, int]] = []
+    stack = [(0, n, int(m))]
+    while stack:
+        i, j, mm = stack.pop()
+        k = choose(problem, lookup, i, j, mm)
+        order.append((i, j, mm, k))
+        if k == 0:
+            if j > i + 1:
+                stack.append((i + 1, j, mm - int(problem.tape_b[i + 1])))
+        else:
+            stack.append((k, j, mm - int(problem.act_b[k])))
+            stack.append((i, k, mm))
+    built: dict[tuple[int, int, int], Policy] = {}
+    for i, j, mm, k in reversed(order):  # children were visited after their parent
+        if k == 0:
+            node = Tape(built[(i + 1, j, mm - int(problem.tape_b[i + 1]))] if j > i + 1 else None)
+        else:
+            node = Checkpoint(k, right=built[(k, j, mm - int(problem.act_b[k]))], left=built[(i, k, mm)])
+        built[(i, j, mm)] = node
+    return built[(0, n, int(m))]

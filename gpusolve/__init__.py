@@ -5,10 +5,11 @@ Pure Python + NumPy at import; torch and CuPy are imported only by the parts tha
 from .chain import Chain
 from .schedule import Checkpoint, Op, OpKind, Tape, policy_to_schedule
 from .simulate import ScheduleError, SimResult, simulate
-from .solve import BackendUnavailableError, FallbackWarning, InfeasibleBudgetError, Plan, solve
+from .errors import BackendUnavailableError, FallbackWarning, InfeasibleBudgetError
+from .solve import Curve, Plan, solve
 from .units import format_bytes, parse_bytes
 
 __all__ = ["Chain", "Checkpoint", "Op", "OpKind", "Tape", "policy_to_schedule", "ScheduleError", "SimResult",
-           "simulate", "BackendUnavailableError", "FallbackWarning", "InfeasibleBudgetError", "Plan", "solve",
+           "simulate", "BackendUnavailableError", "FallbackWarning", "InfeasibleBudgetError", "Curve", "Plan", "solve",
            "format_bytes", "parse_bytes"]
 __version__ = "0.1.0"

@@ -12,6 +12,7 @@ import numpy as np
 from .chain import Chain
 from .dp.minpeak import min_feasible_bytes
 from .dp.problem import BYTES_PER_STATE, Problem
+from .errors import BackendUnavailableError, FallbackWarning, InfeasibleBudgetError
 from .schedule import Op, Policy, policy_to_schedule, schedule_to_json
 from .simulate import simulate, store_all_time_ms
 from .units import format_bytes, parse_bytes
@@ -22,22 +23,6 @@ DEFAULT_BUCKETS = {"cpu": 1024, "cuda": 8192}
 HOST_MEMORY_FRACTION = 0.6
 # Above this many candidate evaluations a CPU solve shows a progress bar (on a terminal).
 PROGRESS_THRESHOLD = 2e9
-
-
-class InfeasibleBudgetError(ValueError):
-    """The budget is too small for any policy (or for any at this bucket size)."""
-
-    def __init__(self, message: str, min_bytes: int):
-        super().__init__(message)
-        self.min_bytes = min_bytes
-
-
-class BackendUnavailableError(RuntimeError):
-    """The requested backend cannot run here (no CuPy, no device, kernel build failure)."""
-
-
-class FallbackWarning(UserWarning):
-    """``backend="auto"`` could not use CUDA and solved on the CPU."""
 
 
 @dataclass

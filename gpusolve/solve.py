@@ -180,14 +180,15 @@ def _pick_backend(backend: str, notes: list[str]):
 
 
 def _check_host_memory(problem: Problem, budget_bytes: int) -> None:
-    need = problem.table_bytes()
+    from .dp.cpu import host_bytes
+    need = host_bytes(problem)
     available = _available_host_bytes()
     if available and need > HOST_MEMORY_FRACTION * available:
-        rows = problem.pairs
-        fit = int(HOST_MEMORY_FRACTION * available // (rows * BYTES_PER_STATE)) - 1
+        per_column = need // (problem.buckets + 1)
+        fit = int(HOST_MEMORY_FRACTION * available // per_column) - 1
         finest = -(-budget_bytes // max(fit, 1))
-        raise MemoryError(f"the CPU table needs {format_bytes(need)} ({rows} pairs x {problem.buckets + 1} buckets x "
-                          f"{BYTES_PER_STATE} B) but {format_bytes(available)} is available; "
+        raise MemoryError(f"the CPU solver needs {format_bytes(need)} for {problem.pairs} pairs x "
+                          f"{problem.buckets + 1} buckets but {format_bytes(available)} is available; "
                           f"use a bucket of at least {format_bytes(finest)} ({finest} B)")
 
 

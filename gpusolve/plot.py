@@ -1,0 +1,94 @@
+"""The time/memory trade-off curve: the optimum for every budget against the baselines (PNG)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .baselines import baseline_curves
+from .chain import Chain
+from .dp.minpeak import min_feasible_bytes
+from .simulate import store_all_time_ms
+from .units import parse_bytes
+
+GIB = float(1 << 30)
+GRID_POINTS = 24
+STYLES = {
+    "checkpoint_sequential (best k)": dict(color="tab:orange", marker="s"),
+    "chen2016 greedy": dict(color="tab:green", marker="^"),
+    "thesis uniform-cost": dict(color="tab:purple", marker="D"),
+    "bisection (budget-aware)": dict(color="tab:brown", marker="v"),
+    "store-all": dict(color="black", marker="*"),
+    "checkpoint_sequential (sqrt N)": dict(color="tab:red", marker="P"),
+    "bisection (fixed)": dict(color="tab:gray", marker="X"),
+}
+
+
+def curve_data(chain: Chain, max_budget=None, bucket=None, backend: str = "auto", points: int = GRID_POINTS) -> dict:
+    """Numbers behind the plot: the optimal curve (one solve at ``max_budget``) and the baselines
+    at ``points`` budgets from the minimum feasible budget to ``max_budget`` (default: the
+    store-all peak). Bytes and ms throughout."""
+    from .solve import solve
+
+    top = parse_bytes(max_budget, "max budget") if max_budget is not None else chain.store_all_peak_bytes()
+    low = min_feasible_bytes(chain)
+    plan = solve(chain, top, bucket=bucket, backend=backend)  # raises below the minimum feasible budget
+    curve = plan.curve.feasible()
+    grid = np.unique(np.linspace(low, top, points).astype(np.int64)).tolist()
+    return {"name": chain.provenance.get("network") or chain.provenance.get("source") or "chain",
+            "stages": chain.n, "max_budget_bytes": top, "min_feasible_bytes": low,
+            "store_all_time_ms": store_all_time_ms(chain), "backend": plan.backend, "buckets": plan.buckets,
+            "optimal": {"budget_bytes": curve.budget_bytes.tolist(), "time_ms": curve.time_ms.tolist()},
+            "grid_bytes": grid, "baselines": baseline_curves(chain, grid)}
+
+
+def plot_curve(data: dict, out) -> Path:
+    """Write the trade-off plot of :func:`curve_data` to ``out`` (PNG, matplotlib Agg)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    base = data["store_all_time_ms"]
+    fig, ax = plt.subplots(figsize=(9, 5.5), dpi=110)
+    opt_b = np.asarray(data["optimal"]["budget_bytes"], dtype=np.float64) / GIB
+    opt_t = np.asarray(data["optimal"]["time_ms"], dtype=np.float64)
+    ax.step(opt_b, opt_t, where="post", color="tab:blue", linewidth=2.2, label="optimal (gpusolve)", zorder=5)
+    grid = np.asarray(data["grid_bytes"], dtype=np.float64) / GIB
+    baselines = dict(data["baselines"])
+    points = baselines.pop("points", {})
+    shown = [float(v) for v in opt_t if np.isfinite(v)]
+    for name, times in baselines.items():
+        t = np.array([np.nan if v is None else v for v in times], dtype=np.float64)
+        if np.all(np.isnan(t)):
+            continue
+        style = STYLES.get(name, {})
+        ax.plot(grid, t, linestyle="--", linewidth=1.2, markersize=4, label=name, **style)
+        shown += [float(v) for v in t if np.isfinite(v)]
+    cap = base * 2.5  # beyond +150 % a point is drawn at the top edge with its value
+    for name, (peak, time_ms) in points.items():
+        style = STYLES.get(name, {})
+        y = min(time_ms, cap)
+        ax.plot([peak / GIB], [y], linestyle="none", markersize=10, label=f"{name}: one fixed policy", **style)
+        if time_ms > cap:
+            ax.annotate(f"{time_ms:.0f} ms", (peak / GIB, y), textcoords="offset points", xytext=(8, -4), fontsize=8)
+        shown.append(y)
+    ax.axvline(data["min_feasible_bytes"] / GIB, color="tab:red", linewidth=0.8, linestyle=":",
+               label="minimum feasible budget")
+    ax.set_xlabel("memory budget beyond the input (GiB)")
+    ax.set_ylabel("predicted training step (ms)")
+    ax.set_title(f"{data['name']}: step time vs activation memory ({data['stages']} stages, "
+                 f"store-all {base:.1f} ms)")
+    ax.grid(True, alpha=0.3)
+    secondary = ax.secondary_yaxis("right", functions=(lambda t: 100.0 * (t / base - 1.0),
+                                                       lambda p: base * (1.0 + p / 100.0)))
+    secondary.set_ylabel("overhead over store-all (%)")
+    if shown:
+        ax.set_ylim(min(min(shown), base) * 0.97, min(max(shown), cap) * 1.03)
+    ax.set_xlim(0, data["max_budget_bytes"] / GIB * 1.05)
+    ax.legend(fontsize=8, loc="upper right")
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, format="png")
+    plt.close(fig)
+    return out

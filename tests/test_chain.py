@@ -1,0 +1,124 @@
+"""Cost model: validation, profile reading (aliasing stages), JSON round trip, thesis mapping."""
+from __future__ import annotations
+
+import copy
+import json
+import math
+
+import numpy as np
+import pytest
+
+from conftest import PROFILES
+from gpusolve import Chain
+from gpusolve.chain import allocator_bytes
+
+
+def _profile(path):
+    return json.loads(path.read_text())
+
+
+def _tiny_profile():
+    stage = dict(name="conv", t_fwd=1.0, t_bwd=2.0, t_fwd_nograd=0.9, x=1024, x_nbytes=1000, xbar=3072,
+                 fwd_peak_nograd=2048, fwd_peak_grad=4096, bwd_peak=1536)
+    relu = dict(name="relu", t_fwd=0.1, t_bwd=-0.001, t_fwd_nograd=0.1, x=0, x_nbytes=1000, xbar=0,
+                fwd_peak_nograd=0, fwd_peak_grad=0, bwd_peak=800)
+    loss = dict(name="loss", t_fwd=0.2, t_bwd=0.3, t_fwd_nograd=0.2, x=512, x_nbytes=4, xbar=1536,
+                fwd_peak_nograd=512, fwd_peak_grad=1536, bwd_peak=1024)
+    return {"format": "measured-chain/1", "network": "tiny", "input_bytes": 600, "stages": [stage, relu, loss]}
+
+
+def test_profile_fuses_aliasing_stage_with_exact_sums_and_peaks():
+    chain = Chain.from_profile(_tiny_profile())
+    assert chain.n == 2 and chain.names == ["conv+relu", "loss"]
+    assert chain.t_fwd[0] == pytest.approx(1.1) and chain.t_bwd[0] == pytest.approx(2.0)  # -0.001 is noise -> 0
+    assert chain.act_bytes.tolist() == [1024, 512]
+    assert chain.grad_bytes.tolist() == [1024, 512]       # loss gradient: 4 B rounded to the 512 B block
+    assert chain.tape_bytes.tolist() == [3072, 1536]
+    # no-grad peak of the group: conv 2048, then relu 0 on top of conv's 1024 -> 2048; extra = 2048 - 1024.
+    assert chain.fwd_nograd_extra.tolist() == [1024, 0]
+    assert chain.fwd_grad_extra.tolist() == [4096 - 3072, 0]
+    # backward: worst of conv (1024 + 1536) and relu (1024 + 800) = 2560, minus grad out 1024, grad in 1024.
+    assert chain.input_grad_bytes == allocator_bytes(600) == 1024
+    assert chain.bwd_extra[0] == 2560 - 1024 - 1024
+    assert chain.bwd_extra[1] == 0  # loss: max(0, 512 + 1024 - 512 - 1024)
+    raw = Chain.from_profile(_tiny_profile(), fuse_aliasing=False)
+    assert raw.n == 3 and raw.act_bytes[1] == 0
+
+
+def test_noise_negative_time_clamped_but_real_negative_is_an_error():
+    bad = _tiny_profile()
+    bad["stages"][0]["t_bwd"] = -1.0
+    with pytest.raises(ValueError, match="stage 1 \\(conv\\): t_bwd"):
+        Chain.from_profile(bad)
+
+
+@pytest.mark.parametrize("field,value", [("t_fwd", float("nan")), ("xbar", -5), ("x", "big")])
+def test_bad_profile_values_name_stage_and_field(field, value):
+    bad = _tiny_profile()
+    bad["stages"][2][field] = value
+    with pytest.raises(ValueError, match=f"stage 3 \\(loss\\): {field}"):
+        Chain.from_profile(bad)
+
+
+def test_unknown_format_and_missing_file():
+    with pytest.raises(ValueError, match="format"):
+        Chain.from_profile({"format": "nope", "stages": []})
+    with pytest.raises(FileNotFoundError):
+        Chain.load("/nonexistent/profile.json")
+
+
+@pytest.mark.parametrize("field", ["t_fwd", "t_bwd", "act_bytes", "tape_bytes", "bwd_extra"])
+@pytest.mark.parametrize("value", [-1, float("nan"), float("inf")])
+def test_chain_validation_names_stage_and_field(field, value):
+    chain = Chain.uniform(3)
+    kwargs = {name: getattr(chain, name).tolist() for name in
+              ("t_fwd", "t_fwd_nograd", "t_bwd", "act_bytes", "grad_bytes", "tape_bytes",
+               "fwd_nograd_extra", "fwd_grad_extra", "bwd_extra")}
+    kwargs[field][1] = value
+    with pytest.raises(ValueError, match=f"stage 2 .*{field}"):
+        Chain(**kwargs)
+
+
+def test_empty_and_inconsistent_chains():
+    with pytest.raises(ValueError, match="empty"):
+        Chain(t_fwd=[], t_fwd_nograd=[], t_bwd=[], act_bytes=[], grad_bytes=[], tape_bytes=[],
+              fwd_nograd_extra=[], fwd_grad_extra=[], bwd_extra=[])
+    with pytest.raises(ValueError, match="has 2 values"):
+        Chain(t_fwd=[1, 2, 3], t_fwd_nograd=[1, 2, 3], t_bwd=[1, 2], act_bytes=[1, 2, 3], grad_bytes=[1, 2, 3],
+              tape_bytes=[1, 2, 3], fwd_nograd_extra=[0] * 3, fwd_grad_extra=[0] * 3, bwd_extra=[0] * 3)
+    with pytest.raises(ValueError, match="whole bytes"):
+        Chain.uniform(2, act_bytes=1.5)
+
+
+@pytest.mark.parametrize("path", PROFILES, ids=lambda p: p.stem)
+def test_json_round_trip_and_bundled_profiles(path, tmp_path):
+    chain = Chain.from_profile(path)
+    data = _profile(path)
+    assert chain.provenance["measured_stages"] == len(data["stages"])
+    assert sum(len(m) for m in chain.provenance["members"]) == len(data["stages"])
+    # Fusion keeps totals: times (noise clamped) and tape bytes.
+    assert chain.tape_bytes.sum() == sum(s["xbar"] for s in data["stages"])
+    assert chain.t_fwd.sum() == pytest.approx(sum(max(0, s["t_fwd"]) for s in data["stages"]))
+    out = tmp_path / "chain.json"
+    chain.to_json(out)
+    back = Chain.load(out)
+    for name in ("t_fwd", "t_fwd_nograd", "t_bwd", "act_bytes", "grad_bytes", "tape_bytes",
+                 "fwd_nograd_extra", "fwd_grad_extra", "bwd_extra"):
+        np.testing.assert_array_equal(getattr(back, name), getattr(chain, name))
+    assert back.names == chain.names and back.input_bytes == chain.input_bytes
+    # The model's store-all peak is close to the measured one where outputs are all saved (ResNet).
+    if "resnet" in path.stem:
+        measured = data["reference"]["store_all_peak_bytes"]
+        assert abs(chain.store_all_peak_bytes() - measured) / measured < 0.05
+
+
+def test_from_thesis_maps_arrays():
+    chain = Chain.from_thesis([0, 1, 2, 0], [5, 6, 7, 0], [3, 4, 5, 0], [1, 2, 3, 4])
+    assert chain.n == 3 and not chain.multi_tape
+    assert chain.t_fwd_nograd.tolist() == [1, 2, 0] and chain.t_bwd.tolist() == [5, 6, 7]
+    assert chain.act_bytes.tolist() == [4, 5, 0] and chain.grad_bytes.tolist() == [2, 3, 4]
+    assert chain.input_bytes == 3 and chain.input_grad_bytes == 1
+    with pytest.raises(ValueError, match="same length"):
+        Chain.from_thesis([0, 1], [1, 2, 3], [1, 1, 1], [1, 1, 1])
+    with pytest.raises(ValueError, match="whole memory units"):
+        Chain.from_thesis([0, 1, 0], [1, 2, 3], [1, 1.5, 1], [1, 1, 1])

@@ -15,6 +15,7 @@ from .units import format_bytes, parse_bytes
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 DEMO_PROFILE = "densenet121_b64"
 DEMO_FRACTION = 0.5
+THESIS_DECIMALS = 9
 
 
 class CliError(ValueError):
@@ -183,7 +184,10 @@ def cmd_thesis(args) -> int:
         top = max([0] + shifted)
         problem = Problem.build(chain, 1, top, dtype=np.float64)
         curve, _ = cpu.run(problem, top)
-        costs = [None if m < 0 or not np.isfinite(curve[m]) else float(curve[m]) for m in shifted]
+        # Rounded to 1e-9: the inputs have a few decimals, so this only drops float64 summation noise
+        # (23.637999999999998 for 23.638) that depends on the order of the additions.
+        costs = [None if m < 0 or not np.isfinite(curve[m]) else round(float(curve[m]), THESIS_DECIMALS)
+                 for m in shifted]
         out.append({"name": case.get("name"), "optimal_cost": costs})
     if args.json:
         _emit_json({"cases": out})

@@ -1,0 +1,349 @@
+"""Executor benchmark: measured peak memory and step time of gpusolve plans vs the usual baselines.
+
+    python bench/executor.py                       # all networks, on the GPU
+    python bench/executor.py --networks resnet50 --steps 5
+    python bench/executor.py --quick --device cpu --out /tmp/bench   # tiny smoke run of every code path
+
+Networks (float32, training mode): torchvision DenseNet-121 (batch 64), ResNet-50 (batch 128),
+VGG-16 (batch 64), all 224x224, and a GPT-2-small-like stack written in plain torch (batch 8, 1024
+tokens). Budgets: 100 %, 70 %, 50 %, 35 % of the measured store-all activation peak, and 1.1x the
+minimum feasible budget of the profiled chain. Methods:
+- ``gpusolve``: :class:`torch_exec.CheckpointedSequential` with the solved plan;
+- ``checkpoint_sequential``: ``torch.utils.checkpoint.checkpoint_sequential`` for several segment
+  counts (each recorded once, with ``budget_bytes`` null; those that raised are listed);
+- ``store_all``: plain autograd.
+Four-way cost-model experiment: plans solved from (i) profiled compute + memory, (ii) profiled
+compute + uniform memory, (iii) uniform compute + profiled memory, (iv) uniform both; each executed
+and timed at the same budgets (field ``cost_model``).
+
+Memory is ``torch.cuda.max_memory_allocated`` above what is allocated just before the step
+(parameters, their gradients allocated beforehand, the input): what the budget counts.
+Writes ``<out>/executor_<gpu>.json`` (a list of records) and ``<out>/executor_<gpu>.md``.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import gc
+import json
+import math
+import re
+import statistics
+import sys
+import time
+import traceback
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+import torch_exec as te  # noqa: E402
+from gpusolve import Chain, solve  # noqa: E402
+from gpusolve.chain import BYTE_FIELDS, TIME_FIELDS  # noqa: E402
+from gpusolve.dp.minpeak import min_feasible_bytes  # noqa: E402
+from gpusolve.schedule import segments_policy  # noqa: E402
+from gpusolve.simulate import simulate  # noqa: E402
+from torch_exec.split import gpt2_stages, split_model  # noqa: E402
+
+NETWORKS = ("densenet121", "resnet50", "vgg16", "gpt2")
+FRACTIONS = (1.0, 0.7, 0.5, 0.35)
+COST_MODELS = ("profiled", "uniform_memory", "uniform_compute", "uniform")
+
+
+# ---------------------------------------------------------------------------- networks
+def _torchvision():
+    try:
+        import torchvision  # noqa: F401
+        from torchvision import models
+    except Exception as err:  # ImportError, or a torchvision built for another torch
+        raise SystemExit(f"bench/executor.py needs torchvision for the CNNs ({type(err).__name__}: {err}); "
+                         f"install the torchvision matching your torch, or run --networks gpt2") from None
+    return models
+
+
+def build(name: str, device, quick: bool):
+    """(stages, input, description) of a network; quick: tiny sizes for a smoke run."""
+    g = torch.Generator().manual_seed(0)
+    if name == "gpt2":
+        batch, tokens, vocab = (2, 64, 512) if quick else (8, 1024, 50257)
+        layers, width, heads = (2, 64, 4) if quick else (12, 768, 12)
+        x = torch.randint(0, vocab, (batch, tokens), generator=g).to(device)
+        y = torch.randint(0, vocab, (batch, tokens), generator=g).to(device)
+        stages = gpt2_stages(layers, width, heads, vocab, context=tokens, targets=y).to(device)
+        return stages, x, f"GPT-2-like {layers}x{width}, batch {batch}, {tokens} tokens"
+    batch = {"densenet121": 64, "resnet50": 128, "vgg16": 64}[name]
+    size = 224
+    if quick:
+        batch, size = 2, 64
+        model = _quick_cnn(name)
+    else:
+        model = getattr(_torchvision(), name)(weights=None)
+    x = torch.randn(batch, 3, size, size, generator=g).to(device)
+    y = torch.randint(0, 1000 if not quick else 10, (batch,), generator=g).to(device)
+    stages = split_model(model, targets=y).to(device)
+    return stages, x, f"{name}, batch {batch}, {size}x{size}"
+
+
+def _quick_cnn(name):
+    """Stand-ins with the same stage structure for a smoke run without torchvision."""
+    from torch_exec.split import DenseStage, Head
+    if name == "vgg16":
+        return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(inplace=True), nn.MaxPool2d(2),
+                             nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(inplace=True), nn.AdaptiveAvgPool2d(2),
+                             nn.Flatten(), nn.Linear(32, 10))
+    dense = [DenseStage(nn.Sequential(nn.BatchNorm2d(8 + 4 * i), nn.ReLU(), nn.Conv2d(8 + 4 * i, 4, 3, padding=1)))
+             for i in range(3)] if name == "densenet121" else []
+    blocks = dense or [nn.Sequential(nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(inplace=True))
+                       for _ in range(3)]
+    width = 8 + 12 if dense else 8
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(inplace=True), *blocks,
+                         Head(nn.Linear(width, 10), relu=True))
+
+
+# ---------------------------------------------------------------------------- measuring
+class Meter:
+    def __init__(self, device):
+        self.device = torch.device(device)
+        self.cuda = self.device.type == "cuda"
+
+    def sync(self):
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+
+    def step(self, run, params, steps: int, warmup: int):
+        """(peak bytes above the pre-step allocation, median step ms) of ``run()`` (forward+backward)."""
+        for p in params:
+            if p.requires_grad and p.grad is None:
+                p.grad = torch.zeros_like(p)
+        for _ in range(warmup):
+            run()
+        times, peak = [], None
+        for i in range(steps):
+            gc.collect()
+            self.sync()
+            if self.cuda:
+                base = torch.cuda.memory_allocated(self.device)
+                torch.cuda.reset_peak_memory_stats(self.device)
+                start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                run()
+                stop.record()
+                self.sync()
+                times.append(start.elapsed_time(stop))
+                step_peak = torch.cuda.max_memory_allocated(self.device) - base
+            else:
+                t0 = time.perf_counter()
+                run()
+                times.append((time.perf_counter() - t0) * 1e3)
+                step_peak = None
+            peak = step_peak if peak is None or step_peak is None else max(peak, step_peak)
+        for p in params:
+            p.grad = None
+        return peak, statistics.median(times)
+
+
+def _free():
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _is_oom(err) -> bool:
+    return isinstance(err, torch.cuda.OutOfMemoryError) or "out of memory" in str(err).lower()
+
+
+# ---------------------------------------------------------------------------- cost models
+def with_cost_model(chain: Chain, kind: str) -> Chain:
+    """The chain with uniform compute and/or memory (each field replaced by its mean over stages)."""
+    data = chain.to_dict()
+    if kind in ("uniform_compute", "uniform"):
+        for key in TIME_FIELDS:
+            data[key] = [float(np.mean(data[key]))] * chain.n
+    if kind in ("uniform_memory", "uniform"):
+        for key in BYTE_FIELDS:
+            data[key] = [int(round(np.mean(data[key])))] * chain.n
+    return Chain.from_dict(data)
+
+
+def checkpoint_sequential_boundaries(n_measured: int, segments: int) -> list[int]:
+    """Measured-stage indices after which torch's checkpoint_sequential keeps a segment input."""
+    size = n_measured // segments
+    return [start + size for start in range(0, size * (segments - 1), size)]
+
+
+def to_chain_boundaries(chain: Chain, measured: list[int]) -> list[int] | None:
+    """Map measured-stage boundaries to fused chain stages; None if one falls inside a fused stage."""
+    ends, total = {}, 0
+    for idx, members in enumerate(chain.provenance["members"], start=1):
+        total += len(members)
+        ends[total] = idx
+    if any(b not in ends for b in measured):
+        return None
+    return [ends[b] for b in measured]
+
+
+# ---------------------------------------------------------------------------- one network
+def bench_network(name, args, meter, records, errors):
+    device = args.device
+    stages, x, desc = build(name, device, args.quick)
+    params = [p for p in stages.parameters()]
+    print(f"== {name}: {desc}, {len(stages)} measured stages", flush=True)
+    common = dict(network=name, device=args.device_name, date=args.date)
+
+    # store-all reference
+    def plain():
+        loss = stages(x)
+        loss.backward()
+    peak_all, ms_all = meter.step(plain, params, args.steps, args.warmup)
+    print(f"   store_all: peak {peak_all} B, {ms_all:.2f} ms", flush=True)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        data = te.profile_dict(stages, x, passes=args.passes, network=name)
+    (args.out / f"profile_{name}_{args.gpu_tag}.json").write_text(json.dumps(data, indent=1))
+    chain = te.chain_from_profile(data)
+    predicted_all = chain.store_all_peak_bytes()
+    records.append(dict(common, budget_bytes=None, method="store_all", segments=None,
+                        measured_peak_bytes=peak_all, predicted_peak_bytes=int(predicted_all),
+                        step_ms=ms_all, predicted_step_ms=float(chain.t_fwd.sum() + chain.t_bwd.sum())))
+    store_all_ref = peak_all if peak_all is not None else predicted_all
+    min_bytes = min_feasible_bytes(chain)
+    budgets = [("%d%%" % round(100 * f), int(f * store_all_ref)) for f in FRACTIONS]
+    budgets.append(("1.1x min", int(1.1 * min_bytes)))
+    print(f"   chain: {chain.n} fused stages, model store-all {predicted_all} B, min feasible {min_bytes} B",
+          flush=True)
+
+    # gpusolve and the four cost models, at equal budgets; the wrapper reuses the profile above
+    wrapped = te.CheckpointedSequential(stages, budget=None, network=name,
+                                        schedule_fn=store_all_schedule)
+    wrapped.prepare(x, profile=data)
+    for label, budget in budgets:
+        for kind in (COST_MODELS if args.cost_models else ("profiled",)):
+            row = dict(common, budget_bytes=budget, budget_label=label, method="gpusolve", segments=None,
+                       cost_model=kind)
+            try:
+                model_chain = with_cost_model(chain, kind)
+                plan = solve(model_chain, budget, backend=args.backend)
+                sim = simulate(chain, plan.schedule)  # the plan's cost under the measured model
+                wrapped.replan(budget=None, schedule_fn=lambda _c, s=plan.schedule: s)
+
+                def step():
+                    loss = wrapped(x)
+                    loss.backward()
+                peak, ms = meter.step(step, params, args.steps, args.warmup)
+                row.update(measured_peak_bytes=peak, predicted_peak_bytes=int(sim.peak_bytes), step_ms=ms,
+                           predicted_step_ms=float(sim.time_ms), solve_seconds=plan.solve_seconds,
+                           ops=len(plan.schedule))
+                print(f"   gpusolve[{kind}] {label} ({budget} B): peak {peak} B (pred {sim.peak_bytes}), "
+                      f"{ms:.2f} ms (pred {sim.time_ms:.2f})", flush=True)
+            except Exception as err:  # infeasible under this cost model, OOM, ...
+                row.update(measured_peak_bytes=None, predicted_peak_bytes=None, step_ms=None,
+                           predicted_step_ms=None, error=f"{type(err).__name__}: {str(err).splitlines()[0]}")
+                print(f"   gpusolve[{kind}] {label}: {row['error']}", flush=True)
+                if not _is_oom(err) and args.verbose:
+                    traceback.print_exc()
+            records.append(row)
+            _free()
+
+    # checkpoint_sequential with several segment counts
+    from torch.utils.checkpoint import checkpoint_sequential
+    n_measured = len(stages)
+    counts = sorted({s for s in (2, 3, 4, 6, 8, round(math.sqrt(n_measured)), 12, 16, 24, 32) if 1 < s <= n_measured})
+    for segments in counts:
+        row = dict(common, budget_bytes=None, method="checkpoint_sequential", segments=segments)
+        bounds = to_chain_boundaries(chain, checkpoint_sequential_boundaries(n_measured, segments))
+        sim = simulate(chain, te.plan_from_schedule(chain, segments_policy(bounds, chain.n)).schedule) \
+            if bounds is not None else None
+        try:
+            def step():
+                loss = checkpoint_sequential(stages, segments, x, use_reentrant=False)
+                loss.backward()
+            peak, ms = meter.step(step, params, args.steps, args.warmup)
+            row.update(measured_peak_bytes=peak, step_ms=ms)
+            print(f"   checkpoint_sequential({segments}): peak {peak} B, {ms:.2f} ms", flush=True)
+        except Exception as err:
+            row.update(measured_peak_bytes=None, step_ms=None, error=f"{type(err).__name__}: {str(err).splitlines()[0]}")
+            errors.append(f"{name}: checkpoint_sequential({segments}) raised {row['error']}")
+            print(f"   checkpoint_sequential({segments}): {row['error']}", flush=True)
+        row.update(predicted_peak_bytes=None if sim is None else int(sim.peak_bytes),
+                   predicted_step_ms=None if sim is None else float(sim.time_ms))
+        records.append(row)
+        _free()
+    del stages, x, wrapped
+    _free()
+
+
+def store_all_schedule(chain):
+    from gpusolve.baselines import store_all
+    return store_all(chain)
+
+
+# ---------------------------------------------------------------------------- report
+def write_report(records, errors, args, command):
+    path_json = args.out / f"executor_{args.gpu_tag}.json"
+    path_md = args.out / f"executor_{args.gpu_tag}.md"
+    path_json.write_text(json.dumps(records, indent=1))
+    mib = lambda b: "-" if b is None else f"{b / 2**20:.0f}"  # noqa: E731
+    ms = lambda t: "-" if t is None else f"{t:.1f}"  # noqa: E731
+    lines = [f"# Executor benchmark on {args.device_name}", "", f"Command: `{command}`", "",
+             f"torch {torch.__version__}, {args.date}. Peaks in MiB above the pre-step allocation; times in ms "
+             f"(median of {args.steps} steps).", ""]
+    lines += ["| network | budget | method | segments / cost model | measured peak | predicted peak | step | "
+              "predicted step |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in records:
+        extra = r.get("cost_model") if r["method"] == "gpusolve" else (r["segments"] or "")
+        budget = f"{r.get('budget_label', '')} {mib(r['budget_bytes'])}".strip() if r["budget_bytes"] else "-"
+        note = f" ({r['error'][:60]})" if r.get("error") else ""
+        lines.append(f"| {r['network']} | {budget} | {r['method']}{note} | {extra} | {mib(r['measured_peak_bytes'])} | "
+                     f"{mib(r['predicted_peak_bytes'])} | {ms(r['step_ms'])} | {ms(r['predicted_step_ms'])} |")
+    lines += ["", "## checkpoint_sequential segment counts that raised", ""]
+    lines += [f"- {e}" for e in errors] or ["- none"]
+    path_md.write_text("\n".join(lines) + "\n")
+    print(f"wrote {path_json} and {path_md}")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--networks", nargs="+", default=list(NETWORKS), choices=NETWORKS)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--passes", type=int, default=5, help="profiling passes")
+    parser.add_argument("--backend", default="auto", help="solver backend: auto, cpu, cuda")
+    parser.add_argument("--no-cost-models", dest="cost_models", action="store_false",
+                        help="skip the four-way cost-model experiment")
+    parser.add_argument("--quick", action="store_true", help="tiny networks and sizes (smoke test)")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    parser.add_argument("--verbose", action="store_true")
+    args = parser.parse_args(argv)
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit("no CUDA device: use --device cpu (with --quick) for a smoke run")
+    args.out.mkdir(parents=True, exist_ok=True)
+    args.device_name = torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else "cpu"
+    args.gpu_tag = re.sub(r"[^a-z0-9]+", "_", args.device_name.lower()).strip("_") + ("_quick" if args.quick else "")
+    args.date = _dt.date.today().isoformat()
+    if args.device.startswith("cuda"):
+        torch.backends.cudnn.benchmark = False
+    meter = Meter(args.device)
+    records, errors = [], []
+    for name in args.networks:
+        try:
+            bench_network(name, args, meter, records, errors)
+        except SystemExit:
+            raise
+        except Exception as err:
+            print(f"== {name} failed: {type(err).__name__}: {err}", flush=True)
+            traceback.print_exc()
+        _free()
+    command = "python bench/executor.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    write_report(records, errors, args, command)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,519 @@
+"""torch_exec on the CPU: the profiler's exact sizes and the executor's gradients against plain autograd."""
+from __future__ import annotations
+
+import copy
+import json
+import random
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+import torch_exec as te  # noqa: E402
+from gpusolve import Chain, InfeasibleBudgetError  # noqa: E402
+from gpusolve.schedule import Checkpoint, OpKind, Tape, segments_policy, tape_chain  # noqa: E402
+from gpusolve.simulate import simulate  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::torch_exec.CPUTimingWarning",
+                                        "ignore::gpusolve.FallbackWarning")
+
+DT = torch.float64
+
+
+# ---------------------------------------------------------------------------- helpers
+def random_policy(rng: random.Random, i: int, j: int, p_ckpt: float = 0.5):
+    """A random policy tree over (i, j): every node Tape or Checkpoint(k) at random."""
+    if j == i + 1:
+        return Tape(None)
+    if rng.random() < p_ckpt:
+        k = rng.randint(i + 1, j - 1)
+        return Checkpoint(k, right=random_policy(rng, k, j, p_ckpt), left=random_policy(rng, i, k, p_ckpt))
+    return Tape(random_policy(rng, i + 1, j, p_ckpt))
+
+
+def mlp(width=6, depth=5, inplace=False, seed=0):
+    torch.manual_seed(seed)
+    layers = [nn.Linear(4, width)]
+    for d in range(depth):
+        layers += [nn.ReLU(inplace=inplace) if d % 2 == 0 else nn.Tanh(), nn.Linear(width, width)]
+    layers += [nn.Linear(width, 3)]
+    return nn.Sequential(*layers).to(DT)
+
+
+def convnet(seed=0, dropout=0.0, inplace=True):
+    torch.manual_seed(seed)
+    return nn.Sequential(
+        nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(inplace=inplace),
+        nn.Conv2d(4, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(inplace=inplace),
+        nn.Dropout(dropout), nn.Conv2d(4, 5, 3, stride=2, padding=1), nn.BatchNorm2d(5), nn.ReLU(),
+        nn.Flatten(), nn.Dropout(dropout), nn.Linear(5 * 4 * 4, 3)).to(DT)
+
+
+def loss_of(y):
+    return (y * torch.linspace(-1, 1, y.numel(), dtype=y.dtype).view_as(y)).square().sum()
+
+
+def plain_step(model, x, seed=123):
+    torch.manual_seed(seed)
+    x = x.detach().clone().requires_grad_(x.requires_grad)
+    loss_of(model(x)).backward()
+    return x.grad
+
+
+def ckpt_step(model, x, seed=123, **kwargs):
+    kwargs.setdefault("backend", "cpu")
+    kwargs.setdefault("profile_passes", 1)
+    kwargs.setdefault("profile_warmup", 0)
+    kwargs.setdefault("budget", "1GiB")
+    wrapped = te.CheckpointedSequential(model, **kwargs)
+    torch.manual_seed(seed)
+    x = x.detach().clone().requires_grad_(x.requires_grad)
+    loss_of(wrapped(x)).backward()
+    return x.grad, wrapped
+
+
+def assert_same(ref_model, model, ref_xg=None, xg=None, exact=False):
+    tol = dict(rtol=0, atol=0) if exact else dict(rtol=1e-6, atol=1e-9)
+    for (name, p), q in zip(ref_model.named_parameters(), model.parameters()):
+        assert (p.grad is None) == (q.grad is None), name
+        if p.grad is not None:
+            torch.testing.assert_close(q.grad, p.grad, **tol, msg=f"grad of {name}")
+    for (name, b), c in zip(ref_model.named_buffers(), model.buffers()):
+        torch.testing.assert_close(c, b, rtol=0, atol=0, msg=f"buffer {name}")
+    if ref_xg is not None or xg is not None:
+        torch.testing.assert_close(xg, ref_xg, **tol)
+
+
+def compare(make, x, exact=False, **kwargs):
+    ref = make()
+    model = copy.deepcopy(ref)
+    ref_xg = plain_step(ref, x)
+    xg, wrapped = ckpt_step(model, x, **kwargs)
+    assert_same(ref, model, ref_xg, xg, exact=exact)
+    return wrapped
+
+
+# ---------------------------------------------------------------------------- profiler
+def test_profile_exact_cpu_sizes_and_format(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(inplace=True), nn.Linear(8, 8), nn.Tanh(), nn.Flatten(),
+                          nn.Linear(8, 2)).to(DT)
+    x = torch.randn(3, 4, dtype=DT, requires_grad=True)
+    path = tmp_path / "p.json"
+    with pytest.warns(te.CPUTimingWarning):
+        chain = te.profile(model, x, passes=2, path=path)
+    data = json.loads(path.read_text())
+    assert data["format"] == "measured-chain/1" and data["input_bytes"] == 3 * 4 * 8
+    for key in ("network", "device", "torch", "dtype", "param_bytes", "reference"):
+        assert key in data
+    st = {s["name"]: s for s in data["stages"]}
+    assert st["0"]["x"] == 3 * 8 * 8 and st["0"]["xbar"] == 3 * 8 * 8          # Linear saves only its input
+    assert st["1"]["x"] == 0 and st["1"]["xbar"] == 0 and st["1"]["x_nbytes"] == 192  # in-place ReLU
+    assert st["3"]["xbar"] == 3 * 8 * 8                                          # tanh saves its output
+    assert st["4"]["x"] == 0                                                     # Flatten: a view
+    for s in data["stages"]:
+        for key in ("t_fwd", "t_fwd_nograd", "t_bwd", "x", "x_nbytes", "xbar", "fwd_peak_nograd",
+                    "fwd_peak_grad", "bwd_peak"):
+            assert s[key] is not None and s[key] >= 0
+    assert chain.provenance["members"] == [["0", "1"], ["2"], ["3", "4"], ["5"]]
+    assert chain.n == 4
+    again = te.load_profile(path)
+    assert again.names == chain.names and list(again.act_bytes) == list(chain.act_bytes)
+    assert Chain.load(path).n == 4  # what the CLI reads
+
+
+def test_profile_xbar_counts_saved_intermediates_not_params():
+    class Stage(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(5, 5)
+
+        def forward(self, x):
+            h = self.lin(x)      # saved by sigmoid? no: exp saves its result, mul saves both inputs
+            e = torch.exp(h)     # saves e (new)
+            return e * h         # saves e and h (h new)
+    stage = Stage().to(DT)
+    x = torch.randn(2, 5, dtype=DT)
+    data = te.profile_dict([stage], x, passes=1)
+    st = data["stages"][0]
+    assert st["x"] == 80 and st["xbar"] == 3 * 80  # output + e + h; x (input) and weights excluded
+    assert data["input_requires_grad"] is False
+    assert te.chain_from_profile(data).input_grad_bytes == 0
+
+
+def test_profiling_leaves_model_untouched():
+    model = convnet(dropout=0.3)
+    for p in model.parameters():
+        p.grad = torch.full_like(p, 0.5)
+    grads = [p.grad for p in model.parameters()]
+    before = copy.deepcopy(model.state_dict())
+    x = torch.randn(4, 3, 8, 8, dtype=DT)
+    torch.manual_seed(7)
+    rng = torch.get_rng_state()
+    wrapped = te.CheckpointedSequential(model, budget="1GiB", backend="cpu", profile_passes=2)
+    wrapped.prepare(x)
+    assert torch.equal(torch.get_rng_state(), rng)
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, before[key]), key
+    assert all(p.grad is g for p, g in zip(model.parameters(), grads))
+    assert all(torch.equal(p.grad, torch.full_like(p, 0.5)) for p in model.parameters())
+    assert wrapped.plan is not None and wrapped.plan.feasible
+
+
+# ---------------------------------------------------------------------------- schedules
+def test_random_policies_match_autograd():
+    rng = random.Random(0)
+    x = torch.randn(5, 4, dtype=DT, requires_grad=True)
+    kinds = set()
+    for trial in range(25):
+        policy_box = {}
+
+        def schedule_fn(chain):
+            policy_box["p"] = random_policy(rng, 0, chain.n, p_ckpt=rng.choice([0.3, 0.6, 0.9]))
+            return policy_box["p"]
+        wrapped = compare(lambda: mlp(depth=6, seed=trial), x, exact=True, schedule_fn=schedule_fn)
+        kinds |= {(op.kind, op.keep_input) for op in wrapped.plan.schedule}
+    assert kinds >= {(OpKind.FWD_TAPE, False), (OpKind.BWD, False), (OpKind.FREE, False),
+                     (OpKind.FWD_NOGRAD, True), (OpKind.FWD_NOGRAD, False)}
+
+
+@pytest.mark.parametrize("boundaries", [[], [1], [2, 5], [1, 2, 3, 4], [3, 6]])
+def test_segments_baselines_match_autograd(boundaries):
+    x = torch.randn(5, 4, dtype=DT, requires_grad=True)
+    compare(lambda: mlp(depth=6), x, exact=True, schedule_fn=lambda chain: segments_policy(boundaries, chain.n))
+
+
+def test_store_all_baseline_matches_autograd():
+    from gpusolve.baselines import store_all
+    x = torch.randn(5, 4, dtype=DT, requires_grad=True)
+    compare(lambda: mlp(depth=4), x, exact=True, schedule_fn=store_all)
+
+
+@pytest.mark.parametrize("fraction", [1.0, 0.6, 0.0])
+def test_solved_plans_match_autograd(fraction):
+    from gpusolve.dp.minpeak import min_feasible_bytes
+    x = torch.randn(5, 4, dtype=DT, requires_grad=True)
+    probe = te.CheckpointedSequential(mlp(depth=6), budget="1GiB", backend="cpu", profile_passes=1)
+    probe.prepare(x)
+    lo, hi = min_feasible_bytes(probe.chain), probe.chain.store_all_peak_bytes()
+    budget = int(lo + fraction * (hi - lo))
+    wrapped = compare(lambda: mlp(depth=6), x, exact=True, budget=budget, bucket=1)
+    assert wrapped.plan.predicted_peak_bytes <= budget
+    schedule = wrapped.plan.schedule
+    n = wrapped.chain.n
+    idx = [i for i, op in enumerate(schedule) if op.kind is OpKind.FWD_TAPE and op.stage == n]
+    assert len(idx) == 1 and schedule[idx[0] + 1].kind is OpKind.BWD and schedule[idx[0] + 1].stage == n
+
+
+def test_split_schedule_rejects_bad_schedules():
+    from gpusolve.schedule import Op
+    with pytest.raises(ValueError):
+        te.split_schedule([Op(OpKind.FWD_TAPE, 1), Op(OpKind.FWD_TAPE, 2), Op(OpKind.BWD, 1), Op(OpKind.BWD, 2)], 2)
+    with pytest.raises(ValueError):
+        te.split_schedule([Op(OpKind.FWD_TAPE, 1), Op(OpKind.BWD, 1)], 2)
+
+
+# ---------------------------------------------------------------------------- model features
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_dropout_batchnorm_inplace_random_policies(seed):
+    rng = random.Random(seed)
+    x = torch.randn(4, 3, 8, 8, dtype=DT, requires_grad=True)
+    wrapped = compare(lambda: convnet(seed=seed, dropout=0.4), x,
+                      schedule_fn=lambda chain: random_policy(rng, 0, chain.n, 0.8))
+    # BN+ReLU(inplace) and Conv+... fused: in-place ReLUs never start a chain stage
+    assert all(not members[0].startswith("2") or members == ["2"] for members in wrapped.chain.provenance["members"])
+    assert wrapped.chain.n < 13
+
+
+def test_batchnorm_stats_updated_once_with_recomputation():
+    x = torch.randn(4, 3, 8, 8, dtype=DT)
+    ref = convnet()
+    model = copy.deepcopy(ref)
+    plain_step(ref, x)
+    # Checkpoint every chain stage boundary, so each BN stage runs three times in the step.
+    ckpt_step(model, x, schedule_fn=lambda chain: segments_policy(list(range(1, chain.n)), chain.n))
+    assert_same(ref, model)
+    assert int(model[1].num_batches_tracked) == 1
+
+
+def test_checkpoint_before_inplace_relu():
+    class Bump(nn.Module):  # an in-place stage right after a checkpointable stage
+        def forward(self, x):
+            return x.mul_(2.0).add_(0.25)
+    torch.manual_seed(0)
+
+    def make():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(4, 6), Bump(), nn.ReLU(inplace=True), nn.Linear(6, 6), nn.ReLU(inplace=True),
+                             nn.Linear(6, 6), Bump(), nn.Linear(6, 2)).to(DT)
+    x = torch.randn(3, 4, dtype=DT, requires_grad=True)
+    for boundaries in ([1], [1, 2], [2, 3], [1, 2, 3]):
+        wrapped = compare(make, x, exact=True, schedule_fn=lambda chain: segments_policy(boundaries, chain.n))
+    assert wrapped.chain.provenance["members"] == [["0", "1", "2"], ["3", "4"], ["5", "6"], ["7"]]
+
+
+def test_inplace_first_stage_does_not_touch_caller_input():
+    def make():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.ReLU(inplace=True), nn.Linear(4, 5), nn.Tanh(), nn.Linear(5, 2)).to(DT)
+    x = torch.randn(3, 4, dtype=DT, requires_grad=True)
+    x_before = x.detach().clone()
+    ref = make()
+    model = copy.deepcopy(ref)
+    xr = x.detach().clone().requires_grad_()
+    loss_of(ref(xr.clone())).backward()  # plain autograd needs the clone too
+    wrapped = te.CheckpointedSequential(model, budget="1GiB", backend="cpu", profile_passes=1,
+                                        schedule_fn=lambda chain: segments_policy([1, 2], chain.n))
+    loss_of(wrapped(x)).backward()
+    assert torch.equal(x.detach(), x_before)
+    assert_same(ref, model, xr.grad, x.grad, exact=True)
+    assert wrapped.chain.provenance["members"][0] == ["0"]  # aliases a_0: own stage, input cloned
+
+
+class Fork(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.lin = nn.Linear(n, n)
+
+    def forward(self, x):
+        return (x, torch.tanh(self.lin(x)))
+
+
+class Mix(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.lin = nn.Linear(n, n)
+
+    def forward(self, state):
+        x, h = state
+        return (x + h, self.lin(h) * x)
+
+
+class Join(nn.Module):
+    def forward(self, state):
+        x, h = state
+        return x * h
+
+
+def test_tuple_states_random_policies():
+    rng = random.Random(3)
+
+    def make():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(4, 5), Fork(5), Mix(5), Mix(5), Join(), nn.Linear(5, 2)).to(DT)
+    x = torch.randn(3, 4, dtype=DT, requires_grad=True)
+    for _ in range(8):
+        compare(make, x, exact=True, schedule_fn=lambda chain: random_policy(rng, 0, chain.n, 0.7))
+
+
+def test_tuple_input_and_output():
+    def make():
+        torch.manual_seed(0)
+        return nn.Sequential(Mix(4), Mix(4), Mix(4))
+    x = torch.randn(3, 4, dtype=DT, requires_grad=True)
+    h = torch.randn(3, 4, dtype=DT, requires_grad=False)
+    ref, model = make().to(DT), make().to(DT)
+    xr = x.detach().clone().requires_grad_()
+    a, b = ref((xr, h))
+    (loss_of(a) + loss_of(b)).backward()
+    wrapped = te.CheckpointedSequential(model, budget="1GiB", backend="cpu", profile_passes=1,
+                                        schedule_fn=lambda chain: segments_policy([1, 2], chain.n))
+    xc = x.detach().clone().requires_grad_()
+    out = wrapped(xc, h)
+    assert isinstance(out, tuple) and len(out) == 2
+    (loss_of(out[0]) + loss_of(out[1])).backward()
+    assert_same(ref, model, xr.grad, xc.grad, exact=True)
+    assert h.grad is None
+
+
+def test_input_without_grad():
+    x = torch.randn(5, 4, dtype=DT, requires_grad=False)
+    wrapped = compare(lambda: mlp(depth=4), x, exact=True, schedule_fn=lambda chain: segments_policy([2], chain.n))
+    assert wrapped.chain.input_grad_bytes == 0
+
+
+def test_inside_a_larger_model():
+    def make():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 6), nn.Tanh(), nn.Linear(6, 6)).to(DT)
+    torch.manual_seed(1)
+    pre, post = nn.Linear(3, 4).to(DT), nn.Linear(6, 2).to(DT)
+    ref_outer = nn.Sequential(copy.deepcopy(pre), make(), copy.deepcopy(post))
+    inner = make()
+    wrapped = te.CheckpointedSequential(inner, budget="1GiB", backend="cpu", profile_passes=1,
+                                        schedule_fn=lambda chain: segments_policy([1, 3], chain.n))
+    outer = nn.Sequential(copy.deepcopy(pre), wrapped, copy.deepcopy(post))
+    x = torch.randn(5, 3, dtype=DT)
+    for _ in range(2):  # second step accumulates into existing grads
+        loss_of(ref_outer(x)).backward()
+        loss_of(outer(x)).backward()
+    for p, q in zip(ref_outer.parameters(), outer.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=0, atol=0)
+
+
+def test_optimizer_steps_between_iterations():
+    ref = convnet(dropout=0.2)
+    model = copy.deepcopy(ref)
+    wrapped = te.CheckpointedSequential(model, budget="1GiB", backend="cpu", profile_passes=1,
+                                        schedule_fn=lambda chain: segments_policy([2, 4], chain.n))
+    opt_r = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    opt_w = torch.optim.SGD(wrapped.parameters(), lr=0.1, momentum=0.9)
+    torch.manual_seed(5)
+    xs = [torch.randn(4, 3, 8, 8, dtype=DT) for _ in range(3)]
+    for step, x in enumerate(xs):
+        for net, opt in ((ref, opt_r), (wrapped, opt_w)):
+            opt.zero_grad()
+            torch.manual_seed(100 + step)
+            loss_of(net(x)).backward()
+            opt.step()
+    for (name, p), q in zip(ref.named_parameters(), model.parameters()):
+        torch.testing.assert_close(q, p, rtol=1e-6, atol=1e-9, msg=name)
+    for (name, b), c in zip(ref.named_buffers(), model.buffers()):
+        torch.testing.assert_close(c, b, rtol=1e-6, atol=1e-9, msg=name)
+
+
+def test_autocast_recomputation():
+    def make():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 16), nn.GELU(), nn.Dropout(0.3),
+                             nn.Linear(16, 4))
+    ref, model = make(), make()
+    x = torch.randn(6, 8)
+    wrapped = te.CheckpointedSequential(model, budget="1GiB", backend="cpu", profile_passes=1,
+                                        schedule_fn=lambda chain: segments_policy([1, 3], chain.n))
+    for net in (ref, wrapped):
+        torch.manual_seed(9)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = net(x)
+        assert y.dtype == torch.bfloat16
+        y.float().square().sum().backward()
+    for p, q in zip(ref.parameters(), model.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=0, atol=0)
+
+
+def test_plan_cache_per_signature():
+    calls = []
+    wrapped = te.CheckpointedSequential(mlp(depth=3), budget="1GiB", backend="cpu", profile_passes=1,
+                                        schedule_fn=lambda chain: calls.append(chain) or tape_chain(0, chain.n))
+    for batch in (5, 5, 7, 5, 7):
+        loss_of(wrapped(torch.randn(batch, 4, dtype=DT, requires_grad=True))).backward()
+    assert len(calls) == 2 and len(wrapped.plans) == 2
+    first = wrapped.plan
+    loss_of(wrapped(torch.randn(7, 4, dtype=DT, requires_grad=True))).backward()
+    assert wrapped.plan is first
+    loss_of(wrapped(torch.randn(7, 4, dtype=torch.float64, requires_grad=False))).backward()
+    assert len(calls) == 3
+
+
+def test_budget_none_is_plain_autograd_and_eval_under_no_grad():
+    x = torch.randn(5, 4, dtype=DT, requires_grad=True)
+    compare(lambda: mlp(depth=3), x, exact=True, budget=None)
+    wrapped = te.CheckpointedSequential(mlp(depth=3), budget="1GiB", backend="cpu")
+    with torch.no_grad():
+        wrapped(x)
+    assert wrapped.plan is None  # no profiling for a no-grad call
+
+
+def test_budget_too_small_names_minimum():
+    wrapped = te.CheckpointedSequential(mlp(depth=4), budget=64, backend="cpu", profile_passes=1)
+    x = torch.randn(5, 4, dtype=DT, requires_grad=True)
+    with pytest.raises(InfeasibleBudgetError) as err:
+        wrapped(x)
+    assert err.value.min_bytes > 64 and "minimum" in str(err.value)
+
+
+def test_predicted_peak_tracks_schedule():
+    x = torch.randn(5, 4, dtype=DT, requires_grad=True)
+    wrapped = te.CheckpointedSequential(mlp(depth=6), budget="1GiB", backend="cpu", profile_passes=1)
+    wrapped.prepare(x)
+    sim = simulate(wrapped.chain, wrapped.plan.schedule)
+    assert sim.peak_bytes == wrapped.plan.predicted_peak_bytes
+    assert "budget" in wrapped.plan.summary()
+
+
+def test_callable_stages_and_budget_strings():
+    torch.manual_seed(0)
+    lin = nn.Linear(4, 4).to(DT)
+    stages = [lin, torch.tanh, lambda t: t * 2, nn.Linear(4, 1).to(DT)]
+    wrapped = te.CheckpointedSequential(stages, budget="2 MiB", backend="cpu", profile_passes=1)
+    assert wrapped.budget == 2 * 2**20
+    assert sum(1 for _ in wrapped.parameters()) == 4
+    x = torch.randn(3, 4, dtype=DT, requires_grad=True)
+    xr = x.detach().clone().requires_grad_()
+    loss_of(wrapped(x)).backward()
+    g = [p.grad.clone() for p in wrapped.parameters()]
+    for p in wrapped.parameters():
+        p.grad = None
+    state = xr
+    for fn in stages:
+        state = fn(state)
+    loss_of(state).backward()
+    for p, gp in zip(wrapped.parameters(), g):
+        torch.testing.assert_close(gp, p.grad, rtol=0, atol=0)
+    torch.testing.assert_close(x.grad, xr.grad, rtol=0, atol=0)
+
+
+def test_warns_cpu_times_once_per_profile():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        te.profile(mlp(depth=2), torch.randn(2, 4, dtype=DT), passes=1)
+    assert any(issubclass(w.category, te.CPUTimingWarning) for w in caught)
+
+
+def test_split_models_and_gpt2_stack():
+    from torch_exec.split import DenseStage, Head, gpt2_stages, split_model
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(4, 4, 3, padding=1)
+
+        def forward(self, x):
+            return torch.relu(self.conv(x) + x)
+
+    class FakeResNet(nn.Module):  # the attribute layout of torchvision's ResNet
+        def __init__(self):
+            super().__init__()
+            self.conv1, self.bn1 = nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4)
+            self.relu, self.maxpool = nn.ReLU(inplace=True), nn.MaxPool2d(2)
+            for name in ("layer1", "layer2", "layer3", "layer4"):
+                setattr(self, name, nn.Sequential(Block()))
+            self.avgpool, self.fc = nn.AdaptiveAvgPool2d(1), nn.Linear(4, 3)
+
+    class FakeDenseNet(nn.Module):  # torchvision's DenseNet: features with dense blocks, a Linear classifier
+        def __init__(self):
+            super().__init__()
+            block = nn.ModuleDict({f"denselayer{i + 1}": nn.Conv2d(4 + 2 * i, 2, 3, padding=1) for i in range(2)})
+            self.features = nn.Sequential()
+            self.features.add_module("conv0", nn.Conv2d(3, 4, 3, padding=1))
+            self.features.add_module("denseblock1", block)
+            self.features.add_module("norm5", nn.BatchNorm2d(8))
+            self.classifier = nn.Linear(8, 3)
+
+    torch.manual_seed(0)
+    targets = torch.tensor([0, 2])
+    x = torch.randn(2, 3, 8, 8, dtype=DT)
+    for model in (FakeResNet(), FakeDenseNet()):
+        stages = split_model(model.to(DT), targets=targets)
+        assert isinstance(stages[-2], (Head, nn.Module)) and "loss" in dict(stages.named_children())
+        if isinstance(model, FakeDenseNet):
+            assert sum(isinstance(m, DenseStage) for m in stages) == 2
+        wrapped = te.CheckpointedSequential(stages, budget="1GiB", backend="cpu", profile_passes=1,
+                                            schedule_fn=lambda chain: segments_policy([2, 4], chain.n))
+        ref = copy.deepcopy(stages)
+        ref(x).backward()
+        wrapped(x).backward()
+        for p, q in zip(ref.parameters(), stages.parameters()):
+            torch.testing.assert_close(q.grad, p.grad, rtol=1e-6, atol=1e-9)
+    tokens = torch.randint(0, 50, (2, 8))
+    gpt = gpt2_stages(layers=2, width=16, heads=2, vocab=50, context=8, targets=torch.randint(0, 50, (2, 8))).to(DT)
+    ref = copy.deepcopy(gpt)
+    wrapped = te.CheckpointedSequential(gpt, budget="1GiB", backend="cpu", profile_passes=1,
+                                        schedule_fn=lambda chain: segments_policy([1, 2, 3], chain.n))
+    ref(tokens).backward()
+    wrapped(tokens).backward()
+    assert wrapped.chain.input_grad_bytes == 0
+    for p, q in zip(ref.parameters(), gpt.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-6, atol=1e-9)

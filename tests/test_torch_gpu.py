@@ -1,0 +1,98 @@
+"""torch_exec on a CUDA device: measured peak memory within the budget and close to the prediction.
+
+Skipped without CUDA. Memory is ``torch.cuda.max_memory_allocated`` above the bytes allocated just
+before the step (parameters, their already-allocated gradients and the input), which is what the
+budget counts (everything but the chain's input).
+"""
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device for torch"),
+              pytest.mark.filterwarnings("ignore::gpusolve.FallbackWarning")]
+
+import torch_exec as te  # noqa: E402
+from torch_exec.split import CrossEntropyStage  # noqa: E402
+
+
+def net(targets):
+    torch.manual_seed(0)
+    layers = []
+    channels = [3, 32, 32, 64, 64, 128, 128]
+    for c_in, c_out in zip(channels, channels[1:]):
+        layers += [nn.Conv2d(c_in, c_out, 3, padding=1), nn.BatchNorm2d(c_out), nn.ReLU(inplace=True)]
+        if c_out != c_in and c_in != 3:
+            layers.append(nn.MaxPool2d(2))
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, 10), CrossEntropyStage(targets)]
+    return nn.Sequential(*layers).cuda()
+
+
+def measure_step(model, x):
+    for p in model.parameters():  # gradients allocated before the step, as the profile assumes
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    loss = model(x)
+    loss.backward()
+    del loss
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - base
+
+
+@pytest.fixture(scope="module")
+def setup():
+    targets = torch.randint(0, 10, (64,), device="cuda")
+    x = torch.randn(64, 3, 64, 64, device="cuda")
+    probe = te.CheckpointedSequential(net(targets), budget="64GiB", profile_passes=3)
+    probe.prepare(x)
+    return targets, x, probe.chain
+
+
+@pytest.mark.parametrize("fraction", [1.0, 0.7, 0.5, 0.35, "min"])
+def test_measured_peak_within_budget_and_prediction(setup, fraction):
+    from gpusolve.dp.minpeak import min_feasible_bytes
+    targets, x, chain = setup
+    store_all = chain.store_all_peak_bytes()
+    budget = int(1.1 * min_feasible_bytes(chain)) if fraction == "min" else int(fraction * store_all)
+    model = te.CheckpointedSequential(net(targets), budget=budget)
+    model.prepare(x)
+    measure_step(model, x)  # warm-up: allocator, cuDNN autotuning
+    for p in model.parameters():
+        p.grad.zero_()
+    peak = measure_step(model, x)
+    predicted = model.plan.predicted_peak_bytes
+    assert peak <= budget, f"measured peak {peak} B exceeds the budget {budget} B"
+    assert abs(peak - predicted) <= 0.10 * predicted, f"measured {peak} B vs predicted {predicted} B"
+
+
+def test_gradients_match_plain_autograd_on_gpu(setup):
+    targets, x, chain = setup
+    ref = net(targets)
+    model = copy.deepcopy(ref)
+    wrapped = te.CheckpointedSequential(model, budget=int(0.4 * chain.store_all_peak_bytes()))
+    torch.manual_seed(1)
+    ref(x).backward()
+    torch.manual_seed(1)
+    wrapped(x).backward()
+    for p, q in zip(ref.parameters(), model.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5)
+    for b, c in zip(ref.buffers(), model.buffers()):
+        torch.testing.assert_close(c, b, rtol=1e-5, atol=1e-6)
+
+
+def test_cuda_profile_fields(setup, tmp_path):
+    targets, x, _ = setup
+    data = te.profile_dict(net(targets), x, passes=2)
+    assert data["device"] != "cpu" and data["reference"]["store_all_peak_bytes"] > 0
+    relu = [s for s in data["stages"] if s["aliases"]]
+    assert relu and all(s["x"] == 0 for s in relu)
+    for s in data["stages"]:
+        assert s["t_fwd"] >= 0 and s["xbar"] >= 0 and s["bwd_peak"] is not None

@@ -1,0 +1,266 @@
+"""Small helpers shared by the profiler and the executor: stage lists, states, storages, model state."""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+# ---------------------------------------------------------------------------- stages
+def stage_list(stages) -> tuple[list[str], list]:
+    """Names and callables of ``stages``: an ``nn.Sequential`` or a list of modules/callables.
+
+    Names are unique (the Sequential's child names, or ``"<index>:<class>"`` for a list): the
+    executor maps a profile's fused stages back to callables through them.
+    """
+    if isinstance(stages, nn.Sequential):
+        items = list(stages.named_children())
+    elif isinstance(stages, (list, tuple, nn.ModuleList)):
+        items = [(f"{i}:{_callable_name(f)}", f) for i, f in enumerate(stages)]
+    else:
+        raise TypeError(f"stages must be an nn.Sequential or a list of modules/callables, got {type(stages).__name__}")
+    if not items:
+        raise ValueError("stages is empty: the chain needs at least one stage")
+    names: list[str] = []
+    fns: list = []
+    seen: set[str] = set()
+    for name, fn in items:
+        if not callable(fn):
+            raise TypeError(f"stage {name!r} is not callable: {fn!r}")
+        unique, k = name, 1
+        while unique in seen:
+            unique, k = f"{name}#{k}", k + 1
+        seen.add(unique)
+        names.append(unique)
+        fns.append(fn)
+    return names, fns
+
+
+def _callable_name(fn) -> str:
+    if isinstance(fn, nn.Module):
+        return type(fn).__name__
+    return getattr(fn, "__name__", type(fn).__name__)
+
+
+def modules_of(fns) -> list[nn.Module]:
+    """The distinct modules among ``fns`` (callables that are not modules are skipped)."""
+    out, seen = [], set()
+    for fn in fns:
+        if isinstance(fn, nn.Module) and id(fn) not in seen:
+            seen.add(id(fn))
+            out.append(fn)
+    return out
+
+
+# ---------------------------------------------------------------------------- states
+def tensors(state) -> list[torch.Tensor]:
+    """Tensors of a state (a tensor or a tuple/list of tensors); anything else is skipped."""
+    if isinstance(state, torch.Tensor):
+        return [state]
+    if isinstance(state, (tuple, list)):
+        return [t for t in state if isinstance(t, torch.Tensor)]
+    return []
+
+
+def map_state(fn, state):
+    """Apply ``fn`` to every tensor of ``state``, keeping its structure."""
+    if isinstance(state, torch.Tensor):
+        return fn(state)
+    if isinstance(state, (tuple, list)):
+        return type(state)(fn(t) if isinstance(t, torch.Tensor) else t for t in state)
+    return state
+
+
+def detach(state):
+    return map_state(lambda t: t.detach(), state)
+
+
+def differentiable(t: torch.Tensor) -> bool:
+    return t.is_floating_point() or t.is_complex()
+
+
+def make_leaf(state, requires_grad):
+    """Detached copy of ``state`` whose float tensors require grad (``requires_grad`` a bool or list per tensor)."""
+    flags = iter(requires_grad) if isinstance(requires_grad, (list, tuple)) else None
+
+    def leaf(t):
+        flag = next(flags) if flags is not None else requires_grad
+        out = t.detach()
+        if flag and differentiable(t):
+            out.requires_grad_(True)
+        return out
+    return map_state(leaf, state)
+
+
+def clone(state):
+    return map_state(lambda t: t.clone(), state)
+
+
+def state_nbytes(state) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors(state))
+
+
+def grad_nbytes(state) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors(state) if differentiable(t))
+
+
+def storage_key(t: torch.Tensor):
+    """Identity of the storage behind ``t`` (device, data pointer), or None when it has none."""
+    try:
+        storage = t.untyped_storage()
+    except (RuntimeError, NotImplementedError):
+        return None
+    return (str(t.device), storage.data_ptr(), storage.nbytes())
+
+
+def storages(state) -> dict:
+    """``{storage key: bytes}`` of the tensors of ``state``."""
+    out = {}
+    for t in tensors(state):
+        key = storage_key(t)
+        if key is not None:
+            out[key] = key[2]
+    return out
+
+
+def aliases(out, inp) -> bool:
+    """True when every storage of ``out`` is one of ``inp``'s (in-place ops, views, pass-through)."""
+    outs = storages(out)
+    return bool(outs) and set(outs) <= set(storages(inp))
+
+
+# ---------------------------------------------------------------------------- RNG
+def cuda_devices(state) -> list[int]:
+    return sorted({t.device.index if t.device.index is not None else torch.cuda.current_device()
+                   for t in tensors(state) if t.is_cuda})
+
+
+@dataclass
+class RngState:
+    """CPU RNG state and the CUDA RNG states of ``devices``."""
+
+    cpu: torch.Tensor
+    devices: list[int]
+    cuda: list[torch.Tensor]
+
+    @classmethod
+    def capture(cls, devices: list[int]) -> "RngState":
+        return cls(torch.get_rng_state(), list(devices), [torch.cuda.get_rng_state(d) for d in devices])
+
+    def restore(self) -> None:
+        torch.set_rng_state(self.cpu)
+        for d, st in zip(self.devices, self.cuda):
+            torch.cuda.set_rng_state(st, d)
+
+
+def all_rng_devices() -> list[int]:
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        return list(range(torch.cuda.device_count()))
+    return []
+
+
+# ---------------------------------------------------------------------------- autocast
+def autocast_state() -> dict:
+    """Autocast settings of the calling thread, per device type (as torch.utils.checkpoint records them)."""
+    out = {}
+    for device_type in ("cpu", "cuda"):
+        try:
+            enabled = torch.is_autocast_enabled(device_type)
+        except (RuntimeError, TypeError):  # pragma: no cover - old torch
+            continue
+        if enabled:
+            out[device_type] = dict(dtype=torch.get_autocast_dtype(device_type),
+                                    cache_enabled=torch.is_autocast_cache_enabled())
+    return out
+
+
+@contextlib.contextmanager
+def autocast_from(state: dict):
+    """Re-enter recorded autocast settings; device types not in ``state`` run with autocast off."""
+    with contextlib.ExitStack() as stack:
+        for device_type in ("cpu", "cuda"):
+            if device_type in state:
+                stack.enter_context(torch.autocast(device_type, enabled=True, **state[device_type]))
+            elif device_type == "cpu" or torch.cuda.is_available():
+                stack.enter_context(torch.autocast(device_type, enabled=False))
+        yield
+
+
+# ---------------------------------------------------------------------------- model state
+def buffers_of(modules) -> list[torch.Tensor]:
+    out, seen = [], set()
+    for m in modules:
+        for b in m.buffers():
+            if id(b) not in seen:
+                seen.add(id(b))
+                out.append(b)
+    return out
+
+
+def params_of(modules) -> list[nn.Parameter]:
+    out, seen = [], set()
+    for m in modules:
+        for p in m.parameters():
+            if id(p) not in seen:
+                seen.add(id(p))
+                out.append(p)
+    return out
+
+
+@contextlib.contextmanager
+def scratch_buffers(modules):
+    """Let a recomputation update copies of the modules' buffers (BatchNorm statistics), not the buffers.
+
+    The real buffers are swapped out for clones and swapped back afterwards, untouched: a tape that
+    saved a clone (BatchNorm saves its running statistics) keeps a valid one, and no version counter
+    of the real buffers moves.
+    """
+    swapped = []
+    seen = set()
+    with torch.no_grad():
+        for mod in modules:
+            for m in mod.modules():
+                if id(m) in seen:
+                    continue
+                seen.add(id(m))
+                for name, b in m._buffers.items():
+                    if b is not None:
+                        swapped.append((m, name, b))
+                        m._buffers[name] = b.clone()
+    try:
+        yield
+    finally:
+        for m, name, b in swapped:
+            m._buffers[name] = b
+
+
+class ModelSnapshot:
+    """Parameters, buffers, gradients and RNG state of some modules, restorable exactly.
+
+    Parameters and buffers are restored in place (same tensor objects, so optimisers keep
+    working); each ``.grad`` is put back as the very object it was (None stays None).
+    """
+
+    def __init__(self, modules):
+        self.params = params_of(modules)
+        self.buffers = buffers_of(modules)
+        with torch.no_grad():
+            self.param_data = [p.detach().clone() for p in self.params]
+            self.buffer_data = [b.detach().clone() for b in self.buffers]
+        self.grads = [p.grad for p in self.params]
+        self.rng = RngState.capture(all_rng_devices())
+        self.training = [(m, m.training) for mod in modules for m in mod.modules()]
+
+    def restore(self) -> None:
+        with torch.no_grad():
+            for p, data in zip(self.params, self.param_data):
+                p.copy_(data)
+            for b, data in zip(self.buffers, self.buffer_data):
+                b.copy_(data)
+        for p, g in zip(self.params, self.grads):
+            p.grad = g
+        self.rng.restore()
+        for m, mode in self.training:
+            m.training = mode

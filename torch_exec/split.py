@@ -1,0 +1,152 @@
+"""Cut common networks into stage lists (``nn.Sequential`` of stages) for profiling and execution.
+
+Duck-typed on the torchvision model classes (no torchvision import here):
+- VGG: every layer of ``features``, ``avgpool``, flatten, every layer of ``classifier``;
+- ResNet: ``conv1``, ``bn1``, ``relu``, ``maxpool``, each block of ``layer1..4``, head (avgpool+flatten+fc);
+- DenseNet: each op of ``features`` outside dense blocks, each dense layer as ``x -> cat(x, layer(x))``,
+  head (ReLU + adaptive avgpool + flatten + classifier).
+With ``targets`` the last stage is the cross-entropy loss against them.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class DenseStage(nn.Module):
+    """A DenseNet dense layer as a chain stage: ``x -> cat(x, layer(x))``."""
+
+    def __init__(self, layer: nn.Module):
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, x):
+        return torch.cat([x, self.layer(x)], 1)
+
+
+class Head(nn.Module):
+    """ReLU (optional) + adaptive average pool + flatten + linear classifier."""
+
+    def __init__(self, fc: nn.Module, avgpool: nn.Module | None = None, relu: bool = False):
+        super().__init__()
+        self.fc = fc
+        self.avgpool = avgpool if avgpool is not None else nn.AdaptiveAvgPool2d((1, 1))
+        self.relu = relu
+
+    def forward(self, x):
+        if self.relu:
+            x = F.relu(x)
+        return self.fc(torch.flatten(self.avgpool(x), 1))
+
+
+class CrossEntropyStage(nn.Module):
+    """The loss as the chain's last stage; ``targets`` is a plain attribute (set it per batch)."""
+
+    def __init__(self, targets: torch.Tensor | None = None):
+        super().__init__()
+        self.targets = targets
+
+    def forward(self, logits):
+        if logits.dim() == 3:  # (batch, tokens, vocab)
+            return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), self.targets.reshape(-1))
+        return F.cross_entropy(logits, self.targets)
+
+
+def split_model(model: nn.Module, targets: torch.Tensor | None = None) -> nn.Sequential:
+    """Stages of a torchvision VGG / ResNet / DenseNet (or any ``nn.Sequential``), plus the loss."""
+    items: list[tuple[str, nn.Module]] = []
+    if isinstance(model, nn.Sequential):
+        items = _flatten(model, "")
+    elif hasattr(model, "layer1") and hasattr(model, "fc"):
+        for name in ("conv1", "bn1", "relu", "maxpool"):
+            items.append((name, getattr(model, name)))
+        for layer in ("layer1", "layer2", "layer3", "layer4"):
+            for idx, block in enumerate(getattr(model, layer)):
+                items.append((f"{layer}.{idx}", block))
+        items.append(("head", Head(model.fc, model.avgpool)))
+    elif hasattr(model, "features") and hasattr(model, "classifier") and not isinstance(model.classifier, nn.Sequential):
+        for name, child in model.features.named_children():
+            if name.startswith("denseblock"):
+                for lname, layer in child.named_children():
+                    items.append((f"{name}.{lname}", DenseStage(layer)))
+            else:
+                items.append((name, child))
+        items.append(("head", Head(model.classifier, relu=True)))
+    elif hasattr(model, "features") and hasattr(model, "classifier"):
+        items = _flatten(model.features, "features.")
+        items.append(("avgpool", model.avgpool))
+        items.append(("flatten", nn.Flatten(1)))
+        items += _flatten(model.classifier, "classifier.")
+    else:
+        raise TypeError(f"do not know how to cut {type(model).__name__} into stages; pass a list of stages")
+    if targets is not None:
+        items.append(("loss", CrossEntropyStage(targets)))
+    return nn.Sequential(OrderedDict((name.replace(".", "_"), module) for name, module in items))
+
+
+def _flatten(seq: nn.Sequential, prefix: str) -> list[tuple[str, nn.Module]]:
+    out = []
+    for name, child in seq.named_children():
+        if isinstance(child, nn.Sequential):
+            out += _flatten(child, f"{prefix}{name}.")
+        else:
+            out.append((f"{prefix}{name}", child))
+    return out
+
+
+# ---------------------------------------------------------------------------- a GPT-2-like stack
+class Embedding(nn.Module):
+    def __init__(self, vocab: int, width: int, context: int):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, width)
+        self.wpe = nn.Embedding(context, width)
+
+    def forward(self, tokens):
+        pos = torch.arange(tokens.shape[1], device=tokens.device)
+        return self.wte(tokens) + self.wpe(pos)[None]
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: causal self-attention and a 4x GELU MLP (GPT-2 layout)."""
+
+    def __init__(self, width: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(width)
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
+        self.ln2 = nn.LayerNorm(width)
+        self.fc = nn.Linear(width, 4 * width)
+        self.out = nn.Linear(4 * width, width)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
+        return x + self.out(F.gelu(self.fc(self.ln2(x))))
+
+
+class LMHead(nn.Module):
+    def __init__(self, width: int, vocab: int):
+        super().__init__()
+        self.ln = nn.LayerNorm(width)
+        self.lm = nn.Linear(width, vocab, bias=False)
+
+    def forward(self, x):
+        return self.lm(self.ln(x))
+
+
+def gpt2_stages(layers: int = 12, width: int = 768, heads: int = 12, vocab: int = 50257, context: int = 1024,
+                targets: torch.Tensor | None = None) -> nn.Sequential:
+    """A GPT-2-small-like stack in plain torch: embedding, ``layers`` blocks, final norm + LM head, loss."""
+    items = [("embed", Embedding(vocab, width, context))]
+    items += [(f"block{i}", Block(width, heads)) for i in range(layers)]
+    items.append(("head", LMHead(width, vocab)))
+    if targets is not None:
+        items.append(("loss", CrossEntropyStage(targets)))
+    return nn.Sequential(OrderedDict(items))

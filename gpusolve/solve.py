@@ -112,6 +112,9 @@ def solve(chain: Chain, budget, bucket=None, backend: str = "auto", strict: bool
             raise InfeasibleBudgetError(message, min_bytes)
         return _infeasible_plan(chain, budget_bytes, bucket, name, started, min_bytes, notes + [message])
     bucket_bytes = _bucket(budget_bytes, bucket, name)
+    if name == "cuda":  # the device table must fit: coarsen our default bucket (noted), or fail for the user's
+        from .dp import cuda
+        bucket_bytes = cuda.fit_bucket(budget_bytes, bucket_bytes, chain.n, bucket is not None, notes)
     buckets = budget_bytes // bucket_bytes
     problem = Problem.build(chain, bucket_bytes, buckets)
     if name == "cpu":
@@ -136,7 +139,16 @@ def solve(chain: Chain, budget, bucket=None, backend: str = "auto", strict: bool
     return Plan(feasible=True, predicted_time_ms=sim.time_ms, predicted_peak_bytes=sim.peak_bytes,
                 budget_bytes=budget_bytes, bucket_bytes=bucket_bytes, buckets=buckets, backend=name,
                 solve_seconds=time.perf_counter() - started, curve=curve, schedule=schedule, policy=policy,
-                min_feasible_bytes=min_bytes, store_all_time_ms=store_all_time_ms(chain), notes=notes)
+                min_feasible_bytes=min_bytes, store_all_time_ms=store_all_time_ms(chain),
+                bytes_per_state=_bytes_per_state(name, problem), notes=notes)
+
+
+def _bytes_per_state(backend: str, problem: Problem) -> int:
+    """Table bytes per (i, j, m) state: the CPU keeps a shifted copy of the values, CUDA does not."""
+    if backend == "cpu":
+        from .dp.cpu import host_bytes
+        return host_bytes(problem) // (problem.pairs * (problem.buckets + 1))
+    return BYTES_PER_STATE
 
 
 def _infeasible_plan(chain, budget_bytes, bucket, backend, started, min_bytes, notes) -> Plan:

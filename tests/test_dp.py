@@ -192,7 +192,7 @@ def test_plan_curve_and_fields():
     plan = solve(chain, "6GiB", backend="cpu")
     assert plan.backend == "cpu" and plan.bucket_bytes * plan.buckets <= plan.budget_bytes
     assert plan.curve.time_ms[-1] == pytest.approx(plan.predicted_time_ms, rel=1e-5)
-    assert plan.bytes_per_state == 4
+    assert plan.bytes_per_state == 8  # float32 values + the pre-shifted copy (CUDA: 4)
     d = plan.to_dict()
     for key in ("feasible", "predicted_time_ms", "predicted_peak_bytes", "budget_bytes", "bucket_bytes",
                 "backend", "solve_seconds", "curve", "schedule"):

@@ -175,11 +175,17 @@ def _import_cupy():
     try:
         import cupy  # noqa: F401
     except ImportError as err:
-        raise BackendUnavailableError(f"CuPy is not installed or cannot be imported ({err}); "
+        raise BackendUnavailableError(f"CuPy is not installed or cannot be imported ({_one_line(err)}); "
                                       f"pip install cupy-cuda12x (or cupy-cuda13x)") from None
     except Exception as err:  # CuPy present but broken (missing CUDA libraries, ...)
-        raise BackendUnavailableError(f"CuPy cannot be imported: {type(err).__name__}: {err}") from None
+        raise BackendUnavailableError(f"CuPy cannot be imported: {type(err).__name__}: {_one_line(err)}") from None
     return cupy
+
+
+def _one_line(err: BaseException) -> str:
+    """The last non-empty line of an error (CuPy's import errors are a page long)."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip() and not set(line.strip()) <= {"="}]
+    return lines[-1] if lines else type(err).__name__
 
 
 def ensure_available() -> None:
@@ -188,7 +194,7 @@ def ensure_available() -> None:
     try:
         count = cupy.cuda.runtime.getDeviceCount()
     except Exception as err:
-        raise BackendUnavailableError(f"CuPy sees no CUDA device ({type(err).__name__}: {err})") from None
+        raise BackendUnavailableError(f"CuPy sees no CUDA device ({type(err).__name__}: {_one_line(err)})") from None
     if count < 1:
         raise BackendUnavailableError("CuPy sees no CUDA device")
     with _torch_device():

@@ -1,0 +1,183 @@
+// Host emulation of the CUDA kernels of kernels/dp.cu, built from the same dp_common.cuh.
+//
+// Build (no GPU needed):  g++ -O2 -std=c++14 -ffp-contract=off -I kernels tests/kernel_host/harness.cpp
+// (or nvcc -x c++ as host code). Usage: harness DIR, where DIR holds what tests/test_kernel_host.py
+// writes: meta.txt ("n width multi_tape bucket m_top"), plan.txt (one launch per line:
+// "diag d band_start" or "bulk band_start band_len"), and the raw little-endian arrays
+// <name>.bin of gpusolve.dp.cuda.device_arrays. Writes DIR/table.bin (float32, rows x W) and
+// DIR/recover.bin (int32: count, then count quads i j m k).
+//
+// Each launch is emulated block by block, in the kernels' order of phases: stage the k tile
+// (the same device functions the kernels' staging threads call), then every thread's update with
+// the same per-thread functions. Blocks of one launch write disjoint states and read only states
+// of earlier launches (or, in dp_diag, the bulk value of their own state), so the sequential
+// block order gives exactly what any device order gives.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+#include <algorithm>
+
+#include "dp_common.cuh"
+
+template <typename T>
+static std::vector<T> read_array(const std::string& dir, const char* name) {
+    std::string path = dir + "/" + name + ".bin";
+    FILE* f = std::fopen(path.c_str(), "rb");
+    if (!f) { std::fprintf(stderr, "cannot open %s\n", path.c_str()); std::exit(2); }
+    std::fseek(f, 0, SEEK_END);
+    long size = std::ftell(f);
+    std::fseek(f, 0, SEEK_SET);
+    std::vector<T> v(size / sizeof(T));
+    if (size && std::fread(v.data(), sizeof(T), v.size(), f) != v.size()) { std::fprintf(stderr, "short read %s\n", path.c_str()); std::exit(2); }
+    std::fclose(f);
+    return v;
+}
+
+static void emulate_diag(const DpArgs& a, float* table, int d, int band_start) {
+    const int n = a.n, width = a.width;
+    const int gx = (width + DP_DIAG_THREADS * DP_DIAG_MPT - 1) / (DP_DIAG_THREADS * DP_DIAG_MPT);
+    const int gy = n + 1 - d;
+    static float best[DP_DIAG_THREADS][DP_DIAG_MPT];
+    DpKStage stage[DP_KTILE];
+    for (int i = 0; i < gy; ++i) {
+        const int j = i + d;
+        for (int bx = 0; bx < gx; ++bx) {
+            const int thr_tape = dp_thr_tape(a, i, j);
+            for (int t = 0; t < DP_DIAG_THREADS; ++t)
+                for (int r = 0; r < DP_DIAG_MPT; ++r) {
+                    const int m = dp_diag_m(bx, t, r);
+                    best[t][r] = m < width ? dp_diag_init(a, table, i, j, m, band_start, thr_tape) : DP_INF;
+                }
+            int block_max = dp_diag_m(bx, DP_DIAG_THREADS - 1, DP_DIAG_MPT - 1);
+            block_max = block_max < width - 1 ? block_max : width - 1;
+            int seg_lo[2], seg_hi[2];
+            const int nseg = dp_edge_segments(i, j, band_start, seg_lo, seg_hi);
+            bool done = false;
+            for (int sg = 0; sg < nseg && !done; ++sg) {
+                for (int kb = seg_lo[sg]; kb <= seg_hi[sg]; kb += DP_KTILE) {
+                    const int cnt = std::min(DP_KTILE, seg_hi[sg] - kb + 1);
+                    for (int t = 0; t < cnt; ++t) stage[t] = dp_stage_k(a, i, j, kb + t);
+                    if (stage[0].thr > block_max) { done = true; break; }
+                    for (int t = 0; t < DP_DIAG_THREADS; ++t)
+                        for (int kk = 0; kk < cnt; ++kk) {
+                            if (stage[kk].thr > dp_diag_m(bx, t, DP_DIAG_MPT - 1)) break;
+                            dp_diag_apply(a, table, stage[kk], i, j, bx, t, best[t]);
+                        }
+                }
+            }
+            const dp_i64 base = dp_row(n, i, j) * (dp_i64)width;
+            for (int t = 0; t < DP_DIAG_THREADS; ++t)
+                for (int r = 0; r < DP_DIAG_MPT; ++r) {
+                    const int m = dp_diag_m(bx, t, r);
+                    if (m < width) table[base + m] = best[t][r];
+                }
+        }
+    }
+}
+
+static void emulate_bulk(const DpArgs& a, float* table, int band_start, int band_len) {
+    const int n = a.n, width = a.width;
+    const int gx = (width + DP_BULK_THREADS - 1) / DP_BULK_THREADS;
+    const int gy = (n + 1 - band_start + DP_BAND - 1) / DP_BAND;
+    static float acc[DP_BULK_THREADS][DP_BAND][DP_BAND];
+    DpBulkStage stage[DP_BULK_KTILE];
+    for (int by = 0; by < gy; ++by) {
+        const int i0 = by * DP_BAND;
+        for (int bx = 0; bx < gx; ++bx) {
+            int block_max = bx * DP_BULK_THREADS + DP_BULK_THREADS - 1;
+            block_max = block_max < width - 1 ? block_max : width - 1;
+            for (int t = 0; t < DP_BULK_THREADS; ++t)
+                for (int p = 0; p < DP_BAND; ++p)
+                    for (int q = 0; q < DP_BAND; ++q) acc[t][p][q] = DP_INF;
+            const int k_end = dp_bulk_k_end(a, i0, band_start);
+            for (int kb = i0 + 1; kb <= k_end; kb += DP_BULK_KTILE) {
+                const int cnt = std::min(DP_BULK_KTILE, k_end - kb + 1);
+                for (int t = 0; t < cnt; ++t) dp_bulk_stage_head(a, i0, kb + t, &stage[t]);
+                for (int e = 0; e < cnt * DP_BAND * DP_BAND; ++e) {  // all threads' entries
+                    const int kk = e / (DP_BAND * DP_BAND);
+                    const int p = (e / DP_BAND) % DP_BAND;
+                    const int q = e % DP_BAND;
+                    int stop;
+                    const int thr = dp_bulk_thr_entry(a, i0, band_start, band_len, kb + kk, p, q, &stop);
+                    stage[kk].thr[p][q] = thr;
+                    stage[kk].min_thr = std::min(stage[kk].min_thr, thr);
+                    stage[kk].stop_thr = std::min(stage[kk].stop_thr, stop);
+                }
+                if (stage[0].stop_thr > block_max) break;
+                for (int t = 0; t < DP_BULK_THREADS; ++t) {
+                    const int m = bx * DP_BULK_THREADS + t;
+                    if (m < width)
+                        for (int kk = 0; kk < cnt; ++kk) dp_bulk_apply(a, table, stage[kk], i0, band_start, m, acc[t]);
+                }
+            }
+            for (int t = 0; t < DP_BULK_THREADS; ++t) {
+                const int m = bx * DP_BULK_THREADS + t;
+                if (m >= width) continue;
+                for (int p = 0; p < DP_BAND; ++p)
+                    for (int q = 0; q < DP_BAND; ++q) {
+                        const int i = i0 + p;
+                        int lo, hi;
+                        if (dp_bulk_pair_live(a, i0, band_start, band_len, p, q) &&
+                            dp_bulk_range(i, i + band_start + q, band_start, &lo, &hi))
+                            table[dp_row(n, i, i + band_start + q) * (dp_i64)width + m] = acc[t][p][q];
+                    }
+            }
+        }
+    }
+}
+
+int main(int argc, char** argv) {
+    if (argc != 2) { std::fprintf(stderr, "usage: %s DIR\n", argv[0]); return 2; }
+    const std::string dir = argv[1];
+    int n, width, multi_tape, m_top;
+    long long bucket;
+    FILE* meta = std::fopen((dir + "/meta.txt").c_str(), "r");
+    if (!meta || std::fscanf(meta, "%d %d %d %lld %d", &n, &width, &multi_tape, &bucket, &m_top) != 5) {
+        std::fprintf(stderr, "bad meta.txt\n");
+        return 2;
+    }
+    std::fclose(meta);
+    std::vector<float> t_tape = read_array<float>(dir, "t_tape");
+    std::vector<double> prefix = read_array<double>(dir, "prefix");
+    std::vector<int> act_b = read_array<int>(dir, "act_b"), tape_b = read_array<int>(dir, "tape_b");
+    std::vector<int> grad_q = read_array<int>(dir, "grad_q"), peak_q = read_array<int>(dir, "peak_q");
+    std::vector<dp_i64> grad_r = read_array<dp_i64>(dir, "grad_r"), peak_r = read_array<dp_i64>(dir, "peak_r");
+    std::vector<dp_i64> tape_fwd = read_array<dp_i64>(dir, "tape_fwd"), tape_need = read_array<dp_i64>(dir, "tape_need");
+    std::vector<dp_i64> grad_bytes = read_array<dp_i64>(dir, "grad_bytes");
+    DpArgs a;
+    a.n = n; a.width = width; a.multi_tape = multi_tape; a.bucket = bucket;
+    a.t_tape = t_tape.data(); a.prefix = prefix.data(); a.act_b = act_b.data(); a.tape_b = tape_b.data();
+    a.grad_q = grad_q.data(); a.grad_r = grad_r.data(); a.peak_q = peak_q.data(); a.peak_r = peak_r.data();
+    a.tape_fwd = tape_fwd.data(); a.tape_need = tape_need.data(); a.grad_bytes = grad_bytes.data();
+
+    const dp_i64 pairs = (dp_i64)n * (n + 1) / 2;
+    // Poison: a state read before it is written shows up as a mismatch, not as a lucky zero.
+    std::vector<float> table(pairs * width, -12345.0f);
+
+    FILE* plan = std::fopen((dir + "/plan.txt").c_str(), "r");
+    if (!plan) { std::fprintf(stderr, "no plan.txt\n"); return 2; }
+    char kind[16];
+    int x, y;
+    while (std::fscanf(plan, "%15s %d %d", kind, &x, &y) == 3) {
+        if (std::strcmp(kind, "diag") == 0) emulate_diag(a, table.data(), x, y);
+        else if (std::strcmp(kind, "bulk") == 0) emulate_bulk(a, table.data(), x, y);
+        else { std::fprintf(stderr, "bad plan line %s\n", kind); return 2; }
+    }
+    std::fclose(plan);
+
+    FILE* out = std::fopen((dir + "/table.bin").c_str(), "wb");
+    std::fwrite(table.data(), sizeof(float), table.size(), out);
+    std::fclose(out);
+
+    const int nodes = 2 * n + 2;
+    std::vector<int> quads(4 * nodes), stack(3 * nodes);
+    int count = 0;
+    if (m_top >= 0 && m_top < width) count = dp_recover(a, table.data(), m_top, quads.data(), nodes, stack.data(), nodes);
+    out = std::fopen((dir + "/recover.bin").c_str(), "wb");
+    std::fwrite(&count, sizeof(int), 1, out);
+    if (count > 0) std::fwrite(quads.data(), sizeof(int), 4 * count, out);
+    std::fclose(out);
+    return 0;
+}

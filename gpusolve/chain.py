@@ -179,7 +179,7 @@ class Chain:
         peaks of its members. With ``fuse_aliasing=False`` every measured stage stays a stage (useful
         to benchmark the solver on the raw stage count), but such a chain may not be executable.
         """
-        data, source = _load_json(path_or_dict)
+        data, source = read_json_object(path_or_dict)
         if data.get("format") != PROFILE_FORMAT:
             raise ValueError(f"{source}: format is {data.get('format')!r}, expected {PROFILE_FORMAT!r}")
         stages = data.get("stages")
@@ -228,7 +228,9 @@ class Chain:
                                            "param_bytes") if k in data}
         provenance.update(source=str(source), format=PROFILE_FORMAT, measured_stages=len(stages),
                           fused_aliasing=fuse_aliasing, members=members, notes=notes)
-        return cls(**fields, input_bytes=input_bytes, input_grad_bytes=allocator_bytes(input_bytes),
+        # The profiler records whether the input needed a gradient; without one, none is allocated.
+        input_grad = 0 if data.get("input_requires_grad") is False else allocator_bytes(input_bytes)
+        return cls(**fields, input_bytes=input_bytes, input_grad_bytes=input_grad,
                    names=names, provenance=provenance)
 
     @classmethod
@@ -237,7 +239,7 @@ class Chain:
 
         Raises ``FileNotFoundError`` or ``ValueError`` with a one-line reason.
         """
-        data, source = _load_json(path)
+        data, source = read_json_object(path)
         fmt = data.get("format") if isinstance(data, dict) else None
         if fmt == PROFILE_FORMAT:
             return cls.from_profile(data | {"_source": str(source)}, fuse_aliasing=fuse_aliasing)
@@ -300,7 +302,8 @@ def _as_bytes(values, name: str) -> np.ndarray:
     return arr.astype(np.int64)
 
 
-def _load_json(path_or_dict):
+def read_json_object(path_or_dict):
+    """(dict, source) from a dict or a JSON file holding an object; clear errors for anything else."""
     if isinstance(path_or_dict, dict):
         return path_or_dict, path_or_dict.get("_source", "<profile>")
     path = Path(path_or_dict)

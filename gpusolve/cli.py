@@ -8,7 +8,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from .chain import THESIS_FORMAT, Chain
+from .chain import THESIS_FORMAT, Chain, read_json_object
 from .errors import BackendUnavailableError, FallbackWarning
 from .units import format_bytes, parse_bytes
 
@@ -162,16 +162,9 @@ def cmd_thesis(args) -> int:
     import numpy as np
     from .dp import cpu
     from .dp.problem import Problem
-    path = Path(args.cases)
-    if not path.exists():
-        raise FileNotFoundError(f"no such file: {path}")
-    try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise CliError(f"{path}: not a JSON file ({err})") from None
-    if not isinstance(data, dict) or data.get("format") != THESIS_FORMAT:
-        fmt = data.get("format") if isinstance(data, dict) else None
-        raise CliError(f"{path}: format is {fmt!r}, expected {THESIS_FORMAT!r}")
+    data, path = read_json_object(Path(args.cases))
+    if data.get("format") != THESIS_FORMAT:
+        raise CliError(f"{path}: format is {data.get('format')!r}, expected {THESIS_FORMAT!r}")
     out = []
     for case in data.get("cases", []):
         try:

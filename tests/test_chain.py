@@ -1,9 +1,7 @@
 """Cost model: validation, profile reading (aliasing stages), JSON round trip, thesis mapping."""
 from __future__ import annotations
 
-import copy
 import json
-import math
 
 import numpy as np
 import pytest

@@ -55,11 +55,8 @@ def profile(stages, sample_input, passes: int = 5, warmup: int = 1, path=None, n
 
 
 def chain_from_profile(data: dict, fuse_aliasing: bool = True) -> Chain:
-    """``Chain.from_profile`` plus the executor's extras (no input gradient when the input needs none)."""
-    chain = Chain.from_profile(data, fuse_aliasing=fuse_aliasing)
-    if data.get("input_requires_grad") is False:
-        chain.input_grad_bytes = 0
-    return chain
+    """``Chain.from_profile`` of a profile dict (kept as the profiler's name for it)."""
+    return Chain.from_profile(data, fuse_aliasing=fuse_aliasing)
 
 
 def save_profile(data: dict, path) -> None:

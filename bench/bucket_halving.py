@@ -21,7 +21,30 @@ sys.path.insert(0, str(ROOT))
 from gpusolve import Chain, solve  # noqa: E402
 from gpusolve.dp.minpeak import min_feasible_bytes  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cpu_solve_times import cpu_model  # noqa: E402  (same folder)
+
 PROFILE_DIR = ROOT / "gpusolve" / "profiles"
+
+
+
+def write_markdown(out: Path, date: str, command: str, buckets: int, records: list[dict]) -> None:
+    """bench/results/bucket_halving.md from the records."""
+    lines = [f"# Halving the default CUDA bucket (budget / {buckets})", "",
+             f"- date: {date}", f"- command: `{command}`",
+             f"- device: {cpu_model()} ({os.cpu_count()} logical CPUs; optimal times, not speed: they do not depend on the device)",
+             "- backend: cpu (optimal times do not depend on the backend; the CUDA solve was not run here)",
+             "- budget: the fraction of the model's store-all peak, or 1.1 x the minimum feasible budget if higher",
+             "",
+             "| instance | stages | fraction | budget (GiB) | bucket (B) | optimal ms | halved bucket ms | change |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in records:
+        lines.append(f"| {r['instance']} | {r['stages']} | {r['budget_fraction_of_store_all']:.2f} | "
+                     f"{r['budget_bytes'] / 2**30:.2f} | {r['bucket_bytes']} | {r['optimal_ms_default']:.4f} | "
+                     f"{r['optimal_ms_halved']:.4f} | {100 * r['relative_change']:.3f} % |")
+    worst = max(abs(r["relative_change"]) for r in records)
+    lines += ["", f"Largest change: {100 * worst:.3f} % (target < 0.5 %)."]
+    (out / "bucket_halving.md").write_text("\n".join(lines) + "\n")
 
 
 def main(argv=None) -> int:
@@ -56,18 +79,7 @@ def main(argv=None) -> int:
     date = dt.date.today().isoformat()
     (out / "bucket_halving.json").write_text(json.dumps({"date": date, "command": command, "backend": "cpu",
                                                          "records": records}, indent=1))
-    lines = ["# Halving the default CUDA bucket (budget / %d)" % args.buckets, "",
-             f"- date: {date}", f"- command: `{command}`",
-             "- backend: cpu (optimal times do not depend on the backend; the CUDA solve was not run here)", "",
-             "| instance | stages | budget (% store-all) | bucket (B) | optimal ms | halved bucket ms | change |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for r in records:
-        lines.append(f"| {r['instance']} | {r['stages']} | {100 * r['budget_fraction_of_store_all']:.0f} | "
-                     f"{r['bucket_bytes']} | {r['optimal_ms_default']:.4f} | {r['optimal_ms_halved']:.4f} | "
-                     f"{100 * r['relative_change']:.3f} % |")
-    worst = max(abs(r["relative_change"]) for r in records)
-    lines += ["", f"Largest change: {100 * worst:.3f} % (target < 0.5 %)."]
-    (out / "bucket_halving.md").write_text("\n".join(lines) + "\n")
+    write_markdown(out, date, command, args.buckets, records)
     return 0
 
 

@@ -47,7 +47,7 @@ def store_all_policy(chain: Chain) -> Policy:
 
 def store_all(chain: Chain) -> list[Op]:
     """Plain autograd: record every stage, then run every backward."""
-    return policy_to_schedule(tape_chain(0, chain.n), 0, chain.n)
+    return policy_to_schedule(store_all_policy(chain), 0, chain.n)
 
 
 # ---------------------------------------------------------------------------- checkpoint_sequential
@@ -128,24 +128,22 @@ def chen_cuts(chain: Chain, threshold: float) -> list[int]:
     return cuts
 
 
+def chen_segmentations(chain: Chain) -> dict[tuple[int, ...], int]:
+    """Every distinct greedy segmentation, over the thresholds b in {0} and the prefix sums of the
+    tape bytes (no other b gives another one): {cuts: the smallest b that gives them}."""
+    out: dict[tuple[int, ...], int] = {}
+    for b in np.unique(np.concatenate([[0], np.cumsum(chain.tape_bytes.astype(np.int64))])):
+        out.setdefault(tuple(chen_cuts(chain, int(b))), int(b))
+    return out
+
+
 def chen_greedy(chain: Chain, budget) -> Found | None:
-    """Chen et al. 2016's budget-driven greedy (one recomputation per stage).
-
-    Scans every distinct threshold b in {0} and the prefix sums of the tape bytes, builds the
-    greedy segmentation for each, and keeps the fastest that simulates within ``budget``.
-    """
+    """Chen et al. 2016's budget-driven greedy (one recomputation per stage): the fastest of
+    :func:`chen_segmentations` that simulates within ``budget``."""
     budget_bytes = parse_bytes(budget, "budget")
-    thresholds = np.unique(np.concatenate([[0], np.cumsum(chain.tape_bytes.astype(np.int64))]))
-    seen: set[tuple[int, ...]] = set()
-
-    def candidates():
-        for b in thresholds:
-            cuts = tuple(chen_cuts(chain, int(b)))
-            if cuts not in seen:
-                seen.add(cuts)
-                yield segments_policy(list(cuts), chain.n), {"threshold_bytes": int(b), "checkpoints": len(cuts)}
-
-    return _fastest(chain, budget_bytes, candidates())
+    candidates = ((segments_policy(list(cuts), chain.n), {"threshold_bytes": b, "checkpoints": len(cuts)})
+                  for cuts, b in chen_segmentations(chain).items())
+    return _fastest(chain, budget_bytes, candidates)
 
 
 # ---------------------------------------------------------------------------- uniform-cost solver
@@ -194,13 +192,12 @@ class UniformSolver:
             self.curve = self.table[self.problem.row(0, self.problem.n)]
 
     def policy_for(self, budget, shrink: float = UNIFORM_SHRINK, retries: int = UNIFORM_RETRIES) -> Found | None:
-        from .dp.recover import recover_policy
+        from .dp.recover import recover_policy, table_lookup
 
         budget_bytes = min(parse_bytes(budget, "budget"), self.max_budget)
         if self.problem is None:
             return None
-        flat = self.table.reshape(-1)
-        width = self.top + 1
+        lookup = table_lookup(self.table)
         top = budget_bytes // self.bucket_bytes
         tried: set[int] = set()
         for r in range(retries + 1):
@@ -210,7 +207,7 @@ class UniformSolver:
             tried.add(m)
             if not np.isfinite(self.curve[m]):
                 break  # smaller budgets are infeasible for the uniform chain too
-            policy = recover_policy(self.problem, lambda rows, cols: flat[rows * width + cols], m)
+            policy = recover_policy(self.problem, lookup, m)
             sim = _evaluate(self.chain, policy)
             if sim.peak_bytes <= budget_bytes:
                 return Found(policy, sim, {"uniform_budget_bytes": m * self.bucket_bytes, "retries": r})
@@ -376,10 +373,8 @@ def baseline_curves(chain: Chain, budgets, uniform_bucket=None) -> dict[str, lis
     budgets = [parse_bytes(b, "budget") for b in budgets]
     seq = [(sim.peak_bytes, sim.time_ms) for sim in
            (_evaluate(chain, checkpoint_sequential(chain, k)) for k in range(1, chain.n + 1))]
-    thresholds = np.unique(np.concatenate([[0], np.cumsum(chain.tape_bytes.astype(np.int64))]))
-    cut_sets = {tuple(chen_cuts(chain, int(b))) for b in thresholds}
     chen = [(sim.peak_bytes, sim.time_ms) for sim in
-            (_evaluate(chain, segments_policy(list(c), chain.n)) for c in cut_sets)]
+            (_evaluate(chain, segments_policy(list(c), chain.n)) for c in chen_segmentations(chain))]
 
     def staircase(points):
         out = []

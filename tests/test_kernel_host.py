@@ -17,7 +17,7 @@ import pytest
 from gpusolve import Chain
 from gpusolve.dp import cpu, cuda
 from gpusolve.dp.problem import Problem
-from gpusolve.dp.recover import recover_policy
+from gpusolve.dp.recover import recover_policy, table_lookup
 from gpusolve.profiles import __file__ as _profiles_init
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,14 +87,12 @@ def random_chain(rng, n: int, multi_tape: bool) -> Chain:
 
 def assert_same(harness, problem, folder, band=True):
     ref = cpu.solve_table(problem)
-    width = problem.buckets + 1
     m_top = problem.buckets
     table, quads = run_harness(harness, problem, m_top, folder, band)
     assert table.view(np.uint32).tobytes() == ref.view(np.uint32).tobytes(), _first_diff(problem, table, ref)
     curve = ref[problem.row(0, problem.n)]
     if np.isfinite(curve[m_top]):
-        flat = ref.reshape(-1)
-        expected = recover_policy(problem, lambda r, c: flat[r * width + c], m_top)
+        expected = recover_policy(problem, table_lookup(ref), m_top)
         assert not isinstance(quads, int), f"device recovery failed: {quads}"
         assert cuda.policy_from_order(problem, quads) == expected
     else:

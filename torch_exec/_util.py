@@ -189,24 +189,23 @@ def autocast_from(state: dict):
 
 
 # ---------------------------------------------------------------------------- model state
-def buffers_of(modules) -> list[torch.Tensor]:
+def _unique(modules, tensors_of) -> list:
+    """Tensors of ``modules`` (parameters or buffers), each once even when modules share them."""
     out, seen = [], set()
     for m in modules:
-        for b in m.buffers():
-            if id(b) not in seen:
-                seen.add(id(b))
-                out.append(b)
+        for t in tensors_of(m):
+            if id(t) not in seen:
+                seen.add(id(t))
+                out.append(t)
     return out
+
+
+def buffers_of(modules) -> list[torch.Tensor]:
+    return _unique(modules, nn.Module.buffers)
 
 
 def params_of(modules) -> list[nn.Parameter]:
-    out, seen = [], set()
-    for m in modules:
-        for p in m.parameters():
-            if id(p) not in seen:
-                seen.add(id(p))
-                out.append(p)
-    return out
+    return _unique(modules, nn.Module.parameters)
 
 
 @contextlib.contextmanager

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .problem import Problem
-from .recover import recover_policy
+from .recover import recover_policy, table_lookup
 
 # Elements per working block (float32: 16 MiB): large enough to amortise NumPy call overhead.
 BLOCK_ELEMENTS = 1 << 22
@@ -85,7 +85,5 @@ def run(problem: Problem, m_top: int, progress=None):
     curve = table[problem.row(0, problem.n)].copy()
     policy = None
     if np.isfinite(curve[m_top]):
-        flat = table.reshape(-1)
-        width = problem.buckets + 1
-        policy = recover_policy(problem, lambda rows, cols: flat[rows * width + cols], m_top)
+        policy = recover_policy(problem, table_lookup(table), m_top)
     return curve, policy

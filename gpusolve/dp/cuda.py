@@ -17,9 +17,10 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import BackendUnavailableError
-from ..schedule import Checkpoint, Policy, Tape
+from ..schedule import Policy
 from ..units import format_bytes
 from .problem import BYTES_PER_STATE, Problem
+from .recover import build_policy
 
 # Must match kernels/dp_common.cuh.
 DIAG_THREADS = 128
@@ -308,13 +309,5 @@ def _recover_on_device(module, cupy, problem: Problem, table, dev, scalars, m_to
 
 
 def policy_from_order(problem: Problem, quads: np.ndarray) -> Policy:
-    """Policy tree from (i, j, m, k) quads in recover_policy's visiting order (children after parents)."""
-    built: dict[tuple[int, int, int], Policy] = {}
-    for i, j, mm, k in reversed([tuple(int(v) for v in q) for q in quads]):
-        if k == 0:
-            node = Tape(built[(i + 1, j, mm - int(problem.tape_b[i + 1]))] if j > i + 1 else None)
-        else:
-            node = Checkpoint(k, right=built[(k, j, mm - int(problem.act_b[k]))], left=built[(i, k, mm)])
-        built[(i, j, mm)] = node
-    i, j, mm, _ = (int(v) for v in quads[0])
-    return built[(i, j, mm)]
+    """Policy tree from the device walk's (i, j, m, k) quads, in recover_policy's visiting order."""
+    return build_policy(problem, quads)

@@ -42,6 +42,13 @@ def choose(problem: Problem, lookup: Lookup, i: int, j: int, m: int) -> int:
     return int(ks[int(np.argmin(cand_ckpt))])
 
 
+def table_lookup(table: np.ndarray) -> Lookup:
+    """Lookup over a host table (rows x (M+1))."""
+    flat = table.reshape(-1)
+    width = table.shape[1]
+    return lambda rows, cols: flat[rows * width + cols]
+
+
 def recover_policy(problem: Problem, lookup: Lookup, m: int) -> Policy:
     """The optimal policy for the whole chain at m buckets, rebuilt from table lookups."""
     n = problem.n
@@ -57,6 +64,13 @@ def recover_policy(problem: Problem, lookup: Lookup, m: int) -> Policy:
         else:
             stack.append((k, j, mm - int(problem.act_b[k])))
             stack.append((i, k, mm))
+    return build_policy(problem, order)
+
+
+def build_policy(problem: Problem, order) -> Policy:
+    """Policy tree from (i, j, m, k) choices in visiting order (parents before children; k = 0 is
+    Tape). The CUDA backend's device-side walk returns the same order."""
+    order = [tuple(int(v) for v in quad) for quad in order]
     built: dict[tuple[int, int, int], Policy] = {}
     for i, j, mm, k in reversed(order):  # children were visited after their parent
         if k == 0:
@@ -64,4 +78,5 @@ def recover_policy(problem: Problem, lookup: Lookup, m: int) -> Policy:
         else:
             node = Checkpoint(k, right=built[(k, j, mm - int(problem.act_b[k]))], left=built[(i, k, mm)])
         built[(i, j, mm)] = node
-    return built[(0, n, int(m))]
+    i, j, mm, _ = order[0]
+    return built[(i, j, mm)]

@@ -337,16 +337,20 @@ def baseline_records(chain: Chain, budget, uniform_bucket=None) -> list[Record]:
     return out
 
 
-def compare(chain: Chain, budget, bucket=None, backend: str = "auto") -> list[dict]:
+def compare(chain: Chain, budget, bucket=None, backend: str = "auto", plan=None) -> list[dict]:
     """The optimum (:func:`gpusolve.solve`) and every baseline at ``budget``, as dicts
     ``{name, time_ms, peak_bytes, overhead, feasible, detail}`` (overhead vs store-all time);
     the optimum comes first. Nothing raises for an infeasible budget: rows say feasible=False.
-    ``bucket`` and ``backend`` are the optimum's (see :func:`gpusolve.solve`)."""
+    ``bucket`` and ``backend`` are the optimum's (see :func:`gpusolve.solve`); a ``plan`` already
+    solved at this budget is used as the optimum instead of solving again."""
     from .solve import solve
 
     budget_bytes = parse_bytes(budget, "budget")
     base = store_all_time_ms(chain)
-    plan = solve(chain, budget_bytes, bucket=bucket, backend=backend, strict=False)
+    if plan is None:
+        plan = solve(chain, budget_bytes, bucket=bucket, backend=backend, strict=False)
+    elif plan.budget_bytes != budget_bytes:
+        raise ValueError(f"the plan given to compare() was solved at {plan.budget_bytes} B, not {budget_bytes} B")
     detail = {"backend": plan.backend, "buckets": plan.buckets, "bucket_bytes": plan.bucket_bytes,
               "min_feasible_bytes": plan.min_feasible_bytes}
     if plan.feasible:

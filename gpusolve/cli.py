@@ -16,6 +16,7 @@ PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 DEMO_PROFILE = "densenet121_b64"
 DEMO_FRACTION = 0.5
 THESIS_DECIMALS = 9
+BACKENDS = ("auto", "cpu", "cuda")
 
 
 class CliError(ValueError):
@@ -123,16 +124,11 @@ def cmd_solve(args) -> int:
 
 def cmd_compare(args) -> int:
     from .baselines import compare
-    from .dp.minpeak import min_feasible_bytes
+    from .solve import check_budget
     chain = load_chain(args.profile)
     budget = _budget(chain, args.budget)
     bucket = _bytes(args.bucket, "bucket") if args.bucket is not None else None
-    if bucket is not None and bucket > budget:
-        raise CliError(f"bucket {format_bytes(bucket)} is larger than the budget {format_bytes(budget)}")
-    low = min_feasible_bytes(chain)
-    if budget < low:
-        raise CliError(f"budget {format_bytes(budget)} ({budget} B) is below the minimum feasible budget "
-                       f"{format_bytes(low)} ({low} B) for this chain")
+    low = check_budget(chain, budget, bucket)  # compare() itself reports infeasibility in its rows
     records = compare(chain, budget, bucket=bucket, backend=args.backend)
     if args.json:
         _emit_json({"network": _chain_name(chain, args.profile), "stages": chain.n, "budget_bytes": budget,
@@ -205,7 +201,7 @@ def cmd_demo(args) -> int:
     plan = solve(chain, budget, backend=args.backend)
     print(plan.summary())
     print("\n== comparison with the baselines")
-    print(comparison_table(compare(chain, budget, backend=args.backend), budget))
+    print(comparison_table(compare(chain, budget, plan=plan), budget))
     data = curve_data(chain, None, backend=args.backend)
     out = plot_curve(data, args.out)
     print(f"\n== trade-off curve written to {out}")
@@ -231,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--budget", required=True,
                            help="memory budget beyond the input: bytes, KiB/MiB/GiB, or %% of the store-all peak")
         p.add_argument("--bucket", default=None, help="memory granularity of the DP (default budget/1024 on CPU)")
-        p.add_argument("--backend", default="auto", help="auto (CUDA if available), cpu or cuda")
+        p.add_argument("--backend", default="auto", choices=BACKENDS, help="auto (CUDA if available), cpu or cuda")
         p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
     common(sub.add_parser("solve", help="optimal plan at one budget"))
@@ -245,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p = sub.add_parser("demo", help=f"bundled {DEMO_PROFILE}: plan, comparison and curve")
     p.add_argument("--out", default="gpusolve-demo-curve.png", help="PNG path (default ./gpusolve-demo-curve.png)")
-    p.add_argument("--backend", default="auto", help="auto, cpu or cuda")
+    p.add_argument("--backend", default="auto", choices=BACKENDS, help="auto, cpu or cuda")
     sub.add_parser("profiles", help="list the bundled profiles")
     return parser
 
@@ -258,8 +254,6 @@ def main(argv=None) -> int:
     """Run the CLI; returns (and, as a script entry point, exits with) the exit code."""
     try:
         args = build_parser().parse_args(argv)
-        if getattr(args, "backend", "auto") not in ("auto", "cpu", "cuda"):
-            raise CliError(f"backend {args.backend!r} is not one of 'auto', 'cpu', 'cuda'")
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", FallbackWarning)
             code = COMMANDS[args.command](args)

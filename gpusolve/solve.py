@@ -106,8 +106,7 @@ def solve(chain: Chain, budget, bucket=None, backend: str = "auto", strict: bool
     name, runner = _pick_backend(backend, notes)
     min_bytes = min_feasible_bytes(chain)
     if budget_bytes < min_bytes:
-        message = (f"budget {format_bytes(budget_bytes)} ({budget_bytes} B) is below the minimum feasible budget "
-                   f"{format_bytes(min_bytes)} ({min_bytes} B) for this chain; raise the budget")
+        message = _below_minimum(budget_bytes, min_bytes)
         if strict:
             raise InfeasibleBudgetError(message, min_bytes)
         return _infeasible_plan(chain, budget_bytes, bucket, name, started, min_bytes, notes + [message])
@@ -158,6 +157,24 @@ def _infeasible_plan(chain, budget_bytes, bucket, backend, started, min_bytes, n
                 solve_seconds=time.perf_counter() - started,
                 curve=Curve(np.zeros(0, dtype=np.int64), np.zeros(0)), schedule=[],
                 min_feasible_bytes=min_bytes, store_all_time_ms=store_all_time_ms(chain), notes=notes)
+
+
+def check_budget(chain: Chain, budget, bucket=None) -> int:
+    """The checks :func:`solve` makes before solving, for callers that solve with ``strict=False``:
+    raises :class:`InfeasibleBudgetError` below the exact minimum budget and ``ValueError`` for a
+    bucket larger than the budget. Returns the minimum feasible budget (bytes)."""
+    budget_bytes = parse_bytes(budget, "budget")
+    min_bytes = min_feasible_bytes(chain)
+    if budget_bytes < min_bytes:
+        raise InfeasibleBudgetError(_below_minimum(budget_bytes, min_bytes), min_bytes)
+    if bucket is not None:
+        _bucket(budget_bytes, bucket, "cpu")
+    return min_bytes
+
+
+def _below_minimum(budget_bytes: int, min_bytes: int) -> str:
+    return (f"budget {format_bytes(budget_bytes)} ({budget_bytes} B) is below the minimum feasible budget "
+            f"{format_bytes(min_bytes)} ({min_bytes} B) for this chain; raise the budget")
 
 
 def _bucket(budget_bytes: int, bucket, backend: str) -> int:

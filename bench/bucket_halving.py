@@ -18,11 +18,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gpusolve import Chain, solve  # noqa: E402
+from gpusolve import Chain, solve, store_all_peak_bytes  # noqa: E402
 from gpusolve.dp.minpeak import min_feasible_bytes  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cpu_solve_times import cpu_model  # noqa: E402  (same folder)
+from _common import cpu_description  # noqa: E402  (same folder)
 
 PROFILE_DIR = ROOT / "gpusolve" / "profiles"
 
@@ -32,7 +32,7 @@ def write_markdown(out: Path, date: str, command: str, buckets: int, records: li
     """bench/results/bucket_halving.md from the records."""
     lines = [f"# Halving the default CUDA bucket (budget / {buckets})", "",
              f"- date: {date}", f"- command: `{command}`",
-             f"- device: {cpu_model()} ({os.cpu_count()} logical CPUs; optimal times, not speed: they do not depend on the device)",
+             f"- device: {cpu_description()} (optimal times, not speed: they do not depend on the device)",
              "- backend: cpu (optimal times do not depend on the backend; the CUDA solve was not run here)",
              "- budget: the fraction of the model's store-all peak, or 1.1 x the minimum feasible budget if higher",
              "",
@@ -59,7 +59,7 @@ def main(argv=None) -> int:
     for path in sorted(PROFILE_DIR.glob("*.json")):
         chain = Chain.load(path)
         for fraction in args.fractions:
-            budget = max(int(chain.store_all_peak_bytes() * fraction), int(1.1 * min_feasible_bytes(chain)))
+            budget = max(int(store_all_peak_bytes(chain) * fraction), int(1.1 * min_feasible_bytes(chain)))
             bucket = -(-budget // args.buckets)
             times = {}
             for label, b in (("default", bucket), ("halved", max(1, bucket // 2))):

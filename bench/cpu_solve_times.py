@@ -11,7 +11,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -19,25 +18,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gpusolve import Chain, format_bytes, solve  # noqa: E402
+from gpusolve import Chain, format_bytes, solve, store_all_peak_bytes  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import cpu_description  # noqa: E402  (same folder)
 from gpusolve.dp.minpeak import min_feasible_bytes  # noqa: E402
 
 PROFILE_DIR = ROOT / "gpusolve" / "profiles"
 
 
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def bench_budget(chain: Chain) -> int:
-    return max(chain.store_all_peak_bytes() // 2, int(1.1 * min_feasible_bytes(chain)))
+    return max(store_all_peak_bytes(chain) // 2, int(1.1 * min_feasible_bytes(chain)))
 
 
 def main(argv=None) -> int:
@@ -48,7 +39,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     names = args.profiles or sorted(p.stem for p in PROFILE_DIR.glob("*.json"))
     command = "python " + " ".join([os.path.relpath(__file__, ROOT)] + (argv if argv is not None else sys.argv[1:]))
-    device = f"{cpu_model()} ({os.cpu_count()} logical CPUs)"
+    device = cpu_description()
     records = []
     for name in names:
         chain = Chain.load(PROFILE_DIR / f"{name}.json")

@@ -48,7 +48,7 @@ from gpusolve import Chain, solve  # noqa: E402
 from gpusolve.chain import BYTE_FIELDS, TIME_FIELDS  # noqa: E402
 from gpusolve.dp.minpeak import min_feasible_bytes  # noqa: E402
 from gpusolve.schedule import segments_policy  # noqa: E402
-from gpusolve.simulate import simulate  # noqa: E402
+from gpusolve.simulate import simulate, store_all_peak_bytes  # noqa: E402
 from torch_exec.split import gpt2_stages, split_model  # noqa: E402
 
 NETWORKS = ("densenet121", "resnet50", "vgg16", "gpt2")
@@ -208,7 +208,7 @@ def bench_network(name, args, meter, records, errors):
         data = te.profile_dict(stages, x, passes=args.passes, network=name)
     (args.out / f"profile_{name}_{args.gpu_tag}.json").write_text(json.dumps(data, indent=1))
     chain = te.chain_from_profile(data)
-    predicted_all = chain.store_all_peak_bytes()
+    predicted_all = store_all_peak_bytes(chain)
     records.append(dict(common, budget_bytes=None, method="store_all", segments=None,
                         measured_peak_bytes=peak_all, predicted_peak_bytes=int(predicted_all),
                         step_ms=ms_all, predicted_step_ms=float(chain.t_fwd.sum() + chain.t_bwd.sum())))

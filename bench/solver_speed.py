@@ -11,7 +11,12 @@ extrapolated from the largest M measured and says so ("extrapolated_from_buckets
 
 Rotor's C solver: ``solver.c`` from the ``rockmate==2.0.0`` sdist on PyPI, downloaded and built at
 benchmark time into a cache folder (its code is not part of this repository). Field mapping:
-see ``rotor_chain`` and bench/SOLVER_NOTES.md.
+see ``RotorChain`` and bench/SOLVER_NOTES.md. Rotor gets ``mmax = M`` (the same number of buckets
+as ours), and its plan is turned into our schedule (``rotor_schedule``) and simulated in exact
+bytes with gpusolve's simulator: ``rotor_peak_bytes``, ``rotor_fits`` (peak within the budget)
+and ``rotor_sim_time_ms`` per record. rockmate 2.0.0 leaves the gradient of a stage's own output
+out of its tape threshold, so its plans can exceed the budget; the .md table marks those rows,
+whose speed is not a like-for-like comparison.
 
 Writes bench/results/solver_speed_<device>.json (a list of records) and a .md table beside it.
 """
@@ -43,6 +48,7 @@ from gpusolve import Chain  # noqa: E402
 from gpusolve.baselines import store_all  # noqa: E402
 from gpusolve.dp import cpu  # noqa: E402
 from gpusolve.dp.problem import Problem  # noqa: E402
+from gpusolve.schedule import Op, OpKind  # noqa: E402
 from gpusolve.simulate import simulate  # noqa: E402
 
 PROFILE_DIR = ROOT / "gpusolve" / "profiles"
@@ -80,12 +86,13 @@ def budget_of(chain: Chain) -> int:
 
 
 # ---------------------------------------------------------------------------- backends
-def solve_gpusolve(backend: str, chain: Chain, budget: int, buckets: int):
-    """(seconds, optimal ms) of one solve: Problem.build + table + recovery."""
+def solve_gpusolve(backend: str, chain: Chain, budget: int, buckets: int, timings: dict | None = None):
+    """(seconds, optimal ms, problem) of one solve: Problem.build + table + recovery. For CUDA,
+    ``timings`` receives the backend's seconds per phase (cuda.run's keys)."""
     if backend == "cuda":
         from gpusolve.dp import cuda
-        run = cuda.run
         import cupy
+        run = lambda problem, m: cuda.run(problem, m, timings=timings)  # noqa: E731
         sync = cupy.cuda.get_current_stream().synchronize
     else:
         run, sync = cpu.run, (lambda: None)
@@ -128,7 +135,7 @@ def cuda_bandwidth_fraction(problem: Problem, seconds: float) -> dict:
             hi = i[:, None] + b - 1
             in_bulk = (ks >= lo) & (ks <= hi)
             bulk_allowed = ((width - thr) * in_bulk).sum()
-            band_reads += int(bulk_allowed) * 8 * (1 - 1.5 / cuda.BAND)
+            band_reads += int(bulk_allowed) * 8 * (1 - 1.5 / cuda.GEOMETRY.band)
     moved = total_reads - band_reads + problem.pairs * width * 4
     props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
     try:
@@ -200,6 +207,7 @@ class RotorChain:
 
 
 def solve_rotor(chain: Chain, budget: int, buckets: int):
+    """(seconds, Rotor's optimal ms, Rotor's sequence or None) at mmax = M buckets."""
     csolver = build_rotor()
     bucket = -(-budget // buckets)
     result: dict = {}
@@ -207,15 +215,16 @@ def solve_rotor(chain: Chain, budget: int, buckets: int):
     def work():
         started = time.perf_counter()
         rc = RotorChain(chain, bucket)
-        mmax = buckets + rc.cw[0]  # Rotor counts the chain input inside its budget; ours holds it outside
+        mmax = buckets  # Rotor's budget in buckets, as ours (it already keeps the input a_0 outside)
         table = csolver.RkTable(rc, mmax)
         opt = table.get_opt(mmax)
         try:
-            table.build_sequence(mmax)
+            sequence = table.build_sequence(mmax)
         except ValueError:
-            pass  # infeasible: no sequence
+            sequence = None  # infeasible: no sequence
         result["seconds"] = time.perf_counter() - started
         result["opt"] = float(opt)
+        result["sequence"] = sequence
         del table
 
     # Rotor recurses in C and build_sequence keeps ln^2 pointers on the stack: run with a big stack.
@@ -228,7 +237,75 @@ def solve_rotor(chain: Chain, budget: int, buckets: int):
         threading.stack_size(old)
     if "seconds" not in result:
         raise RuntimeError("rotor solve failed")
-    return result["seconds"], result["opt"], None
+    return result["seconds"], result["opt"], result["sequence"]
+
+
+def rotor_schedule(sequence, n: int) -> list[Op]:
+    """Our schedule of a Rotor sequence, parsed by the recursion of solver.c's build_sequence.
+
+    Rotor stage r is our stage r + 1 (ln = N - 1). ``Fe(r)`` / ``Bwd(r)``: FWD_TAPE / BWD of r + 1;
+    ``Fc(a)`` then ``Fn(a+1) .. Fn(j-1)``: FWD_NOGRAD of a + 1 (keeping its input) .. j, i.e. the
+    checkpoint a_j, followed by the solve of (j, b), then (a, j - 1); Rotor frees a_j implicitly
+    after the first, we say it (FREE(j)). ``Loss`` (Rotor's solve of its last stage, r = ln): record
+    and back-propagate stage N, which is what its table costs for it.
+    """
+    ln = n - 1
+    ops: list[Op] = []
+    pos = 0
+
+    def take(kind: str, index=None):
+        nonlocal pos
+        if pos >= len(sequence):
+            raise ValueError(f"Rotor sequence ends early: expected {kind}({index})")
+        op = sequence[pos]
+        name = type(op).__name__
+        if name != kind or (index is not None and op.index != index):
+            raise ValueError(f"Rotor sequence op {pos} is {op}, expected {kind}({index})")
+        pos += 1
+        return op
+
+    tasks: list[tuple] = [("solve", 0, ln)]
+    while tasks:
+        task = tasks.pop()
+        if task[0] == "bwd":
+            take("SeqBlockBwd", task[1])
+            ops.append(Op(OpKind.BWD, task[1] + 1))
+            continue
+        if task[0] == "free":
+            ops.append(Op(OpKind.FREE, task[1]))
+            continue
+        _, lo, hi = task
+        if lo > hi:
+            continue
+        if lo == ln:
+            take("SeqLoss")
+            ops += [Op(OpKind.FWD_TAPE, n), Op(OpKind.BWD, n)]
+            continue
+        if pos < len(sequence) and type(sequence[pos]).__name__ == "SeqBlockFe":
+            take("SeqBlockFe", lo)
+            ops.append(Op(OpKind.FWD_TAPE, lo + 1))
+            tasks += [("bwd", lo), ("solve", lo + 1, hi)]
+            continue
+        take("SeqBlockFc", lo)
+        ops.append(Op(OpKind.FWD_NOGRAD, lo + 1, keep_input=True))
+        j = lo + 1
+        while pos < len(sequence) and type(sequence[pos]).__name__ == "SeqBlockFn" and sequence[pos].index == j:
+            take("SeqBlockFn", j)
+            ops.append(Op(OpKind.FWD_NOGRAD, j + 1))
+            j += 1
+        tasks += [("solve", lo, j - 1), ("free", j), ("solve", j, hi)]
+    if pos != len(sequence):
+        raise ValueError(f"Rotor sequence has {len(sequence) - pos} ops left over")
+    return ops
+
+
+def rotor_plan_record(chain: Chain, budget: int, sequence) -> dict:
+    """Rotor's plan simulated in exact bytes by gpusolve's simulator."""
+    if sequence is None:
+        return {"rotor_peak_bytes": None, "rotor_fits": None, "rotor_sim_time_ms": None}
+    sim = simulate(chain, rotor_schedule(sequence, chain.n))
+    return {"rotor_peak_bytes": int(sim.peak_bytes), "rotor_fits": bool(sim.peak_bytes <= budget),
+            "rotor_sim_time_ms": float(sim.time_ms)}
 
 
 # ---------------------------------------------------------------------------- memory estimates
@@ -276,11 +353,12 @@ def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_").lower()
 
 
-def measure(backend, chain, budget, buckets):
+def measure(backend, chain, budget, buckets, timings=None):
+    """(seconds, optimal ms, extra): extra is the problem (ours) or Rotor's sequence."""
     gc.collect()
     if backend == "rotor-c":
         return solve_rotor(chain, budget, buckets)
-    return solve_gpusolve(backend, chain, budget, buckets)
+    return solve_gpusolve(backend, chain, budget, buckets, timings)
 
 
 def main(argv=None) -> int:
@@ -292,6 +370,7 @@ def main(argv=None) -> int:
                         help="longest single measurement; longer ones are extrapolated from a smaller M")
     parser.add_argument("--probe-buckets", type=int, default=64, help="M of the first (timing probe) solve")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    parser.add_argument("--tag", default="", help="suffix of the output files' names (solver_speed_<device>_<tag>)")
     args = parser.parse_args(argv)
     backends = [b for b in args.backends.split(",") if b]
     instances = [i for i in args.instances.split(",") if i]
@@ -317,10 +396,16 @@ def main(argv=None) -> int:
                        "backend": backend, "device": device, "date": date}
                 predicted = rate * (m + 1)
                 if predicted <= args.max_seconds and fits(backend, chain.n, m):
-                    seconds, opt, problem = measure(backend, chain, budget, m)
+                    timings: dict = {}
+                    seconds, opt, extra = measure(backend, chain, budget, m, timings)
                     rec.update(solve_seconds=seconds, optimal_ms=opt if np.isfinite(opt) else None)
                     if backend == "cuda":
-                        rec.update(cuda_bandwidth_fraction(problem, seconds))
+                        repeat: dict = {}  # the same solve again: table and side arrays already on the device
+                        rec.update(solve_seconds_repeat=measure(backend, chain, budget, m, repeat)[0],
+                                   cuda_timings=timings, cuda_timings_repeat=repeat)
+                        rec.update(cuda_bandwidth_fraction(extra, seconds))
+                    if backend == "rotor-c":
+                        rec.update(rotor_plan_record(chain, budget, extra))
                     last = (m, seconds)
                     rate = seconds / (m + 1)
                 else:
@@ -340,7 +425,7 @@ def main(argv=None) -> int:
                 records.append(rec)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"solver_speed_{slug(device)}"
+    stem = f"solver_speed_{slug(device)}" + (f"_{slug(args.tag)}" if args.tag else "")
     (out / f"{stem}.json").write_text(json.dumps(records, indent=1) + "\n")
     command = "python bench/solver_speed.py " + " ".join(sys.argv[1:] if argv is None else argv)
     (out / f"{stem}.md").write_text(markdown(records, device, date, command))
@@ -354,14 +439,23 @@ def markdown(records, device, date, command) -> str:
              "store-all peak, 1.25 x the least feasible budget); solve time includes problem build, table and schedule recovery. "
              "`~` marks a time extrapolated linearly in M from the solve at the M in parentheses. "
              "Rotor's optimal time is under Rotor's own memory model (see bench/SOLVER_NOTES.md), so "
-             "it differs from ours.", "",
-             "| instance | stages | M | backend | solve s | optimal ms |", "| --- | --- | --- | --- | --- | --- |"]
+             "it differs from ours. Rotor runs with mmax = M; its plan is simulated in exact bytes by our "
+             "simulator: **over** marks a plan whose peak exceeds the budget (its speed is then not comparable "
+             "with a solver whose plans fit).", "",
+             "| instance | stages | M | backend | solve s | optimal ms | Rotor plan peak (budget) |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     for r in records:
         t = f"{r['solve_seconds']:.3f}"
         if "extrapolated_from_buckets" in r:
             t = f"~{r['solve_seconds']:.1f} (M={r['extrapolated_from_buckets']})"
         opt = "" if r.get("optimal_ms") is None else f"{r['optimal_ms']:.3f}"
-        lines.append(f"| {r['instance']} | {r['stages']} | {r['buckets']} | {r['backend']} | {t} | {opt} |")
+        peak = ""
+        if r.get("rotor_peak_bytes") is not None:
+            verdict = "fits" if r["rotor_fits"] else "**over**"
+            peak = (f"{r['rotor_peak_bytes'] / 2**30:.3f} GiB ({r['budget_bytes'] / 2**30:.3f} GiB): {verdict}")
+            if not r["rotor_fits"]:
+                t += " (plan over budget)"
+        lines.append(f"| {r['instance']} | {r['stages']} | {r['buckets']} | {r['backend']} | {t} | {opt} | {peak} |")
     return "\n".join(lines) + "\n"
 
 

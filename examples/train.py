@@ -22,7 +22,7 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 import torch_exec as te  # noqa: E402
-from gpusolve import InfeasibleBudgetError, format_bytes  # noqa: E402
+from gpusolve import InfeasibleBudgetError, format_bytes, store_all_peak_bytes  # noqa: E402
 from torch_exec.split import CrossEntropyStage, split_model  # noqa: E402
 
 
@@ -85,7 +85,7 @@ def main(argv=None):
                 raise SystemExit(f"error: {err}") from None
             print(f"profiled and solved in {time.perf_counter() - started:.2f} s: {model.chain.summary()}")
             print(model.plan.summary())
-            print(f"store-all would need {format_bytes(model.chain.store_all_peak_bytes())} (model)")
+            print(f"store-all would need {format_bytes(store_all_peak_bytes(model.chain))} (model)")
 
     try:
         from tqdm import tqdm

@@ -27,16 +27,15 @@ from typing import Callable
 
 import numpy as np
 
-from .chain import BYTE_FIELDS, TIME_FIELDS, Chain
+from .chain import ALL_BYTE_FIELDS, TIME_FIELDS, Chain
+from .dp.buckets import uniform_buckets
 from .schedule import Checkpoint, Op, Policy, Tape, policy_to_schedule, segments_policy, tape_chain
-from .simulate import SimResult, simulate, store_all_time_ms
+from .simulate import SimResult, simulate, store_all_schedule, store_all_time_ms
 from .units import parse_bytes
 
 # Retries of the uniform-cost solver: budget x 0.95^r, r = 0..UNIFORM_RETRIES.
 UNIFORM_SHRINK = 0.95
 UNIFORM_RETRIES = 60
-# Memory buckets of the uniform-cost solver's table when the caller gives no bucket (at most).
-UNIFORM_BUCKETS = 1024
 
 
 # ---------------------------------------------------------------------------- store-all
@@ -47,7 +46,7 @@ def store_all_policy(chain: Chain) -> Policy:
 
 def store_all(chain: Chain) -> list[Op]:
     """Plain autograd: record every stage, then run every backward."""
-    return policy_to_schedule(store_all_policy(chain), 0, chain.n)
+    return store_all_schedule(chain)
 
 
 # ---------------------------------------------------------------------------- checkpoint_sequential
@@ -115,25 +114,45 @@ def best_checkpoint_sequential(chain: Chain, budget) -> Found | None:
 
 
 # ---------------------------------------------------------------------------- Chen et al. 2016
-def chen_cuts(chain: Chain, threshold: float) -> list[int]:
+def chen_cuts(chain: Chain, threshold: float, prefix: np.ndarray | None = None) -> list[int]:
     """Chen et al.'s greedy: add each stage's tape bytes to a running sum; once it passes
-    ``threshold``, keep that stage's output a_s as a checkpoint and restart the sum."""
+    ``threshold``, keep that stage's output a_s as a checkpoint and restart the sum.
+
+    With P the prefix sums of the tape bytes, the cut after c is the first s > c with
+    P[s] - P[c] > threshold (a_N, the loss, is never a checkpoint): one ``searchsorted`` per cut."""
+    if prefix is None:
+        prefix = np.concatenate([[0], np.cumsum(chain.tape_bytes.astype(np.int64))])
     cuts: list[int] = []
-    running = 0
-    for s in range(1, chain.n):  # a_N (the loss) is never a checkpoint
-        running += int(chain.tape_bytes[s - 1])
-        if running > threshold:
-            cuts.append(s)
-            running = 0
-    return cuts
+    start = 0
+    while True:
+        s = int(np.searchsorted(prefix, prefix[start] + threshold, side="right"))
+        if s >= chain.n:
+            return cuts
+        s = max(s, start + 1)
+        cuts.append(s)
+        start = s
 
 
 def chen_segmentations(chain: Chain) -> dict[tuple[int, ...], int]:
     """Every distinct greedy segmentation, over the thresholds b in {0} and the prefix sums of the
     tape bytes (no other b gives another one): {cuts: the smallest b that gives them}."""
+    prefix = np.concatenate([[0], np.cumsum(chain.tape_bytes.astype(np.int64))])
+    thresholds = np.unique(prefix)
+    # chen_cuts for every threshold at once: each round advances every segmentation by one cut.
+    starts = np.zeros(len(thresholds), dtype=np.int64)
+    cuts = [[] for _ in thresholds]
+    live = np.arange(len(thresholds))
+    while len(live):
+        nxt = np.maximum(np.searchsorted(prefix, prefix[starts[live]] + thresholds[live], side="right"),
+                         starts[live] + 1)
+        going = nxt < chain.n
+        for idx, s in zip(live[going].tolist(), nxt[going].tolist()):
+            cuts[idx].append(s)
+        starts[live[going]] = nxt[going]
+        live = live[going]
     out: dict[tuple[int, ...], int] = {}
-    for b in np.unique(np.concatenate([[0], np.cumsum(chain.tape_bytes.astype(np.int64))])):
-        out.setdefault(tuple(chen_cuts(chain, int(b))), int(b))
+    for b, c in zip(thresholds.tolist(), cuts):
+        out.setdefault(tuple(c), int(b))
     return out
 
 
@@ -153,16 +172,10 @@ def uniform_like(chain: Chain) -> Chain:
     fields = {}
     for name in TIME_FIELDS:
         fields[name] = [float(np.mean(getattr(chain, name)))] * n
-    for name in BYTE_FIELDS:
+    for name in ALL_BYTE_FIELDS:
         fields[name] = [int(round(float(np.mean(getattr(chain, name)))))] * n
     return Chain(**fields, input_bytes=chain.input_bytes, input_grad_bytes=chain.input_grad_bytes,
-                 multi_tape=chain.multi_tape, provenance={"source": "uniform average", "of": chain.provenance.get("source")})
-
-
-def uniform_buckets(n: int) -> int:
-    """Default bucket count of the uniform-cost solver's table: 1024, fewer for long chains so that
-    its O(N^3 M / 6) work stays near 5e8 (the baseline should not cost more than the optimum)."""
-    return int(min(UNIFORM_BUCKETS, max(64, 3e9 / max(n, 1) ** 3)))
+                 reserved_bytes=chain.reserved_bytes, multi_tape=chain.multi_tape, provenance={"source": "uniform average", "of": chain.provenance.get("source")})
 
 
 class UniformSolver:

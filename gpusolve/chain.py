@@ -9,34 +9,57 @@ Memory model (every size in bytes; see DESIGN in README for the recurrences):
 - ``tape_bytes[s]``: held from a forward-with-grad of s until its backward (a_s and what autograd saved).
 - ``fwd_nograd_extra``, ``fwd_grad_extra``, ``bwd_extra``: transient workspace of each pass on top of
   the tensors just named.
+- ``bwd_tape_bytes`` (optional, default ``tape_bytes``): the part of the tape still held when the
+  stage's backward starts. A stage's output is part of its tape (the next stage reads it), but
+  unless the stage's own backward saved it, it is gone by then: the next stage's backward, which
+  may have saved it, has run, and the executor keeps no reference of its own.
+- ``reserved_bytes`` (one number): held through the whole step besides the chain's tensors, inside
+  the budget; every moment of every plan counts it. The executor uses it for what it holds beyond
+  the stages' tensors (see ``torch_exec.executor``, Note [The gradient of a_N]).
 """
 from __future__ import annotations
 
 import json
 import math
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from .errors import ProfileWarning
+
 TIME_FIELDS = ("t_fwd", "t_fwd_nograd", "t_bwd")
 BYTE_FIELDS = ("act_bytes", "grad_bytes", "tape_bytes", "fwd_nograd_extra", "fwd_grad_extra", "bwd_extra")
+# Byte fields a chain may omit: each defaults to a copy of the field named.
+OPTIONAL_BYTE_FIELDS = {"bwd_tape_bytes": "tape_bytes"}
+ALL_BYTE_FIELDS = BYTE_FIELDS + tuple(OPTIONAL_BYTE_FIELDS)
 CHAIN_FORMAT = "gpusolve-chain/1"
 PROFILE_FORMAT = "measured-chain/1"
 THESIS_FORMAT = "thesis-reference/1"
 
+# A missing backward time (t_bwd: null) is estimated as this multiple of the stage's forward time
+# (a backward usually costs one to two forwards: the upper end).
+BWD_ESTIMATE_FACTOR = 2.0
 # Measured stage times below this (ms) are timer noise around zero (an in-place ReLU's backward
 # reads as -0.002 ms): they are clamped to 0. Anything more negative is an error in the profile.
 TIME_NOISE_MS = 0.05
-# The CUDA caching allocator hands out blocks in multiples of 512 bytes.
+# The CUDA caching allocator hands out blocks in multiples of 512 bytes; the CPU allocator's
+# events report the bytes asked for.
 ALLOCATOR_GRANULE = 512
 
 
-def allocator_bytes(nbytes: int) -> int:
-    """Bytes the CUDA caching allocator reserves for a tensor of ``nbytes`` (512-byte blocks)."""
+def allocator_bytes(nbytes: int, granule: int = ALLOCATOR_GRANULE) -> int:
+    """Bytes an allocator with blocks of ``granule`` bytes holds for a tensor of ``nbytes``
+    (default: the CUDA caching allocator's 512)."""
     if nbytes <= 0:
         return 0
-    return -(-int(nbytes) // ALLOCATOR_GRANULE) * ALLOCATOR_GRANULE
+    return -(-int(nbytes) // granule) * granule
+
+
+def profile_granule(data: dict) -> int:
+    """The allocator granule of a profile: 1 for a CPU profile, 512 (CUDA) otherwise."""
+    return 1 if str(data.get("device", "")).lower() == "cpu" else ALLOCATOR_GRANULE
 
 
 @dataclass
@@ -56,8 +79,10 @@ class Chain:
     fwd_nograd_extra: np.ndarray
     fwd_grad_extra: np.ndarray
     bwd_extra: np.ndarray
+    bwd_tape_bytes: np.ndarray | None = None
     input_bytes: int = 0
     input_grad_bytes: int | None = None
+    reserved_bytes: int = 0
     names: list[str] | None = None
     multi_tape: bool = True
     provenance: dict = field(default_factory=dict)
@@ -65,7 +90,10 @@ class Chain:
     def __post_init__(self):
         for name in TIME_FIELDS:
             setattr(self, name, np.asarray(getattr(self, name), dtype=np.float64).reshape(-1))
-        for name in BYTE_FIELDS:
+        for name, default in OPTIONAL_BYTE_FIELDS.items():
+            if getattr(self, name) is None:
+                setattr(self, name, np.array(getattr(self, default), copy=True))
+        for name in ALL_BYTE_FIELDS:
             setattr(self, name, _as_bytes(getattr(self, name), name))
         if self.input_grad_bytes is None:
             self.input_grad_bytes = self.input_bytes
@@ -86,7 +114,7 @@ class Chain:
         n = len(self.t_fwd)
         if n == 0:
             raise ValueError("the chain is empty: it needs at least one stage")
-        for name in TIME_FIELDS + BYTE_FIELDS:
+        for name in TIME_FIELDS + ALL_BYTE_FIELDS:
             values = getattr(self, name)
             if len(values) != n:
                 raise ValueError(f"field {name!r} has {len(values)} values but the chain has {n} stages")
@@ -98,7 +126,12 @@ class Chain:
                     f"{name} = {values[s]!r}; every cost must be finite and >= 0")
         if len(self.names) != n:
             raise ValueError(f"{len(self.names)} stage names for {n} stages")
-        for name in ("input_bytes", "input_grad_bytes"):
+        over = np.flatnonzero(self.bwd_tape_bytes > self.tape_bytes)
+        if len(over):
+            s = int(over[0])
+            raise ValueError(f"stage {s + 1} ({self.names[s]}): bwd_tape_bytes = {int(self.bwd_tape_bytes[s])} exceeds "
+                             f"tape_bytes = {int(self.tape_bytes[s])}; the tape held at the backward is part of the tape")
+        for name in ("input_bytes", "input_grad_bytes", "reserved_bytes"):
             value = getattr(self, name)
             if not isinstance(value, (int, np.integer)) or value < 0:
                 raise ValueError(f"{name} = {value!r}; it must be a whole number of bytes >= 0")
@@ -113,17 +146,11 @@ class Chain:
         out: dict[str, np.ndarray] = {}
         for name in TIME_FIELDS:
             out[name] = np.concatenate([[0.0], getattr(self, name)])
-        for name in BYTE_FIELDS:
+        for name in ALL_BYTE_FIELDS:
             out[name] = np.concatenate([[0], getattr(self, name)]).astype(np.int64)
         out["act_bytes"][0] = self.input_bytes
         out["grad_bytes"][0] = self.input_grad_bytes
         return out
-
-    def store_all_peak_bytes(self) -> int:
-        """Peak bytes of plain autograd (every stage taped, then backward) under this model."""
-        from .baselines import store_all  # local import: baselines depend on this module
-        from .simulate import simulate
-        return simulate(self, store_all(self)).peak_bytes
 
     # ------------------------------------------------------------------ constructors
     @classmethod
@@ -185,6 +212,7 @@ class Chain:
         stages = data.get("stages")
         if not isinstance(stages, list) or not stages:
             raise ValueError(f"{source}: 'stages' must be a non-empty list")
+        stages = list(stages)  # estimates replace entries of this copy, never the caller's profile
         required = ("name", "t_fwd", "t_fwd_nograd", "t_bwd", "x", "x_nbytes", "xbar",
                     "fwd_peak_nograd", "fwd_peak_grad", "bwd_peak")
         notes: list[str] = []
@@ -192,6 +220,16 @@ class Chain:
             for key in required:
                 if key not in stage:
                     raise ValueError(f"{source}: stage {s + 1} lacks field {key!r}")
+            if stage["t_bwd"] is None and isinstance(stage["t_fwd"], (int, float)) and math.isfinite(stage["t_fwd"]):
+                # Every plan runs each stage's backward exactly once, so this estimate moves every plan's
+                # predicted time alike and never changes which plan is chosen.
+                estimate = BWD_ESTIMATE_FACTOR * max(0.0, float(stage["t_fwd"]))
+                message = (f"{source}: stage {s + 1} ({stage['name']}): t_bwd is missing (the profiler could not "
+                           f"time its backward); estimated as {BWD_ESTIMATE_FACTOR:g} x t_fwd = {estimate:.4g} ms, "
+                           f"which shifts every plan's predicted time alike and changes no plan")
+                warnings.warn(message, ProfileWarning, stacklevel=3)
+                notes.append(message)
+                stage = stages[s] = dict(stage, t_bwd=estimate)
             for key in required[1:]:
                 value = stage[key]
                 if key == "bwd_peak" and value is None:
@@ -213,13 +251,14 @@ class Chain:
         if fuse_aliasing and stages[0]["x"] == 0:
             notes.append("stage 1 aliases the chain input: the executor clones the input before it")
         input_bytes = int(data.get("input_bytes", 0))
-        fields: dict[str, list] = {name: [] for name in TIME_FIELDS + BYTE_FIELDS}
+        fields: dict[str, list] = {name: [] for name in TIME_FIELDS + ALL_BYTE_FIELDS}
         names: list[str] = []
         members: list[list[str]] = []
-        grad_in = allocator_bytes(input_bytes)
+        granule = profile_granule(data)
+        grad_in = allocator_bytes(input_bytes, granule)
         for group in groups:
-            merged = _merge_group(group, grad_in, notes)
-            for name in TIME_FIELDS + BYTE_FIELDS:
+            merged = _merge_group(group, grad_in, notes, granule)
+            for name in TIME_FIELDS + ALL_BYTE_FIELDS:
                 fields[name].append(merged[name])
             names.append("+".join(stage["name"] for stage in group))
             members.append([stage["name"] for stage in group])
@@ -229,7 +268,7 @@ class Chain:
         provenance.update(source=str(source), format=PROFILE_FORMAT, measured_stages=len(stages),
                           fused_aliasing=fuse_aliasing, members=members, notes=notes)
         # The profiler records whether the input needed a gradient; without one, none is allocated.
-        input_grad = 0 if data.get("input_requires_grad") is False else allocator_bytes(input_bytes)
+        input_grad = 0 if data.get("input_requires_grad") is False else allocator_bytes(input_bytes, granule)
         return cls(**fields, input_bytes=input_bytes, input_grad_bytes=input_grad,
                    names=names, provenance=provenance)
 
@@ -251,10 +290,10 @@ class Chain:
     def to_dict(self) -> dict:
         """A JSON-ready dict in format ``gpusolve-chain/1``."""
         out = {"format": CHAIN_FORMAT, "input_bytes": self.input_bytes, "input_grad_bytes": self.input_grad_bytes,
-               "multi_tape": self.multi_tape, "names": list(self.names), "provenance": self.provenance}
+               "reserved_bytes": self.reserved_bytes, "multi_tape": self.multi_tape, "names": list(self.names), "provenance": self.provenance}
         for name in TIME_FIELDS:
             out[name] = [float(v) for v in getattr(self, name)]
-        for name in BYTE_FIELDS:
+        for name in ALL_BYTE_FIELDS:
             out[name] = [int(v) for v in getattr(self, name)]
         return out
 
@@ -266,9 +305,10 @@ class Chain:
         missing = [k for k in TIME_FIELDS + BYTE_FIELDS if k not in data]
         if missing:
             raise ValueError(f"chain file lacks fields {missing}")
-        kwargs = {k: data[k] for k in TIME_FIELDS + BYTE_FIELDS}
+        kwargs = {k: data[k] for k in TIME_FIELDS + ALL_BYTE_FIELDS if k in data}
         return cls(**kwargs, input_bytes=int(data.get("input_bytes", 0)),
-                   input_grad_bytes=data.get("input_grad_bytes"), names=data.get("names"),
+                   input_grad_bytes=data.get("input_grad_bytes"), reserved_bytes=int(data.get("reserved_bytes", 0)),
+                   names=data.get("names"),
                    multi_tape=bool(data.get("multi_tape", True)), provenance=data.get("provenance", {}))
 
     def to_json(self, path=None) -> str:
@@ -318,17 +358,21 @@ def read_json_object(path_or_dict):
     return data, path
 
 
-def _merge_group(group: list[dict], grad_in: int, notes: list[str]) -> dict:
+def _merge_group(group: list[dict], grad_in: int, notes: list[str], granule: int = ALLOCATOR_GRANULE) -> dict:
     """Costs of one executor stage made of a base stage and the aliasing stages after it.
 
     ``grad_in`` is the gradient size of the group's input. Peaks of later members are offset by
-    what earlier members left allocated; the backward bound takes the worst member (its output
-    gradient plus its measured peak), which can only over-estimate.
+    what earlier members left allocated. The backward runs the members last to first: when every
+    member has ``bwd_delta`` (the change of allocated bytes over its backward; our profiler records
+    it), the group's backward peak above its start is composed exactly, each member's peak offset
+    by what the members before it in the backward left (freed saved tensors included). Otherwise
+    the bound takes the worst member (its output gradient plus its measured peak), which can only
+    over-estimate.
     """
     times = {key: sum(max(0.0, float(st[key])) for st in group) for key in TIME_FIELDS}
     act = sum(int(st["x"]) for st in group)
     last_nbytes = int(group[-1]["x_nbytes"])
-    grad_out = act if 0 < last_nbytes <= act else allocator_bytes(last_nbytes)
+    grad_out = act if 0 < last_nbytes <= act else allocator_bytes(last_nbytes, granule)
     tape = sum(int(st["xbar"]) for st in group)
     held_nograd = held_grad = 0
     peak_nograd = peak_grad = peak_bwd = 0
@@ -337,13 +381,27 @@ def _merge_group(group: list[dict], grad_in: int, notes: list[str]) -> dict:
         peak_grad = max(peak_grad, held_grad + int(st["fwd_peak_grad"]))
         held_nograd += int(st["x"])
         held_grad += int(st["xbar"])
-        member_grad = int(st["x"]) or allocator_bytes(int(st["x_nbytes"]))
+        member_grad = int(st["x"]) or allocator_bytes(int(st["x_nbytes"]), granule)
         if st["bwd_peak"] is None:
             notes.append(f"{st['name']}: bwd_peak missing, assumed equal to its tape")
             member_peak = int(st["xbar"]) + grad_in
         else:
             member_peak = max(0, int(st["bwd_peak"]))
         peak_bwd = max(peak_bwd, member_grad + member_peak)
+    bwd_extra = max(0, peak_bwd - grad_out - grad_in)
+    if all(st.get("bwd_delta") is not None and st["bwd_peak"] is not None for st in group):
+        level = above = 0  # bytes above the group's start (its tape and output gradient held)
+        for st in reversed(group):
+            above = max(above, level + max(0, int(st["bwd_peak"])))
+            level += int(st["bwd_delta"])
+        bwd_extra = max(0, above - grad_in)
+    # The group's output is released before its backward unless a member's backward saved it
+    # (profiles that do not say so keep it: the tape stays whole).
+    if all("out_saved_bytes" in st for st in group):
+        kept = min(act, max(int(st["out_saved_bytes"]) for st in group))
+        bwd_tape = tape - act + kept
+    else:
+        bwd_tape = tape
     return dict(times, act_bytes=act, grad_bytes=grad_out, tape_bytes=tape,
                 fwd_nograd_extra=max(0, peak_nograd - act), fwd_grad_extra=max(0, peak_grad - tape),
-                bwd_extra=max(0, peak_bwd - grad_out - grad_in))
+                bwd_extra=bwd_extra, bwd_tape_bytes=max(0, bwd_tape))

@@ -10,13 +10,14 @@ from pathlib import Path
 
 from .chain import THESIS_FORMAT, Chain, read_json_object
 from .errors import BackendUnavailableError, FallbackWarning
+from .simulate import store_all_peak_bytes
 from .units import format_bytes, parse_bytes
 
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 DEMO_PROFILE = "densenet121_b64"
 DEMO_FRACTION = 0.5
 THESIS_DECIMALS = 9
-BACKENDS = ("auto", "cpu", "cuda")
+BACKENDS = ("auto", "cpu", "cuda", "exact")
 
 
 class CliError(ValueError):
@@ -63,7 +64,7 @@ def _budget(chain: Chain, value: str) -> int:
             raise CliError(f"budget {value!r} is not a size or a percentage") from None
         if not math.isfinite(frac) or frac <= 0:
             raise CliError(f"budget {value!r} must be a positive percentage")
-        return int(chain.store_all_peak_bytes() * frac)
+        return int(store_all_peak_bytes(chain) * frac)
     return _bytes(text, "budget")
 
 
@@ -192,7 +193,7 @@ def cmd_demo(args) -> int:
     from .plot import curve_data, plot_curve
     from .solve import solve
     chain = load_chain(DEMO_PROFILE)
-    peak = chain.store_all_peak_bytes()
+    peak = store_all_peak_bytes(chain)
     budget = int(DEMO_FRACTION * peak)
     print(f"== {DEMO_PROFILE}: {chain.summary()}")
     print(f"store-all (plain autograd) peak {format_bytes(peak)}; budget {int(100 * DEMO_FRACTION)} % of it: "
@@ -211,7 +212,7 @@ def cmd_demo(args) -> int:
 def cmd_profiles(args) -> int:
     for name in bundled_profiles():
         chain = Chain.load(PROFILE_DIR / f"{name}.json")
-        print(f"{name:28s} {chain.summary()}, store-all peak {format_bytes(chain.store_all_peak_bytes())}")
+        print(f"{name:28s} {chain.summary()}, store-all peak {format_bytes(store_all_peak_bytes(chain))}")
     return 0
 
 
@@ -227,7 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--budget", required=True,
                            help="memory budget beyond the input: bytes, KiB/MiB/GiB, or %% of the store-all peak")
         p.add_argument("--bucket", default=None, help="memory granularity of the DP (default budget/1024 on CPU)")
-        p.add_argument("--backend", default="auto", choices=BACKENDS, help="auto (CUDA if available), cpu or cuda")
+        p.add_argument("--backend", default="auto", choices=BACKENDS,
+                       help="auto (exact for small chains, else CUDA if available, else cpu), cpu, cuda or exact")
         p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
     common(sub.add_parser("solve", help="optimal plan at one budget"))
@@ -241,7 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p = sub.add_parser("demo", help=f"bundled {DEMO_PROFILE}: plan, comparison and curve")
     p.add_argument("--out", default="gpusolve-demo-curve.png", help="PNG path (default ./gpusolve-demo-curve.png)")
-    p.add_argument("--backend", default="auto", choices=BACKENDS, help="auto, cpu or cuda")
+    p.add_argument("--backend", default="auto", choices=BACKENDS, help="auto, cpu, cuda or exact")
     sub.add_parser("profiles", help="list the bundled profiles")
     return parser
 

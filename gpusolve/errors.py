@@ -15,3 +15,7 @@ class BackendUnavailableError(RuntimeError):
 
 class FallbackWarning(UserWarning):
     """``backend="auto"`` could not use CUDA and solved on the CPU."""
+
+
+class ProfileWarning(UserWarning):
+    """A profile was read with an estimate in place of a missing measurement (the warning says which)."""

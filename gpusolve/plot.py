@@ -8,7 +8,7 @@ import numpy as np
 from .baselines import baseline_curves
 from .chain import Chain
 from .dp.minpeak import min_feasible_bytes
-from .simulate import store_all_time_ms
+from .simulate import store_all_peak_bytes, store_all_time_ms
 from .units import parse_bytes
 
 GIB = float(1 << 30)
@@ -30,7 +30,7 @@ def curve_data(chain: Chain, max_budget=None, bucket=None, backend: str = "auto"
     store-all peak). Bytes and ms throughout."""
     from .solve import solve
 
-    top = parse_bytes(max_budget, "max budget") if max_budget is not None else chain.store_all_peak_bytes()
+    top = parse_bytes(max_budget, "max budget") if max_budget is not None else store_all_peak_bytes(chain)
     low = min_feasible_bytes(chain)
     plan = solve(chain, top, bucket=bucket, backend=backend)  # raises below the minimum feasible budget
     curve = plan.curve.feasible()

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .chain import Chain
-from .schedule import Op, OpKind
+from .schedule import Op, OpKind, policy_to_schedule, tape_chain
 
 
 class ScheduleError(ValueError):
@@ -35,7 +35,8 @@ def simulate(chain: Chain, schedule: list[Op], start: tuple[int, int] | None = N
     ``start = (i, j)`` is the sub-chain the schedule solves (default the whole chain (0, N)):
     a_i is held outside the counted memory, the gradient of a_j is held inside it at the start,
     and at the end exactly the gradient of a_i must remain. Peak bytes count everything held
-    inside plus each operation's transient workspace. ``trace`` keeps bytes held after each op.
+    inside (``chain.reserved_bytes`` at every moment) plus each operation's transient workspace.
+    ``trace`` keeps bytes held after each op.
     """
     n = chain.n
     i, j = (0, n) if start is None else start
@@ -44,12 +45,13 @@ def simulate(chain: Chain, schedule: list[Op], start: tuple[int, int] | None = N
     arr = chain.padded()
     act, grad, tape = arr["act_bytes"], arr["grad_bytes"], arr["tape_bytes"]
     fng_x, fg_x, bwd_x = arr["fwd_nograd_extra"], arr["fwd_grad_extra"], arr["bwd_extra"]
+    bwd_tape = arr["bwd_tape_bytes"]
     t_fwd, t_fng, t_bwd = arr["t_fwd"], arr["t_fwd_nograd"], arr["t_bwd"]
 
     acts: set[int] = set()     # checkpoints held inside the counted memory
     tapes: set[int] = set()    # stages recorded and not yet back-propagated
     grads: set[int] = {j}
-    held = int(grad[j])
+    held = int(grad[j]) + int(chain.reserved_bytes)
     peak, peak_op = held, -1
     time_ms = 0.0
     memory_trace: list[int] = []
@@ -87,11 +89,12 @@ def simulate(chain: Chain, schedule: list[Op], start: tuple[int, int] | None = N
         elif op.kind is OpKind.BWD:
             if s not in tapes or s not in grads:
                 raise ScheduleError(f"op {index} {op}: needs the tape of stage {s} and the gradient of a_{s}")
+            held -= int(tape[s]) - int(bwd_tape[s])  # the part of the tape released before the backward
             transient = held + int(grad[s - 1]) + int(bwd_x[s])
             tapes.discard(s)
             grads.discard(s)
             grads.add(s - 1)
-            held += int(grad[s - 1]) - int(tape[s]) - int(grad[s])
+            held += int(grad[s - 1]) - int(bwd_tape[s]) - int(grad[s])
             time_ms += float(t_bwd[s])
         elif op.kind is OpKind.FREE:
             if s not in acts:
@@ -113,6 +116,16 @@ def simulate(chain: Chain, schedule: list[Op], start: tuple[int, int] | None = N
                      memory_trace=memory_trace)
 
 
+def store_all_schedule(chain: Chain) -> list[Op]:
+    """Plain autograd as a schedule: record every stage, then run every backward."""
+    return policy_to_schedule(tape_chain(0, chain.n), 0, chain.n)
+
+
 def store_all_time_ms(chain: Chain) -> float:
     """Time of plain autograd under the model: every forward with recording plus every backward."""
     return float(np.sum(chain.t_fwd) + np.sum(chain.t_bwd))
+
+
+def store_all_peak_bytes(chain: Chain) -> int:
+    """Peak bytes of plain autograd under the model (every stage taped, then every backward)."""
+    return simulate(chain, store_all_schedule(chain)).peak_bytes

@@ -1,7 +1,28 @@
-"""Front end of the solver: budget and bucket handling, backend choice, plan assembly."""
+"""Front end of the solver: budget and bucket handling, backend choice, plan assembly.
+
+:func:`solve` fills the DP table on a backend, recovers the optimal policy at the budget and
+checks it in exact bytes with the simulator. The table's sizes are rounded up to buckets, so its
+optimum is optimal for the rounded sizes only; two exact-byte candidates keep rounding from ever
+costing the user (Note [Exact candidates]). The exact minimum feasible budget (an O(N^3) host DP)
+is computed only when the table says the budget is infeasible, or when asked for
+(:attr:`Plan.min_feasible_bytes`).
+
+Note [Exact candidates]
+    Rounding each size up to a bucket is what makes a plan safe, and also what can hide a faster
+    plan that fits in exact bytes (up to one bucket lost per tensor held). So the table is filled a
+    little past the budget (a slack band of :func:`slack_buckets` columns) and the plans there are
+    candidates: (1) the table's optimum at the budget (always fits); (2) the optima at the first
+    columns of each better plateau of the curve inside the band, ascending, checked in exact bytes
+    (:func:`gpusolve.dp.minpeak.policy_peak_bytes`), the fastest that fits kept; (3) the segment
+    policies users have today (``checkpoint_sequential`` at every segment count, Chen's greedy at
+    every threshold), evaluated in closed form (:mod:`gpusolve.dp.segments`); (4) plain autograd
+    when it fits in exact bytes (at the store-all peak the answer is store-all, 0 % overhead,
+    whatever the bucket); (5) when no column at or below the budget is feasible although the budget
+    is at least the exact minimum, the least-peak policy of :mod:`gpusolve.dp.minpeak`.
+    ``Plan.notes`` says which candidate decided. ``Plan.curve`` stops at the budget.
+"""
 from __future__ import annotations
 
-import os
 import sys
 import time
 import warnings
@@ -10,17 +31,19 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .chain import Chain
-from .dp.minpeak import min_feasible_bytes
+from .dp.buckets import check_user_bucket, choose_bucket
+from .dp.minpeak import min_feasible_bytes, min_peak_policy, policy_peak_bytes
 from .dp.problem import BYTES_PER_STATE, Problem
+from .dp.segments import SegmentEvaluator
 from .errors import BackendUnavailableError, FallbackWarning, InfeasibleBudgetError
-from .schedule import Op, Policy, policy_to_schedule, schedule_to_json
-from .simulate import simulate, store_all_time_ms
+from .schedule import Op, Policy, policy_to_schedule, schedule_to_json, segments_policy
+from .simulate import simulate, store_all_schedule, store_all_time_ms
 from .units import format_bytes, parse_bytes
 
-# Default number of memory buckets when the caller leaves the bucket to us.
-DEFAULT_BUCKETS = {"cpu": 1024, "cuda": 8192}
-# Fraction of available host memory the CPU table may take.
-HOST_MEMORY_FRACTION = 0.6
+BACKENDS = ("auto", "cpu", "cuda", "exact")
+# "auto" solves chains of at most this many stages with the exact, bucket-free DP: the true optimum
+# in tens of milliseconds there (bench/results/exact_speed.md: 21 and 25 stages in 0.03-0.04 s).
+EXACT_AUTO_STAGES = 32
 # Above this many candidate evaluations a CPU solve shows a progress bar (on a terminal).
 PROGRESS_THRESHOLD = 2e9
 
@@ -39,7 +62,13 @@ class Curve:
 
 @dataclass
 class Plan:
-    """The result of :func:`solve`. Times in ms, sizes in bytes, ``solve_seconds`` wall-clock seconds."""
+    """The result of :func:`solve`. Times in ms, sizes in bytes, ``solve_seconds`` wall-clock seconds.
+
+    ``timings``: seconds per phase of the solve (``"dp"`` table fill, ``"recover"`` policy
+    recovery, ``"setup"`` backend/bucket/problem, ``"schedule"`` schedules and exact checks,
+    ``"minimum"`` when the minimum budget was computed, backend-specific keys). ``notes``: what
+    decided the plan and anything the user should know.
+    """
 
     feasible: bool
     predicted_time_ms: float
@@ -52,10 +81,21 @@ class Plan:
     curve: Curve
     schedule: list[Op]
     policy: Policy | None = None
-    min_feasible_bytes: int = 0
     store_all_time_ms: float = 0.0
     bytes_per_state: int = BYTES_PER_STATE
     notes: list[str] = field(default_factory=list)
+    timings: dict = field(default_factory=dict)
+    chain: Chain | None = field(default=None, repr=False, compare=False)
+    known_min_bytes: int | None = field(default=None, repr=False)
+
+    @property
+    def min_feasible_bytes(self) -> int:
+        """The exact least budget of the chain (bytes), computed on first use when the solve did not."""
+        if self.known_min_bytes is None:
+            if self.chain is None:
+                raise ValueError("this plan has no chain to compute its minimum feasible budget from")
+            self.known_min_bytes = min_feasible_bytes(self.chain)
+        return self.known_min_bytes
 
     @property
     def overhead(self) -> float:
@@ -66,12 +106,15 @@ class Plan:
         """A few human-readable lines."""
         if not self.feasible:
             return (f"infeasible at budget {format_bytes(self.budget_bytes)} "
-                    f"(minimum {format_bytes(self.min_feasible_bytes)})")
-        return (f"budget {format_bytes(self.budget_bytes)}, bucket {format_bytes(self.bucket_bytes)} "
-                f"({self.buckets} buckets), backend {self.backend}, solved in {self.solve_seconds * 1e3:.1f} ms\n"
-                f"predicted step {self.predicted_time_ms:.2f} ms (+{100 * self.overhead:.1f} % over store-all "
-                f"{self.store_all_time_ms:.2f} ms), peak {format_bytes(self.predicted_peak_bytes)}, "
-                f"{len(self.schedule)} ops")
+                    f"(minimum {exact_bytes(self.min_feasible_bytes)})")
+        grain = ("exact bytes (no buckets)" if self.backend == "exact" else
+                 f"bucket {format_bytes(self.bucket_bytes)} ({self.buckets} buckets)")
+        lines = [f"budget {format_bytes(self.budget_bytes)}, {grain}, backend {self.backend}, "
+                 f"solved in {self.solve_seconds * 1e3:.1f} ms",
+                 f"predicted step {self.predicted_time_ms:.2f} ms (+{100 * self.overhead:.1f} % over store-all "
+                 f"{self.store_all_time_ms:.2f} ms), peak {format_bytes(self.predicted_peak_bytes)}, "
+                 f"{len(self.schedule)} ops"]
+        return "\n".join(lines + [f"note: {n}" for n in self.notes])
 
     def to_dict(self) -> dict:
         """JSON-ready dict (the CLI's ``solve --json``)."""
@@ -79,7 +122,8 @@ class Plan:
         return {"feasible": self.feasible, "predicted_time_ms": self.predicted_time_ms,
                 "predicted_peak_bytes": self.predicted_peak_bytes, "budget_bytes": self.budget_bytes,
                 "bucket_bytes": self.bucket_bytes, "buckets": self.buckets, "backend": self.backend,
-                "solve_seconds": self.solve_seconds, "min_feasible_bytes": self.min_feasible_bytes,
+                "solve_seconds": self.solve_seconds, "timings": dict(self.timings),
+                "min_feasible_bytes": self.min_feasible_bytes,
                 "store_all_time_ms": self.store_all_time_ms, "overhead": self.overhead,
                 "bytes_per_state": self.bytes_per_state, "notes": self.notes,
                 "curve": {"budget_bytes": [int(b) for b in self.curve.budget_bytes[finite]],
@@ -92,54 +136,227 @@ def solve(chain: Chain, budget, bucket=None, backend: str = "auto", strict: bool
     """Optimal checkpointing plan for ``chain`` within ``budget`` bytes (int or e.g. ``"6GiB"``).
 
     ``bucket`` is the memory granularity in bytes (default: the budget over 1024 buckets on the
-    CPU, 8192 on CUDA). Sizes are rounded up to buckets and the budget down, so the plan never
-    exceeds the budget. ``backend`` is ``"cpu"``, ``"cuda"`` or ``"auto"`` (CUDA when CuPy sees a
-    device, else the CPU with a :class:`FallbackWarning`). With ``strict`` an infeasible budget
-    raises :class:`InfeasibleBudgetError` naming the minimum; otherwise the plan has
-    ``feasible=False``. The budget counts everything but the chain's input a_0.
+    CPU, 8192 on CUDA; see :mod:`gpusolve.dp.buckets`). Sizes are rounded up to buckets and the
+    budget down, and every plan is re-simulated in exact bytes, so the plan never exceeds the
+    budget; exact-byte candidates make sure rounding never costs (Note [Exact candidates]).
+    ``backend`` is ``"cpu"``, ``"cuda"``, ``"exact"`` (bucket-free Pareto-front DP, CPU: the true
+    optimum; cheap up to ~70 stages) or ``"auto"`` (exact for chains of at most
+    :data:`EXACT_AUTO_STAGES` stages when no bucket is given, else CUDA when CuPy sees a device, else
+    the CPU with a :class:`FallbackWarning`). With ``strict`` an infeasible budget raises
+    :class:`InfeasibleBudgetError` naming the minimum; otherwise the plan has ``feasible=False``.
+    The budget counts everything but the chain's input a_0.
     """
     started = time.perf_counter()
+    timings: dict = {}
     if not isinstance(chain, Chain):
         raise TypeError(f"solve() needs a gpusolve.Chain, got {type(chain).__name__}")
     budget_bytes = parse_bytes(budget, "budget")
     notes: list[str] = []
-    name, runner = _pick_backend(backend, notes)
-    min_bytes = min_feasible_bytes(chain)
-    if budget_bytes < min_bytes:
-        message = _below_minimum(budget_bytes, min_bytes)
-        if strict:
-            raise InfeasibleBudgetError(message, min_bytes)
-        return _infeasible_plan(chain, budget_bytes, bucket, name, started, min_bytes, notes + [message])
-    bucket_bytes = _bucket(budget_bytes, bucket, name)
-    if name == "cuda":  # the device table must fit: coarsen our default bucket (noted), or fail for the user's
-        from .dp import cuda
-        bucket_bytes = cuda.fit_bucket(budget_bytes, bucket_bytes, chain.n, bucket is not None, notes)
+    if backend == "exact" or (backend == "auto" and bucket is None and chain.n <= EXACT_AUTO_STAGES):
+        if backend == "auto":
+            notes.append(f"exact DP (no buckets): the chain has {chain.n} <= {EXACT_AUTO_STAGES} stages, where the "
+                         f"exact optimum is cheap")
+        return _solve_exact(chain, budget_bytes, bucket, strict, progress, started, timings, notes)
+    name, filler = _pick_backend(backend, notes)
+    if budget_bytes < 1:
+        return _infeasible(chain, budget_bytes, bucket, name, started, timings, notes, strict)
+    try:
+        bucket_bytes = choose_bucket(budget_bytes, chain.n, name, bucket, notes)
+    except ValueError:  # a bucket above the budget: first say if the budget itself is too small
+        if budget_bytes < min_feasible_bytes(chain):
+            return _infeasible(chain, budget_bytes, bucket, name, started, timings, notes, strict)
+        raise
     buckets = budget_bytes // bucket_bytes
-    problem = Problem.build(chain, bucket_bytes, buckets)
-    if name == "cpu":
-        _check_host_memory(problem, budget_bytes)
-    work = problem.pairs * max(problem.n, 1) / 3 * (buckets + 1)
+    slack = slack_buckets(chain.n, buckets) if bucket is None else 0
+    problem = Problem.build(chain, bucket_bytes, buckets + slack)
+    timings["setup"] = time.perf_counter() - started
+    work = problem.pairs * max(problem.n, 1) / 3 * (buckets + slack + 1)
     show = progress if progress is not None else (sys.stderr.isatty() and work > PROGRESS_THRESHOLD)
-    curve_row, policy = _run_with_progress(runner, problem, buckets, show)
-    curve = Curve(np.arange(buckets + 1, dtype=np.int64) * bucket_bytes, curve_row.astype(np.float64))
-    if policy is None:
-        finite = np.flatnonzero(np.isfinite(curve_row))
-        at_bucket = f"{format_bytes(curve.budget_bytes[finite[0]])}" if len(finite) else "beyond this budget"
-        message = (f"no plan fits {format_bytes(budget_bytes)} at bucket {format_bytes(bucket_bytes)}: rounding sizes "
-                   f"up to buckets costs too much (exact minimum {format_bytes(min_bytes)}, at this bucket "
-                   f"{at_bucket}); use a finer bucket or a larger budget")
-        if strict:
-            raise InfeasibleBudgetError(message, min_bytes)
-        return _infeasible_plan(chain, budget_bytes, bucket_bytes, name, started, min_bytes, notes + [message])
-    schedule = policy_to_schedule(policy, 0, chain.n)
+    table = _fill_with_progress(filler, problem, show, timings)
+    full_curve = np.asarray(table.curve, dtype=np.float64)
+    curve = Curve(np.arange(buckets + 1, dtype=np.int64) * bucket_bytes, full_curve[:buckets + 1].copy())
+
+    best = None  # (time, peak, policy or None for store-all, note)
+    clock, recovering = time.perf_counter(), timings.get("recover", 0.0)
+    act, tape = chain.padded()["act_bytes"], chain.padded()["tape_bytes"]
+    policy = table.policy(buckets)
+    if policy is not None:
+        best = (full_curve[buckets], None, policy, None)
+    # Note [Exact candidates] (2): better plateaus of the slack band, in exact bytes.
+    tried = misses = 0
+    for m in _plateau_starts(full_curve, buckets, buckets + slack):
+        if best is not None and full_curve[m] >= best[0]:
+            continue
+        if tried >= SLACK_TRIES or misses >= SLACK_MISSES:
+            break
+        tried += 1
+        candidate = table.policy(m)
+        peak = policy_peak_bytes(problem, act, tape, candidate)
+        if peak <= budget_bytes:
+            misses = 0
+            note = (f"the optimum at {m - buckets} bucket(s) past the budget fits it in exact bytes (peak {peak} B): "
+                    f"bucket rounding had hidden it")
+            best = (full_curve[m], peak, candidate, note)
+        else:
+            misses += 1
+    # Note [Exact candidates] (3): the segment policies users have (checkpoint_sequential, Chen's greedy).
+    segment = _fastest_segment_policy(chain, problem, budget_bytes, best[0] if best is not None else np.inf)
+    timings["candidates"] = time.perf_counter() - clock - (timings.get("recover", 0.0) - recovering)
+
+    clock = time.perf_counter()
+    if segment is not None:
+        seg_time, seg_peak, cuts, origin = segment
+        note = (f"{origin} with checkpoints at {list(cuts)} fits the budget in exact bytes (peak {seg_peak} B) and is "
+                f"faster than the optimum at this bucket (rounding); the plan is that policy")
+        best = (seg_time, seg_peak, segments_policy(list(cuts), chain.n), note)
+    if best is not None:
+        schedule = policy_to_schedule(best[2], 0, chain.n)
+        sim = simulate(chain, schedule)
+        if sim.peak_bytes > budget_bytes:  # an invariant of the bucket rounding; never silent
+            raise AssertionError(f"internal error: plan peak {sim.peak_bytes} B exceeds budget {budget_bytes} B")
+        if best[3]:
+            notes.append(best[3])
+        best = (sim.time_ms, sim.peak_bytes, schedule, best[2])
+    # Note [Exact candidates] (4): plain autograd, when it fits in exact bytes.
+    schedule = store_all_schedule(chain)
     sim = simulate(chain, schedule)
-    if sim.peak_bytes > budget_bytes:  # an invariant of the bucket rounding; never silent
-        raise AssertionError(f"internal error: plan peak {sim.peak_bytes} B exceeds budget {budget_bytes} B")
-    return Plan(feasible=True, predicted_time_ms=sim.time_ms, predicted_peak_bytes=sim.peak_bytes,
+    if sim.peak_bytes <= budget_bytes and (best is None or sim.time_ms <= best[0]):
+        if best is not None and sim.time_ms < best[0]:
+            notes.append(f"store-all fits the budget in exact bytes (peak {sim.peak_bytes} B) and is faster than the "
+                         f"optimum at this bucket ({best[0]:.4f} ms, rounding); the plan is store-all")
+        elif best is None:
+            notes.append(f"store-all fits the budget in exact bytes (peak {sim.peak_bytes} B); the plan is store-all")
+        best = (sim.time_ms, sim.peak_bytes, schedule, None)
+    timings["schedule"] = time.perf_counter() - clock
+    known_min = None
+    if best is None:
+        clock = time.perf_counter()
+        known_min = min_feasible_bytes(chain)
+        timings["minimum"] = time.perf_counter() - clock
+        if budget_bytes < known_min:
+            return _infeasible(chain, budget_bytes, bucket_bytes, name, started, timings, notes, strict, known_min)
+        # Note [Exact candidates] (5): the budget is feasible, the bucket rounding is not.
+        clock = time.perf_counter()
+        fallback = min_peak_policy(chain)
+        schedule = policy_to_schedule(fallback, 0, chain.n)
+        sim = simulate(chain, schedule)
+        if sim.peak_bytes != known_min:
+            raise AssertionError(f"internal error: least-peak policy peaks at {sim.peak_bytes} B, not {known_min} B")
+        finite = np.flatnonzero(np.isfinite(full_curve))
+        at_bucket = exact_bytes(int(finite[0]) * bucket_bytes) if len(finite) else "above this budget"
+        notes.append(f"at bucket {format_bytes(bucket_bytes)} the rounded sizes fit no plan (the table's least "
+                     f"budget is {at_bucket}); the plan is the least-peak policy (peak {exact_bytes(known_min)}); "
+                     f"a finer bucket may find a faster one")
+        best = (sim.time_ms, sim.peak_bytes, schedule, fallback)
+        timings["schedule"] += time.perf_counter() - clock
+    time_ms, peak, schedule, policy = best
+    return Plan(feasible=True, predicted_time_ms=time_ms, predicted_peak_bytes=peak,
                 budget_bytes=budget_bytes, bucket_bytes=bucket_bytes, buckets=buckets, backend=name,
                 solve_seconds=time.perf_counter() - started, curve=curve, schedule=schedule, policy=policy,
-                min_feasible_bytes=min_bytes, store_all_time_ms=store_all_time_ms(chain),
-                bytes_per_state=_bytes_per_state(name, problem), notes=notes)
+                store_all_time_ms=store_all_time_ms(chain), bytes_per_state=_bytes_per_state(name, problem),
+                notes=notes, timings=timings, chain=chain, known_min_bytes=known_min)
+
+
+# The slack band (Note [Exact candidates]): at most this many recovered candidates, and the search
+# stops after this many that do not fit in a row.
+SLACK_TRIES = 8
+SLACK_MISSES = 3
+
+
+def _fastest_segment_policy(chain: Chain, problem: Problem, budget_bytes: int, better_than: float):
+    """(time, peak, cuts, origin) of the fastest segment policy of ``checkpoint_sequential`` (every
+    segment count) or Chen's greedy (every threshold) that fits ``budget_bytes`` in exact bytes and
+    beats ``better_than`` ms, or None. A segment policy's time depends only on its last cut, so the
+    candidates are checked fastest first and the first that fits is the answer."""
+    from .baselines import chen_segmentations, sequential_boundaries
+    n = chain.n
+    prefix = problem.fwd_prefix
+    base = store_all_time_ms(chain)
+    candidates = {}
+    for k in range(2, n + 1):
+        candidates.setdefault(tuple(sequential_boundaries(n, k)), "checkpoint_sequential")
+    for cuts in chen_segmentations(chain):
+        candidates.setdefault(cuts, "Chen's greedy")
+    order = sorted((base + float(prefix[cuts[-1]] - prefix[0]), cuts) for cuts in candidates if cuts)
+    evaluator = None
+    for seg_time, cuts in order:
+        if seg_time >= better_than - 1e-9:
+            return None
+        if evaluator is None:
+            evaluator = SegmentEvaluator(chain, problem)
+        _, peak = evaluator.evaluate(cuts)
+        if peak <= budget_bytes:
+            return seg_time, peak, cuts, candidates[cuts]
+    return None
+
+
+def slack_buckets(n: int, buckets: int) -> int:
+    """Columns past the budget filled for exact-byte candidates: a plan holds at most about N + 2
+    rounded tensors at once, so no plan more than that many buckets over can fit; capped at an
+    eighth of the table (the band's cost)."""
+    return int(min(n + 2, -(-buckets // 8)))
+
+
+def _plateau_starts(curve: np.ndarray, lo: int, hi: int):
+    """Columns m in (lo, hi] where the curve drops (the first column of each plateau), ascending."""
+    for m in range(lo + 1, min(hi, len(curve) - 1) + 1):
+        if np.isfinite(curve[m]) and curve[m] < curve[m - 1]:
+            yield m
+
+
+def release_device_memory() -> None:
+    """Free what the CUDA solver keeps on the device between solves (its table workspace and CuPy's
+    pooled blocks). The executor calls it after planning, so that training gets the memory back."""
+    cuda = sys.modules.get("gpusolve.dp.cuda")  # never imported: nothing was allocated
+    if cuda is not None:
+        cuda.release()
+
+
+def _solve_exact(chain: Chain, budget_bytes: int, bucket, strict: bool, progress, started: float, timings: dict,
+                 notes: list[str]) -> Plan:
+    """The exact, bucket-free DP (:mod:`gpusolve.dp.exact`): the true optimum at the budget. Its curve
+    holds the exact budgets at which the optimal time drops (and the budget itself)."""
+    from .dp import exact
+    if bucket is not None:
+        raise ValueError("the exact backend has no buckets: leave bucket=None (or use backend='cpu'/'cuda')")
+    timings["setup"] = time.perf_counter() - started
+    clock = time.perf_counter()
+    pairs = chain.n * (chain.n + 1) // 2
+    show = progress if progress is not None else (sys.stderr.isatty() and chain.n > 60)
+    if show:
+        from tqdm import tqdm
+        with tqdm(total=pairs, unit="pair", desc="solving (exact)", leave=False) as bar:
+            (peaks, times), policy = exact.run(chain, budget_bytes, progress=bar.update)
+    else:
+        (peaks, times), policy = exact.run(chain, budget_bytes)
+    timings["dp"] = time.perf_counter() - clock
+    if policy is None:
+        return _infeasible(chain, budget_bytes, 1, "exact", started, timings, notes, strict,
+                           int(peaks[0]) if len(peaks) else None)
+    clock = time.perf_counter()
+    schedule = policy_to_schedule(policy, 0, chain.n)
+    sim = simulate(chain, schedule)
+    if sim.peak_bytes > budget_bytes:
+        raise AssertionError(f"internal error: exact plan peak {sim.peak_bytes} B exceeds budget {budget_bytes} B")
+    timings["schedule"] = time.perf_counter() - clock
+    curve = Curve(np.append(np.asarray(peaks, dtype=np.int64), budget_bytes),
+                  np.append(np.asarray(times, dtype=np.float64), times[-1]))
+    return Plan(feasible=True, predicted_time_ms=sim.time_ms, predicted_peak_bytes=sim.peak_bytes,
+                budget_bytes=budget_bytes, bucket_bytes=1, buckets=0, backend="exact",
+                solve_seconds=time.perf_counter() - started, curve=curve, schedule=schedule, policy=policy,
+                store_all_time_ms=store_all_time_ms(chain), bytes_per_state=0, notes=notes, timings=timings,
+                chain=chain, known_min_bytes=int(peaks[0]))
+
+
+def exact_bytes(num_bytes: int) -> str:
+    """A size with enough digits to tell two budgets apart: ``2.3987 GiB (2575560704 B)``."""
+    value = float(num_bytes)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024 or unit == "GiB":
+            break
+        value /= 1024
+    text = f"{int(num_bytes)} B" if unit == "B" else f"{value:.4f} {unit} ({int(num_bytes)} B)"
+    return text
 
 
 def _bytes_per_state(backend: str, problem: Problem) -> int:
@@ -150,13 +367,21 @@ def _bytes_per_state(backend: str, problem: Problem) -> int:
     return BYTES_PER_STATE
 
 
-def _infeasible_plan(chain, budget_bytes, bucket, backend, started, min_bytes, notes) -> Plan:
-    bucket_bytes = parse_bytes(bucket, "bucket") if bucket is not None else 0
+def _infeasible(chain, budget_bytes, bucket_bytes, backend, started, timings, notes, strict, min_bytes=None) -> Plan:
+    """Below the exact minimum: raise (``strict``) or a plan with ``feasible=False``."""
+    if min_bytes is None:
+        clock = time.perf_counter()
+        min_bytes = min_feasible_bytes(chain)
+        timings["minimum"] = time.perf_counter() - clock
+    message = below_minimum(budget_bytes, min_bytes)
+    if strict:
+        raise InfeasibleBudgetError(message, min_bytes)
     return Plan(feasible=False, predicted_time_ms=float("inf"), predicted_peak_bytes=0, budget_bytes=budget_bytes,
-                bucket_bytes=bucket_bytes, buckets=0, backend=backend,
-                solve_seconds=time.perf_counter() - started,
+                bucket_bytes=int(bucket_bytes or 0) if not isinstance(bucket_bytes, str) else 0, buckets=0,
+                backend=backend, solve_seconds=time.perf_counter() - started,
                 curve=Curve(np.zeros(0, dtype=np.int64), np.zeros(0)), schedule=[],
-                min_feasible_bytes=min_bytes, store_all_time_ms=store_all_time_ms(chain), notes=notes)
+                store_all_time_ms=store_all_time_ms(chain), notes=notes + [message], timings=timings, chain=chain,
+                known_min_bytes=min_bytes)
 
 
 def check_budget(chain: Chain, budget, bucket=None) -> int:
@@ -166,78 +391,42 @@ def check_budget(chain: Chain, budget, bucket=None) -> int:
     budget_bytes = parse_bytes(budget, "budget")
     min_bytes = min_feasible_bytes(chain)
     if budget_bytes < min_bytes:
-        raise InfeasibleBudgetError(_below_minimum(budget_bytes, min_bytes), min_bytes)
+        raise InfeasibleBudgetError(below_minimum(budget_bytes, min_bytes), min_bytes)
     if bucket is not None:
-        _bucket(budget_bytes, bucket, "cpu")
+        check_user_bucket(budget_bytes, bucket)
     return min_bytes
 
 
-def _below_minimum(budget_bytes: int, min_bytes: int) -> str:
-    return (f"budget {format_bytes(budget_bytes)} ({budget_bytes} B) is below the minimum feasible budget "
-            f"{format_bytes(min_bytes)} ({min_bytes} B) for this chain; raise the budget")
-
-
-def _bucket(budget_bytes: int, bucket, backend: str) -> int:
-    if bucket is None:
-        return max(1, -(-budget_bytes // DEFAULT_BUCKETS[backend]))
-    bucket_bytes = parse_bytes(bucket, "bucket")
-    if bucket_bytes < 1:
-        raise ValueError("bucket must be at least 1 byte")
-    if bucket_bytes > budget_bytes:
-        raise ValueError(f"bucket {format_bytes(bucket_bytes)} is larger than the budget {format_bytes(budget_bytes)}; "
-                         f"use a bucket of at most the budget (for example budget / 1024)")
-    return bucket_bytes
+def below_minimum(budget_bytes: int, min_bytes: int) -> str:
+    """The one message for a budget below the exact minimum (enough digits to tell them apart)."""
+    return (f"budget {exact_bytes(budget_bytes)} is below the minimum feasible budget {exact_bytes(min_bytes)} "
+            f"for this chain; raise the budget to at least {min_bytes} B")
 
 
 def _pick_backend(backend: str, notes: list[str]):
+    """The one backend-selection rule: returns (name, fill) where ``fill(problem, progress, timings)``
+    fills the table and returns a handle with ``.curve`` and ``.policy(m)``."""
     from .dp import cpu
     if backend == "cpu":
-        return "cpu", cpu.run
+        return "cpu", cpu.fill
     if backend not in ("cuda", "auto"):
-        raise ValueError(f"backend {backend!r} is not one of 'auto', 'cpu', 'cuda'")
+        raise ValueError(f"backend {backend!r} is not one of {', '.join(repr(b) for b in BACKENDS)}")
     try:
         from .dp import cuda
         cuda.ensure_available()
-        return "cuda", cuda.run
+        return "cuda", cuda.fill
     except (ImportError, BackendUnavailableError) as err:
         if backend == "cuda":
             raise BackendUnavailableError(f"the CUDA backend cannot run: {err}") from None
         note = f"CUDA backend unavailable ({err}); solving on the CPU"
         warnings.warn(note, FallbackWarning, stacklevel=3)
         notes.append(note)
-        return "cpu", cpu.run
+        return "cpu", cpu.fill
 
 
-def _check_host_memory(problem: Problem, budget_bytes: int) -> None:
-    from .dp.cpu import host_bytes
-    need = host_bytes(problem)
-    available = _available_host_bytes()
-    if available and need > HOST_MEMORY_FRACTION * available:
-        per_column = need // (problem.buckets + 1)
-        fit = int(HOST_MEMORY_FRACTION * available // per_column) - 1
-        finest = -(-budget_bytes // max(fit, 1))
-        raise MemoryError(f"the CPU solver needs {format_bytes(need)} for {problem.pairs} pairs x "
-                          f"{problem.buckets + 1} buckets but {format_bytes(available)} is available; "
-                          f"use a bucket of at least {format_bytes(finest)} ({finest} B)")
-
-
-def _available_host_bytes() -> int:
-    try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return 0
-
-
-def _run_with_progress(runner, problem: Problem, m_top: int, show: bool):
+def _fill_with_progress(filler, problem: Problem, show: bool, timings: dict):
     if not show:
-        return runner(problem, m_top, None)
+        return filler(problem, None, timings)
     from tqdm import tqdm
     with tqdm(total=problem.pairs, unit="pair", desc="solving", leave=False) as bar:
-        return runner(problem, m_top, bar.update)
+        return filler(problem, bar.update, timings)

@@ -6,10 +6,18 @@
 //   ckpt(i, j, k, m)  = (sfn(i, k) + C(k, j, m - act_b[k])) + C(i, k, m)
 //   sfn(i, k)         = (float)(prefix[k] - prefix[i])                (double subtraction, then rounding)
 // each float addition is a separate round-to-nearest (__fadd_rn on the device, so nothing is
-// contracted; the host harness is built with -ffp-contract=off and SSE arithmetic).
+// contracted; the host harness is built with -ffp-contract=off and SSE arithmetic). Minimums are
+// exact (fminf on the device): no value is NaN or -0, so the order of minimums changes no bit.
+//
+// Bit-for-bit caveat: CuPy compiles with -ftz=true, so the device flushes subnormal floats (below
+// ~1.18e-38 ms) to zero where NumPy keeps them; the table equals gpusolve.dp.cpu's bit for bit as
+// long as no time or sum of times is subnormal, i.e. every nonzero stage time is above ~1e-38 ms.
 //
 // Table: one row of W = M + 1 floats per pair, rows ordered by diagonal d = j - i, then by i:
-//   row(i, j) = diag_offset(d) + i,  diag_offset(d) = (d - 1)(N + 1) - (d - 1) d / 2.
+//   row(i, j) = diag_offset(d) + i,  diag_offset(d) = (d - 1)(N + 1) - (d - 1) d / 2,
+// followed by one sentinel row (index N (N + 1) / 2) that holds +inf in every bucket and is never
+// written: staging points every sub-problem a candidate may not use at it, so the inner loops load
+// unconditionally and such candidates come out +inf, which no minimum keeps.
 //
 // Thresholds in buckets: thr_ckpt(i, j, k) = ceil((grad[j] + nograd_peak[i][k]) / B). The kernels
 // never divide 64-bit numbers per candidate: the host passes quotient and remainder of every size
@@ -30,17 +38,42 @@
 #endif
 #endif
 
-#define DP_INF (__int_as_float_compat(0x7f800000))
+// ------------------------------------------------------------------ launch geometry
+// gpusolve/dp/cuda.py (class Geometry) owns these values: it prepends them as #define lines to the
+// source it hands NVRTC, and the tests build the host harness with the same values as -D options.
+// The defaults below are the Geometry() defaults, for `nvcc --ptx` and a bare harness build.
+#ifndef DP_DIAG_THREADS
+#define DP_DIAG_THREADS 128   // dp_diag: threads per block
+#endif
+#ifndef DP_DIAG_MPT
+#define DP_DIAG_MPT 4         // dp_diag: buckets per thread
+#endif
+#ifndef DP_KTILE
+#define DP_KTILE 32           // dp_diag: k values staged per tile
+#endif
+#ifndef DP_BAND
+#define DP_BAND 8             // dp_bulk: diagonals per band, and the block's DP_BAND x DP_BAND pairs
+#endif
+#ifndef DP_BULK_THREADS
+#define DP_BULK_THREADS 128   // dp_bulk: threads per block (one bucket each)
+#endif
+#ifndef DP_BULK_KTILE
+#define DP_BULK_KTILE 8       // dp_bulk: k values staged per tile
+#endif
+#ifndef DP_REC_THREADS
+#define DP_REC_THREADS 256    // dp_recover: threads of its one block
+#endif
 
-// Threads per block and buckets per thread of the diagonal kernel; k values staged per tile.
-#define DP_DIAG_THREADS 128
-#define DP_DIAG_MPT 4
-#define DP_KTILE 32
-// Bulk (min-plus) kernel: a band of DP_BAND diagonals, DP_BAND x DP_BAND pairs per block,
-// one bucket per thread; k values staged per tile.
-#define DP_BAND 8
-#define DP_BULK_THREADS 128
-#define DP_BULK_KTILE 4
+static_assert(DP_DIAG_THREADS % 32 == 0 && DP_DIAG_THREADS <= 1024, "DP_DIAG_THREADS: a multiple of 32, <= 1024");
+static_assert(DP_DIAG_MPT >= 1, "DP_DIAG_MPT >= 1");
+static_assert(DP_KTILE >= 1 && DP_KTILE <= DP_DIAG_THREADS, "DP_KTILE in [1, DP_DIAG_THREADS]");
+static_assert(DP_BAND >= 1, "DP_BAND >= 1");
+static_assert(DP_BULK_THREADS % 32 == 0 && DP_BULK_THREADS <= 1024, "DP_BULK_THREADS: a multiple of 32, <= 1024");
+static_assert(DP_BULK_KTILE >= 1 && DP_BULK_KTILE <= DP_BULK_THREADS, "DP_BULK_KTILE in [1, DP_BULK_THREADS]");
+static_assert(DP_REC_THREADS % 32 == 0 && DP_REC_THREADS >= 32 && DP_REC_THREADS <= 1024,
+              "DP_REC_THREADS: a multiple of 32 in [32, 1024]");
+
+#define DP_INF (__int_as_float_compat(0x7f800000))
 #define DP_NEVER 0x7fffffff
 
 typedef long long dp_i64;
@@ -64,7 +97,22 @@ __host__ __device__ static inline float dp_fadd(float a, float b) {
 #endif
 }
 
-__host__ __device__ static inline float dp_fmin(float a, float b) { return b < a ? b : a; }
+__host__ __device__ static inline float dp_fmin(float a, float b) {
+#ifdef __CUDA_ARCH__
+    return fminf(a, b);
+#else
+    return b < a ? b : a;  // = fminf for the values met here (no NaN, no -0)
+#endif
+}
+
+// A table value: the read-only path on the device (rows read by a launch are never written by it).
+__host__ __device__ static inline float dp_load(const float* p) {
+#ifdef __CUDA_ARCH__
+    return __ldg(p);
+#else
+    return *p;
+#endif
+}
 
 // Read-only view of the instance (device or host pointers).
 struct DpArgs {
@@ -91,6 +139,17 @@ __host__ __device__ static inline dp_i64 dp_diag_offset(int n, int d) {
 
 __host__ __device__ static inline dp_i64 dp_row(int n, int i, int j) {
     return dp_diag_offset(n, j - i) + i;
+}
+
+// Row of the +inf sentinel: the one after the last pair.
+__host__ __device__ static inline dp_i64 dp_sentinel_row(int n) {
+    return (dp_i64)n * (n + 1) / 2;
+}
+
+// Start of row (i, j) when ``ok``, else of the sentinel row.
+__host__ __device__ static inline const float* dp_row_ptr(const DpArgs& a, const float* table, int i, int j, bool ok) {
+    const dp_i64 r = ok ? dp_row(a.n, i, j) : dp_sentinel_row(a.n);
+    return table + r * (dp_i64)a.width;
 }
 
 __host__ __device__ static inline float dp_sfn(const DpArgs& a, int i, int k) {
@@ -120,6 +179,18 @@ __host__ __device__ static inline float dp_ckpt_value(float sfn, float right, fl
     return dp_fadd(dp_fadd(sfn, right), left);
 }
 
+// The one statement of the tape candidate at (i, j, m); +inf where not allowed. Every kernel's
+// tape value comes from here (a second tape variant would change only this function).
+__host__ __device__ static inline float dp_tape_at(const DpArgs& a, const float* table, int i, int j, int m,
+                                                   int thr_tape) {
+    if (m < thr_tape) return DP_INF;
+    if (j == i + 1) return a.t_tape[i + 1];
+    if (!a.multi_tape) return DP_INF;
+    int mr = m - a.tape_b[i + 1];
+    mr = mr < 0 ? 0 : mr;
+    return dp_fadd(a.t_tape[i + 1], dp_load(dp_row_ptr(a, table, i + 1, j, true) + mr));
+}
+
 // Checkpoints whose contribution the bulk kernel of band start D computes for pair (i, j):
 // k in [j - D + 1, i + D - 1] (both sub-pairs on diagonals < D). Returns 0 when empty / no band.
 __host__ __device__ static inline int dp_bulk_range(int i, int j, int band_start, int* lo, int* hi) {
@@ -129,17 +200,21 @@ __host__ __device__ static inline int dp_bulk_range(int i, int j, int band_start
     return *lo <= *hi;
 }
 
-// ------------------------------------------------------------------ diagonal kernel pieces
-// Scalars of one checkpoint k for the block's pair (i, j), staged in shared memory.
+// ------------------------------------------------------------------ per-k scalars (dp_diag, dp_recover)
+// One checkpoint k of pair (i, j): the row bases of both sub-problems, hoisted out of the bucket loop.
 struct DpKStage {
+    const float* left;   // row (i, k)
+    const float* right;  // row (k, j)
     float sfn;
     int act_b;
     int thr;
     int k;
 };
 
-__host__ __device__ static inline DpKStage dp_stage_k(const DpArgs& a, int i, int j, int k) {
+__host__ __device__ static inline DpKStage dp_stage_k(const DpArgs& a, const float* table, int i, int j, int k) {
     DpKStage s;
+    s.left = dp_row_ptr(a, table, i, k, true);
+    s.right = dp_row_ptr(a, table, k, j, true);
     s.sfn = dp_sfn(a, i, k);
     s.act_b = a.act_b[k];
     s.thr = dp_thr_ckpt(a, i, j, k);
@@ -147,26 +222,11 @@ __host__ __device__ static inline DpKStage dp_stage_k(const DpArgs& a, int i, in
     return s;
 }
 
-// Candidate k at bucket m for pair (i, j) (the caller has checked m >= s.thr).
-__host__ __device__ static inline float dp_ckpt_at(const DpArgs& a, const float* table, const DpKStage& s,
-                                                   int i, int j, int m) {
-    const dp_i64 w = a.width;
+// Candidate k at bucket m (the caller has checked m >= s.thr, hence m - act_b >= 0).
+__host__ __device__ static inline float dp_ckpt_at(const DpKStage& s, int m) {
     int mr = m - s.act_b;
     mr = mr < 0 ? 0 : mr;  // never negative where allowed (thr >= act_b); guards the read
-    const float right = table[dp_row(a.n, s.k, j) * w + mr];
-    const float left = table[dp_row(a.n, i, s.k) * w + m];
-    return dp_ckpt_value(s.sfn, right, left);
-}
-
-// Tape candidate at (i, j, m); +inf where not allowed.
-__host__ __device__ static inline float dp_tape_at(const DpArgs& a, const float* table, int i, int j, int m,
-                                                   int thr_tape) {
-    if (m < thr_tape) return DP_INF;
-    if (j == i + 1) return a.t_tape[i + 1];
-    if (!a.multi_tape) return DP_INF;
-    int mr = m - a.tape_b[i + 1];
-    mr = mr < 0 ? 0 : mr;
-    return dp_fadd(a.t_tape[i + 1], table[dp_row(a.n, i + 1, j) * (dp_i64)a.width + mr]);
+    return dp_ckpt_value(s.sfn, dp_load(s.right + mr), dp_load(s.left + m));
 }
 
 // Segments of k the diagonal kernel evaluates for pair (i, j): all of (i, j) without a band, else
@@ -188,18 +248,28 @@ __host__ __device__ static inline int dp_edge_segments(int i, int j, int band_st
 // ------------------------------------------------------------------ bulk kernel pieces
 // Block (i0, band D, len L): pairs (i, j) = (i0 + p, i0 + p + D + q), p, q in [0, DP_BAND), q < L,
 // j <= N; right rows are indexed by c = p + q in [0, 2 DP_BAND - 1). Per staged k the block keeps
-// sfn per p, a threshold per (p, q) (DP_NEVER outside the pair's bulk range), the least of those
-// (threads below it skip k) and stop_thr: the least true threshold at k over pairs whose range is
-// not finished (0 while some pair has i >= k). Thresholds being nondecreasing in k, a block whose
-// largest bucket is below stop_thr has nothing left to do.
+// the row bases of the left sub-problems (i0 + p, k) and of the right ones (k, i0 + D + c), each
+// the sentinel row where the sub-pair is not final before the band (k - i >= D, j - k >= D) or does
+// not exist: a candidate (p, q, k) is then +inf exactly when k is outside the pair's bulk range.
+// Thresholds are kept only for pairs whose range holds k ("in range"); min_thr and max_thr are
+// their least and largest (threads below min_thr skip k; a tile whose max_thr is at most the
+// block's least bucket is evaluated without any threshold test), and stop_thr the least true
+// threshold at k over pairs whose range is not finished (0 while some pair has i >= k):
+// thresholds being nondecreasing in k, a block whose largest bucket is below stop_thr is done.
 struct DpBulkStage {
+    const float* left[DP_BAND];
+    const float* right[2 * DP_BAND];  // entry 2 DP_BAND - 1 unused
+    float sfn[DP_BAND];
+    int thr[DP_BAND][DP_BAND];        // 0 where the pair is not in range (its candidate is +inf)
     int k;
     int act_b;
     int min_thr;
+    int max_thr;
     int stop_thr;
-    float sfn[DP_BAND];
-    int thr[DP_BAND][DP_BAND];
 };
+
+// Entries of a stage's row bases: DP_BAND left then 2 DP_BAND - 1 right.
+#define DP_BULK_PTRS (3 * DP_BAND - 1)
 
 __host__ __device__ static inline int dp_bulk_pair_live(const DpArgs& a, int i0, int band_start, int band_len,
                                                         int p, int q) {
@@ -207,11 +277,12 @@ __host__ __device__ static inline int dp_bulk_pair_live(const DpArgs& a, int i0,
     return q < band_len && j <= a.n;
 }
 
-// Scalars of the stage that do not depend on (p, q); min_thr and stop_thr start at DP_NEVER.
+// Scalars of the stage that do not depend on (p, q); the reductions start empty.
 __host__ __device__ static inline void dp_bulk_stage_head(const DpArgs& a, int i0, int k, DpBulkStage* s) {
     s->k = k;
     s->act_b = (k <= a.n) ? a.act_b[k] : 0;
     s->min_thr = DP_NEVER;
+    s->max_thr = 0;
     s->stop_thr = DP_NEVER;
     for (int p = 0; p < DP_BAND; ++p) {
         const int i = i0 + p;
@@ -219,51 +290,79 @@ __host__ __device__ static inline void dp_bulk_stage_head(const DpArgs& a, int i
     }
 }
 
-// Threshold entry (p, q) at k; *stop receives the pair's contribution to stop_thr.
+// Row base e of the stage at k: left (i0 + e, k) for e < DP_BAND, else right (k, i0 + D + e - DP_BAND).
+__host__ __device__ static inline const float* dp_bulk_stage_ptr(const DpArgs& a, const float* table, int i0,
+                                                                 int band_start, int k, int e) {
+    if (e < DP_BAND) {
+        const int i = i0 + e;
+        return dp_row_ptr(a, table, i, k, k > i && k - i < band_start && k <= a.n);
+    }
+    const int j = i0 + band_start + (e - DP_BAND);
+    return dp_row_ptr(a, table, k, j, j > k && j - k < band_start && j <= a.n);
+}
+
+// Threshold entry (p, q) at k; *stop receives the pair's contribution to stop_thr, *in_range
+// whether the pair's bulk range holds k (then the entry counts in min_thr / max_thr).
 __host__ __device__ static inline int dp_bulk_thr_entry(const DpArgs& a, int i0, int band_start, int band_len,
-                                                        int k, int p, int q, int* stop) {
+                                                        int k, int p, int q, int* stop, int* in_range) {
     *stop = DP_NEVER;
-    if (!dp_bulk_pair_live(a, i0, band_start, band_len, p, q)) return DP_NEVER;
+    *in_range = 0;
+    if (!dp_bulk_pair_live(a, i0, band_start, band_len, p, q)) return 0;
     const int i = i0 + p;
     const int j = i + band_start + q;
     int lo, hi;
-    if (!dp_bulk_range(i, j, band_start, &lo, &hi) || k > hi) return DP_NEVER;
+    if (!dp_bulk_range(i, j, band_start, &lo, &hi) || k > hi) return 0;
     if (k <= i) {
         *stop = 0;
-        return DP_NEVER;
+        return 0;
     }
     const int t = dp_thr_ckpt(a, i, j, k);
     *stop = t;
-    if (k < lo || t >= a.width) return DP_NEVER;
+    if (k < lo) return 0;
+    *in_range = 1;
     return t;
 }
 
-// One thread, one bucket m, one staged k: update the DP_BAND x DP_BAND accumulators.
-__host__ __device__ static inline void dp_bulk_apply(const DpArgs& a, const float* table, const DpBulkStage& s,
-                                                     int i0, int band_start, int m, float acc[DP_BAND][DP_BAND]) {
-    if (m < s.min_thr) return;
-    const dp_i64 w = a.width;
+// Row p of the stage at k: thr[p][q] for every q, and the row's part of the stage's reductions
+// (*min_thr, *max_thr over in-range entries, DP_NEVER / 0 when none; *stop the least stop value).
+__host__ __device__ static inline void dp_bulk_thr_row(const DpArgs& a, int i0, int band_start, int band_len, int k,
+                                                       int p, DpBulkStage* s, int* min_thr, int* max_thr, int* stop) {
+    int lo_thr = DP_NEVER, hi_thr = 0, least_stop = DP_NEVER;
+#pragma unroll
+    for (int q = 0; q < DP_BAND; ++q) {
+        int st, in_range;
+        const int t = dp_bulk_thr_entry(a, i0, band_start, band_len, k, p, q, &st, &in_range);
+        s->thr[p][q] = t;
+        least_stop = st < least_stop ? st : least_stop;
+        if (in_range) {
+            lo_thr = t < lo_thr ? t : lo_thr;
+            hi_thr = t > hi_thr ? t : hi_thr;
+        }
+    }
+    *min_thr = lo_thr;
+    *max_thr = hi_thr;
+    *stop = least_stop;
+}
+
+// One thread, one bucket m (clamped to W - 1 for the loads), one staged k: all DP_BAND x DP_BAND
+// candidates from DP_BAND + 2 DP_BAND - 1 unconditional loads. kChecked tests each candidate's
+// threshold; without it every candidate counts (the block has checked that all thresholds pass).
+template <bool kChecked>
+__host__ __device__ static inline void dp_bulk_step(const DpBulkStage& s, int m, float acc[DP_BAND][DP_BAND]) {
     int mr = m - s.act_b;
     mr = mr < 0 ? 0 : mr;
     float left[DP_BAND];
     float right[2 * DP_BAND - 1];
 #pragma unroll
-    for (int p = 0; p < DP_BAND; ++p) {
-        const int i = i0 + p;
-        left[p] = (s.k > i && s.k <= a.n) ? table[dp_row(a.n, i, s.k) * w + m] : DP_INF;
-    }
+    for (int p = 0; p < DP_BAND; ++p) left[p] = dp_load(s.left[p] + m);
 #pragma unroll
-    for (int c = 0; c < 2 * DP_BAND - 1; ++c) {
-        const int j = i0 + band_start + c;
-        right[c] = (j > s.k && j <= a.n) ? table[dp_row(a.n, s.k, j) * w + mr] : DP_INF;
-    }
+    for (int c = 0; c < 2 * DP_BAND - 1; ++c) right[c] = dp_load(s.right[c] + mr);
 #pragma unroll
     for (int p = 0; p < DP_BAND; ++p) {
 #pragma unroll
         for (int q = 0; q < DP_BAND; ++q) {
-            if (m >= s.thr[p][q]) {
-                acc[p][q] = dp_fmin(acc[p][q], dp_ckpt_value(s.sfn[p], right[p + q], left[p]));
-            }
+            const float v = dp_ckpt_value(s.sfn[p], right[p + q], left[p]);
+            if (!kChecked || m >= s.thr[p][q]) acc[p][q] = dp_fmin(acc[p][q], v);
         }
     }
 }
@@ -281,7 +380,7 @@ __host__ __device__ static inline float dp_diag_init(const DpArgs& a, const floa
                                                      int band_start, int thr_tape) {
     int lo, hi;
     float best = DP_INF;
-    if (dp_bulk_range(i, j, band_start, &lo, &hi)) best = table[dp_row(a.n, i, j) * (dp_i64)a.width + m];
+    if (dp_bulk_range(i, j, band_start, &lo, &hi)) best = dp_row_ptr(a, table, i, j, true)[m];
     return dp_fmin(best, dp_tape_at(a, table, i, j, m, thr_tape));
 }
 
@@ -290,73 +389,103 @@ __host__ __device__ static inline int dp_diag_m(int bx, int t, int r) {
     return bx * (DP_DIAG_THREADS * DP_DIAG_MPT) + t + r * DP_DIAG_THREADS;
 }
 
-// One staged k for one thread's buckets (ascending in r): stops at the first bucket below thr.
-__host__ __device__ static inline void dp_diag_apply(const DpArgs& a, const float* table, const DpKStage& s,
-                                                     int i, int j, int bx, int t, float best[DP_DIAG_MPT]) {
+// One staged k for one thread's buckets m[r] (loads at mload[r] = min(m[r], W - 1)): every load
+// of the k is issued before any minimum; a bucket below the threshold keeps its value.
+__host__ __device__ static inline void dp_diag_apply(const DpKStage& s, const int m[DP_DIAG_MPT],
+                                                     const int mload[DP_DIAG_MPT], float best[DP_DIAG_MPT]) {
+    float left[DP_DIAG_MPT], right[DP_DIAG_MPT];
 #pragma unroll
-    for (int r = DP_DIAG_MPT - 1; r >= 0; --r) {
-        const int m = dp_diag_m(bx, t, r);
-        if (m < s.thr) break;
-        if (m < a.width) best[r] = dp_fmin(best[r], dp_ckpt_at(a, table, s, i, j, m));
+    for (int r = 0; r < DP_DIAG_MPT; ++r) {
+        int mr = mload[r] - s.act_b;
+        mr = mr < 0 ? 0 : mr;
+        left[r] = dp_load(s.left + mload[r]);
+        right[r] = dp_load(s.right + mr);
+    }
+#pragma unroll
+    for (int r = 0; r < DP_DIAG_MPT; ++r) {
+        const float v = dp_ckpt_value(s.sfn, right[r], left[r]);
+        if (m[r] >= s.thr) best[r] = dp_fmin(best[r], v);
     }
 }
 
 // ------------------------------------------------------------------ recovery
-// recover.choose at (i, j, m): 0 for Tape, k for checkpoint k, -1 if infeasible. Same candidate
-// values and tie-break (Tape wins ties, then the smallest k).
-__host__ __device__ static inline int dp_choose(const DpArgs& a, const float* table, int i, int j, int m) {
-    const int tt = dp_thr_tape(a, i, j);
-    if (j == i + 1) return m >= tt ? 0 : -1;
-    float best_k = DP_INF;
-    int arg = -1;
-    for (int k = i + 1; k < j; ++k) {
-        if (m < dp_thr_ckpt(a, i, j, k)) continue;
-        DpKStage s = dp_stage_k(a, i, j, k);
-        const float v = dp_ckpt_at(a, table, s, i, j, m);
-        if (arg < 0 || v < best_k) {
-            best_k = v;
-            arg = k;
+// dp_recover runs one block that visits the states of the optimal policy one after another, in
+// recover.recover_policy's order; at each state every thread evaluates its share of the k, the
+// block reduces them, and thread 0 decides with recover.choose's tie-break (Tape wins ties, then
+// the smallest k) and moves to the next state.
+
+// Lexicographic (value, k) order: the least value, then the smallest k.
+__host__ __device__ static inline bool dp_rec_less(float v1, int k1, float v2, int k2) {
+    return v1 < v2 || (v1 == v2 && k1 < k2);
+}
+
+// Thread t's best allowed checkpoint at (i, j, m): k = i + 1 + t, i + 1 + t + T, ... (< j), as
+// (value, k); (+inf, DP_NEVER) when it has none with a finite value. Allowed k are a prefix.
+__host__ __device__ static inline void dp_rec_thread(const DpArgs& a, const float* table, int i, int j, int m,
+                                                     int t, float* value, int* arg) {
+    float best = DP_INF;
+    int best_k = DP_NEVER;
+    for (int k = i + 1 + t; k < j; k += DP_REC_THREADS) {
+        if (m < dp_thr_ckpt(a, i, j, k)) break;
+        const float v = dp_ckpt_at(dp_stage_k(a, table, i, j, k), m);
+        if (v < best) {  // k increases: ties keep the smaller k
+            best = v;
+            best_k = k;
         }
     }
-    float best_t = DP_INF;
-    const int tape_ok = a.multi_tape && m >= tt;
-    if (tape_ok) best_t = dp_tape_at(a, table, i, j, m, tt);
+    *value = best;
+    *arg = best_k;
+}
+
+// The tape side of recover.choose at (i, j, m): *allowed whether m reaches the tape threshold,
+// and the tape candidate where Tape may be chosen (+inf otherwise). Thread 0 evaluates it before
+// its share of the k, so that its loads overlap the block's.
+__host__ __device__ static inline float dp_rec_tape(const DpArgs& a, const float* table, int i, int j, int m,
+                                                    int* allowed) {
+    const int tt = dp_thr_tape(a, i, j);
+    *allowed = m >= tt;
+    if (j == i + 1) return DP_INF;  // not compared: the only choice
+    return (a.multi_tape && m >= tt) ? dp_tape_at(a, table, i, j, m, tt) : DP_INF;
+}
+
+// recover.choose at (i, j, m) from dp_rec_tape's (allowed, best_t) and the block's least
+// checkpoint (best_k, arg): 0 for Tape, k for checkpoint k, -1 if the state is infeasible.
+__host__ __device__ static inline int dp_rec_decide(int i, int j, int tape_allowed, float best_t, float best_k,
+                                                    int arg) {
+    if (j == i + 1) return tape_allowed ? 0 : -1;
     const float best = best_t < best_k ? best_t : best_k;
     if (!(best < DP_INF)) return -1;
     if (best_t <= best_k) return 0;
     return arg;
 }
 
-// Walk the optimal policy from (0, N, m_top) with an explicit stack, in the visiting order of
-// recover.recover_policy; writes (i, j, m, k) quads to out, returns their count (-1: infeasible
-// state met, -2: buffers too small). stack holds 3 ints per entry.
-__host__ __device__ static inline int dp_recover(const DpArgs& a, const float* table, int m_top, int* out,
-                                                 int max_nodes, int* stack, int max_stack) {
-    int sp = 0;
-    int count = 0;
-    stack[0] = 0; stack[1] = a.n; stack[2] = m_top;
-    sp = 1;
-    while (sp > 0) {
-        --sp;
-        const int i = stack[3 * sp], j = stack[3 * sp + 1], m = stack[3 * sp + 2];
-        const int k = dp_choose(a, table, i, j, m);
-        if (k < 0) return -1;
-        if (count >= max_nodes) return -2;
-        out[4 * count] = i; out[4 * count + 1] = j; out[4 * count + 2] = m; out[4 * count + 3] = k;
-        ++count;
-        if (k == 0) {
-            if (j > i + 1) {
-                if (sp >= max_stack) return -2;
-                stack[3 * sp] = i + 1; stack[3 * sp + 1] = j; stack[3 * sp + 2] = m - a.tape_b[i + 1];
-                ++sp;
-            }
-        } else {
-            if (sp + 2 > max_stack) return -2;
-            stack[3 * sp] = k; stack[3 * sp + 1] = j; stack[3 * sp + 2] = m - a.act_b[k];
-            ++sp;
-            stack[3 * sp] = i; stack[3 * sp + 1] = k; stack[3 * sp + 2] = m;
-            ++sp;
-        }
+// Record choice k at (i, j, m) as quad out[count] and move on, in recover_policy's order: its
+// left child next (Tape: (i+1, j); checkpoint: (i, k), with (k, j) pushed for later), else the
+// top of the stack. Returns 1 with next[] = the next state, 0 when done, -1 for an infeasible
+// state, -2 when the buffers are too small. The stack holds 3 ints per entry.
+__host__ __device__ static inline int dp_rec_advance(const DpArgs& a, int i, int j, int m, int k, int* out,
+                                                     int* count, int max_nodes, int* stack, int* sp, int max_stack,
+                                                     int next[3]) {
+    if (k < 0) return -1;
+    if (*count >= max_nodes) return -2;
+    int* q = out + 4 * (*count);
+    q[0] = i; q[1] = j; q[2] = m; q[3] = k;
+    ++*count;
+    if (k == 0 && j > i + 1) {
+        next[0] = i + 1; next[1] = j; next[2] = m - a.tape_b[i + 1];
+        return 1;
     }
-    return count;
+    if (k > 0) {
+        if (*sp >= max_stack) return -2;
+        int* e = stack + 3 * (*sp);
+        e[0] = k; e[1] = j; e[2] = m - a.act_b[k];
+        ++*sp;
+        next[0] = i; next[1] = k; next[2] = m;
+        return 1;
+    }
+    if (*sp == 0) return 0;
+    --*sp;
+    const int* e = stack + 3 * (*sp);
+    next[0] = e[0]; next[1] = e[1]; next[2] = e[2];
+    return 1;
 }

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from conftest import PROFILES
-from gpusolve import Chain
+from gpusolve import Chain, store_all_peak_bytes
 from gpusolve.chain import allocator_bytes
 
 
@@ -107,7 +107,7 @@ def test_json_round_trip_and_bundled_profiles(path, tmp_path):
     # The model's store-all peak is close to the measured one where outputs are all saved (ResNet).
     if "resnet" in path.stem:
         measured = data["reference"]["store_all_peak_bytes"]
-        assert abs(chain.store_all_peak_bytes() - measured) / measured < 0.05
+        assert abs(store_all_peak_bytes(chain) - measured) / measured < 0.05
 
 
 def test_from_thesis_maps_arrays():
@@ -120,3 +120,21 @@ def test_from_thesis_maps_arrays():
         Chain.from_thesis([0, 1], [1, 2, 3], [1, 1, 1], [1, 1, 1])
     with pytest.raises(ValueError, match="whole memory units"):
         Chain.from_thesis([0, 1, 0], [1, 2, 3], [1, 1.5, 1], [1, 1, 1])
+
+
+def test_missing_backward_time_is_estimated_and_changes_no_plan():
+    from gpusolve import ProfileWarning, solve
+    data = json.loads(PROFILES[0].read_text())
+    data["stages"][0]["t_bwd"] = None
+    with pytest.warns(ProfileWarning, match="t_bwd is missing"):
+        chain = Chain.from_profile(data)
+    assert data["stages"][0]["t_bwd"] is None  # the caller's profile is not modified
+    assert chain.t_bwd[0] == pytest.approx(2.0 * data["stages"][0]["t_fwd"])
+    assert any("t_bwd is missing" in note for note in chain.provenance["notes"])
+    # Any other value of that backward time: every plan's time moves by the same amount, the plan stays.
+    data["stages"][0]["t_bwd"] = 1234.5
+    other = Chain.from_profile(data)
+    budget = int(store_all_peak_bytes(chain) * 0.5)
+    a, b = solve(chain, budget, backend="cpu"), solve(other, budget, backend="cpu")
+    assert a.schedule == b.schedule
+    assert b.predicted_time_ms - a.predicted_time_ms == pytest.approx(1234.5 - chain.t_bwd[0], rel=1e-6)

@@ -13,7 +13,7 @@ THESIS = ROOT / "tests" / "thesis_dp_cases.json"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 PLAN_KEYS = {"feasible", "predicted_time_ms", "predicted_peak_bytes", "budget_bytes", "bucket_bytes", "buckets",
              "backend", "solve_seconds", "min_feasible_bytes", "store_all_time_ms", "overhead", "bytes_per_state",
-             "notes", "curve", "schedule"}
+             "notes", "curve", "schedule", "timings"}
 RECORD_KEYS = {"name", "time_ms", "peak_bytes", "overhead", "feasible", "detail"}
 
 

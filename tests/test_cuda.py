@@ -1,38 +1,45 @@
-"""CUDA backend against the CPU reference (``gpu`` marker: skipped without CuPy or a device).
+"""CUDA backend against the CPU reference.
+
+Tests marked ``gpu`` are skipped only when the machine has no CUDA device (tests/conftest.py asks
+the driver, not CuPy). On a machine with a device, a missing CuPy or kernels that fail to compile
+or load make them fail: ``cuda.ensure_available()`` is called, never caught.
 
 CUDA and CPU must agree on feasibility at every bucket, on optimal times (the kernels use the
 CPU's float32 operations in the same order, so the curves are compared bit for bit, and at least
-to 1e-5 relative), and the recovered schedules must simulate to the same time.
+to 1e-5 relative), and the recovered schedules must simulate to the same time. Bit for bit holds
+while no time is subnormal (below ~1e-38 ms): CuPy compiles with -ftz=true.
 """
 from __future__ import annotations
 
+import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from gpusolve import BackendUnavailableError, Chain, solve
-from gpusolve.dp import cpu
+from gpusolve.dp import cpu, cuda
 from gpusolve.dp.problem import Problem
 from gpusolve.profiles import __file__ as _profiles_init
 from gpusolve.schedule import policy_to_schedule
 from gpusolve.simulate import simulate
 
 PROFILES = sorted(Path(_profiles_init).parent.glob("*.json"))
+OTHER_GEOMETRY = cuda.Geometry(diag_threads=64, diag_mpt=3, ktile=5, band=4, bulk_threads=64, bulk_ktile=3,
+                               rec_threads=32)
 
 
-def _cuda_or_skip():
-    from gpusolve.dp import cuda
-    try:
-        cuda.ensure_available()
-    except BackendUnavailableError as err:
-        pytest.skip(f"CUDA backend unavailable: {err}")
+@pytest.fixture
+def gpu():
+    """The CUDA backend, compiled and loaded: raises (fails the test) when that does not work."""
+    cuda.ensure_available()
     return cuda
 
 
+# ---------------------------------------------------------------------------- everywhere
 def test_unavailable_reason_is_precise():
     """Without CuPy or a device the error names the reason (this runs everywhere)."""
-    from gpusolve.dp import cuda
     try:
         cuda.ensure_available()
     except BackendUnavailableError as err:
@@ -40,6 +47,21 @@ def test_unavailable_reason_is_precise():
         assert any(word in text for word in ("CuPy", "device", "compile")), text
 
 
+def test_memory_helpers_count_the_sentinel_row():
+    n, buckets = 367, 8192
+    rows = n * (n + 1) // 2 + 1
+    assert cuda.device_bytes(n, buckets) >= rows * (buckets + 1) * 4
+    free = cuda.device_bytes(n, buckets)
+    bucket = cuda.finest_fitting_bucket(10**10, n, free)
+    assert cuda.device_bytes(n, 10**10 // bucket) <= free
+
+
+def test_release_without_a_solve_is_harmless():
+    cuda.release()
+    assert cuda.workspace_bytes() == 0
+
+
+# ---------------------------------------------------------------------------- on a device
 def random_chain(rng, n, multi_tape):
     act = rng.integers(1, 5000, size=n)
     return Chain(t_fwd=rng.random(n) * 3, t_fwd_nograd=rng.random(n) * 3, t_bwd=rng.random(n) * 6,
@@ -49,10 +71,10 @@ def random_chain(rng, n, multi_tape):
                  multi_tape=multi_tape)
 
 
-def compare(cuda, problem, band=True):
+def compare(cuda, problem, band=True, geometry=None):
     m_top = problem.buckets
     curve_c, pol_c = cpu.run(problem, m_top)
-    curve_g, pol_g = cuda.run(problem, m_top, band=band)
+    curve_g, pol_g = cuda.run(problem, m_top, band=band, geometry=geometry)
     assert curve_g.dtype == np.float32 and curve_g.shape == curve_c.shape
     np.testing.assert_array_equal(np.isfinite(curve_g), np.isfinite(curve_c))  # feasibility at every bucket
     finite = np.isfinite(curve_c)
@@ -67,35 +89,33 @@ def compare(cuda, problem, band=True):
 @pytest.mark.gpu
 @pytest.mark.parametrize("multi_tape", [True, False])
 @pytest.mark.parametrize("seed", range(6))
-def test_random_chains_match_cpu(seed, multi_tape):
-    cuda = _cuda_or_skip()
+def test_random_chains_match_cpu(gpu, seed, multi_tape):
     rng = np.random.default_rng(seed)
     n = int(rng.integers(2, 61))
     chain = random_chain(rng, n, multi_tape)
     total = int(chain.tape_bytes.sum())
     buckets = int(rng.integers(50, 600))
     problem = Problem.build(chain, max(1, total // (buckets // 2)), buckets)
-    compare(cuda, problem)
+    compare(gpu, problem)
     if seed == 0:
-        compare(cuda, problem, band=False)
+        compare(gpu, problem, band=False)
+        compare(gpu, problem, geometry=OTHER_GEOMETRY)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("path", PROFILES, ids=[p.stem for p in PROFILES])
 @pytest.mark.parametrize("fuse", [True, False])
-def test_profiles_match_cpu(path, fuse):
-    cuda = _cuda_or_skip()
+def test_profiles_match_cpu(gpu, path, fuse):
     chain = Chain.from_profile(path, fuse_aliasing=fuse)
     buckets = 512 if chain.n > 100 else 2048
     budget = int(chain.tape_bytes.sum() // 3)
     problem = Problem.build(chain, -(-budget // buckets), buckets)
-    compare(cuda, problem)
+    compare(gpu, problem)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("path", PROFILES, ids=[p.stem for p in PROFILES])
-def test_solve_front_end_same_time(path):
-    _cuda_or_skip()
+def test_solve_front_end_same_time(gpu, path):
     chain = Chain.from_profile(path)
     budget = int(chain.tape_bytes.sum() // 3)
     plan_c = solve(chain, budget, bucket=-(-budget // 1024), backend="cpu")
@@ -107,16 +127,61 @@ def test_solve_front_end_same_time(path):
 
 
 @pytest.mark.gpu
-def test_memory_pool_released_and_user_bucket_too_fine():
-    cuda = _cuda_or_skip()
+def test_timings_and_workspace_reuse(gpu):
+    """Phases are timed; a second solve of the same shape reuses the table and the side arrays;
+    a larger one grows the table; release() empties CuPy's pool."""
+    import cupy
+    chain = Chain.from_profile(PROFILES[0], fuse_aliasing=False)
+    budget = int(chain.tape_bytes.sum() // 3)
+    problem = Problem.build(chain, -(-budget // 256), 256)
+    timings: dict = {}
+    gpu.run(problem, problem.buckets, timings=timings)
+    assert {"dp", "recover", "device_setup", "curve"} <= set(timings) and timings["dp"] > 0
+    ws = gpu._WORKSPACES[cupy.cuda.Device().id]
+    table_ptr, arrays = ws.table.data.ptr, dict(ws.dev)
+    held = gpu.workspace_bytes()
+    assert held >= (problem.pairs + 1) * (problem.buckets + 1) * 4
+    assert gpu.free_device_bytes() >= held  # the workspace counts as available
+    compare(gpu, problem)
+    assert ws.table.data.ptr == table_ptr
+    assert all(ws.dev[name] is arrays[name] for name in arrays)  # identical side arrays: not uploaded again
+    bigger = Problem.build(chain, -(-budget // 512), 512)
+    compare(gpu, bigger)
+    assert ws.table.size >= (bigger.pairs + 1) * (bigger.buckets + 1)
+    gpu.release()
+    assert gpu.workspace_bytes() == 0
+    assert cupy.get_default_memory_pool().total_bytes() == 0
+
+
+@pytest.mark.gpu
+def test_memory_check_and_user_bucket_too_fine(gpu):
     import cupy
     chain = Chain.from_profile(PROFILES[0], fuse_aliasing=False)
     budget = int(chain.tape_bytes.sum() // 3)
     solve(chain, budget, backend="cuda")
+    gpu.release()
     assert cupy.get_default_memory_pool().total_bytes() == 0
-    free = cuda.free_device_bytes()
+    free = gpu.free_device_bytes()
     too_fine = max(1, budget // (4 * free // (chain.n * (chain.n + 1) * 2) + 1))
     with pytest.raises(MemoryError, match="use a bucket of at least"):
         solve(chain, budget, bucket=too_fine, backend="cuda")
     plan = solve(chain, budget, backend="cuda")  # our default bucket: fits or is coarsened with a note
     assert plan.feasible
+    gpu.release()
+
+
+@pytest.mark.gpu
+def test_torch_stream_without_deprecation_warning(gpu):
+    """Under torch the solve runs on torch's stream through CuPy's non-deprecated API."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("this torch has no CUDA")
+    assert "torch" in sys.modules
+    chain = Chain.from_profile(PROFILES[0], fuse_aliasing=False)
+    budget = int(chain.tape_bytes.sum() // 3)
+    problem = Problem.build(chain, -(-budget // 64), 64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        curve, _ = gpu.run(problem, problem.buckets)
+    assert np.isfinite(curve[-1])
+    gpu.release()

@@ -18,6 +18,7 @@ pytestmark = [pytest.mark.gpu,
               pytest.mark.filterwarnings("ignore::gpusolve.FallbackWarning")]
 
 import torch_exec as te  # noqa: E402
+from gpusolve import store_all_peak_bytes  # noqa: E402
 from torch_exec.split import CrossEntropyStage  # noqa: E402
 
 
@@ -60,7 +61,7 @@ def setup():
 def test_measured_peak_within_budget_and_prediction(setup, fraction):
     from gpusolve.dp.minpeak import min_feasible_bytes
     targets, x, chain = setup
-    store_all = chain.store_all_peak_bytes()
+    store_all = store_all_peak_bytes(chain)
     budget = int(1.1 * min_feasible_bytes(chain)) if fraction == "min" else int(fraction * store_all)
     model = te.CheckpointedSequential(net(targets), budget=budget)
     model.prepare(x)
@@ -77,7 +78,7 @@ def test_gradients_match_plain_autograd_on_gpu(setup):
     targets, x, chain = setup
     ref = net(targets)
     model = copy.deepcopy(ref)
-    wrapped = te.CheckpointedSequential(model, budget=int(0.4 * chain.store_all_peak_bytes()))
+    wrapped = te.CheckpointedSequential(model, budget=int(0.4 * store_all_peak_bytes(chain)))
     torch.manual_seed(1)
     ref(x).backward()
     torch.manual_seed(1)

@@ -154,6 +154,15 @@ class RngState:
         for d, st in zip(self.devices, self.cuda):
             torch.cuda.set_rng_state(st, d)
 
+    def equals(self, other: "RngState") -> bool:
+        return (self.devices == other.devices and torch.equal(self.cpu, other.cpu)
+                and all(torch.equal(a, b) for a, b in zip(self.cuda, other.cuda)))
+
+    def nbytes(self, device_type: str) -> int:
+        """Bytes this record holds on ``device_type`` ("cpu" or "cuda")."""
+        tensors_ = [self.cpu] + list(self.cuda)
+        return sum(t.numel() * t.element_size() for t in tensors_ if t.device.type == device_type)
+
 
 def all_rng_devices() -> list[int]:
     if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -174,6 +183,13 @@ def autocast_state() -> dict:
             out[device_type] = dict(dtype=torch.get_autocast_dtype(device_type),
                                     cache_enabled=torch.is_autocast_cache_enabled())
     return out
+
+
+def autocast_enabled_now() -> bool:
+    """Whether autocast is on in the calling thread for the CPU or CUDA."""
+    if torch.is_autocast_enabled("cpu"):
+        return True
+    return torch.cuda.is_available() and torch.is_autocast_enabled("cuda")
 
 
 @contextlib.contextmanager
@@ -239,7 +255,10 @@ class ModelSnapshot:
     """Parameters, buffers, gradients and RNG state of some modules, restorable exactly.
 
     Parameters and buffers are restored in place (same tensor objects, so optimisers keep
-    working); each ``.grad`` is put back as the very object it was (None stays None).
+    working); each ``.grad`` is put back as the very object it was (None stays None). The
+    parameters' own hooks (``register_hook``, ``register_post_accumulate_grad_hook``: an optimizer
+    stepping from a hook, gradient logging) are suspended until :meth:`restore`: the profiler's
+    passes are not training steps.
     """
 
     def __init__(self, modules):
@@ -251,6 +270,14 @@ class ModelSnapshot:
         self.grads = [p.grad for p in self.params]
         self.rng = RngState.capture(all_rng_devices())
         self.training = [(m, m.training) for mod in modules for m in mod.modules()]
+        # The engine holds the hook dicts themselves: empty them in place, refill them on restore.
+        self.hooks = []
+        for p in self.params:
+            for name in ("_backward_hooks", "_post_accumulate_grad_hooks"):
+                hooks = getattr(p, name, None)
+                if hooks:
+                    self.hooks.append((hooks, list(hooks.items())))
+                    hooks.clear()
 
     def restore(self) -> None:
         with torch.no_grad():
@@ -263,3 +290,6 @@ class ModelSnapshot:
         self.rng.restore()
         for m, mode in self.training:
             m.training = mode
+        for hooks, items in self.hooks:
+            hooks.update(items)
+        self.hooks = []

@@ -5,33 +5,113 @@ The schedule IR is interpreted by ONE loop, :func:`interpret`, over ``plan.sched
 - ``FWD_NOGRAD(s, keep)``: under ``no_grad`` run fused stage s on a_{s-1} (a held checkpoint, the
   detached output of a tape, or the input a_0); hold the result as checkpoint a_s; drop a_{s-1}
   unless ``keep``.
-- ``FWD_TAPE(s)``: make a_{s-1} a fresh leaf (``detach().requires_grad_()``) and run stage s under
-  ``enable_grad``; hold (leaf, output) as the tape of s, independent of every other tape.
-- ``BWD(s)``: ``torch.autograd.backward(output of tape s, held gradient of a_s)``: parameter ``.grad``
-  accumulate as usual; the gradient of a_{s-1} is the leaf's ``.grad``. The tape is dropped.
+- ``FWD_TAPE(s)``: run stage s under ``enable_grad``. Its input is a fresh leaf made from a_{s-1}
+  (``detach().requires_grad_()``), or, when the op before it was ``FWD_TAPE(s-1)``, the recorded
+  output of that tape itself: a run of consecutive tapes is ONE autograd segment (see
+  Note [Tape runs]). Hold (segment leaf, output) as the tape of s.
+- ``BWD(s)``: for the last stage t of a segment, back-propagate the held gradient of a_t through
+  the whole segment (parameter ``.grad`` accumulate as usual); the gradient of the segment's input
+  is its leaf's ``.grad``. The ``BWD`` of the segment's other stages follow it in the schedule and
+  have nothing left to do. The held gradient is handed to the engine without a reference left
+  behind (Note [Releasing the incoming gradient]).
 - ``FREE(s)``: drop checkpoint a_s.
 
 The autograd Function's ``forward`` interprets the ops up to and including the single
 ``FWD_TAPE(N)`` and returns a_N (detached from that tape); its ``backward`` receives the gradient
 of a_N and interprets the rest (starting with ``BWD(N)``), returning the gradient of a_0.
+
+Note [Tape runs]
+    Nested tapes (``Tape(Tape(...))``) give consecutive ``FWD_TAPE(s), ..., FWD_TAPE(t)`` and later
+    consecutive ``BWD(t), ..., BWD(s)``. Recording them as one graph costs one leaf and one backward
+    call instead of t - s + 1, and autograd frees what no backward saved (a stage output that only
+    fed the next stage) exactly as plain autograd does; the cost model, which keeps each tape
+    whole until its backward, stays an upper bound. :func:`annotate` checks the structure of every
+    run and records, per op, whether it attaches to the previous tape and which segment a ``BWD``
+    closes; a run whose backwards are not consecutive is not merged.
+
+Note [Releasing the incoming gradient]
+    ``torch.autograd.backward(out, grad)`` would keep ``grad`` referenced by the caller until the
+    whole segment's backward returns; plain autograd frees the gradient of a stage's output as soon
+    as the node that consumes it has run. So the gradient goes into a one-element box read by a
+    tiny root node (:class:`_Feed`) whose backward pops it and returns it to the engine: from then
+    on the engine holds the only reference, and frees it when plain autograd would.
+
+Note [The gradient of a_N]
+    The engine hands the gradient of a_N to the Function's ``backward`` and keeps its own
+    reference until that ``backward`` returns, i.e. for the whole backward part of the step. The
+    cost model says so (``Chain.output_grad_held``), so plans count it.
+
+Note [Autograd calls that name tensors]
+    The segment backwards are nested engine calls. In a plain ``backward()`` (no tensor named:
+    ``torch.autograd._is_checkpoint_valid()``) they accumulate into every ``.grad``, as plain
+    autograd does. ``torch.autograd.grad(...)`` and ``backward(inputs=...)`` name tensors: then each
+    segment runs as ``torch.autograd.grad`` over its leaf (and the parameters below), so no ``.grad``
+    is filled, and the Function returns the gradient of a_0 as usual; the engine captures it or
+    accumulates it into exactly the named tensors. Parameters are not inputs of the Function, so a
+    call naming only parameters would never reach it: each step routes the trainable parameters
+    through :class:`_ParamTap`, whose (empty) output feeds the Function. When the engine will run the
+    tap (``torch._C._will_engine_execute_node``), the segments also compute the parameters'
+    gradients (summed over segments) and the tap hands them to the engine, which captures them
+    (``autograd.grad``) or accumulates the named ones (``backward(inputs=...)``), as in plain autograd.
+    In a plain ``backward()`` the tap hands back None: the engine calls each routed parameter's
+    AccumulateGrad once more with nothing to add (about 5-8 us per parameter tensor per step on the
+    CPU side), which would call the parameter's hooks with None; so a parameter with a Python hook
+    (``register_hook``, ``register_post_accumulate_grad_hook``) when the forward runs is not routed:
+    its hooks fire exactly as in plain autograd, but a call naming it does not reach the schedule
+    (the engine reports it unused, or with ``allow_unused=True``/``backward(inputs=...)`` gives it
+    nothing). The same holds for tensors that are not parameters of the stage modules (tensors a
+    callable stage closes over). A named call holds the parameters' gradients until the wrapper's
+    backward ends.
+
+Note [Retained graphs]
+    Every refusal happens when the Function's backward starts, before it consumes any state or
+    touches any ``.grad``. Double backward (``create_graph=True``, seen as grad mode on in the
+    backward) is refused: the recomputations and segment backwards record no graph of the
+    gradient; the graph is kept, so a plain backward can still follow. A backward with
+    ``retain_graph=True`` (``torch._C._autograd._get_current_graph_task_keep_graph``) keeps what
+    the forward left (its checkpoints and tapes, the recorded RNG states) and back-propagates the
+    forward's tapes with ``retain_graph``; each later backward starts again from that state, so it
+    replays the same random numbers, and recomputation leaves BatchNorm statistics untouched. The
+    forward's checkpoints then stay held until the graph is freed, so such a step can exceed the
+    plan's peak by them (plain autograd keeps its whole graph). A second backward after one that
+    freed the graph raises.
+
+Note [torch.compile]
+    ``forward`` keeps the plain path (``budget=None``, or grad disabled) traceable: torch.compile
+    compiles the stages as plain autograd. A step under a plan runs in ``_scheduled``, which dynamo
+    never traces (:func:`_compiler_disable`, i.e. ``torch.compiler.disable`` with a reason): dynamo
+    breaks the graph there and runs it eagerly, so the first call profiles and solves (NumPy, CuPy)
+    outside dynamo, and the forward and its recomputations run the same eager stages, drawing from
+    the same generator (a traced forward would draw inductor's random numbers, which the eager
+    recomputation cannot replay: wrong gradients). Code around the wrapper compiles as usual;
+    ``fullgraph=True`` raises dynamo's error naming the reason. Stages compiled by the user
+    (``torch.compile(stage)``) run compiled inside the schedule: the forward (often under
+    ``no_grad``) and the recomputation (under grad) are two compiled graphs, but inductor draws its
+    seeds from torch's generator, which the executor records and replays, so both draw the same
+    numbers (checked bitwise for dropout on the CPU).
 """
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
+import functools
+import sys
+import threading
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
 from torch import nn
 
+from gpusolve.baselines import store_all
 from gpusolve.chain import Chain
 from gpusolve.schedule import Op, OpKind, policy_to_schedule
-from gpusolve.simulate import simulate, store_all_time_ms
-from gpusolve.solve import Curve, Plan, solve
+from gpusolve.simulate import simulate, store_all_peak_bytes, store_all_time_ms
+from gpusolve.solve import Curve, Plan, release_device_memory, solve
 from gpusolve.units import parse_bytes
 
 from . import _util as U
-from .profiler import chain_from_profile, profile_dict
+from .profiler import chain_from_profile, profile_dict, profiling
+from .report import StepMeter
 
 
 # ---------------------------------------------------------------------------- plan entries
@@ -51,24 +131,110 @@ def split_schedule(schedule: list[Op], n: int) -> int:
     return idx
 
 
+# Program codes of the annotated schedule (ints: the interpreter loop compares them cheaply).
+NOGRAD, TAPE, BWD, FREE = 0, 1, 2, 3
+_CODES = {OpKind.FWD_NOGRAD: NOGRAD, OpKind.FWD_TAPE: TAPE, OpKind.BWD: BWD, OpKind.FREE: FREE}
+
+
+def annotate(schedule: list[Op]) -> list[tuple[int, int, int]]:
+    """The schedule as ``(code, stage, arg)`` triples for :func:`interpret` (Note [Tape runs]).
+
+    ``arg``: FWD_NOGRAD keep_input (0/1); FWD_TAPE 1 when it attaches to the tape of s-1 (same
+    segment), else 0; BWD the first stage of the segment it back-propagates, or 0 when an earlier
+    BWD of the same segment already did; FREE 0.
+    """
+    program = [[_CODES[op.kind], op.stage, int(op.keep_input)] for op in schedule]
+    first = {}  # stage -> first stage of its tape segment
+    for idx, (code, s, _) in enumerate(program):
+        if code == TAPE:
+            attach = idx > 0 and program[idx - 1][0] == TAPE and program[idx - 1][1] == s - 1
+            program[idx][2] = int(attach)
+            first[s] = first[s - 1] if attach else s
+    # A run s..t merges only if BWD(t), BWD(t-1), ..., BWD(s) are consecutive; otherwise split it
+    # where the backwards are not (each piece then starts its own segment).
+    bwd_at = {s: idx for idx, (code, s, _) in enumerate(program) if code == BWD}
+    tape_at = {s: idx for idx, (code, s, _) in enumerate(program) if code == TAPE}
+    for s in sorted(first):
+        if first[s] != s and bwd_at.get(s) != bwd_at.get(s - 1, -2) - 1:
+            program[tape_at[s]][2] = 0
+    for s in sorted(first):  # recompute segment starts after any split
+        first[s] = first[s - 1] if program[tape_at[s]][2] else s
+    last = {}
+    for s in sorted(first):
+        last[first[s]] = s
+    for idx, (code, s, _) in enumerate(program):
+        if code == BWD:
+            program[idx][2] = first[s] if last.get(first[s]) == s else 0
+        elif code == FREE:
+            program[idx][2] = 0
+    return [tuple(p) for p in program]
+
+
 def plan_from_schedule(chain: Chain, schedule, budget=None) -> Plan:
     """A :class:`gpusolve.Plan` for a given schedule (or policy), with the simulator's figures.
 
-    For baselines and tests: ``schedule`` is a list of ops or a policy tree over (0, N).
+    For baselines and tests: ``schedule`` is a list of ops or a policy tree over (0, N). The plan
+    is feasible when its simulated peak fits ``budget`` (no budget: the peak is the budget).
     """
     if not isinstance(schedule, list):
         schedule = policy_to_schedule(schedule, 0, chain.n)
     sim = simulate(chain, schedule)
     budget_bytes = sim.peak_bytes if budget is None else parse_bytes(budget, "budget")
-    return Plan(feasible=True, predicted_time_ms=sim.time_ms, predicted_peak_bytes=sim.peak_bytes,
+    feasible = sim.peak_bytes <= budget_bytes
+    notes = ["schedule given, not solved"]
+    if not feasible:
+        notes.append(f"its simulated peak {sim.peak_bytes} B exceeds the budget {budget_bytes} B")
+    return Plan(feasible=feasible, predicted_time_ms=sim.time_ms, predicted_peak_bytes=sim.peak_bytes,
                 budget_bytes=budget_bytes, bucket_bytes=0, buckets=0, backend="given", solve_seconds=0.0,
                 curve=Curve(np.zeros(0, dtype=np.int64), np.zeros(0)), schedule=list(schedule),
-                store_all_time_ms=store_all_time_ms(chain), notes=["schedule given, not solved"])
+                store_all_time_ms=store_all_time_ms(chain), notes=notes)
+
+
+def executor_chain(chain: Chain, rng: list, sample, preserve_rng: bool, group_modules: list) -> Chain:
+    """The chain as the executor runs it: what it holds beyond the stages' tensors is reserved.
+
+    - The gradient of a_N: autograd's engine keeps it until the Function's backward returns, i.e.
+      for the whole backward (Note [The gradient of a_N]); so it is reserved, not freed by BWD(N).
+    - The RNG states it records, on the sample's device: one per recomputed stage that draws random
+      numbers (counted for every such stage: the plan is not known yet), plus the copy
+      ``fork_rng`` takes while one is replayed.
+    - The clones of a stage's buffers that its re-runs work on: workspace of a no-grad re-run, part
+      of a recorded re-run's tape.
+    """
+    grads = chain.grad_bytes.copy()
+    reserved = int(grads[-1])
+    grads[-1] = 0
+    device_type = U.tensors(sample)[0].device.type
+    # A re-run of a stage with buffers works on clones of them (U.scratch_buffers): workspace of a
+    # no-grad re-run, and part of a recorded re-run's tape (BatchNorm saves its running statistics
+    # for its backward). Counted for every run (the first does not clone; a few hundred bytes).
+    scratch = np.array([sum(b.numel() * b.element_size() for b in U.buffers_of(mods) if b.device.type == device_type)
+                        for mods in group_modules], dtype=np.int64)
+    drawing = sum(rng[1:])
+    if preserve_rng and drawing:
+        state = U.RngState.capture(U.cuda_devices(sample)).nbytes(device_type)
+        reserved += (drawing + 1) * state
+    notes = list(chain.provenance.get("notes", [])) + [
+        f"executor: {reserved} B reserved for the step (the gradient of a_N, held by autograd's engine "
+        f"through the backward, and {drawing} recorded RNG state(s))"]
+    return replace(chain, grad_bytes=grads, reserved_bytes=chain.reserved_bytes + reserved,
+                   fwd_nograd_extra=chain.fwd_nograd_extra + scratch, tape_bytes=chain.tape_bytes + scratch,
+                   bwd_tape_bytes=chain.bwd_tape_bytes + scratch,
+                   provenance=dict(chain.provenance, notes=notes))
+
+
+def plain_peak_bytes(entry) -> int:
+    """Plain autograd's step peak for this entry: measured by the profiler (the plain path runs
+    exactly that step), else the model's store-all peak."""
+    measured = entry.profile.get("reference", {}).get("store_all_peak_bytes")
+    return int(measured) if measured else store_all_peak_bytes(entry.plain_chain)
 
 
 @dataclass
 class Entry:
-    """Everything one input signature needs: the profile, chain, plan and the fused stage groups."""
+    """Everything one input signature needs: the profile, chain, plan and the fused stage groups.
+    ``chain`` is the chain the plan was made for (``plain_chain`` when it runs as plain autograd,
+    else ``exec_chain``)."""
 
     profile: dict
     chain: Chain
@@ -77,15 +243,21 @@ class Entry:
     group_modules: list[list]       # modules of each chain stage (their buffers are protected)
     clone_input: bool               # stage 1 aliases a_0: clone a_0 before running it
     split: int                      # index of FWD_TAPE(N) in plan.schedule
-    recomputed: set = field(default_factory=set)  # stages run again during backward
+    program: list = field(default_factory=list)     # annotate(plan.schedule)
+    recomputed: list = field(default_factory=list)  # [s]: stage s runs again during backward
+    rng: list = field(default_factory=list)         # [s]: stage s draws random numbers (profiled)
+    has_buffers: list = field(default_factory=list)  # [s]: stage s's modules hold buffers (BatchNorm)
+    plain: bool = False             # the plan is store-all: run the stages as plain autograd
+    plain_chain: Chain | None = None  # the profiled chain: plain autograd's costs (nothing reserved)
+    exec_chain: Chain | None = None   # executor_chain(plain_chain): what the interpreter holds
 
     @property
     def forward_ops(self):
-        return self.plan.schedule[:self.split + 1]
+        return self.program[:self.split + 1]
 
     @property
     def backward_ops(self):
-        return self.plan.schedule[self.split + 1:]
+        return self.program[self.split + 1:]
 
 
 # ---------------------------------------------------------------------------- the interpreter
@@ -96,15 +268,22 @@ class Runtime:
         self.entry = entry
         self.n = entry.chain.n
         self.acts: dict = {0: a0}
-        self.tapes: dict = {}
+        self.tapes: dict = {}   # s -> (segment leaf, output of s); only the segment's newest stage
         self.grads: dict = {}
         self.rng: dict = {}
-        self.ran: set = set()
+        self.ran = [False] * (self.n + 1)
         self.rg0 = input_requires_grad
         self.autocast = autocast
         self.preserve_rng = preserve_rng
         self.devices = U.cuda_devices(a0)
         self.in_backward = False
+        self.cast_in_backward = False  # set when the backward starts: recomputation must re-enter autocast
+
+    def start_backward(self) -> None:
+        """Recomputations in the backward run under the forward's autocast state; re-entering it is
+        needed only when it was on, or when autocast is on around the backward."""
+        self.in_backward = True
+        self.cast_in_backward = bool(self.autocast) or U.autocast_enabled_now()
 
     def input_of(self, s: int):
         if s - 1 in self.tapes:
@@ -114,82 +293,258 @@ class Runtime:
         raise RuntimeError(f"internal error: a_{s - 1} is not held when stage {s} runs")
 
     def run_stage(self, s: int, state):
-        if s == 1 and self.entry.clone_input:
+        """Run fused stage s. Its first run in a step records the RNG state when the stage runs
+        again later; later runs replay it, with the recorded autocast state and scratch copies of
+        the stage's buffers (BatchNorm statistics are updated once per step)."""
+        entry = self.entry
+        if s == 1 and entry.clone_input:
             state = U.clone(state)  # an in-place first stage must not overwrite the caller's input
-        for fn in self.entry.groups[s - 1]:
-            state = fn(state)
-        return state
-
-    @contextlib.contextmanager
-    def replay(self, s: int):
-        """First run of stage s in this step: record its RNG state (if it runs again). Later runs:
-        same RNG state, recorded autocast, and the stage's buffers (BatchNorm statistics) restored."""
-        if s not in self.ran:
-            self.ran.add(s)
-            if self.preserve_rng and s in self.entry.recomputed:
+        if not self.ran[s]:
+            self.ran[s] = True
+            if self.preserve_rng and entry.recomputed[s] and entry.rng[s]:
                 self.rng[s] = U.RngState.capture(self.devices)
-            yield
-            return
+            for fn in entry.groups[s - 1]:
+                state = fn(state)
+            return state
+        rng = self.preserve_rng and s in self.rng
+        cast = self.in_backward and self.cast_in_backward
+        buffers = entry.has_buffers[s]
+        if not (rng or cast or buffers):  # nothing to restore: the cheap path
+            for fn in entry.groups[s - 1]:
+                state = fn(state)
+            return state
         with contextlib.ExitStack() as stack:
-            if self.preserve_rng and s in self.rng:
+            if rng:
                 stack.enter_context(torch.random.fork_rng(devices=self.devices, enabled=True))
                 self.rng[s].restore()
-            if self.in_backward:
+            if cast:
                 stack.enter_context(U.autocast_from(self.autocast))
-            stack.enter_context(U.scratch_buffers(self.entry.group_modules[s - 1]))
-            yield
+            if buffers:
+                stack.enter_context(U.scratch_buffers(entry.group_modules[s - 1]))
+            for fn in entry.groups[s - 1]:
+                state = fn(state)
+        return state
 
 
-def interpret(ops, rt: Runtime) -> None:
-    """The one interpreter of the schedule IR (see the module docstring for each op).
+class _Feed(torch.autograd.Function):
+    """Root of a segment's backward: hands the boxed gradients to the engine (Note [Releasing the
+    incoming gradient]). ``forward(box, *outs)`` returns an empty tensor; ``backward`` pops the box."""
+
+    @staticmethod
+    def forward(ctx, box, *outs):
+        ctx.box = box
+        return outs[0].new_empty(0)
+
+    @staticmethod
+    def backward(ctx, _unused):
+        grads = ctx.box.pop()
+        ctx.box = None
+        return (None, *grads)
+
+
+def _take_output_and_gradients(tape: list, grad: list):
+    """Empty ``tape[1]`` (a segment's output) and ``grad`` (its gradients) into (the output tensors
+    that get a gradient, ``[their gradients]``): a one-element box for :class:`_Feed`, so that no
+    reference to a gradient is left here once the engine has it."""
+    out = tape.pop()
+    pairs = [(t, g) for t, g in zip(U.tensors(out), grad) if g is not None and t.requires_grad]
+    del out
+    grad.clear()
+    outs = [t for t, _ in pairs]
+    box = [[g for _, g in pairs]]
+    del pairs
+    return outs, box
+
+
+def _backward_segment(tape: list, grad: list) -> None:
+    """Back-propagate ``grad`` (one entry per tensor of the tape's output, None for none) from the
+    output ``tape[1]`` of a segment. Both lists are emptied before the engine runs, so neither the
+    output nor the gradient stays referenced here: plain autograd frees them when their nodes ran.
+    A backward that names tensors or keeps the graph runs the segment through its mode instead
+    (:class:`_SegmentMode`)."""
+    mode = getattr(_SEGMENT, "mode", None)
+    if mode is not None:
+        return mode.backward_segment(tape, grad)
+    outs, box = _take_output_and_gradients(tape, grad)
+    if not outs:
+        return
+    with torch.enable_grad():
+        root = _Feed.apply(box, *outs)
+        del outs
+        torch.autograd.backward(root, root.new_empty(0))
+
+
+def interpret(program, rt: Runtime) -> None:
+    """The one interpreter of the schedule IR (see the module docstring for each op), over
+    :func:`annotate`'s ``(code, stage, arg)`` triples.
 
     Every branch drops its local references before the next op, so that a tensor the schedule
     frees is really freed then (the memory model counts it gone).
     """
-    for op in ops:
-        s = op.stage
-        if op.kind is OpKind.FWD_NOGRAD:
+    for code, s, arg in program:
+        if code == TAPE:
+            if arg:  # same segment as the tape of s-1: its output itself is the input
+                leaf, inp = rt.tapes.pop(s - 1)
+            else:
+                leaf = inp = U.make_leaf(rt.input_of(s), rt.rg0 if s == 1 else True)
+            with torch.enable_grad():
+                rt.tapes[s] = [leaf, rt.run_stage(s, inp)]
+            del leaf, inp
+        elif code == NOGRAD:
             inp = rt.input_of(s)
-            with torch.no_grad(), rt.replay(s):
+            with torch.no_grad():
                 rt.acts[s] = rt.run_stage(s, inp)
             del inp
-            if not op.keep_input:
+            if not arg:
                 del rt.acts[s - 1]
-        elif op.kind is OpKind.FWD_TAPE:
-            leaf = U.make_leaf(rt.input_of(s), rt.rg0 if s == 1 else True)
-            with torch.enable_grad(), rt.replay(s):
-                rt.tapes[s] = (leaf, rt.run_stage(s, leaf))
-            del leaf
-        elif op.kind is OpKind.BWD:
-            leaf, out = rt.tapes.pop(s)
-            grad = rt.grads.pop(s)
-            pairs = [(t, g) for t, g in zip(U.tensors(out), _grad_list(grad, out))
-                     if g is not None and t.requires_grad]
-            del grad
-            if pairs:
-                with torch.enable_grad():
-                    torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
-            del pairs, out
-            rt.grads[s - 1] = [t.grad if t.requires_grad else None for t in U.tensors(leaf)]
-            del leaf
-        elif op.kind is OpKind.FREE:
+        elif code == BWD:
+            if not arg:  # done by the backward of its segment
+                continue
+            tape = rt.tapes.pop(s)
+            _backward_segment(tape, rt.grads.pop(s))
+            leaf = tape.pop()
+            rt.grads[arg - 1] = [t.grad if t.requires_grad else None for t in U.tensors(leaf)]
+            del leaf, tape
+        else:  # FREE
             del rt.acts[s]
-        else:  # pragma: no cover - OpKind is closed
-            raise ValueError(f"unknown op {op!r}")
 
 
-def _grad_list(grad, out):
-    if isinstance(grad, list):
-        return grad
-    return [grad] if isinstance(out, torch.Tensor) else list(grad)
+# ---------------------------------------------------------------------------- backward modes
+_SEGMENT = threading.local()  # .mode: the _SegmentMode of the schedule backward running on this thread
+
+_DOUBLE_BACKWARD_ERROR = (
+    "CheckpointedSequential: double backward (create_graph=True) is not supported through a checkpointed "
+    "schedule: its recomputations and segment backwards run inside the backward and record no graph of the "
+    "gradient. Run this model with budget=None (plain autograd) for higher-order gradients")
+_TWICE_ERROR = (
+    "CheckpointedSequential: backward ran twice through the same step, and the first backward freed it; "
+    "pass retain_graph=True to the earlier backward (as plain autograd needs) to run it again")
+_COMPILE_REASON = (
+    "CheckpointedSequential runs its checkpointed schedule eagerly, outside the compiled graph: the first call "
+    "profiles the stages and solves with NumPy, and the recomputations in its backward must redraw exactly the "
+    "random numbers of its forward. fullgraph=True cannot include it; compile the stages instead "
+    "(Note [torch.compile] in torch_exec/executor.py)")
+
+
+def _keep_graph() -> bool:
+    """Whether the backward running on this thread keeps the graph (``retain_graph=True``)."""
+    get = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", None)
+    return bool(get()) if get is not None else False
+
+
+def _will_run(node) -> bool:
+    """Whether the backward running on this thread will run ``node`` (True when torch cannot say)."""
+    will = getattr(torch._C, "_will_engine_execute_node", None)
+    return bool(will(node)) if will is not None else True
+
+
+def _compiler_disable(fn):
+    """``fn`` as ``torch.compiler.disable(fn)`` with :data:`_COMPILE_REASON` (Note [torch.compile]),
+    made when first needed: importing ``torch._dynamo`` costs seconds, and until something imported it
+    nothing can be compiling."""
+    @functools.wraps(fn)
+    def eager(*args, **kwargs):
+        disabled = _EAGER.get(fn)
+        if disabled is None:
+            if "torch._dynamo" not in sys.modules:
+                return fn(*args, **kwargs)
+            disable = getattr(getattr(torch, "compiler", None), "disable", None)
+            if disable is None:  # pragma: no cover - torch without torch.compiler
+                disabled = fn
+            else:
+                try:
+                    disabled = disable(fn, reason=_COMPILE_REASON)
+                except TypeError:  # pragma: no cover - torch.compiler.disable without reason=
+                    disabled = disable(fn)
+            _EAGER[fn] = disabled
+        return disabled(*args, **kwargs)
+    # What dynamo reads off a disabled function: tracing graph-breaks here (fullgraph=True raises)
+    # naming the reason, instead of inlining this wrapper.
+    eager._torchdynamo_disable = True
+    eager._torchdynamo_disable_msg = _COMPILE_REASON
+    return eager
+
+
+_EAGER: dict = {}  # fn -> torch.compiler.disable(fn), made by _compiler_disable's wrapper
+
+
+def _tap_params(module: nn.Module) -> list:
+    """The parameters routed through :class:`_ParamTap`: trainable, with no Python hook (Note [Autograd
+    calls that name tensors])."""
+    return [p for p in module.parameters() if p.requires_grad and not p._backward_hooks
+            and not getattr(p, "_post_accumulate_grad_hooks", None)]
+
+
+class _ParamTap(torch.autograd.Function):
+    """Makes the wrapper's parameters reachable from its output in the outer graph, so that a call
+    naming them reaches :class:`_ScheduleFunction`'s backward, which leaves their gradients in the box;
+    ``backward`` hands them to the engine (None when the box is empty: a plain ``backward()``, whose
+    segment backwards already accumulated into ``.grad``). Note [Autograd calls that name tensors]."""
+
+    @staticmethod
+    def forward(ctx, box, *params):
+        ctx.box = box
+        ctx.n = len(params)
+        ctx.set_materialize_grads(False)
+        return params[0].new_empty(0)
+
+    @staticmethod
+    def backward(ctx, _unused):
+        grads = ctx.box.pop() if ctx.box else (None,) * ctx.n
+        return (None, *grads)
+
+
+class _SegmentMode:
+    """How the segment backwards of one schedule backward run when it names tensors (``autograd.grad``,
+    ``backward(inputs=...)``) or keeps the graph (``retain_graph=True``): Note [Autograd calls that name
+    tensors], Note [Retained graphs]. :func:`_backward_segment` hands the segments to it."""
+
+    __slots__ = ("named", "params", "param_grads", "retained")
+
+    def __init__(self, named: bool, params: list, retained: set):
+        self.named = named              # fill no .grad: gradients of the leaves and `params` only
+        self.params = params            # parameters whose gradients the outer call wants (through the tap)
+        self.param_grads = [None] * len(params)
+        self.retained = retained        # ids of the forward's segment leaves: their graphs are kept
+
+    def backward_segment(self, tape: list, grad: list) -> None:
+        leaf = tape[0]
+        retain = id(leaf) in self.retained
+        outs, box = _take_output_and_gradients(tape, grad)
+        if not outs:
+            return
+        leaves = [t for t in U.tensors(leaf) if t.requires_grad]
+        inputs = leaves + self.params
+        with torch.enable_grad():
+            root = _Feed.apply(box, *outs)
+            del outs
+            if not self.named:
+                torch.autograd.backward(root, root.new_empty(0), retain_graph=retain)
+                return
+            if not inputs:
+                return
+            got = torch.autograd.grad(root, inputs, root.new_empty(0), retain_graph=retain, allow_unused=True)
+        del root
+        for t, g in zip(leaves, got):  # the segment's own leaves: read by interpret's BWD
+            t.grad = g
+        acc = self.param_grads
+        for i, g in enumerate(got[len(leaves):]):
+            if g is not None:
+                acc[i] = g if acc[i] is None else acc[i] + g
 
 
 class _ScheduleFunction(torch.autograd.Function):
-    """forward: ops up to FWD_TAPE(N), returns a_N; backward: the remaining ops, returns grad of a_0."""
+    """forward: ops up to FWD_TAPE(N), returns a_N; backward: the remaining ops, returns grad of a_0.
+
+    ``tap`` is :class:`_ParamTap`'s output (or an empty leaf requiring grad when no parameter is
+    routed): it makes the backward run even when no input needs a gradient."""
 
     @staticmethod
-    def forward(ctx, runtime_args, dummy, *inputs):
-        entry, structure, preserve_rng = runtime_args
+    def forward(ctx, runtime_args, tap, *inputs):
+        entry, structure, preserve_rng, meter, tap_args = runtime_args
+        ctx.meter = meter
+        ctx.tap = tap_args
+        ctx.snapshot = None
         a0 = _rebuild(structure, [t.detach() for t in inputs])
         rt = Runtime(entry, a0, [t.requires_grad for t in inputs], U.autocast_state(), preserve_rng)
         interpret(entry.forward_ops, rt)
@@ -207,21 +562,50 @@ class _ScheduleFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grad_outputs):
+        # Every refusal comes first, before any state is consumed or any .grad touched.
+        if torch.is_grad_enabled():
+            raise RuntimeError(_DOUBLE_BACKWARD_ERROR)
         rt = getattr(ctx, "rt", None)
         if rt is None:
-            raise RuntimeError("CheckpointedSequential: backward ran twice through the same step "
-                               "(retain_graph is not supported)")
+            raise RuntimeError(_TWICE_ERROR)
         ctx.saved_tensors  # noqa: B018 - raises if the caller modified an input in place since forward
-        ctx.rt = None
-        rt.in_backward = True
+        keep = _keep_graph()
+        named = not torch.autograd._is_checkpoint_valid()  # autograd.grad or backward(inputs=...)
+        snapshot = ctx.snapshot
+        if snapshot is not None:  # an earlier backward kept the graph: start again from the forward's state
+            rt.acts, rt.tapes, rt.grads = dict(snapshot[0]), {s: list(t) for s, t in snapshot[1].items()}, {}
+        elif keep:
+            snapshot = ctx.snapshot = (dict(rt.acts), {s: list(t) for s, t in rt.tapes.items()})
+        if not keep:
+            ctx.rt = ctx.snapshot = None
+        mode = wanted = None
+        if named or keep:
+            box, params, tap_node = ctx.tap
+            wanted = named and tap_node is not None and _will_run(tap_node)
+            retained = {id(tape[0]) for tape in snapshot[1].values()} if keep else set()
+            mode = _SegmentMode(named, params if wanted else [], retained)
+        rt.start_backward()
         rt.grads[rt.n] = list(grad_outputs)
         del grad_outputs
-        interpret(rt.entry.backward_ops, rt)
+        outer = getattr(_SEGMENT, "mode", None)
+        _SEGMENT.mode = mode
+        try:
+            interpret(rt.entry.backward_ops, rt)
+        finally:
+            _SEGMENT.mode = outer
+        if keep:  # the forward's segment leaves serve again: drop the gradients they were given
+            for tape in snapshot[1].values():
+                for t in U.tensors(tape[0]):
+                    t.grad = None
         grads = rt.grads.pop(0)
         rt.acts.clear()
         if rt.tapes or rt.acts or rt.grads:
             raise RuntimeError("internal error: the schedule left state behind")
         input_grads = [g if rg else None for g, rg in zip(grads, rt.rg0)]
+        if wanted:
+            box.append(mode.param_grads)
+        if ctx.meter is not None:
+            ctx.meter.end()
         return (None, None, *input_grads)
 
 
@@ -248,8 +632,10 @@ class CheckpointedSequential(nn.Module):
     """
 
     def __init__(self, stages, budget="6GiB", bucket=None, backend: str = "auto", *, profile_passes: int = 3,
-                 profile_warmup: int = 1, schedule_fn=None, preserve_rng_state: bool = True, network: str | None = None):
+                 profile_warmup: int = 1, schedule_fn=None, preserve_rng_state: bool = True, network: str | None = None,
+                 measure_steps: int = 3):
         super().__init__()
+        self._meter = StepMeter(cuda_steps=measure_steps)
         self.names, fns = U.stage_list(stages)
         self.stages = nn.ModuleList([f for f in fns if isinstance(f, nn.Module)])
         self._fns = fns  # the callables, in order (modules are also registered above)
@@ -273,6 +659,12 @@ class CheckpointedSequential(nn.Module):
     @property
     def chain(self) -> Chain | None:
         return None if self._last is None else self._last.chain
+
+    @property
+    def min_budget_bytes(self) -> int | None:
+        """The least budget under which this wrapper can run the latest input signature (bytes)."""
+        from gpusolve.dp.minpeak import min_feasible_bytes
+        return None if self._last is None else min_feasible_bytes(self._last.exec_chain)
 
     @property
     def plans(self) -> dict:
@@ -310,8 +702,9 @@ class CheckpointedSequential(nn.Module):
 
     def _build(self, state, data: dict | None = None) -> Entry:
         sample = U.make_leaf(state, [t.requires_grad for t in U.tensors(state)])
-        data = data if data is not None else profile_dict(list(self._fns), sample, passes=self.profile_passes, warmup=self.profile_warmup,
-                            network=self.network, names=self.names)
+        if data is None:
+            data = profile_dict(list(self._fns), sample, passes=self.profile_passes, warmup=self.profile_warmup,
+                                network=self.network, names=self.names)
         # Map the fused stages' member names back to the callables.
         chain = chain_from_profile(data)
         by_name = {stage["name"]: i for i, stage in enumerate(data["stages"])}
@@ -321,33 +714,69 @@ class CheckpointedSequential(nn.Module):
             groups.append([self._fns[i] for i in idx])
             group_modules.append(U.modules_of([self._fns[i] for i in idx]))
         clone_input = bool(data["stages"][0].get("aliases") or data["stages"][0]["x"] == 0)
+        rng = [False] + [any(data["stages"][by_name[m]].get("rng", True) for m in members)
+                         for members in chain.provenance["members"]]
+        has_buffers = [False] + [any(True for m in mods for _ in m.buffers()) for mods in group_modules]
         entry = Entry(profile=data, chain=chain, plan=None, groups=groups, group_modules=group_modules,
-                      clone_input=clone_input, split=0)
+                      clone_input=clone_input, split=0, rng=rng, has_buffers=has_buffers, plain_chain=chain,
+                      exec_chain=executor_chain(chain, rng, sample, self.preserve_rng_state, group_modules))
         self._plan_entry(entry)
         return entry
 
     def _plan_entry(self, entry: Entry) -> None:
-        chain = entry.chain
+        plain = entry.plain_chain
+        chain = entry.exec_chain
         if self.schedule_fn is not None:
             plan = plan_from_schedule(chain, self.schedule_fn(chain), self.budget)
+        elif plain_peak_bytes(entry) <= self.budget:
+            # Plain autograd fits: run it as such (no recomputation, nothing reserved, no overhead).
+            chain = plain
+            plan = plan_from_schedule(plain, store_all(plain), self.budget)
+            plan.predicted_peak_bytes = plain_peak_bytes(entry)
+            plan.feasible = True  # judged by the measured peak of this very step
+            plan.notes = [f"plain autograd fits the budget (its peak {plan.predicted_peak_bytes} B, measured when "
+                          f"profiling); running the stages as plain autograd"]
         else:
             plan = solve(chain, self.budget, bucket=self.bucket, backend=self.backend)
+            release_device_memory()  # the solver's device workspace goes back to training
+        entry.chain = chain
         entry.split = split_schedule(plan.schedule, chain.n)
-        entry.recomputed = {op.stage for op in plan.schedule[entry.split + 1:]
-                            if op.kind in (OpKind.FWD_NOGRAD, OpKind.FWD_TAPE)}
+        entry.program = annotate(plan.schedule)
+        recomputed = {op.stage for op in plan.schedule[entry.split + 1:]
+                      if op.kind in (OpKind.FWD_NOGRAD, OpKind.FWD_TAPE)}
+        entry.recomputed = [s in recomputed for s in range(chain.n + 1)]
+        # A store-all plan is plain autograd: run it as such (same graph, same memory, no overhead).
+        entry.plain = not recomputed and all(code != NOGRAD for code, _, _ in entry.program)
         entry.plan = plan
 
-    def replan(self, budget="keep", schedule_fn="keep") -> None:
+    def replan(self, budget="keep", schedule_fn="keep", profile: bool = False) -> None:
         """Change the budget and/or ``schedule_fn`` and re-solve every cached input signature from its
-        profile (no re-profiling). ``budget=None`` switches to plain autograd."""
+        profile. ``budget=None`` switches to plain autograd. ``profile=True`` drops the profiles: the
+        next call with each input signature profiles the stages again."""
         if budget != "keep":
             self.budget = None if budget is None else parse_bytes(budget, "budget")
         if schedule_fn != "keep":
             self.schedule_fn = schedule_fn
+        if profile:
+            self._entries.clear()
+            self._last = None
+            return
         if self.budget is None and self.schedule_fn is None:
             return
         for entry in self._entries.values():
             self._plan_entry(entry)
+
+    # ------------------------------------------------------------ measured memory
+    def measure_memory(self, steps: int = 1) -> None:
+        """Measure the peak memory of the next ``steps`` steps (forward to the end of backward) with
+        the device's allocator: counters on CUDA (the first 3 steps are measured anyway, see
+        ``measure_steps``), allocator events on the CPU (the step runs slower while measured)."""
+        self._meter.arm(steps)
+
+    def memory_report(self):
+        """Every measured step: budget, predicted and measured peak, parameter gradients allocated in
+        the step, whether it held the budget (a :class:`torch_exec.report.MemoryReport`; print it)."""
+        return self._meter.records
 
     # ------------------------------------------------------------ forward
     def _plain(self, state):
@@ -360,13 +789,34 @@ class CheckpointedSequential(nn.Module):
         flat = U.tensors(state)
         if len(flat) != (1 if isinstance(state, torch.Tensor) else len(state)):
             raise TypeError("CheckpointedSequential takes a tensor or a tuple of tensors")
-        if (self.budget is None and self.schedule_fn is None) or not torch.is_grad_enabled():
+        if (self.budget is None and self.schedule_fn is None) or not torch.is_grad_enabled() or profiling():
+            # torch.compile traces this path (Note [torch.compile]); inside the profiling of an outer
+            # chain this wrapper is one of its stages: it runs plainly and is measured as such.
             return self._plain(state)
+        return self._scheduled(state, flat)
+
+    @_compiler_disable
+    def _scheduled(self, state, flat):
+        """A step under a plan: never traced by torch.compile (Note [torch.compile])."""
         entry = self._entry(state)
         self._last = entry
-        dummy = torch.empty(0, requires_grad=True)  # makes backward run even when no input needs grad
+        meter = self._meter
+        meter.begin(flat[0].device, self.parameters(), entry.plan, self.budget)
+        if entry.plain:
+            out = self._plain(state)
+            if meter.measuring:  # the step ends with the backward pass that reaches this output
+                meter.end_with_backward_of(U.tensors(out))
+            return out
         structure = "tensor" if isinstance(state, torch.Tensor) else "tuple"
-        return _ScheduleFunction.apply((entry, structure, self.preserve_rng_state), dummy, *flat)
+        params = _tap_params(self)
+        if params:  # Note [Autograd calls that name tensors]
+            box: list = []
+            tap = _ParamTap.apply(box, *params)
+            tap_args = (box, params, tap.grad_fn)
+        else:  # an empty leaf: makes backward run even when no input needs grad
+            tap = torch.empty(0, requires_grad=True)
+            tap_args = (None, [], None)
+        return _ScheduleFunction.apply((entry, structure, self.preserve_rng_state, meter, tap_args), tap, *flat)
 
     def extra_repr(self) -> str:
         from gpusolve.units import format_bytes
@@ -374,4 +824,5 @@ class CheckpointedSequential(nn.Module):
         return f"stages={len(self._fns)}, budget={budget}"
 
 
-__all__ = ["CheckpointedSequential", "interpret", "plan_from_schedule", "split_schedule", "Runtime", "Entry"]
+__all__ = ["CheckpointedSequential", "annotate", "interpret", "plan_from_schedule", "split_schedule", "Runtime",
+           "Entry"]

@@ -1,16 +1,21 @@
 """Measure a chain of stages and write it in the ``measured-chain/1`` format (see shared profiles README).
 
-On CUDA, per-stage times come from CUDA events recorded between stages inside whole forward and
-backward passes (no synchronisation inside a pass; backward boundaries from gradient hooks on each
-stage's output), medians over several passes; memory comes from the caching allocator's counters
-(``memory_allocated`` / ``max_memory_allocated``) read between stages, with parameter gradients
-allocated beforehand so that no stage counts them.
+Times: on CUDA, CUDA events recorded between stages inside whole forward and backward passes (no
+synchronisation inside a pass; backward boundaries from gradient hooks on each stage's output),
+medians over several passes; on the CPU, ``time.perf_counter`` at the same points (CPU times: a
+:class:`CPUTimingWarning` says so).
 
-On the CPU sizes are exact, from the tensors themselves: ``x`` is the bytes of the output's new
-storages (0 when it only shares storage with the input), ``xbar`` adds the storages autograd saved
-for the stage (seen through ``torch.autograd.graph.saved_tensors_hooks``) that are neither the
-input's nor parameters/buffers, deduplicated by storage; the peaks are these sizes. Times come from
-``time.perf_counter`` and are CPU times (a :class:`CPUTimingWarning` says so).
+Memory, on both devices, comes from one separate pass measured by
+:class:`~torch_exec.meter.MemoryMeter`: the caching allocator's counters on CUDA, the CPU
+allocator's events (``torch.profiler``, ``profile_memory=True``) on the CPU. So every figure is
+what the allocator really held, workspace included: ``x`` (output bytes of a no-grad forward),
+``xbar`` (what a forward with grad keeps: output and saved tensors), the forward peaks and
+``bwd_peak`` (peak during the stage's backward above the bytes allocated when it started) and
+``bwd_delta`` (the change of allocated bytes over it, which composes fused stages exactly).
+Parameter gradients are allocated before measuring, so no stage counts them. The storages autograd
+saved (seen through ``saved_tensors_hooks``, by identity only) are also counted: ``saved_bytes``
+per stage, a cross-check (``xbar`` is never below it), and ``out_saved_bytes``, the output storage
+the stage's own backward saved (the cost model's ``bwd_tape_bytes`` comes from it).
 
 Profiling leaves the model exactly as it found it: parameters, buffers, gradients, RNG state and
 training flags are restored afterwards.
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -27,8 +33,19 @@ import torch
 
 from gpusolve.chain import PROFILE_FORMAT, Chain
 
-from ._util import (ModelSnapshot, aliases, clone, grad_nbytes, make_leaf, modules_of, params_of, buffers_of,
-                    stage_list, state_nbytes, storage_key, storages, tensors)
+from ._util import (ModelSnapshot, RngState, aliases, buffers_of, clone, cuda_devices, make_leaf, modules_of,
+                    params_of, stage_list, state_nbytes, storage_key, storages, tensors)
+from .meter import MemoryMeter
+
+
+# Thread-local depth of profile_dict calls: a CheckpointedSequential used as a stage of a chain being
+# profiled runs its stages as plain autograd (see profiling()); it profiles itself when it runs for real.
+_PROFILING = threading.local()
+
+
+def profiling() -> bool:
+    """Whether this thread is inside :func:`profile_dict` (a nested wrapper then runs plainly)."""
+    return getattr(_PROFILING, "depth", 0) > 0
 
 
 class CPUTimingWarning(UserWarning):
@@ -75,7 +92,8 @@ def profile_dict(stages, sample_input, passes: int = 5, warmup: int = 1, network
     """The ``measured-chain/1`` dict of ``stages`` on ``sample_input`` (see :func:`profile`).
 
     Extra fields beyond the shared format: ``input_requires_grad``, and per stage ``aliases``
-    (the output shares all its storage with the input) — readers ignore them.
+    (the output shares all its storage with the input), ``rng`` (its forward draws random numbers),
+    ``bwd_delta``, ``saved_bytes`` and ``out_saved_bytes`` — readers that do not know them ignore them.
     """
     if passes < 1:
         raise ValueError(f"passes must be >= 1, got {passes}")
@@ -89,14 +107,16 @@ def profile_dict(stages, sample_input, passes: int = 5, warmup: int = 1, network
         raise TypeError("sample_input must be a tensor or a tuple of tensors")
     device = inputs[0].device
     snapshot = ModelSnapshot(modules_of(fns))
+    _PROFILING.depth = getattr(_PROFILING, "depth", 0) + 1
     try:
         if device.type == "cuda":
             measured = _CudaProfiler(fns, sample_input, device).run(passes, warmup)
         else:
-            warnings.warn("profiling on the CPU: stage times are CPU times (perf_counter), sizes are exact",
-                          CPUTimingWarning, stacklevel=3)
+            warnings.warn("profiling on the CPU: stage times are CPU times (perf_counter); memory is the CPU "
+                          "allocator's", CPUTimingWarning, stacklevel=3)
             measured = _CpuProfiler(fns, sample_input).run(passes, warmup)
     finally:
+        _PROFILING.depth -= 1
         snapshot.restore()
     per_stage, reference = measured
     requires_grad = any(t.requires_grad for t in inputs)
@@ -132,14 +152,28 @@ def _versions(state):
 
 
 class _Passes:
-    """The pass structure shared by both devices; subclasses supply the clock and memory readings."""
+    """Memory and time of every stage: one memory pass, then timed passes.
 
-    def __init__(self, fns, sample, device=None):
+    The memory pass runs a no-grad forward, a forward with grad and its backward, then a plain
+    step, under a :class:`~torch_exec.meter.MemoryMeter` (allocator counters on CUDA, allocator
+    events on the CPU) with a mark between stages; in the backward the marks are taken by gradient
+    hooks on each stage's output (the gradient of a_s is ready: stage s's backward starts). Each
+    per-stage figure is a reading between two marks, so a stage's peak includes the workspace its
+    operators allocate and free inside. The timed passes run without the meter (on the CPU it slows
+    every allocation); subclasses supply the clock.
+    """
+
+    exact_sizes = False
+
+    def __init__(self, fns, sample, device):
         self.fns = fns
         self.n = len(fns)
         self.sample = sample
         self.device = device
         self.rg = [t.requires_grad for t in tensors(sample)]
+        modules = modules_of(fns)
+        self.excluded = {key for key in (storage_key(t) for t in params_of(modules) + buffers_of(modules))
+                         if key is not None}
 
     # clock ----------------------------------------------------------------
     def mark(self):
@@ -157,110 +191,212 @@ class _Passes:
         t_f = [[] for _ in range(n)]
         t_b = [[] for _ in range(n)]
         ref = {"store_all_step_ms": [], "nograd_forward_ms": []}
-        self.mem = [dict() for _ in range(n)]
         self.prepare_grads()
         try:
+            mem, reference = self.memory_pass()
             for it in range(warmup + passes):
-                keep = it >= warmup
-                ng = self.nograd_pass(measure=keep and it == warmup)
-                fwd, bwd = self.grad_pass(measure=keep and it == warmup)
-                if keep:
+                ng = self.nograd_pass()
+                fwd, bwd = self.grad_pass()
+                if it >= warmup:
                     for s in range(n):
                         t_ng[s].append(ng[s])
                         t_f[s].append(fwd[s])
                         t_b[s].append(bwd[s])
                     ref["nograd_forward_ms"].append(sum(ng))
                     ref["store_all_step_ms"].append(self.plain_step())
-            reference = {k: _median(v) for k, v in ref.items()}
-            reference.update(self.memory_reference())
+            reference.update({k: _median(v) for k, v in ref.items()})
         finally:
             self.restore_grads()
         stages = []
         for s in range(n):
             stages.append(dict(t_fwd=_median(t_f[s]), t_fwd_nograd=_median(t_ng[s]), t_bwd=_median(t_b[s]),
-                               **self.mem[s]))
+                               **mem[s]))
         return stages, reference
 
     def prepare_grads(self):
-        pass
+        # Allocate every parameter gradient before measuring, so that no stage counts it (with a
+        # gradient allocated, AccumulateGrad adds into it: the new gradient is workspace of the
+        # stage that computes it). The snapshot keeps the caller's .grad objects and puts them back.
+        self.params = params_of(modules_of(self.fns))
+        with torch.no_grad():
+            for p in self.params:
+                if p.requires_grad:
+                    p.grad = torch.zeros_like(p)
+        self.sync()
 
     def restore_grads(self):
         pass
 
-    # passes ---------------------------------------------------------------
-    def nograd_pass(self, measure: bool):
+    # memory ---------------------------------------------------------------
+    def memory_pass(self):
+        """Per-stage sizes and peaks (bytes) and the plain step's peak, from one metered run."""
+        n = self.n
+        mem = [dict() for _ in range(n)]
+        ng_marks, g_marks = [], []
+        bmark: list = [None] * (n + 1)
+        with MemoryMeter(self.device) as meter:
+            # forward without grad: x, the output's new bytes; the peak above the bytes before it
+            state = clone(make_leaf(self.sample, False))  # an in-place first stage must not touch the sample
+            devices = cuda_devices(state)
+            with torch.no_grad():
+                for s, fn in enumerate(self.fns):
+                    versions = _versions(state)
+                    rng_before = RngState.capture(devices)
+                    a = meter.mark()
+                    out = fn(state)
+                    ng_marks.append((a, meter.mark()))
+                    alias = aliases(out, state)
+                    # Does the stage draw random numbers? Only such stages get their RNG state
+                    # recorded by the executor (and counted in its reserved bytes).
+                    mem[s].update(x_nbytes=state_nbytes(out), aliases=bool(alias),
+                                  rng=not rng_before.equals(RngState.capture(devices)))
+                    del rng_before
+                    if versions != _versions(state) and not alias:
+                        mem[s]["mutates_input"] = True
+                    state = out
+                del state, out
+            # forward with grad, outputs of all earlier stages held: xbar is what the stage adds.
+            # Each output gets a gradient hook as it is made (a mark when the gradient of a_s is
+            # ready: stage s's backward starts); the hook stays on the node that made it, so an
+            # in-place stage after it does not move it.
+            def boundary(s):
+                bmark[s] = meter.mark()
+
+            handles = []
+            a0 = make_leaf(self.sample, self.rg)
+            outs = [a0]
+            with torch.enable_grad():
+                state = clone(a0)
+                for s, fn in enumerate(self.fns):
+                    with self.saved_hooks() as saved:
+                        a = meter.mark()
+                        out = fn(state)
+                        g_marks.append((a, meter.mark()))
+                    self.note_saved(mem[s], out, state, saved)
+                    del saved
+                    if s < n - 1:
+                        handles += [t.register_hook(lambda g, s=s + 1: boundary(s))
+                                    for t in tensors(out) if t.requires_grad]
+                    outs.append(out)
+                    state = out
+            del state, out
+            # backward as plain autograd runs it: no stage output referenced from here
+            final = [t for t in tensors(outs[n]) if t.requires_grad]
+            seeds = [torch.ones_like(t) for t in final]  # the gradient of a_N: held when BWD(N) starts
+            del outs, a0
+            try:
+                bmark[n] = meter.mark()
+                if final:
+                    torch.autograd.backward(final, seeds)
+                del seeds
+                end = meter.mark()
+            finally:
+                for h in handles:
+                    h.remove()
+            del final
+            # plain autograd's step, for the reference figures
+            state = clone(make_leaf(self.sample, self.rg))  # the input is not part of the step's peak
+            ref_start = meter.mark()
+            with torch.enable_grad():
+                for fn in self.fns:
+                    state = fn(state)
+                final = [t for t in tensors(state) if t.requires_grad]
+                del state
+                retained = meter.mark()
+                if final:
+                    torch.autograd.backward(final, [torch.ones_like(t) for t in final])
+            del final
+            ref_end = meter.mark()
+        for s in range(n):
+            ng = meter.between(*ng_marks[s])
+            g = meter.between(*g_marks[s])
+            x = 0 if mem[s]["aliases"] else max(0, ng.delta)
+            xbar = max(0, g.delta, mem[s].get("saved_bytes", 0))
+            mem[s].update(x=int(x), xbar=int(xbar), fwd_peak_nograd=int(max(ng.peak, x)),
+                          fwd_peak_grad=int(max(g.peak, xbar)))
+        for s in range(1, n + 1):
+            if bmark[s] is None:  # no gradient reached a_s: nothing of the stage runs backward
+                mem[s - 1].update(bwd_peak=0, bwd_delta=0)
+                continue
+            stop = next((bmark[r] for r in range(s - 1, -1, -1) if bmark[r] is not None), end)
+            # A stage whose output is its input tensor itself (a no-op view such as Flatten of a 2-D
+            # input) has both hooks on one tensor: they fire at the same instant, in registration
+            # order; its backward is then empty.
+            reading = meter.between(bmark[s], max(bmark[s], stop))
+            mem[s - 1].update(bwd_peak=int(reading.peak), bwd_delta=int(reading.delta))
+        reference = {"store_all_peak_bytes": int(meter.between(ref_start, ref_end).peak),
+                     "retained_after_forward_bytes": int(meter.between(ref_start, retained).delta)}
+        return mem, reference
+
+    def saved_hooks(self):
+        # Record only the storages' identities: a pack hook is kept alive by every tensor it packed,
+        # so holding the tensors here would keep them all until the stage's last node has run.
+        keys: list = []
+
+        def pack(t):
+            keys.append(storage_key(t))
+            return t
+        return _SavedHooks(pack, keys)
+
+    def note_saved(self, mem: dict, out, inp, saved_keys) -> None:
+        """``saved_bytes``: output and saved storages that are neither the input's nor parameters or
+        buffers (what the stage adds, counted from the tensors); ``out_saved_bytes``: the output's
+        storages that the stage's own backward saved (kept until that backward, see
+        ``bwd_tape_bytes`` in :mod:`gpusolve.chain`)."""
+        inp_keys = set(storages(inp))
+        saved = set(saved_keys)
+        held = {}
+        for key in list(storages(out)) + list(saved_keys):
+            if key is None or key in inp_keys or key in self.excluded:
+                continue
+            held[key] = key[2]
+        mem["saved_bytes"] = int(sum(held.values()))
+        mem["out_saved_bytes"] = int(sum(nbytes for key, nbytes in storages(out).items() if key in saved))
+
+    # timing passes ----------------------------------------------------------
+    def nograd_pass(self):
         marks = []
-        state = clone(make_leaf(self.sample, False))  # an in-place first stage must not touch the sample
+        state = clone(make_leaf(self.sample, False))
         with torch.no_grad():
             marks.append(self.mark())
-            for s, fn in enumerate(self.fns):
-                before = self.mem_before() if measure else None
-                versions = _versions(state) if measure else None
-                out = fn(state)
+            for fn in self.fns:
+                state = fn(state)
                 marks.append(self.mark())
-                if measure:
-                    alias = aliases(out, state)
-                    x, peak = self.mem_after_nograd(before, out, state)
-                    if alias:
-                        x = 0
-                    mutated = versions != _versions(state) and not alias
-                    self.mem[s].update(x=int(x), x_nbytes=state_nbytes(out), fwd_peak_nograd=int(max(peak, x)),
-                                       aliases=bool(alias))
-                    if mutated:
-                        self.mem[s]["mutates_input"] = True
-                state = out
-            del state, out
+            del state
         self.sync()
         return [max(0.0, self.elapsed(marks[s], marks[s + 1])) for s in range(self.n)]
 
-    def grad_pass(self, measure: bool):
+    def grad_pass(self):
         n = self.n
         fmarks = []
+        # bmarks[s]: the gradient of a_s is ready (stage s's backward starts); hooks as in memory_pass
+        bmarks = [None] * (n + 1)
+
+        def boundary(s):
+            bmarks[s] = self.mark()
+
+        handles = []
         a0 = make_leaf(self.sample, self.rg)
-        outs = [a0]
         with torch.enable_grad():
             state = clone(a0)
             fmarks.append(self.mark())
             for s, fn in enumerate(self.fns):
-                before = self.mem_before() if measure else None
-                with self.saved_hooks(measure) as saved:
-                    out = fn(state)
+                state = fn(state)
                 fmarks.append(self.mark())
-                if measure:
-                    xbar, peak = self.mem_after_grad(before, out, state, saved)
-                    self.mem[s].update(xbar=int(xbar), fwd_peak_grad=int(max(peak, xbar)))
-                outs.append(out)
-                state = out
-        del state
-        # backward: bmarks[s] = the gradient of a_s is ready (start of stage s's backward)
-        bmarks = [None] * (n + 1)
-        started = [None] * (n + 1)
-        bwd_peak = [None] * (n + 1)
-
-        def boundary(s):
-            bmarks[s] = self.mark()
-            if s < n and started[s + 1] is not None and bwd_peak[s + 1] is None:
-                bwd_peak[s + 1] = self.bwd_peak(started[s + 1])
-            started[s] = self.bwd_start()
-
-        handles = []
-        for s in range(n - 1, -1, -1):
-            for t in tensors(outs[s]):
-                if t.requires_grad:
-                    handles.append(t.register_hook(lambda g, s=s: boundary(s)))
-        final = [t for t in tensors(outs[n]) if t.requires_grad]
+                if s < n - 1:
+                    handles += [t.register_hook(lambda g, s=s + 1: boundary(s))
+                                for t in tensors(state) if t.requires_grad]
+        final = [t for t in tensors(state) if t.requires_grad]
+        del state, a0
         try:
-            boundary(n)
+            bmarks[n] = self.mark()
             if final:
                 torch.autograd.backward(final, [torch.ones_like(t) for t in final])
             end = self.mark()
         finally:
             for h in handles:
                 h.remove()
-        for s in range(n, 0, -1):
-            if started[s] is not None and bwd_peak[s] is None:
-                bwd_peak[s] = self.bwd_peak(started[s])
-        del outs, final
+        del final
         self.sync()
         fwd = [max(0.0, self.elapsed(fmarks[s], fmarks[s + 1])) for s in range(n)]
         bwd = []
@@ -268,11 +404,11 @@ class _Passes:
             if bmarks[s] is None:
                 bwd.append(0.0)
                 continue
+            # The stage's backward ends when the gradient of a_{s-1} is ready, or with the whole
+            # backward when nothing upstream needs a gradient (a first stage taking integer ids
+            # still runs its backward: it reaches the stage's parameters).
             stop = next((bmarks[r] for r in range(s - 1, -1, -1) if bmarks[r] is not None), end)
-            bwd.append(self.elapsed(bmarks[s], stop))
-        if measure:
-            for s in range(1, n + 1):
-                self.mem[s - 1]["bwd_peak"] = self.bwd_peak_value(s, bwd_peak[s])
+            bwd.append(max(0.0, self.elapsed(bmarks[s], stop)))
         return fwd, bwd
 
     def plain_step(self) -> float:
@@ -291,75 +427,18 @@ class _Passes:
 
 
 class _CpuProfiler(_Passes):
-    exact = True
+    """CPU times from ``time.perf_counter``; memory from the CPU allocator's events."""
+
+    exact_sizes = True
 
     def __init__(self, fns, sample):
-        super().__init__(fns, sample)
-        self.excluded = set()
-        modules = modules_of(fns)
-        for t in params_of(modules) + buffers_of(modules):
-            key = storage_key(t)
-            if key is not None:
-                self.excluded.add(key)
+        super().__init__(fns, sample, torch.device("cpu"))
 
     def mark(self):
         return time.perf_counter()
 
     def elapsed(self, a, b):
         return (b - a) * 1e3
-
-    def prepare_grads(self):
-        self.params = params_of(modules_of(self.fns))
-        for p in self.params:  # the snapshot keeps the caller's .grad objects; accumulate elsewhere
-            p.grad = None
-
-    def mem_before(self):
-        return None
-
-    def mem_after_nograd(self, before, out, inp):
-        new = {k: v for k, v in storages(out).items() if k not in storages(inp)}
-        x = sum(new.values())
-        return x, x
-
-    def saved_hooks(self, measure):
-        saved: list = []
-        if not measure:
-            return _NullHooks(saved)
-
-        def pack(t):
-            saved.append(t)
-            return t
-        return _SavedHooks(pack, saved)
-
-    def mem_after_grad(self, before, out, inp, saved):
-        inp_keys = set(storages(inp))
-        held = {}
-        for t in tensors(out) + list(saved):
-            key = storage_key(t)
-            if key is None or key in inp_keys or key in self.excluded:
-                continue
-            held[key] = key[2]
-        xbar = sum(held.values())
-        return xbar, xbar
-
-    def bwd_start(self):
-        return None
-
-    def bwd_peak(self, started):
-        return None
-
-    def bwd_peak_value(self, s, measured):
-        # The gradient of the stage's input: what its backward allocates (saved tensors only shrink).
-        inp = self.sample if s == 1 else None
-        if inp is not None:
-            return grad_nbytes(inp) if any(self.rg) else 0
-        return self.mem[s - 2]["x_nbytes"]
-
-    def memory_reference(self):
-        # Exact sizes, no allocator: every tape held plus the largest pair of gradients in flight.
-        tapes = sum(m["xbar"] for m in self.mem)
-        grads = [m["bwd_peak"] + m["x_nbytes"] for m in self.mem]
-        return {"store_all_peak_bytes": int(tapes + max(grads)), "retained_after_forward_bytes": int(tapes)}
 
 
 class _SavedHooks:
@@ -375,25 +454,8 @@ class _SavedHooks:
         return self.ctx.__exit__(*exc)
 
 
-class _NullHooks:
-    def __init__(self, saved):
-        self.saved = saved
-
-    def __enter__(self):
-        return self.saved
-
-    def __exit__(self, *exc):
-        return False
-
-
 class _CudaProfiler(_Passes):
-    """Allocator counters and CUDA events. Reading the counters does not synchronise the device."""
-
-    exact = False
-
-    def __init__(self, fns, sample, device):
-        super().__init__(fns, sample, device)
-        self.cuda = torch.cuda
+    """CUDA events for times; the caching allocator's counters for memory (no synchronisation)."""
 
     def mark(self):
         event = torch.cuda.Event(enable_timing=True)
@@ -405,56 +467,3 @@ class _CudaProfiler(_Passes):
 
     def sync(self):
         torch.cuda.synchronize(self.device)
-
-    def prepare_grads(self):
-        # Allocate every parameter gradient before measuring so that no stage counts it; the
-        # snapshot keeps the caller's .grad objects and puts them back afterwards.
-        self.params = params_of(modules_of(self.fns))
-        for p in self.params:
-            if p.requires_grad:
-                p.grad = torch.zeros_like(p)
-        self.sync()
-
-    def mem_before(self):
-        before = torch.cuda.memory_allocated(self.device)
-        torch.cuda.reset_peak_memory_stats(self.device)
-        return before
-
-    def mem_after_nograd(self, before, out, inp):
-        now = torch.cuda.memory_allocated(self.device)
-        peak = torch.cuda.max_memory_allocated(self.device)
-        return max(0, now - before), max(0, peak - before)
-
-    def saved_hooks(self, measure):
-        return _NullHooks([])
-
-    def mem_after_grad(self, before, out, inp, saved):
-        return self.mem_after_nograd(before, out, inp)
-
-    def bwd_start(self):
-        started = torch.cuda.memory_allocated(self.device)
-        torch.cuda.reset_peak_memory_stats(self.device)
-        return started
-
-    def bwd_peak(self, started):
-        return max(0, torch.cuda.max_memory_allocated(self.device) - started)
-
-    def bwd_peak_value(self, s, measured):
-        return measured
-
-    def memory_reference(self):
-        self.sync()
-        base = torch.cuda.memory_allocated(self.device)
-        torch.cuda.reset_peak_memory_stats(self.device)
-        with torch.enable_grad():
-            state = clone(make_leaf(self.sample, self.rg))
-            for fn in self.fns:
-                state = fn(state)
-            retained = torch.cuda.memory_allocated(self.device) - base
-            final = [t for t in tensors(state) if t.requires_grad]
-            if final:
-                torch.autograd.backward(final, [torch.ones_like(t) for t in final])
-        del state, final
-        self.sync()
-        peak = torch.cuda.max_memory_allocated(self.device) - base
-        return {"store_all_peak_bytes": int(peak), "retained_after_forward_bytes": int(retained)}

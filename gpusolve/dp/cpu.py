@@ -9,6 +9,8 @@ Memory: 2 x 4 bytes per state on the CPU (the GPU backend keeps 4).
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from .problem import Problem
@@ -21,6 +23,11 @@ BLOCK_ELEMENTS = 1 << 22
 def host_bytes(problem: Problem) -> int:
     """Bytes this backend allocates: the table and its shifted copy."""
     return 2 * problem.table_bytes()
+
+
+def host_bytes_for(n: int, buckets: int, itemsize: int = 4) -> int:
+    """:func:`host_bytes` of an ``n``-stage problem with ``buckets`` (float32 unless ``itemsize``)."""
+    return 2 * (n * (n + 1) // 2) * (buckets + 1) * itemsize
 
 
 def solve_table(problem: Problem, progress=None) -> np.ndarray:
@@ -79,11 +86,37 @@ def _tape_candidates(problem: Problem, table, m, i, j, d, inf) -> np.ndarray:
     return np.where(m[None, :] >= thr, cost + right, inf).astype(problem.dtype)
 
 
-def run(problem: Problem, m_top: int, progress=None):
-    """Solve on the CPU: returns (curve [M+1] = C(0, N, m), policy at ``m_top`` or None)."""
+def run(problem: Problem, m_top: int, progress=None, timings: dict | None = None):
+    """Solve on the CPU: returns (curve [M+1] = C(0, N, m), policy at ``m_top`` or None).
+
+    ``timings``, if given, receives the seconds of table fill (``"dp"``) and recovery (``"recover"``).
+    """
+    table = fill(problem, progress, timings)
+    return table.curve, table.policy(m_top)
+
+
+class HostTable:
+    """A filled table: its curve C(0, N, m) and policies recovered on demand (:meth:`policy`)."""
+
+    def __init__(self, problem: Problem, table: np.ndarray, timings: dict | None):
+        self.problem, self.table, self._timings = problem, table, timings
+        self.curve = table[problem.row(0, problem.n)].copy()
+
+    def policy(self, m: int):
+        """The optimal policy at ``m`` buckets, or None where the curve is infinite."""
+        if not (0 <= m < len(self.curve) and np.isfinite(self.curve[m])):
+            return None
+        started = time.perf_counter()
+        policy = recover_policy(self.problem, table_lookup(self.table), int(m))
+        if self._timings is not None:
+            self._timings["recover"] = self._timings.get("recover", 0.0) + time.perf_counter() - started
+        return policy
+
+
+def fill(problem: Problem, progress=None, timings: dict | None = None) -> HostTable:
+    """Fill the whole table (``timings["dp"]``) and return it as a :class:`HostTable`."""
+    started = time.perf_counter()
     table = solve_table(problem, progress)
-    curve = table[problem.row(0, problem.n)].copy()
-    policy = None
-    if np.isfinite(curve[m_top]):
-        policy = recover_policy(problem, table_lookup(table), m_top)
-    return curve, policy
+    if timings is not None:
+        timings["dp"] = timings.get("dp", 0.0) + time.perf_counter() - started
+    return HostTable(problem, table, timings)

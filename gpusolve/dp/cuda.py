@@ -1,39 +1,93 @@
 """CUDA backend: raw CUDA C++ kernels (kernels/dp.cu, shipped as ``gpusolve.kernels``) run with CuPy.
 
 The table lives on the device in the layout of :mod:`gpusolve.dp.problem` (one float32 row of M+1
-buckets per pair, by diagonal). Diagonals are solved in order; each launch covers every (i, m) of
-a diagonal (see ``kernels/dp.cu`` for the kernels and ``bench/SOLVER_NOTES.md`` for the design).
-The policy is recovered on the device by a one-thread kernel; only the curve row and the visited
-states (at most 2N - 1 quads) are copied back, never the table.
+buckets per pair, by diagonal), followed by one +inf sentinel row. Diagonals are solved in order;
+each launch covers every (i, m) of a diagonal (see ``kernels/dp.cu`` for the kernels and
+``bench/SOLVER_NOTES.md`` for the design). The policy is recovered on the device by one block that
+visits the states in order and evaluates each state's checkpoints in parallel; only the curve row
+and the visited states (at most 2N - 1 quads) are copied back, never the table.
 
-This module imports without CuPy: :func:`device_arrays`, :func:`launch_plan` and the memory
-estimates are plain NumPy, shared with the host harness that checks the kernel arithmetic in CI.
+Launch geometry has one home: :class:`Geometry`. Its values reach the kernels as ``#define`` lines
+prepended to the NVRTC source (the header's ``#ifndef`` defaults serve ``nvcc`` and the host
+harness), so the launches below and the kernels cannot disagree. Compiled modules are memoized per
+(device, geometry).
+
+The table and the uploaded side arrays stay on the device between solves (a per-device
+*workspace*): a solve whose table is no larger reuses the buffer, identical side arrays are not
+uploaded again. :func:`release` frees the workspace and empties CuPy's memory pool; call it
+before handing the memory back to another allocator (torch).
+
+This module imports without CuPy: :class:`Geometry`, :func:`device_arrays`, :func:`launch_plan`
+and the memory estimates are plain NumPy, shared with the host harness that checks the kernel
+arithmetic in CI.
 """
 from __future__ import annotations
 
 import sys
+import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import BackendUnavailableError
 from ..schedule import Policy
-from ..units import format_bytes
+from .buckets import DEVICE_MEMORY_FRACTION, device_memory_message
 from .problem import BYTES_PER_STATE, Problem
 from .recover import build_policy
 
-# Must match kernels/dp_common.cuh.
-DIAG_THREADS = 128
-DIAG_MPT = 4
-BAND = 8
-BULK_THREADS = 128
-# First band of the bulk (min-plus) kernel; below it the diagonal kernel does every checkpoint.
-FIRST_BAND = 2 * BAND
-# Fraction of free device memory the table (and its small side arrays) may take.
-DEVICE_MEMORY_FRACTION = 0.9
+# Options handed to cupy.RawModule (CuPy adds -ftz=true, the arch and its include paths);
+# bench/nvrtc_check.py compiles with exactly these.
+COMPILE_OPTIONS = ("--std=c++14",)
+KERNEL_NAMES = ("dp_diag", "dp_bulk", "dp_recover")
+# CuPy rounds every allocation up to 512 bytes; 16 arrays of slack.
+_ALLOC_SLACK = 16 * 512
 
-_MODULE = None  # compiled cupy.RawModule, per process
-_MODULE_ERROR: str | None = None
+
+# ---------------------------------------------------------------------------- launch geometry
+@dataclass(frozen=True)
+class Geometry:
+    """Launch geometry of the kernels: the one place these numbers are written.
+
+    ``defines()`` gives the ``DP_*`` macros of ``kernels/dp_common.cuh``; :func:`kernel_source`
+    prepends them to the NVRTC source and the tests build the host harness with them.
+    """
+
+    diag_threads: int = 128   # dp_diag: threads per block
+    diag_mpt: int = 4         # dp_diag: buckets per thread
+    ktile: int = 32           # dp_diag: k values staged per tile
+    band: int = 8             # dp_bulk: diagonals per band, band x band pairs per block
+    bulk_threads: int = 128   # dp_bulk: threads per block, one bucket each
+    bulk_ktile: int = 8       # dp_bulk: k values staged per tile
+    rec_threads: int = 256    # dp_recover: threads of its single block
+
+    def __post_init__(self):
+        for name, value in asdict(self).items():
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"Geometry.{name} must be a positive int, got {value!r}")
+        for name in ("diag_threads", "bulk_threads", "rec_threads"):
+            value = getattr(self, name)
+            if value % 32 or value > 1024:
+                raise ValueError(f"Geometry.{name} must be a multiple of 32 and at most 1024, got {value}")
+        if self.ktile > self.diag_threads:
+            raise ValueError(f"Geometry.ktile ({self.ktile}) must not exceed diag_threads ({self.diag_threads})")
+        if self.bulk_ktile > self.bulk_threads:
+            raise ValueError(f"Geometry.bulk_ktile ({self.bulk_ktile}) must not exceed bulk_threads "
+                             f"({self.bulk_threads})")
+
+    @property
+    def first_band(self) -> int:
+        """First diagonal of the first bulk band; below it dp_diag does every checkpoint."""
+        return 2 * self.band
+
+    def defines(self) -> dict[str, int]:
+        """The kernels' macros (names as in kernels/dp_common.cuh)."""
+        return {"DP_DIAG_THREADS": self.diag_threads, "DP_DIAG_MPT": self.diag_mpt, "DP_KTILE": self.ktile,
+                "DP_BAND": self.band, "DP_BULK_THREADS": self.bulk_threads, "DP_BULK_KTILE": self.bulk_ktile,
+                "DP_REC_THREADS": self.rec_threads}
+
+
+GEOMETRY = Geometry()
 
 
 # ---------------------------------------------------------------------------- sources
@@ -46,12 +100,15 @@ def kernel_dir() -> Path:
         return Path(__file__).resolve().parents[2] / "kernels"
 
 
-def kernel_source() -> str:
-    """dp.cu with dp_common.cuh inlined (one self-contained NVRTC translation unit)."""
+def kernel_source(geometry: Geometry | None = None) -> str:
+    """The NVRTC translation unit: the geometry's #defines, then dp.cu with dp_common.cuh inlined."""
+    geometry = geometry or GEOMETRY
     folder = kernel_dir()
-    header = (folder / "dp_common.cuh").read_text()
+    header = (folder / "dp_common.cuh").read_text().replace("#pragma once\n", "", 1)  # inlined: no longer a header
     source = (folder / "dp.cu").read_text()
-    return source.replace('#include "dp_common.cuh"', header)
+    defines = "".join(f"#define {name} {value}\n" for name, value in geometry.defines().items())
+    return ("// launch geometry: gpusolve.dp.cuda.Geometry\n" + defines
+            + source.replace('#include "dp_common.cuh"', header))
 
 
 # ---------------------------------------------------------------------------- host-side arrays
@@ -87,17 +144,19 @@ ARRAY_ORDER = ("t_tape", "prefix", "act_b", "tape_b", "grad_q", "grad_r", "peak_
                "tape_fwd", "tape_need", "grad_bytes")
 
 
-def launch_plan(n: int, band: bool = True) -> list[tuple[str, int, int]]:
+def launch_plan(n: int, band: bool = True, geometry: Geometry | None = None) -> list[tuple[str, int, int]]:
     """Kernel launches in order: ("diag", d, band_start) and ("bulk", band_start, band_len).
 
-    With ``band`` the diagonals from FIRST_BAND on are grouped by BAND: one bulk launch (the
-    checkpoints whose sub-pairs lie below the band) then one diag launch per diagonal (the rest).
+    With ``band`` the diagonals from ``geometry.first_band`` on are grouped by ``geometry.band``: one
+    bulk launch (the checkpoints whose sub-pairs lie below the band) then one diag launch per
+    diagonal (the rest).
     """
+    geometry = geometry or GEOMETRY
     plan: list[tuple[str, int, int]] = []
     d = 1
     while d <= n:
-        if band and d >= FIRST_BAND:
-            length = min(BAND, n - d + 1)
+        if band and d >= geometry.first_band:
+            length = min(geometry.band, n - d + 1)
             plan.append(("bulk", d, length))
             for e in range(d, d + length):
                 plan.append(("diag", e, d))
@@ -108,26 +167,37 @@ def launch_plan(n: int, band: bool = True) -> list[tuple[str, int, int]]:
     return plan
 
 
-def grid(kind: str, n: int, width: int, a: int) -> tuple[int, int]:
+def grid(kind: str, n: int, width: int, a: int, geometry: Geometry | None = None) -> tuple[int, int]:
     """(blocks along m, blocks along i) of a launch: a = d for diag, the band start for bulk."""
+    geometry = geometry or GEOMETRY
     if kind == "diag":
-        return -(-width // (DIAG_THREADS * DIAG_MPT)), n + 1 - a
-    return -(-width // BULK_THREADS), -(-(n + 1 - a) // BAND)
+        return -(-width // (geometry.diag_threads * geometry.diag_mpt)), n + 1 - a
+    return -(-width // geometry.bulk_threads), -(-(n + 1 - a) // geometry.band)
+
+
+def block(kind: str, geometry: Geometry | None = None) -> int:
+    """Threads per block of a launch kind ("diag", "bulk", "recover")."""
+    geometry = geometry or GEOMETRY
+    return {"diag": geometry.diag_threads, "bulk": geometry.bulk_threads, "recover": geometry.rec_threads}[kind]
 
 
 # ---------------------------------------------------------------------------- memory
+def _side_bytes(n: int) -> int:
+    """Device bytes besides the table: the side arrays, the recovery buffers, allocation rounding."""
+    nodes = 2 * n + 2
+    return (n + 1) ** 2 * 12 + (n + 1) * 56 + (7 * nodes + 1) * 4 + _ALLOC_SLACK
+
+
 def device_bytes(n: int, buckets: int) -> int:
-    """Device bytes of a solve: the table (4 B per state) plus the side arrays."""
-    pairs = n * (n + 1) // 2
-    side = (n + 1) ** 2 * 12 + (n + 1) * 64 + (2 * n + 2) * 28 + 64
-    return pairs * (buckets + 1) * BYTES_PER_STATE + side
+    """Device bytes of a solve: the table (4 B per state, plus the +inf sentinel row) and the rest."""
+    rows = n * (n + 1) // 2 + 1
+    return rows * (buckets + 1) * BYTES_PER_STATE + _side_bytes(n)
 
 
 def finest_fitting_bucket(budget_bytes: int, n: int, free_bytes: int) -> int:
     """The smallest bucket (bytes) whose table fits in ``free_bytes``."""
-    pairs = n * (n + 1) // 2
-    side = device_bytes(n, 0) - pairs * BYTES_PER_STATE
-    columns = (free_bytes - side) // (pairs * BYTES_PER_STATE)  # = buckets + 1
+    rows = n * (n + 1) // 2 + 1
+    columns = (free_bytes - _side_bytes(n)) // (rows * BYTES_PER_STATE)  # = buckets + 1
     if columns < 2:
         return budget_bytes
     bucket = max(1, -(-budget_bytes // int(columns - 1)))
@@ -137,38 +207,20 @@ def finest_fitting_bucket(budget_bytes: int, n: int, free_bytes: int) -> int:
 
 
 def free_device_bytes() -> int:
-    """Free device memory CuPy could use now: the driver's free bytes plus CuPy's pooled free blocks."""
+    """Device memory a solve could use now: the driver's free bytes, CuPy's pooled free blocks, and
+    what this module's workspace holds on the current device (it is released before a larger
+    table is allocated)."""
     import cupy
     free, _total = cupy.cuda.runtime.memGetInfo()
-    return int(free) + int(cupy.get_default_memory_pool().free_bytes())
+    held = _workspace_bytes(cupy.cuda.Device().id)
+    return int(free) + int(cupy.get_default_memory_pool().free_bytes()) + held
 
 
-def fit_bucket(budget_bytes: int, bucket_bytes: int, n: int, user_bucket: bool, notes: list[str]) -> int:
-    """Check that the table at ``bucket_bytes`` fits on the device; coarsen it when the bucket was ours.
-
-    Raises MemoryError (one line: bytes needed, finest bucket that fits) for a user's bucket.
-    """
-    try:
-        with _torch_device():
-            free = int(DEVICE_MEMORY_FRACTION * free_device_bytes())
-    except Exception:  # no device information: let run() report what it can
-        return bucket_bytes
-    need = device_bytes(n, budget_bytes // bucket_bytes)
-    if need <= free:
-        return bucket_bytes
-    finest = finest_fitting_bucket(budget_bytes, n, free)
-    if user_bucket:
-        raise MemoryError(_memory_message(need, n, budget_bytes // bucket_bytes, free, finest))
-    notes.append(f"the CUDA table at bucket {format_bytes(bucket_bytes)} needs {format_bytes(need)} but "
-                 f"{format_bytes(free)} of device memory is free; using bucket {format_bytes(finest)} "
-                 f"({budget_bytes // finest} buckets), the finest that fits")
-    return finest
-
-
-def _memory_message(need: int, n: int, buckets: int, free: int, finest: int) -> str:
-    return (f"the CUDA table needs {format_bytes(need)} ({need} B: {n * (n + 1) // 2} pairs x {buckets + 1} "
-            f"buckets x {BYTES_PER_STATE} B) but {format_bytes(free)} of device memory is free; "
-            f"use a bucket of at least {format_bytes(finest)} ({finest} B)")
+def solve_free_bytes() -> int:
+    """Device bytes a solve may take now on torch's (or CuPy's) current device: the fraction
+    :data:`gpusolve.dp.buckets.DEVICE_MEMORY_FRACTION` of :func:`free_device_bytes`."""
+    with _torch_device():
+        return int(DEVICE_MEMORY_FRACTION * free_device_bytes())
 
 
 # ---------------------------------------------------------------------------- availability
@@ -177,7 +229,8 @@ def _import_cupy():
         import cupy  # noqa: F401
     except ImportError as err:
         raise BackendUnavailableError(f"CuPy is not installed or cannot be imported ({_one_line(err)}); "
-                                      f"pip install cupy-cuda12x (or cupy-cuda13x)") from None
+                                      f"pip install 'gpusolve[cuda13]' (CUDA 13 drivers, torch cu13x) or "
+                                      f"'gpusolve[cuda12]' (CUDA 12)") from None
     except Exception as err:  # CuPy present but broken (missing CUDA libraries, ...)
         raise BackendUnavailableError(f"CuPy cannot be imported: {type(err).__name__}: {_one_line(err)}") from None
     return cupy
@@ -189,7 +242,7 @@ def _one_line(err: BaseException) -> str:
     return lines[-1] if lines else type(err).__name__
 
 
-def ensure_available() -> None:
+def ensure_available(geometry: Geometry | None = None) -> None:
     """Raise BackendUnavailableError with the reason when the CUDA backend cannot run here."""
     cupy = _import_cupy()
     try:
@@ -199,27 +252,54 @@ def ensure_available() -> None:
     if count < 1:
         raise BackendUnavailableError("CuPy sees no CUDA device")
     with _torch_device():
-        _module()
+        _module(geometry or GEOMETRY)
 
 
-def _module():
-    """The compiled RawModule (compiled once per process; CuPy caches it on disk)."""
-    global _MODULE, _MODULE_ERROR
-    if _MODULE is not None:
-        return _MODULE
-    if _MODULE_ERROR is not None:
-        raise BackendUnavailableError(_MODULE_ERROR)
+_MODULES: dict = {}        # (device id, Geometry) -> compiled cupy.RawModule
+_MODULE_ERRORS: dict = {}  # (device id, Geometry) -> one-line compile error
+
+
+def _module(geometry: Geometry, timings: dict | None = None):
+    """The compiled RawModule for the current device and ``geometry`` (compiled once per process;
+    CuPy also caches the binary on disk). Compile time goes to ``timings["compile"]``."""
     cupy = _import_cupy()
+    key = (cupy.cuda.Device().id, geometry)
+    module = _MODULES.get(key)
+    if module is not None:
+        return module
+    if key in _MODULE_ERRORS:
+        raise BackendUnavailableError(_MODULE_ERRORS[key])
+    started = time.perf_counter()
     try:
-        module = cupy.RawModule(code=kernel_source(), options=("--std=c++14",))
-        for name in ("dp_diag", "dp_bulk", "dp_recover_kernel"):
-            module.get_function(name)  # forces compilation now
+        module = cupy.RawModule(code=kernel_source(geometry), options=COMPILE_OPTIONS)
+        for name in KERNEL_NAMES:
+            module.get_function(name)  # forces compilation and loading now
     except Exception as err:
         first = str(err).strip().splitlines()
-        _MODULE_ERROR = f"the CUDA kernels failed to compile: {type(err).__name__}: {' | '.join(first[:6])}"
-        raise BackendUnavailableError(_MODULE_ERROR) from None
-    _MODULE = module
+        _MODULE_ERRORS[key] = (f"the CUDA kernels failed to compile or load: {type(err).__name__}: "
+                               f"{' | '.join(first[:6])}")
+        raise BackendUnavailableError(_MODULE_ERRORS[key]) from None
+    _add(timings, "compile", time.perf_counter() - started)
+    _MODULES[key] = module
     return module
+
+
+class _TorchStreamHandle:
+    """The CUDA stream protocol over a raw handle, for a torch whose streams lack ``__cuda_stream__``."""
+
+    def __init__(self, ptr: int):
+        self._ptr = int(ptr)
+
+    def __cuda_stream__(self):
+        return (0, self._ptr)
+
+
+def _external_stream(cupy, torch_stream, device_id: int):
+    """A CuPy stream over torch's: ``Stream.from_external`` (CuPy >= 14), else ``ExternalStream``."""
+    if hasattr(cupy.cuda.Stream, "from_external"):
+        obj = torch_stream if hasattr(torch_stream, "__cuda_stream__") else _TorchStreamHandle(torch_stream.cuda_stream)
+        return cupy.cuda.Stream.from_external(obj)
+    return cupy.cuda.ExternalStream(torch_stream.cuda_stream, device_id)
 
 
 class _torch_device:
@@ -235,10 +315,11 @@ class _torch_device:
         torch = sys.modules.get("torch")
         try:
             if torch is not None and torch.cuda.is_available():
-                device = cupy.cuda.Device(torch.cuda.current_device())
+                index = torch.cuda.current_device()
+                device = cupy.cuda.Device(index)
                 device.__enter__()
                 self._stack.append(device)
-                stream = cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+                stream = _external_stream(cupy, torch.cuda.current_stream(), index)
                 stream.__enter__()
                 self._stack.append(stream)
         except Exception:
@@ -252,55 +333,180 @@ class _torch_device:
         return False
 
 
+# ---------------------------------------------------------------------------- workspace
+class _Workspace:
+    """Device buffers kept between solves on one device: the table, the side arrays (with the host
+    arrays they were uploaded from, to skip identical uploads) and the recovery buffers."""
+
+    def __init__(self):
+        self.table = None
+        self.host: dict[str, np.ndarray] = {}
+        self.dev: dict = {}
+        self.recovery = None  # (out, stack, result), sized for self.nodes states
+        self.nodes = 0
+
+    def held_bytes(self) -> int:
+        arrays = [self.table, *self.dev.values(), *(self.recovery or ())]
+        return sum(int(a.nbytes) for a in arrays if a is not None)
+
+    def table_for(self, cupy, elements: int):
+        """A float32 buffer of at least ``elements``: the kept one when large enough."""
+        if self.table is None or self.table.size < elements:
+            self.table = None
+            cupy.get_default_memory_pool().free_all_blocks()  # the old buffer goes back before the new one
+            self.table = cupy.empty(elements, dtype=cupy.float32)
+        return self.table
+
+    def upload(self, cupy, host: dict[str, np.ndarray]) -> list:
+        """Device copies of ``host`` in ARRAY_ORDER; arrays equal to the last upload are reused."""
+        out = []
+        for name in ARRAY_ORDER:
+            arr = host[name]
+            old = self.host.get(name)
+            dev = self.dev.get(name)
+            same_shape = old is not None and old.shape == arr.shape and old.dtype == arr.dtype
+            if not (same_shape and np.array_equal(old, arr)):
+                if same_shape:
+                    dev.set(arr)
+                else:
+                    dev = cupy.asarray(arr)
+                self.dev[name] = dev
+                self.host[name] = arr
+            out.append(dev)
+        return out
+
+    def recovery_buffers(self, cupy, nodes: int):
+        if self.recovery is None or self.nodes < nodes:
+            self.recovery = (cupy.empty(4 * nodes, dtype=cupy.int32), cupy.empty(3 * nodes, dtype=cupy.int32),
+                             cupy.empty(1, dtype=cupy.int32))
+            self.nodes = nodes
+        return self.recovery
+
+
+_WORKSPACES: dict[int, _Workspace] = {}  # device id -> workspace
+
+
+def _workspace_bytes(device_id: int) -> int:
+    ws = _WORKSPACES.get(device_id)
+    return ws.held_bytes() if ws is not None else 0
+
+
+def workspace_bytes() -> int:
+    """Device bytes the workspaces hold now (all devices)."""
+    return sum(ws.held_bytes() for ws in _WORKSPACES.values())
+
+
+def release() -> None:
+    """Free the workspace on every device and empty CuPy's memory pool there (a no-op when CuPy was
+    never imported or sees no device). Call before returning the memory to another allocator
+    such as torch's."""
+    cupy = sys.modules.get("cupy")
+    devices = list(_WORKSPACES)
+    _WORKSPACES.clear()
+    if cupy is None:
+        return
+    if not devices:
+        try:
+            devices = [cupy.cuda.Device().id]
+        except Exception:  # no device: no pool to empty
+            return
+    pool = cupy.get_default_memory_pool()
+    for device_id in devices:
+        with cupy.cuda.Device(device_id):
+            cupy.cuda.Device().synchronize()
+            pool.free_all_blocks()
+
+
 # ---------------------------------------------------------------------------- solve
-def run(problem: Problem, m_top: int, progress=None, band: bool = True):
-    """Solve on the device: returns (curve [M+1] float32 = C(0, N, m), policy at ``m_top`` or None)."""
+def _add(timings: dict | None, key: str, seconds: float) -> None:
+    if timings is not None:
+        timings[key] = timings.get(key, 0.0) + seconds
+
+
+def run(problem: Problem, m_top: int, progress=None, band: bool = True, timings: dict | None = None,
+        geometry: Geometry | None = None):
+    """Solve on the device: returns (curve [M+1] float32 = C(0, N, m), policy at ``m_top`` or None).
+
+    ``timings``, when a dict, receives seconds per phase (added to what is there): ``"dp"`` the
+    table fill (launch to device synchronisation), ``"recover"`` device recovery, copy back and the
+    host policy tree, ``"device_setup"`` memory check, arrays, uploads and allocation,
+    ``"curve"`` the curve's download, and ``"compile"`` when the kernels were compiled now.
+    """
+    table = fill(problem, progress, timings, band=band, geometry=geometry)
+    return table.curve, table.policy(m_top)
+
+
+class DeviceTable:
+    """A filled table in the device workspace: its curve C(0, N, m) and policies recovered on demand
+    (:meth:`policy`, on the device). Valid until the next solve on this device or :func:`release`."""
+
+    def __init__(self, problem, module, table, dev, scalars, recovery, geometry, timings):
+        self.problem, self._module, self._table, self._dev = problem, module, table, dev
+        self._scalars, self._recovery, self._geometry, self._timings = scalars, recovery, geometry, timings
+        self.curve = None
+
+    def policy(self, m: int) -> Policy | None:
+        """The optimal policy at ``m`` buckets, or None where the curve is infinite."""
+        if not (0 <= m < len(self.curve) and np.isfinite(self.curve[m])):
+            return None
+        started = time.perf_counter()
+        with _torch_device():
+            policy = _recover_on_device(self._module, self.problem, self._table, self._dev, self._scalars, int(m),
+                                        self._recovery, 2 * self.problem.n + 2, self._geometry)
+        _add(self._timings, "recover", time.perf_counter() - started)
+        return policy
+
+
+def fill(problem: Problem, progress=None, timings: dict | None = None, band: bool = True,
+         geometry: Geometry | None = None) -> DeviceTable:
+    """Fill the table on the device (see :func:`run` for ``timings``); returns a :class:`DeviceTable`."""
+    geometry = geometry or GEOMETRY
     cupy = _import_cupy()
     with _torch_device():
-        module = _module()
+        module = _module(geometry, timings)
+        started_setup = time.perf_counter()
+        stream = cupy.cuda.get_current_stream()
         n, width = problem.n, problem.buckets + 1
         need = device_bytes(n, problem.buckets)
         free = int(DEVICE_MEMORY_FRACTION * free_device_bytes())
         if need > free:
             finest = finest_fitting_bucket(problem.bucket_bytes * problem.buckets, n, free)
-            raise MemoryError(_memory_message(need, n, problem.buckets, free, finest))
-        pool = cupy.get_default_memory_pool()
-        try:
-            host = device_arrays(problem)
-            dev = [cupy.asarray(host[name]) for name in ARRAY_ORDER]
-            scalars = (np.int32(n), np.int32(width), np.int32(1 if problem.multi_tape else 0),
-                       np.int64(problem.bucket_bytes))
-            table = cupy.empty(problem.pairs * width, dtype=cupy.float32)
-            diag = module.get_function("dp_diag")
-            bulk = module.get_function("dp_bulk")
-            for kind, a, b in launch_plan(n, band):
-                gx, gy = grid(kind, n, width, a)
-                if kind == "diag":
-                    diag((gx, gy), (DIAG_THREADS,), (table, *dev, *scalars, np.int32(a), np.int32(b)))
-                    if progress is not None:
-                        progress(n + 1 - a)
-                else:
-                    bulk((gx, gy), (BULK_THREADS,), (table, *dev, *scalars, np.int32(a), np.int32(b)))
-            top = int(problem.row(0, n))
-            curve = table[top * width:(top + 1) * width].get()
-            policy = None
-            if 0 <= m_top < width and np.isfinite(curve[m_top]):
-                policy = _recover_on_device(module, cupy, problem, table, dev, scalars, m_top)
-            return curve, policy
-        finally:
-            table = dev = None  # noqa: F841  release before freeing the pool
-            cupy.cuda.get_current_stream().synchronize()
-            pool.free_all_blocks()
+            raise MemoryError(device_memory_message(need, n, problem.buckets, free, finest))
+        ws = _WORKSPACES.setdefault(cupy.cuda.Device().id, _Workspace())
+        dev = ws.upload(cupy, device_arrays(problem))
+        pairs = problem.pairs
+        table = ws.table_for(cupy, (pairs + 1) * width)
+        table[pairs * width:(pairs + 1) * width].fill(np.inf)  # the sentinel row
+        nodes = 2 * n + 2
+        recovery = ws.recovery_buffers(cupy, nodes)
+        scalars = (np.int32(n), np.int32(width), np.int32(1 if problem.multi_tape else 0),
+                   np.int64(problem.bucket_bytes))
+        stream.synchronize()
+        started_dp = time.perf_counter()
+        _add(timings, "device_setup", started_dp - started_setup)
+        diag = module.get_function("dp_diag")
+        bulk = module.get_function("dp_bulk")
+        for kind, a, b in launch_plan(n, band, geometry):
+            args = (table, *dev, *scalars, np.int32(a), np.int32(b))
+            (diag if kind == "diag" else bulk)(grid(kind, n, width, a, geometry), (block(kind, geometry),), args)
+            if progress is not None and kind == "diag":
+                progress(n + 1 - a)
+        stream.synchronize()
+        started_curve = time.perf_counter()
+        _add(timings, "dp", started_curve - started_dp)
+        top = int(problem.row(0, n))
+        handle = DeviceTable(problem, module, table, dev, scalars, recovery, geometry, timings)
+        handle.curve = table[top * width:(top + 1) * width].get()
+        _add(timings, "curve", time.perf_counter() - started_curve)
+        return handle
 
 
-def _recover_on_device(module, cupy, problem: Problem, table, dev, scalars, m_top: int) -> Policy:
-    n = problem.n
-    nodes = 2 * n + 2
-    out = cupy.zeros(4 * nodes, dtype=cupy.int32)
-    stack = cupy.zeros(3 * nodes, dtype=cupy.int32)
-    result = cupy.zeros(1, dtype=cupy.int32)
-    module.get_function("dp_recover_kernel")((1,), (1,), (table, *dev, *scalars, np.int32(m_top), out,
-                                                          np.int32(nodes), stack, np.int32(nodes), result))
+def _recover_on_device(module, problem: Problem, table, dev, scalars, m_top: int, recovery, nodes: int,
+                       geometry: Geometry) -> Policy:
+    out, stack, result = recovery
+    module.get_function("dp_recover")((1,), (block("recover", geometry),),
+                                      (table, *dev, *scalars, np.int32(m_top), out, np.int32(nodes), stack,
+                                       np.int32(nodes), result))
     count = int(result.get()[0])
     if count < 0:
         raise RuntimeError(f"internal error: device recovery failed ({'infeasible state' if count == -1 else 'overflow'})")

@@ -11,7 +11,9 @@ is held inside m; C(i, j, m) is the least time (ms) to produce the gradient of a
   (float32, in this order); allowed when m >= thr_ckpt(i, j, k).
 
 Sizes are rounded *up* to buckets, each threshold from the exact bytes of what is held at that
-moment, so a plan that fits in m buckets fits in m * bucket bytes. Every threshold is at least the
+moment, so a plan that fits in m buckets fits in m * bucket bytes. ``chain.reserved_bytes`` (held
+through the whole step) is part of every moment: it is added to the byte arrays each threshold reads
+(``tape_fwd``, ``tape_need``, ``nograd_peak``), so every backend counts it without knowing of it. Every threshold is at least the
 size subtracted for the sub-problem it guards, so shifted indices are never negative where allowed.
 
 Table layout (shared with the CUDA kernels): one float32 row of M+1 buckets per pair, pairs
@@ -47,9 +49,9 @@ class Problem:
     act_b: np.ndarray           # int32[N+1]: ceil(act_bytes / bucket)
     tape_b: np.ndarray          # int32[N+1]: ceil(tape_bytes / bucket)
     grad_bytes: np.ndarray      # int64[N+1]
-    tape_need: np.ndarray       # int64[N+1]: bytes the backward of s needs beyond grad of a_s's j
-    tape_fwd: np.ndarray        # int64[N+1]: tape + forward-with-grad workspace of stage s
-    nograd_peak: np.ndarray     # int64[N+1, N+1]: worst no-grad step of i+1..k, a_i held outside
+    tape_need: np.ndarray       # int64[N+1]: bytes the backward of s needs (+ reserved)
+    tape_fwd: np.ndarray        # int64[N+1]: tape + forward-with-grad workspace of stage s (+ reserved)
+    nograd_peak: np.ndarray     # int64[N+1, N+1]: worst no-grad step of i+1..k, a_i held outside (+ reserved)
     dtype: type = np.float32    # table precision: float32 (4 B/state, every backend) or float64 (CPU)
 
     @classmethod
@@ -65,10 +67,11 @@ class Problem:
         t_tape = (a["t_fwd"] + a["t_bwd"]).astype(dtype)
         fwd_prefix = np.cumsum(a["t_fwd_nograd"])
         fwd_prefix[0] = 0.0
-        # Backward of stage s holds its tape, the gradient of a_s and of a_{s-1}, and workspace.
+        # Backward of stage s holds what is left of its tape, the gradients of a_s and a_{s-1}, workspace.
+        reserved = np.int64(chain.reserved_bytes)
         tape_need = np.zeros(n + 1, dtype=np.int64)
-        tape_need[1:] = tape[1:] + grad[1:] + grad[:-1] + a["bwd_extra"][1:]
-        tape_fwd = tape + a["fwd_grad_extra"]
+        tape_need[1:] = a["bwd_tape_bytes"][1:] + grad[1:] + grad[:-1] + a["bwd_extra"][1:] + reserved
+        tape_fwd = tape + a["fwd_grad_extra"] + reserved
         # A no-grad step l holds its input (unless it is a_i, held outside), output and workspace.
         step_first = act + a["fwd_nograd_extra"]
         step_inner = np.zeros(n + 1, dtype=np.int64)
@@ -77,11 +80,13 @@ class Problem:
         for i in range(n):
             steps = step_inner[i + 1:].copy()
             steps[0] = step_first[i + 1]
-            nograd_peak[i, i + 1:] = np.maximum.accumulate(steps)
+            nograd_peak[i, i + 1:] = np.maximum.accumulate(steps) + reserved
         return cls(n=n, buckets=int(buckets), bucket_bytes=int(bucket_bytes), multi_tape=chain.multi_tape,
                    t_tape=t_tape, fwd_prefix=fwd_prefix,
-                   act_b=ceil_div(act, bucket_bytes).astype(np.int32),
-                   tape_b=ceil_div(tape, bucket_bytes).astype(np.int32),
+                   # Sizes past the last column never fit (their thresholds exceed it): clamped there so
+                   # that the int32 the kernels read cannot wrap (e.g. 1-byte buckets of GiB tensors).
+                   act_b=np.minimum(ceil_div(act, bucket_bytes), buckets + 1).astype(np.int32),
+                   tape_b=np.minimum(ceil_div(tape, bucket_bytes), buckets + 1).astype(np.int32),
                    grad_bytes=grad.astype(np.int64), tape_need=tape_need, tape_fwd=tape_fwd,
                    nograd_peak=nograd_peak, dtype=dtype)
 

@@ -51,32 +51,46 @@ def table_lookup(table: np.ndarray) -> Lookup:
 
 def recover_policy(problem: Problem, lookup: Lookup, m: int) -> Policy:
     """The optimal policy for the whole chain at m buckets, rebuilt from table lookups."""
-    n = problem.n
+    return walk_policy(lambda i, j, mm: choose(problem, lookup, i, j, mm), problem.n, m,
+                       problem.tape_b, problem.act_b)
+
+
+def walk_policy(choose_at, n: int, m: int, tape, act) -> Policy:
+    """The policy from state (0, n, m) down, one choice per state: ``choose_at(i, j, m)`` returns 0
+    (Tape: the sub-problem (i+1, j) at m - tape[i+1]) or k (Checkpoint: (k, j) at m - act[k], then
+    (i, k) at m). Every recovery walks this way: buckets here, bytes in the exact DP, none (zero
+    sizes) for the least-peak policy. Explicit stack: chains of thousands of stages nest that deep."""
     order: list[tuple[int, int, int, int]] = []
     stack = [(0, n, int(m))]
     while stack:
         i, j, mm = stack.pop()
-        k = choose(problem, lookup, i, j, mm)
+        k = int(choose_at(i, j, mm))
         order.append((i, j, mm, k))
         if k == 0:
             if j > i + 1:
-                stack.append((i + 1, j, mm - int(problem.tape_b[i + 1])))
+                stack.append((i + 1, j, mm - int(tape[i + 1])))
         else:
-            stack.append((k, j, mm - int(problem.act_b[k])))
+            stack.append((k, j, mm - int(act[k])))
             stack.append((i, k, mm))
-    return build_policy(problem, order)
+    return policy_from_choices(order, tape, act)
 
 
 def build_policy(problem: Problem, order) -> Policy:
+    """Policy tree from (i, j, m, k) choices in visiting order at bucketed sizes (the CUDA
+    backend's device-side walk returns the same order)."""
+    return policy_from_choices(order, problem.tape_b, problem.act_b)
+
+
+def policy_from_choices(order, tape, act) -> Policy:
     """Policy tree from (i, j, m, k) choices in visiting order (parents before children; k = 0 is
-    Tape). The CUDA backend's device-side walk returns the same order."""
+    Tape), sub-problem sizes ``tape``/``act`` as in :func:`walk_policy`."""
     order = [tuple(int(v) for v in quad) for quad in order]
     built: dict[tuple[int, int, int], Policy] = {}
     for i, j, mm, k in reversed(order):  # children were visited after their parent
         if k == 0:
-            node = Tape(built[(i + 1, j, mm - int(problem.tape_b[i + 1]))] if j > i + 1 else None)
+            node = Tape(built.pop((i + 1, j, mm - int(tape[i + 1]))) if j > i + 1 else None)
         else:
-            node = Checkpoint(k, right=built[(k, j, mm - int(problem.act_b[k]))], left=built[(i, k, mm)])
+            node = Checkpoint(k, right=built.pop((k, j, mm - int(act[k]))), left=built.pop((i, k, mm)))
         built[(i, j, mm)] = node
     i, j, mm, _ = order[0]
     return built[(i, j, mm)]

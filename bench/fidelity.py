@@ -1,0 +1,335 @@
+"""Predicted = measured: the executor's step peak and time against its plan, on the CPU (or a GPU).
+
+    python bench/fidelity.py                      # CPU: the allocator's events measure every peak
+    python bench/fidelity.py --models gpt2_hf --fractions 1.0,0.5
+
+For each model (larger than the test suite's, and different ones: the tests are not the
+definition) and each budget (fractions of plain autograd's measured step peak, and the minimum
+budget): the plan's predicted peak and step time, the measured peak (one meter for every method:
+``torch_exec.meter.MemoryMeter``, the CPU allocator's events or CUDA's counters) and the median
+measured step time over ``--steps`` steps, the overhead over plain autograd measured side by side,
+and the fastest ``torch.utils.checkpoint.checkpoint_sequential`` (segment counts 1..12 and
+round(sqrt(N))) whose *measured* peak fits the budget. Parameter gradients are allocated before
+every measured step (the budget does not count them).
+
+Writes ``bench/results/fidelity_<device>.json`` (records) and ``.md`` (table), with device, date
+and command. CPU times are CPU times: compare them only side by side within one run.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import math
+import statistics
+import sys
+import time
+import warnings
+from collections import OrderedDict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.utils.checkpoint import checkpoint_sequential  # noqa: E402
+
+import torch_exec as te  # noqa: E402
+from gpusolve import format_bytes  # noqa: E402
+from torch_exec.meter import measure_peak  # noqa: E402
+from torch_exec.split import CrossEntropyStage, gpt2_stages  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import cpu_description  # noqa: E402  (same folder)
+
+RESULTS = ROOT / "bench" / "results"
+FRACTIONS = (1.0, 0.7, 0.5, 0.35)
+
+
+# ---------------------------------------------------------------------------- models (bench only)
+class Bottleneck(nn.Module):
+    """torchvision's ResNet-50 bottleneck (expansion 4), widths scaled."""
+
+    def __init__(self, cin, mid, stride=1):
+        super().__init__()
+        cout = 4 * mid
+        self.conv1, self.bn1 = nn.Conv2d(cin, mid, 1, bias=False), nn.BatchNorm2d(mid)
+        self.conv2, self.bn2 = nn.Conv2d(mid, mid, 3, stride, 1, bias=False), nn.BatchNorm2d(mid)
+        self.conv3, self.bn3 = nn.Conv2d(mid, cout, 1, bias=False), nn.BatchNorm2d(cout)
+        self.relu = nn.ReLU(inplace=True)
+        self.down = None
+        if stride != 1 or cin != cout:
+            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        identity = x if self.down is None else self.down(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        return self.relu(self.bn3(self.conv3(out)) + identity)
+
+
+def resnet50_style(batch=8, size=64, width=8):
+    layers = [nn.Conv2d(3, 2 * width, 7, 2, 3, bias=False), nn.BatchNorm2d(2 * width), nn.ReLU(inplace=True),
+              nn.MaxPool2d(3, 2, 1)]
+    cin = 2 * width
+    for stage, (blocks, mid) in enumerate(zip((3, 4, 6, 3), (width, 2 * width, 4 * width, 8 * width))):
+        for b in range(blocks):
+            layers.append(Bottleneck(cin, mid, 2 if (b == 0 and stage > 0) else 1))
+            cin = 4 * mid
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, 100), CrossEntropyStage(torch.randint(0, 100, (batch,)))]
+    return nn.Sequential(*layers), torch.randn(batch, 3, size, size)
+
+
+class DenseStage(nn.Module):
+    def __init__(self, c, growth):
+        super().__init__()
+        self.layer = nn.Sequential(nn.BatchNorm2d(c), nn.ReLU(inplace=True), nn.Conv2d(c, 4 * growth, 1, bias=False),
+                                   nn.BatchNorm2d(4 * growth), nn.ReLU(inplace=True),
+                                   nn.Conv2d(4 * growth, growth, 3, padding=1, bias=False))
+
+    def forward(self, x):
+        return torch.cat([x, self.layer(x)], 1)
+
+
+def densenet_style(batch=8, size=32, growth=12, blocks=(6, 12, 8)):
+    layers, c = [nn.Conv2d(3, 2 * growth, 3, padding=1, bias=False)], 2 * growth
+    for i, n in enumerate(blocks):
+        for _ in range(n):
+            layers.append(DenseStage(c, growth))
+            c += growth
+        if i < len(blocks) - 1:
+            layers += [nn.BatchNorm2d(c), nn.ReLU(inplace=True), nn.Conv2d(c, c // 2, 1, bias=False), nn.AvgPool2d(2)]
+            c //= 2
+    layers += [nn.BatchNorm2d(c), nn.ReLU(inplace=True), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c, 100),
+               CrossEntropyStage(torch.randint(0, 100, (batch,)))]
+    return nn.Sequential(*layers), torch.randn(batch, 3, size, size)
+
+
+def vgg16_style(batch=4, size=64, div=8):
+    layers, c = [], 3
+    for v in (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M"):
+        if v == "M":
+            layers.append(nn.MaxPool2d(2))
+        else:
+            layers += [nn.Conv2d(c, v // div, 3, padding=1), nn.ReLU(inplace=True)]
+            c = v // div
+    layers += [nn.Flatten(), nn.Linear(c * (size // 32) ** 2, 256), nn.ReLU(inplace=True), nn.Dropout(0.5),
+               nn.Linear(256, 256), nn.ReLU(inplace=True), nn.Dropout(0.5), nn.Linear(256, 100),
+               CrossEntropyStage(torch.randint(0, 100, (batch,)))]
+    return nn.Sequential(*layers), torch.randn(batch, 3, size, size)
+
+
+def gpt2_style(batch=4, context=128, layers=6, width=128, vocab=2000):
+    targets = torch.randint(0, vocab, (batch, context))
+    return gpt2_stages(layers=layers, width=width, heads=4, vocab=vocab, context=context, targets=targets), \
+        torch.randint(0, vocab, (batch, context))
+
+
+class _HFEmbed(nn.Module):
+    def __init__(self, tr):
+        super().__init__()
+        self.wte, self.wpe, self.drop = tr.wte, tr.wpe, tr.drop
+
+    def forward(self, ids):
+        return self.drop(self.wte(ids) + self.wpe(torch.arange(ids.shape[1], device=ids.device)))
+
+
+class _HFBlock(nn.Module):
+    def __init__(self, block):
+        super().__init__()
+        self.block = block
+
+    def forward(self, x):
+        out = self.block(x)
+        return out[0] if isinstance(out, tuple) else out
+
+
+class _HFHead(nn.Module):
+    def __init__(self, model, targets):
+        super().__init__()
+        self.ln_f, self.lm_head = model.transformer.ln_f, model.lm_head
+        self.register_buffer("targets", targets, persistent=False)
+
+    def forward(self, x):
+        logits = self.lm_head(self.ln_f(x))
+        return F.cross_entropy(logits[:, :-1].flatten(0, 1), self.targets[:, 1:].flatten())
+
+
+def gpt2_hf(batch=4, context=128, layers=4, width=128, vocab=2000):
+    """transformers' GPT2LMHeadModel (random weights, small config), cut by hand into its blocks."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+    config = GPT2Config(n_layer=layers, n_embd=width, n_head=4, vocab_size=vocab, n_positions=context,
+                        attn_implementation="eager")
+    model = GPT2LMHeadModel(config)
+    ids = torch.randint(0, vocab, (batch, context))
+    stages = [("embed", _HFEmbed(model.transformer))]
+    stages += [(f"h{i}", _HFBlock(b)) for i, b in enumerate(model.transformer.h)]
+    stages.append(("head", _HFHead(model, ids)))
+    return nn.Sequential(OrderedDict(stages)), ids
+
+
+MODELS = {"resnet50_style": resnet50_style, "densenet_style": densenet_style, "vgg16_style": vgg16_style,
+          "gpt2_style": gpt2_style, "gpt2_hf": gpt2_hf}
+
+
+# ---------------------------------------------------------------------------- measurement
+def _step(model, x):
+    model(x).backward()
+
+
+def _ensure_grads(model):
+    for p in model.parameters():
+        if p.requires_grad and p.grad is None:
+            p.grad = torch.zeros_like(p)
+
+
+def measure(model, x, steps: int, device) -> tuple[int, float]:
+    """(peak bytes of one step, median seconds of ``steps`` steps): gradients allocated, one warm step."""
+    _ensure_grads(model)
+    _step(model, x)
+    _, reading = measure_peak(_step, model, x, device=device)
+    times = []
+    for _ in range(steps):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        started = time.perf_counter()
+        _step(model, x)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append(time.perf_counter() - started)
+    return reading.peak, statistics.median(times)
+
+
+class SequentialCheckpoint(nn.Module):
+    """``torch.utils.checkpoint.checkpoint_sequential`` with ``segments`` over ``stages``."""
+
+    def __init__(self, stages, segments):
+        super().__init__()
+        self.stages, self.segments = stages, segments
+
+    def forward(self, x):
+        return checkpoint_sequential(self.stages, self.segments, x, use_reentrant=False)
+
+
+def best_checkpoint_sequential(stages, x, budget: int, steps: int, device) -> dict | None:
+    """The fastest segment count whose measured peak fits ``budget``, or None."""
+    n = len(stages)
+    best = None
+    for k in sorted(set(range(1, min(n, 12) + 1)) | {max(1, round(math.sqrt(n)))}):
+        peak, seconds = measure(SequentialCheckpoint(stages, k), x, steps, device)
+        if peak <= budget and (best is None or seconds < best["step_s"]):
+            best = {"segments": k, "peak_bytes": peak, "step_s": seconds}
+    return best
+
+
+def run_model(name: str, args, device) -> list[dict]:
+    torch.manual_seed(0)
+    stages, x = MODELS[name]()
+    stages, x = stages.to(device), x.to(device)
+    wrapped = te.CheckpointedSequential(stages, budget="1TiB", backend=args.backend, profile_passes=args.passes,
+                                        network=name, measure_steps=0)
+    started = time.perf_counter()
+    wrapped.prepare(x)
+    profile_s = time.perf_counter() - started
+    plain_peak, plain_s = measure(stages, x, args.steps, device)
+    minimum = wrapped.min_budget_bytes
+    budgets = [(f, int(plain_peak * f)) for f in args.fractions] + [("min", minimum)]
+    rows = []
+    for label, budget in budgets:
+        if budget < minimum:
+            print(f"{name}: {label} of the plain peak is below the minimum ({format_bytes(minimum)}): skipped")
+            continue
+        wrapped.replan(budget=budget)
+        plan = wrapped.plan
+        peak, seconds = measure(wrapped, x, args.steps, device)
+        _, plain_again = measure(stages, x, args.steps, device)  # side by side with this budget's steps
+        reference = min(plain_s, plain_again)
+        seq = best_checkpoint_sequential(stages, x, budget, args.steps, device) if args.sequential else None
+        row = {
+            "model": name, "stages": len(stages), "chain_stages": wrapped.chain.n, "budget_label": str(label),
+            "budget_bytes": budget, "plain_peak_bytes": plain_peak, "min_budget_bytes": minimum,
+            "predicted_peak_bytes": plan.predicted_peak_bytes, "measured_peak_bytes": peak,
+            "measured_over_predicted": peak / plan.predicted_peak_bytes, "within_budget": peak <= budget,
+            "predicted_step_ms": plan.predicted_time_ms, "predicted_overhead": plan.overhead,
+            "measured_step_ms": seconds * 1e3, "plain_step_ms": reference * 1e3,
+            "measured_overhead": seconds / reference - 1.0, "plan_notes": plan.notes,
+            "best_checkpoint_sequential": None if seq is None else {
+                "segments": seq["segments"], "peak_bytes": seq["peak_bytes"], "step_ms": seq["step_s"] * 1e3,
+                "overhead": seq["step_s"] / reference - 1.0},
+            "profile_s": profile_s,
+        }
+        rows.append(row)
+        print(f"{name:15s} {str(label):4s} budget {format_bytes(budget):>11s} predicted {format_bytes(plan.predicted_peak_bytes):>11s} "
+              f"measured {format_bytes(peak):>11s} ({peak / plan.predicted_peak_bytes:.3f}) overhead "
+              f"{100 * row['measured_overhead']:+.1f} % (predicted {100 * plan.overhead:+.1f} %)"
+              + ("" if seq is None else f"; checkpoint_sequential k={seq['segments']} {100 * (seq['step_s'] / reference - 1):+.1f} %"))
+    return rows
+
+
+def write(rows: list[dict], args, device) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    tag = "cpu" if device.type == "cpu" else "gpu"
+    desc = (cpu_description() if device.type == "cpu" else torch.cuda.get_device_name(device))
+    meta = {"device": desc, "date": _dt.date.today().isoformat(), "torch": torch.__version__,
+            "command": "python " + " ".join(sys.argv), "threads": torch.get_num_threads()}
+    path = RESULTS / f"fidelity_{tag}.json"
+    path.write_text(json.dumps({"meta": meta, "records": rows}, indent=1))
+    lines = [f"# Fidelity: predicted vs measured ({tag.upper()})", "",
+             f"Device: {meta['device']} ({meta['threads']} threads), torch {meta['torch']}, {meta['date']}.",
+             f"Command: `{meta['command']}`. Peaks: the same meter for every method "
+             f"({'CPU allocator events' if tag == 'cpu' else 'CUDA allocator counters'}), parameter gradients "
+             f"allocated before the step. Times: median of {args.steps} steps"
+             + (", CPU times, plain autograd measured side by side in the same run." if tag == "cpu" else "."), "",
+             "| model | budget | budget bytes | predicted peak | measured peak | measured / predicted | fits | "
+             "predicted overhead | measured overhead | best checkpoint_sequential that fits |",
+             "| --- | --- | ---: | ---: | ---: | ---: | :---: | ---: | ---: | --- |"]
+    for r in rows:
+        seq = r["best_checkpoint_sequential"]
+        seq_text = "none fits" if seq is None else (f"k={seq['segments']}: {format_bytes(seq['peak_bytes'])}, "
+                                                   f"{100 * seq['overhead']:+.1f} %")
+        if not args.sequential:
+            seq_text = "not measured"
+        label = r["budget_label"] if r["budget_label"] == "min" else f"{100 * float(r['budget_label']):.0f} %"
+        lines.append(f"| {r['model']} | {label} | {r['budget_bytes']} | {format_bytes(r['predicted_peak_bytes'])} | "
+                     f"{format_bytes(r['measured_peak_bytes'])} | {r['measured_over_predicted']:.4f} | "
+                     f"{'yes' if r['within_budget'] else 'NO'} | {100 * r['predicted_overhead']:+.1f} % | "
+                     f"{100 * r['measured_overhead']:+.1f} % | {seq_text} |")
+    worst = max(rows, key=lambda r: abs(r["measured_over_predicted"] - 1.0)) if rows else None
+    if worst:
+        lines += ["", f"Largest |measured / predicted - 1|: {worst['model']} at {worst['budget_label']}: "
+                      f"{worst['measured_over_predicted']:.4f}. Budgets held: "
+                      f"{sum(r['within_budget'] for r in rows)} of {len(rows)}."]
+    path.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    return path
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(MODELS), help=f"comma list of {', '.join(MODELS)}")
+    parser.add_argument("--fractions", default=",".join(map(str, FRACTIONS)))
+    parser.add_argument("--steps", type=int, default=5, help="timed steps per measurement (median)")
+    parser.add_argument("--passes", type=int, default=3, help="profiling passes")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--backend", default="auto")
+    parser.add_argument("--no-sequential", dest="sequential", action="store_false",
+                        help="skip the checkpoint_sequential search (faster)")
+    args = parser.parse_args(argv)
+    args.fractions = [float(f) for f in args.fractions.split(",")]
+    device = torch.device(args.device)
+    warnings.simplefilter("ignore", te.CPUTimingWarning)
+    rows = []
+    for name in args.models.split(","):
+        if name not in MODELS:
+            parser.error(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
+        try:
+            rows += run_model(name, args, device)
+        except ImportError as err:
+            print(f"{name}: skipped ({err})")
+    print(f"wrote {write(rows, args, device)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

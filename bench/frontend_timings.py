@@ -1,0 +1,70 @@
+"""Seconds per phase of ``solve()`` (``Plan.timings``): is the front end cheap next to the table?
+
+    python bench/frontend_timings.py [--profile densenet121_fine_b32] [--buckets 64,256,1024] [--repeats 3]
+
+Solves the profile (unfused: every measured stage a stage, as in bench/solver_speed.py) at half its
+store-all peak with the CPU backend at each bucket count, ``--repeats`` times, and reports the
+median of each phase. Target (issue 8): every phase but ``dp`` (table fill) and ``recover`` (policy
+recovery) together <= 15 ms on the CPU machine, at any bucket count. Writes
+``bench/results/frontend_timings.json`` and ``.md``.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import statistics
+import sys
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from gpusolve import Chain, solve, store_all_peak_bytes  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import cpu_description  # noqa: E402  (same folder)
+
+TARGET_S = 0.015
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", default="densenet121_fine_b32")
+    parser.add_argument("--buckets", default="64,256,1024")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    warnings.simplefilter("ignore")
+    chain = Chain.from_profile(ROOT / "gpusolve" / "profiles" / f"{args.profile}.json", fuse_aliasing=False)
+    budget = store_all_peak_bytes(chain) // 2
+    solve(chain, budget, bucket=-(-budget // 16), backend="cpu")  # warm NumPy and the imports
+    rows = []
+    for buckets in (int(b) for b in args.buckets.split(",")):
+        runs = [solve(chain, budget, bucket=-(-budget // buckets), backend="cpu").timings for _ in range(args.repeats)]
+        phases = sorted({k for r in runs for k in r})
+        median = {k: statistics.median(r.get(k, 0.0) for r in runs) for k in phases}
+        other = statistics.median(sum(v for k, v in r.items() if k not in ("dp", "recover")) for r in runs)
+        rows.append({"buckets": buckets, "phases_s": median, "other_s": other, "meets_target": other <= TARGET_S})
+        print(f"{buckets:6d} buckets: " + ", ".join(f"{k} {1e3 * v:.2f} ms" for k, v in median.items())
+              + f"; other than dp/recover {1e3 * other:.2f} ms")
+    meta = {"device": cpu_description(), "date": _dt.date.today().isoformat(), "command": "python " + " ".join(sys.argv),
+            "profile": args.profile, "stages": chain.n, "budget_bytes": budget, "repeats": args.repeats}
+    out = ROOT / "bench" / "results" / "frontend_timings.json"
+    out.write_text(json.dumps({"meta": meta, "records": rows}, indent=1))
+    lines = [f"# solve() phases on {args.profile} ({chain.n} stages, unfused), CPU backend", "",
+             f"{meta['device']}, {meta['date']}; budget {budget} B (half the store-all peak); medians of "
+             f"{args.repeats} solves. Command: `{meta['command']}`. Target: phases other than `dp` and `recover` "
+             f"<= {1e3 * TARGET_S:.0f} ms.", "",
+             "| buckets | " + " | ".join(f"{k} (ms)" for k in rows[0]["phases_s"]) + " | other than dp/recover (ms) |",
+             "| ---: | " + " | ".join("---:" for _ in rows[0]["phases_s"]) + " | ---: |"]
+    for r in rows:
+        lines.append(f"| {r['buckets']} | " + " | ".join(f"{1e3 * v:.2f}" for v in r["phases_s"].values())
+                     + f" | {1e3 * r['other_s']:.2f} |")
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

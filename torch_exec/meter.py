@@ -1,0 +1,174 @@
+"""Memory meters: peaks of allocated bytes between moments of a run, on the CPU or a CUDA device.
+
+The same meter measures every method (plain autograd, the executor, ``checkpoint_sequential``), so
+their peaks compare like with like:
+
+- CUDA: the caching allocator's counters. A mark reads ``memory_allocated`` and the peak since the
+  previous mark (``max_memory_allocated``, whose statistic is then reset); no device synchronisation.
+- CPU: the allocator events of ``torch.profiler`` (``profile_memory=True``): every allocation and
+  free of the CPU allocator with its size, in order. Their running sum is the bytes allocated at
+  each moment. A mark is a profiler event of its own, on the same clock and in the same stream as
+  the allocator events. This sees what tensors cannot show: workspace allocated and freed inside an
+  operator, the intermediate results of a backward, buffers the autograd engine holds.
+
+A reading between two marks is the peak of allocated bytes between them above the bytes allocated
+at the first (``peak``), and the change from the first to the second (``delta``). Marks can be taken
+anywhere, including inside autograd hooks during a backward (the profiler uses this for per-stage
+backward peaks). Readings are available once the meter's ``with`` block has ended; ``meter.total``
+covers the whole block. The CPU meter slows the code it watches (every allocation is recorded):
+use it to measure memory, never to time.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["MemoryMeter", "Reading", "measure_peak"]
+
+_MARK = "gpusolve::meter::mark"
+
+
+@dataclass
+class Reading:
+    """Bytes between two marks: ``peak`` above ``start`` (bytes allocated at the first mark, relative
+    to the meter's start) and ``delta``, the change from the first mark to the second."""
+
+    peak: int = 0
+    delta: int = 0
+    start: int = 0
+
+
+class MemoryMeter:
+    """Measure allocated-bytes peaks on ``device`` (``"cpu"`` or a CUDA device) while it runs.
+
+    ``with MemoryMeter(device) as meter:`` then ``a = meter.mark()`` ... ``b = meter.mark()``; after
+    the block, ``meter.between(a, b)`` is the :class:`Reading`. ``with meter.region() as r:`` marks
+    around a block and fills ``r`` when the meter stops. ``meter.total``: the whole block.
+    """
+
+    def __init__(self, device="cpu"):
+        self.device = torch.device(device)
+        if self.device.type not in ("cpu", "cuda"):
+            raise ValueError(f"MemoryMeter measures 'cpu' or 'cuda' devices, got {self.device}")
+        self.total = Reading()
+        self._pending: list[tuple[int, int, Reading]] = []
+        self._levels: list[int] | None = None   # allocated bytes at each mark
+        self._peaks: list[int] | None = None    # peak between mark i-1 and mark i (index 0: = level 0)
+        self._cuda_marks: list[tuple[int, int]] = []
+        self._prof = None
+        self._active = False
+        self._count = 0
+
+    # ------------------------------------------------------------ lifecycle
+    def __enter__(self) -> "MemoryMeter":
+        if self._active:
+            raise RuntimeError("this MemoryMeter is already running")
+        self._active = True
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+        else:
+            from torch.profiler import ProfilerActivity, profile
+            self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+            self._prof.__enter__()
+        self._first = self.mark()
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            last = self.mark()
+            if self.device.type == "cpu":
+                self._prof.__exit__(*exc)
+            if exc[0] is None:
+                self._finish()
+                self.total = self.between(self._first, last)
+                for a, b, reading in self._pending:
+                    reading.__dict__.update(self.between(a, b).__dict__)
+        finally:
+            self._active = False
+        return False
+
+    @property
+    def first_mark(self) -> int:
+        """The mark taken when the meter started."""
+        return self._first
+
+    # ------------------------------------------------------------ marks
+    def mark(self) -> int:
+        """A moment of the run; returns its index for :meth:`between`."""
+        if not self._active:
+            raise RuntimeError("MemoryMeter.mark() must be called inside the meter's `with` block")
+        index = self._count
+        self._count += 1
+        if self.device.type == "cuda":
+            now = torch.cuda.memory_allocated(self.device)
+            peak = torch.cuda.max_memory_allocated(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self._cuda_marks.append((now, max(peak, now)))
+        else:
+            with torch.profiler.record_function(_MARK):
+                pass
+        return index
+
+    @contextlib.contextmanager
+    def region(self):
+        """Marks around the block; yields a :class:`Reading` filled when the meter stops."""
+        reading = Reading()
+        a = self.mark()
+        try:
+            yield reading
+        finally:
+            self._pending.append((a, self.mark(), reading))
+
+    def between(self, a: int, b: int) -> Reading:
+        """The reading from mark ``a`` to mark ``b`` (after the meter stopped)."""
+        if self._levels is None:
+            raise RuntimeError("readings are available once the meter's `with` block has ended")
+        if not 0 <= a <= b < len(self._levels):
+            raise ValueError(f"marks {a}, {b} are not marks of this meter (0..{len(self._levels) - 1})")
+        start = self._levels[a]
+        peak = max([start] + self._peaks[a + 1:b + 1])
+        return Reading(peak=int(peak - start), delta=int(self._levels[b] - start), start=int(start))
+
+    # ------------------------------------------------------------ post-processing
+    def _finish(self) -> None:
+        if self.device.type == "cuda":
+            base = self._cuda_marks[0][0]
+            self._levels = [now - base for now, _ in self._cuda_marks]
+            self._peaks = [peak - base for _, peak in self._cuda_marks]
+            return
+        # Walk the events in order: allocator events move the running sum, marks record it.
+        events = []
+        for e in self._prof.profiler.kineto_results.events():
+            name = e.name()
+            if name == "[memory]":
+                if "CPU" in str(e.device_type()).upper():
+                    events.append((e.start_ns(), 1, int(e.nbytes())))
+            elif name == _MARK:
+                events.append((e.start_ns(), 0, 0))
+        events.sort(key=lambda ev: (ev[0], ev[1]))
+        levels, peaks = [], []
+        running = 0
+        since = 0  # peak since the previous mark
+        for _, kind, nbytes in events:
+            if kind == 1:
+                running += nbytes
+                since = max(since, running)
+            else:
+                levels.append(running)
+                peaks.append(max(since, running))
+                since = running
+        if len(levels) != self._count:
+            raise RuntimeError(f"internal error: {self._count} marks taken but {len(levels)} found by the profiler")
+        self._levels, self._peaks = levels, peaks
+
+
+def measure_peak(fn, *args, device="cpu", **kwargs):
+    """Run ``fn(*args, **kwargs)`` under a :class:`MemoryMeter`; returns ``(result, Reading)``."""
+    with MemoryMeter(device) as meter:
+        result = fn(*args, **kwargs)
+    return result, meter.total

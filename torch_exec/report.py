@@ -1,0 +1,179 @@
+"""Measured memory of training steps, beside the plan's prediction and the budget.
+
+:class:`StepMeter` is owned by a :class:`~torch_exec.CheckpointedSequential`. While armed, it
+measures each step of the wrapper (from the start of its forward to the end of its backward) with
+a :class:`~torch_exec.meter.MemoryMeter`: the CUDA allocator's counters on a GPU (armed for the
+first steps by default: reading them costs nothing), the CPU allocator's events on the CPU (only
+when asked: the CPU meter slows the step it watches). :meth:`StepMeter.report` is what
+``model.memory_report()`` returns.
+
+The budget does not count parameter gradients (nor the parameters, the optimizer state or the input
+a_0): plans are made with parameter gradients already allocated. A step that starts with ``.grad``
+None (``optimizer.zero_grad()`` sets them to None by default) allocates them during its backward;
+the report gives their bytes and judges the step by its peak minus them: a lower bound of the
+peak beyond parameter gradients (some may have been allocated after the peak), exact when the step
+started with its gradients allocated (``zero_grad(set_to_none=False)``, or accumulation).
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import asdict, dataclass
+
+import torch
+
+from gpusolve.units import format_bytes
+
+from .meter import MemoryMeter
+
+
+class MemoryBudgetWarning(UserWarning):
+    """A measured step peak exceeded the budget the plan was made for."""
+
+
+@dataclass
+class StepRecord:
+    """One measured step. Sizes in bytes."""
+
+    step: int
+    device: str
+    budget: int | None
+    predicted_peak: int
+    measured_peak: int
+    param_grad_bytes_allocated: int
+    plan: str
+
+    @property
+    def beyond_param_grads(self) -> int:
+        """The measured peak minus parameter gradients the step allocated (see the module note)."""
+        return self.measured_peak - self.param_grad_bytes_allocated
+
+    @property
+    def within_budget(self) -> bool:
+        return self.budget is None or self.beyond_param_grads <= self.budget
+
+    def to_dict(self) -> dict:
+        return asdict(self) | {"beyond_param_grads": self.beyond_param_grads, "within_budget": self.within_budget}
+
+
+class MemoryReport(list):
+    """The measured steps (a list of :class:`StepRecord`); ``str()`` is a table."""
+
+    def __str__(self) -> str:
+        if not self:
+            return ("no step measured yet: on a GPU the first steps are measured; on the CPU call "
+                    "model.measure_memory() before a step")
+        lines = [f"{'step':>4}  {'budget':>12}  {'predicted':>12}  {'measured':>12}  {'param grads':>12}  ok  plan"]
+        for r in self:
+            budget = "-" if r.budget is None else format_bytes(r.budget)
+            lines.append(f"{r.step:>4}  {budget:>12}  {format_bytes(r.predicted_peak):>12}  "
+                         f"{format_bytes(r.measured_peak):>12}  {format_bytes(r.param_grad_bytes_allocated):>12}  "
+                         f"{'yes' if r.within_budget else 'NO ':>3} {r.plan}")
+        return "\n".join(lines)
+
+
+class StepMeter:
+    """Arms, runs and records step measurements for one wrapper (see the module docstring).
+
+    Note [Ending a measurement inside a backward]: autograd's engine runs nodes and queued callbacks
+    under the thread-local state captured when ``backward()`` began, profiler state included, so a
+    CPU meter cannot be stopped from inside the backward. :meth:`end` (called there) only takes the
+    closing mark; :meth:`finalize` stops the meter and records the step later, outside it (at the
+    next step, or when the report is read).
+    """
+
+    def __init__(self, cuda_steps: int = 3):
+        self.cuda_steps = cuda_steps    # steps measured automatically on a CUDA device
+        self.armed = 0                  # steps measured on request (any device)
+        self._records = MemoryReport()
+        self.steps = 0
+        self._pending = None            # measuring: (meter, params without grad, plan, budget, device)
+        self._ended = None              # ended, not yet recorded: (the same, closing mark)
+        self._warned = False
+
+    @property
+    def measuring(self) -> bool:
+        return self._pending is not None
+
+    @property
+    def records(self) -> MemoryReport:
+        self.finalize()
+        return self._records
+
+    def arm(self, steps: int = 1) -> None:
+        if steps < 0:
+            raise ValueError(f"steps must be >= 0, got {steps}")
+        self.armed = steps
+
+    # ------------------------------------------------------------ one step
+    def begin(self, device: torch.device, params, plan, budget) -> None:
+        """At the start of a step's forward: start a meter when one is due."""
+        self.finalize()
+        self.steps += 1
+        due = self.armed > 0 or (device.type == "cuda" and self.cuda_steps > 0)
+        if not due:
+            return
+        if self.armed > 0:
+            self.armed -= 1
+        elif device.type == "cuda":
+            self.cuda_steps -= 1
+        without_grad = [p for p in params if p.requires_grad and p.grad is None]
+        meter = MemoryMeter(device)
+        try:
+            meter.__enter__()
+        except RuntimeError as err:  # e.g. the user's own torch.profiler is running on this thread
+            warnings.warn(f"step {self.steps} is not measured: {err}", MemoryBudgetWarning, stacklevel=3)
+            return
+        self._pending = (meter, without_grad, plan, budget, device, self.steps)
+
+    def end_with_backward_of(self, outputs) -> None:
+        """End the pending measurement when the backward pass through ``outputs`` has finished: a
+        hook on the first of them queues :meth:`end` on autograd's engine, which runs its queued
+        callbacks once the whole backward pass is done."""
+        outputs = [t for t in outputs if t.requires_grad]
+        if not outputs:
+            return
+
+        def hook(grad):
+            torch.autograd.Variable._execution_engine.queue_callback(self.end)
+        outputs[0].register_hook(hook)
+
+    def end(self) -> None:
+        """At the end of the step's backward: the closing mark (Note [Ending a measurement inside a
+        backward])."""
+        if self._pending is None:
+            return
+        self._ended = (self._pending, self._pending[0].mark())
+        self._pending = None
+
+    def finalize(self) -> None:
+        """Stop an ended measurement and record its step; abandon one whose backward never came."""
+        if self._pending is not None:  # forward without backward: nothing to record
+            meter = self._pending[0]
+            self._pending = None
+            try:
+                meter.__exit__(None, None, None)
+            except Exception:  # the readings of an abandoned step are not needed
+                pass
+        if self._ended is None:
+            return
+        (meter, without_grad, plan, budget, device, step), closing = self._ended
+        self._ended = None
+        meter.__exit__(None, None, None)
+        reading = meter.between(meter.first_mark, closing)
+        grads = sum(p.grad.numel() * p.grad.element_size() for p in without_grad
+                    if p.grad is not None and p.grad.device == device)
+        kind = "store-all (plain autograd)" if any("plain autograd" in n for n in plan.notes) else plan.backend
+        record = StepRecord(step=step, device=str(device), budget=budget,
+                            predicted_peak=int(plan.predicted_peak_bytes), measured_peak=int(reading.peak),
+                            param_grad_bytes_allocated=int(grads), plan=kind)
+        self._records.append(record)
+        if not record.within_budget and not self._warned:
+            self._warned = True
+            over = record.beyond_param_grads - budget
+            warnings.warn(
+                f"step {record.step}: measured peak {format_bytes(record.beyond_param_grads)} "
+                f"({record.beyond_param_grads} B, beyond parameter gradients) exceeds the budget "
+                f"{format_bytes(budget)} ({budget} B) by {over} B; the plan predicted "
+                f"{format_bytes(record.predicted_peak)}. The profile under-estimated a stage's memory: re-profile "
+                f"(model.replan(profile=True)) or lower the budget by the excess; model.memory_report() has every "
+                f"measured step", MemoryBudgetWarning, stacklevel=4)

@@ -185,21 +185,32 @@ def _ensure_grads(model):
             p.grad = torch.zeros_like(p)
 
 
-def measure(model, x, steps: int, device) -> tuple[int, float]:
-    """(peak bytes of one step, median seconds of ``steps`` steps): gradients allocated, one warm step."""
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure(model, x, steps: int, device, reference=None) -> tuple[int, float, float | None]:
+    """(peak bytes of one step, median seconds of ``steps`` steps, median seconds of ``reference``'s
+    steps timed interleaved with them, or None). Gradients allocated, one warm step each; timing
+    the two alternately keeps a changing machine load out of their ratio."""
     _ensure_grads(model)
     _step(model, x)
     _, reading = measure_peak(_step, model, x, device=device)
-    times = []
+    if reference is not None:
+        _ensure_grads(reference)
+        _step(reference, x)
+    times, ref_times = [], []
     for _ in range(steps):
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        started = time.perf_counter()
-        _step(model, x)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        times.append(time.perf_counter() - started)
-    return reading.peak, statistics.median(times)
+        for net, out in ((model, times), (reference, ref_times)):
+            if net is None:
+                continue
+            _sync(device)
+            started = time.perf_counter()
+            _step(net, x)
+            _sync(device)
+            out.append(time.perf_counter() - started)
+    return reading.peak, statistics.median(times), statistics.median(ref_times) if ref_times else None
 
 
 class SequentialCheckpoint(nn.Module):
@@ -213,15 +224,22 @@ class SequentialCheckpoint(nn.Module):
         return checkpoint_sequential(self.stages, self.segments, x, use_reentrant=False)
 
 
-def best_checkpoint_sequential(stages, x, budget: int, steps: int, device) -> dict | None:
-    """The fastest segment count whose measured peak fits ``budget``, or None."""
+def best_checkpoint_sequential(stages, x, budget: int, steps: int, device) -> dict:
+    """The fastest segment count whose measured peak fits ``budget`` (``best``: None when none does),
+    and the segment counts torch refused to run (an in-place op modifies a checkpointed input)."""
     n = len(stages)
-    best = None
+    best, failed = None, []
     for k in sorted(set(range(1, min(n, 12) + 1)) | {max(1, round(math.sqrt(n)))}):
-        peak, seconds = measure(SequentialCheckpoint(stages, k), x, steps, device)
-        if peak <= budget and (best is None or seconds < best["step_s"]):
-            best = {"segments": k, "peak_bytes": peak, "step_s": seconds}
-    return best
+        try:
+            peak, seconds, plain = measure(SequentialCheckpoint(stages, k), x, steps, device, reference=stages)
+        except RuntimeError as err:  # e.g. "modified by an inplace operation" at a ReLU(inplace) boundary
+            failed.append({"segments": k, "error": str(err).splitlines()[0][:160]})
+            for p in stages.parameters():
+                p.grad = None
+            continue
+        if peak <= budget and (best is None or seconds / plain < best["ratio"]):
+            best = {"segments": k, "peak_bytes": peak, "step_s": seconds, "plain_s": plain, "ratio": seconds / plain}
+    return {"best": best, "failed": failed}
 
 
 def run_model(name: str, args, device) -> list[dict]:
@@ -233,7 +251,7 @@ def run_model(name: str, args, device) -> list[dict]:
     started = time.perf_counter()
     wrapped.prepare(x)
     profile_s = time.perf_counter() - started
-    plain_peak, plain_s = measure(stages, x, args.steps, device)
+    plain_peak, _, _ = measure(stages, x, 1, device)
     minimum = wrapped.min_budget_bytes
     budgets = [(f, int(plain_peak * f)) for f in args.fractions] + [("min", minimum)]
     rows = []
@@ -243,10 +261,9 @@ def run_model(name: str, args, device) -> list[dict]:
             continue
         wrapped.replan(budget=budget)
         plan = wrapped.plan
-        peak, seconds = measure(wrapped, x, args.steps, device)
-        _, plain_again = measure(stages, x, args.steps, device)  # side by side with this budget's steps
-        reference = min(plain_s, plain_again)
-        seq = best_checkpoint_sequential(stages, x, budget, args.steps, device) if args.sequential else None
+        peak, seconds, reference = measure(wrapped, x, args.steps, device, reference=stages)
+        found = best_checkpoint_sequential(stages, x, budget, args.steps, device) if args.sequential else None
+        seq = None if found is None else found["best"]
         row = {
             "model": name, "stages": len(stages), "chain_stages": wrapped.chain.n, "budget_label": str(label),
             "budget_bytes": budget, "plain_peak_bytes": plain_peak, "min_budget_bytes": minimum,
@@ -257,14 +274,15 @@ def run_model(name: str, args, device) -> list[dict]:
             "measured_overhead": seconds / reference - 1.0, "plan_notes": plan.notes,
             "best_checkpoint_sequential": None if seq is None else {
                 "segments": seq["segments"], "peak_bytes": seq["peak_bytes"], "step_ms": seq["step_s"] * 1e3,
-                "overhead": seq["step_s"] / reference - 1.0},
+                "overhead": seq["ratio"] - 1.0},
+            "checkpoint_sequential_failed": [] if found is None else found["failed"],
             "profile_s": profile_s,
         }
         rows.append(row)
         print(f"{name:15s} {str(label):4s} budget {format_bytes(budget):>11s} predicted {format_bytes(plan.predicted_peak_bytes):>11s} "
               f"measured {format_bytes(peak):>11s} ({peak / plan.predicted_peak_bytes:.3f}) overhead "
               f"{100 * row['measured_overhead']:+.1f} % (predicted {100 * plan.overhead:+.1f} %)"
-              + ("" if seq is None else f"; checkpoint_sequential k={seq['segments']} {100 * (seq['step_s'] / reference - 1):+.1f} %"))
+              + ("" if seq is None else f"; checkpoint_sequential k={seq['segments']} {100 * (seq['ratio'] - 1):+.1f} %"))
     return rows
 
 
@@ -280,8 +298,8 @@ def write(rows: list[dict], args, device) -> Path:
              f"Device: {meta['device']} ({meta['threads']} threads), torch {meta['torch']}, {meta['date']}.",
              f"Command: `{meta['command']}`. Peaks: the same meter for every method "
              f"({'CPU allocator events' if tag == 'cpu' else 'CUDA allocator counters'}), parameter gradients "
-             f"allocated before the step. Times: median of {args.steps} steps"
-             + (", CPU times, plain autograd measured side by side in the same run." if tag == "cpu" else "."), "",
+             f"allocated before the step. Times: median of {args.steps} steps, each method's steps alternating "
+             f"with plain autograd's" + (" (CPU times: only the ratios mean anything)." if tag == "cpu" else "."), "",
              "| model | budget | budget bytes | predicted peak | measured peak | measured / predicted | fits | "
              "predicted overhead | measured overhead | best checkpoint_sequential that fits |",
              "| --- | --- | ---: | ---: | ---: | ---: | :---: | ---: | ---: | --- |"]
@@ -289,6 +307,8 @@ def write(rows: list[dict], args, device) -> Path:
         seq = r["best_checkpoint_sequential"]
         seq_text = "none fits" if seq is None else (f"k={seq['segments']}: {format_bytes(seq['peak_bytes'])}, "
                                                    f"{100 * seq['overhead']:+.1f} %")
+        if r.get("checkpoint_sequential_failed"):
+            seq_text += f" (torch refused k = {', '.join(str(f['segments']) for f in r['checkpoint_sequential_failed'])})"
         if not args.sequential:
             seq_text = "not measured"
         label = r["budget_label"] if r["budget_label"] == "min" else f"{100 * float(r['budget_label']):.0f} %"
@@ -313,11 +333,15 @@ def main(argv=None) -> int:
     parser.add_argument("--passes", type=int, default=3, help="profiling passes")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--backend", default="auto")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch intra-op threads on the CPU (1: steadier step times on a shared machine)")
     parser.add_argument("--no-sequential", dest="sequential", action="store_false",
                         help="skip the checkpoint_sequential search (faster)")
     args = parser.parse_args(argv)
     args.fractions = [float(f) for f in args.fractions.split(",")]
     device = torch.device(args.device)
+    if device.type == "cpu":
+        torch.set_num_threads(args.threads)
     warnings.simplefilter("ignore", te.CPUTimingWarning)
     rows = []
     for name in args.models.split(","):

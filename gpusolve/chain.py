@@ -200,11 +200,16 @@ class Chain:
     def from_profile(cls, path_or_dict, fuse_aliasing: bool = True) -> "Chain":
         """Read a ``measured-chain/1`` profile (see ``gpusolve/profiles/README.md``).
 
-        A stage whose output aliases its input (``x == 0``: in-place ReLU, views) is merged into the
-        stage before it when ``fuse_aliasing`` is true, so that no plan keeps the pre-ReLU tensor as
-        a checkpoint that the in-place op would then overwrite; the merged costs are exact sums and
-        peaks of its members. With ``fuse_aliasing=False`` every measured stage stays a stage (useful
-        to benchmark the solver on the raw stage count), but such a chain may not be executable.
+        With ``fuse_aliasing`` (the default) a stage is merged into the stage before it when
+        - its output aliases its input (``x == 0``: in-place ReLU, views), so that no plan keeps the
+          pre-ReLU tensor as a checkpoint that the in-place op would then overwrite; or
+        - the tensor between them is saved by neither stage's backward (the profile says so with
+          ``out_saved_bytes``/``in_saved_bytes``; e.g. logits that ``cross_entropy`` consumes): autograd
+          frees it as soon as the second stage has run, so as a boundary it would be counted as held
+          where it is not (Note [Tensors no backward saves]).
+        The merged costs compose the members' measured sums and peaks exactly. With
+        ``fuse_aliasing=False`` every measured stage stays a stage (useful to benchmark the solver on
+        the raw stage count), but such a chain may not be executable.
         """
         data, source = read_json_object(path_or_dict)
         if data.get("format") != PROFILE_FORMAT:
@@ -244,7 +249,7 @@ class Chain:
                     raise ValueError(f"{source}: stage {s + 1} ({stage['name']}): {key} = {stage[key]} bytes is negative")
         groups: list[list[dict]] = []
         for stage in stages:
-            if fuse_aliasing and stage["x"] == 0 and groups:
+            if fuse_aliasing and groups and (stage["x"] == 0 or _output_unsaved(groups[-1], stage)):
                 groups[-1].append(stage)
             else:
                 groups.append([stage])
@@ -358,28 +363,58 @@ def read_json_object(path_or_dict):
     return data, path
 
 
-def _merge_group(group: list[dict], grad_in: int, notes: list[str], granule: int = ALLOCATOR_GRANULE) -> dict:
-    """Costs of one executor stage made of a base stage and the aliasing stages after it.
+def _output_unsaved(group: list[dict], stage: dict) -> bool:
+    """Note [Tensors no backward saves]: whether the tensor between ``group`` and the next ``stage``
+    is saved by no backward (known only from profiles that record ``out_saved_bytes`` and
+    ``in_saved_bytes``: ours). Then it is freed once ``stage`` has run in a recorded run of stages,
+    so the boundary would be counted as held where it is not: ``stage`` joins the group."""
+    producer = _producer(group)
+    tail = group[producer:]
+    if not all("out_saved_bytes" in st for st in tail) or "in_saved_bytes" not in stage:
+        return False
+    return int(group[producer]["x"]) > 0 and max(int(st["out_saved_bytes"]) for st in tail) == 0 \
+        and int(stage["in_saved_bytes"]) == 0
 
-    ``grad_in`` is the gradient size of the group's input. Peaks of later members are offset by
-    what earlier members left allocated. The backward runs the members last to first: when every
-    member has ``bwd_delta`` (the change of allocated bytes over its backward; our profiler records
-    it), the group's backward peak above its start is composed exactly, each member's peak offset
-    by what the members before it in the backward left (freed saved tensors included). Otherwise
-    the bound takes the worst member (its output gradient plus its measured peak), which can only
-    over-estimate.
+
+def _producer(group: list[dict]) -> int:
+    """Index of the member whose new storage holds the group's output (members after it alias it)."""
+    for m in range(len(group) - 1, -1, -1):
+        if int(group[m]["x"]) > 0:
+            return m
+    return 0
+
+
+def _merge_group(group: list[dict], grad_in: int, notes: list[str], granule: int = ALLOCATOR_GRANULE) -> dict:
+    """Costs of one executor stage made of several measured stages run back to back.
+
+    Members are a base stage, the aliasing stages after it, and stages joined because the tensor
+    before them is saved by no backward (:func:`_output_unsaved`). ``grad_in`` is the gradient size
+    of the group's input. The forward peaks compose exactly: each member's measured peak sits on
+    what the members before it left allocated, and a member's output is freed once the next member
+    has run when neither saved it (and the next does not alias it). The backward runs the members
+    last to first: when every member has ``bwd_delta`` (the change of allocated bytes over its
+    backward; our profiler records it), the group's backward peak above its start is composed
+    exactly, each member's peak offset by what the members before it in the backward left (freed
+    saved tensors included). Otherwise the bound takes the worst member (its output gradient plus
+    its measured peak), which can only over-estimate.
     """
     times = {key: sum(max(0.0, float(st[key])) for st in group) for key in TIME_FIELDS}
-    act = sum(int(st["x"]) for st in group)
-    last_nbytes = int(group[-1]["x_nbytes"])
-    grad_out = act if 0 < last_nbytes <= act else allocator_bytes(last_nbytes, granule)
-    tape = sum(int(st["xbar"]) for st in group)
-    held_nograd = held_grad = 0
+    freed = [0] * len(group)  # bytes of member m's output freed once member m + 1 has run
+    for m in range(len(group) - 1):
+        nxt = group[m + 1]
+        if int(nxt["x"]) > 0 and "out_saved_bytes" in group[m] and "in_saved_bytes" in nxt:
+            saved = int(group[m]["out_saved_bytes"]) + int(nxt["in_saved_bytes"])
+            freed[m] = max(0, int(group[m]["x"]) - saved)
+    current = 0  # bytes of the state inside the group in a no-grad pass (the group's input is outside)
+    held_grad = 0
     peak_nograd = peak_grad = peak_bwd = 0
-    for st in group:
-        peak_nograd = max(peak_nograd, held_nograd + int(st["fwd_peak_nograd"]))
+    for m, st in enumerate(group):
+        peak_nograd = max(peak_nograd, current + int(st["fwd_peak_nograd"]))
+        if int(st["x"]) > 0:
+            current = int(st["x"])  # the input (the previous member's output) is no longer referenced
+        before = held_grad - (freed[m - 2] if m >= 2 else 0)
+        held_grad = before
         peak_grad = max(peak_grad, held_grad + int(st["fwd_peak_grad"]))
-        held_nograd += int(st["x"])
         held_grad += int(st["xbar"])
         member_grad = int(st["x"]) or allocator_bytes(int(st["x_nbytes"]), granule)
         if st["bwd_peak"] is None:
@@ -388,6 +423,12 @@ def _merge_group(group: list[dict], grad_in: int, notes: list[str], granule: int
         else:
             member_peak = max(0, int(st["bwd_peak"]))
         peak_bwd = max(peak_bwd, member_grad + member_peak)
+    if len(group) >= 2:
+        held_grad -= freed[len(group) - 2]  # the last member has run: the output before it is gone
+    act = current
+    tape = held_grad
+    last_nbytes = int(group[-1]["x_nbytes"])
+    grad_out = act if 0 < last_nbytes <= act else allocator_bytes(last_nbytes, granule)
     bwd_extra = max(0, peak_bwd - grad_out - grad_in)
     if all(st.get("bwd_delta") is not None and st["bwd_peak"] is not None for st in group):
         level = above = 0  # bytes above the group's start (its tape and output gradient held)
@@ -397,11 +438,12 @@ def _merge_group(group: list[dict], grad_in: int, notes: list[str], granule: int
         bwd_extra = max(0, above - grad_in)
     # The group's output is released before its backward unless a member's backward saved it
     # (profiles that do not say so keep it: the tape stays whole).
-    if all("out_saved_bytes" in st for st in group):
-        kept = min(act, max(int(st["out_saved_bytes"]) for st in group))
+    tail = group[_producer(group):]
+    if all("out_saved_bytes" in st for st in tail):
+        kept = min(act, max(int(st["out_saved_bytes"]) for st in tail))
         bwd_tape = tape - act + kept
     else:
         bwd_tape = tape
     return dict(times, act_bytes=act, grad_bytes=grad_out, tape_bytes=tape,
                 fwd_nograd_extra=max(0, peak_nograd - act), fwd_grad_extra=max(0, peak_grad - tape),
-                bwd_extra=bwd_extra, bwd_tape_bytes=max(0, bwd_tape))
+                bwd_extra=bwd_extra, bwd_tape_bytes=min(tape, max(0, bwd_tape)))

@@ -12,8 +12,9 @@ Note [Exact candidates]
     plan that fits in exact bytes (up to one bucket lost per tensor held). So the table is filled a
     little past the budget (a slack band of :func:`slack_buckets` columns) and the plans there are
     candidates: (1) the table's optimum at the budget (always fits); (2) the optima at the first
-    columns of each better plateau of the curve inside the band, ascending, checked in exact bytes
-    (:func:`gpusolve.dp.minpeak.policy_peak_bytes`), the fastest that fits kept; (3) the segment
+    columns of the better plateaus of the curve inside the band, checked in exact bytes
+    (:func:`gpusolve.dp.minpeak.policy_peak_bytes`) by a binary search for the last that fits (the
+    further past the budget, the faster and the less likely to fit); (3) the segment
     policies users have today (``checkpoint_sequential`` at every segment count, Chen's greedy at
     every threshold), evaluated in closed form (:mod:`gpusolve.dp.segments`); (4) plain autograd
     when it fits in exact bytes (at the store-all peak the answer is store-all, 0 % overhead,
@@ -182,23 +183,25 @@ def solve(chain: Chain, budget, bucket=None, backend: str = "auto", strict: bool
     policy = table.policy(buckets)
     if policy is not None:
         best = (full_curve[buckets], None, policy, None)
-    # Note [Exact candidates] (2): better plateaus of the slack band, in exact bytes.
-    tried = misses = 0
-    for m in _plateau_starts(full_curve, buckets, buckets + slack):
-        if best is not None and full_curve[m] >= best[0]:
-            continue
-        if tried >= SLACK_TRIES or misses >= SLACK_MISSES:
-            break
+    # Note [Exact candidates] (2): better plateaus of the slack band, in exact bytes. Further past the
+    # budget the optima are faster and less likely to fit: a binary search for the last that fits.
+    starts = [m for m in _plateau_starts(full_curve, buckets, buckets + slack)
+              if best is None or full_curve[m] < best[0]]
+    lo, hi, tried = 0, len(starts) - 1, 0
+    while lo <= hi and tried < SLACK_TRIES:
+        mid = (lo + hi) // 2
+        m = starts[mid]
         tried += 1
         candidate = table.policy(m)
         peak = policy_peak_bytes(problem, act, tape, candidate)
         if peak <= budget_bytes:
-            misses = 0
-            note = (f"the optimum at {m - buckets} bucket(s) past the budget fits it in exact bytes (peak {peak} B): "
-                    f"bucket rounding had hidden it")
-            best = (full_curve[m], peak, candidate, note)
+            if best is None or full_curve[m] < best[0]:
+                note = (f"the optimum at {m - buckets} bucket(s) past the budget fits it in exact bytes "
+                        f"(peak {peak} B): bucket rounding had hidden it")
+                best = (full_curve[m], peak, candidate, note)
+            lo = mid + 1
         else:
-            misses += 1
+            hi = mid - 1
     # Note [Exact candidates] (3): the segment policies users have (checkpoint_sequential, Chen's greedy).
     segment = _fastest_segment_policy(chain, problem, budget_bytes, best[0] if best is not None else np.inf)
     timings["candidates"] = time.perf_counter() - clock - (timings.get("recover", 0.0) - recovering)
@@ -257,10 +260,9 @@ def solve(chain: Chain, budget, bucket=None, backend: str = "auto", strict: bool
                 notes=notes, timings=timings, chain=chain, known_min_bytes=known_min)
 
 
-# The slack band (Note [Exact candidates]): at most this many recovered candidates, and the search
-# stops after this many that do not fit in a row.
+# The slack band (Note [Exact candidates]): at most this many recovered candidates (a binary search
+# over the band's plateaus: enough for 2^8 of them).
 SLACK_TRIES = 8
-SLACK_MISSES = 3
 
 
 def _fastest_segment_policy(chain: Chain, problem: Problem, budget_bytes: int, better_than: float):

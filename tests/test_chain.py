@@ -138,3 +138,27 @@ def test_missing_backward_time_is_estimated_and_changes_no_plan():
     a, b = solve(chain, budget, backend="cpu"), solve(other, budget, backend="cpu")
     assert a.schedule == b.schedule
     assert b.predicted_time_ms - a.predicted_time_ms == pytest.approx(1234.5 - chain.t_bwd[0], rel=1e-6)
+
+
+def test_stages_joined_when_no_backward_saves_the_tensor_between_them():
+    """Hand-computed: head (logits 4000 B, saved by nobody) then loss (saves only its own result)."""
+    head = dict(name="head", t_fwd=1.0, t_fwd_nograd=0.9, t_bwd=2.0, x=4000, x_nbytes=4000, xbar=4000 + 300,
+                fwd_peak_nograd=4200, fwd_peak_grad=4500, bwd_peak=700, bwd_delta=-300,
+                out_saved_bytes=0, in_saved_bytes=1000)
+    loss = dict(name="loss", t_fwd=0.5, t_fwd_nograd=0.4, t_bwd=0.5, x=8, x_nbytes=8, xbar=8 + 4000,
+                fwd_peak_nograd=4100, fwd_peak_grad=8100, bwd_peak=4000, bwd_delta=-4000,
+                out_saved_bytes=0, in_saved_bytes=0)
+    data = {"format": "measured-chain/1", "device": "cpu", "input_bytes": 1000, "stages": [head, loss]}
+    chain = Chain.from_profile(data)
+    assert chain.n == 1 and chain.names == ["head+loss"]
+    assert chain.act_bytes[0] == 8                      # the group's output is the loss
+    assert chain.tape_bytes[0] == 4300 + 4008 - 4000    # the logits are freed once the loss has run
+    assert chain.fwd_nograd_extra[0] == max(4200, 4000 + 4100) - 8
+    assert chain.fwd_grad_extra[0] == max(4500, 4300 + 8100) - chain.tape_bytes[0]
+    # backward, last member first: loss peaks 4000 above the start, then leaves -4000; head peaks 700.
+    assert chain.bwd_extra[0] == max(4000, -4000 + 700) - 1000  # minus the input's gradient
+    assert chain.bwd_tape_bytes[0] == chain.tape_bytes[0] - 8   # the loss value is not saved
+    # without the saved-tensor fields the stages stay apart (the bundled profiles' case)
+    for st in data["stages"]:
+        del st["out_saved_bytes"], st["in_saved_bytes"]
+    assert Chain.from_profile(data).n == 2

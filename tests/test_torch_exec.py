@@ -117,11 +117,14 @@ def test_profile_exact_cpu_sizes_and_format(tmp_path):
         for key in ("t_fwd", "t_fwd_nograd", "t_bwd", "x", "x_nbytes", "xbar", "fwd_peak_nograd",
                     "fwd_peak_grad", "bwd_peak"):
             assert s[key] is not None and s[key] >= 0
-    assert chain.provenance["members"] == [["0", "1"], ["2"], ["3", "4"], ["5"]]
-    assert chain.n == 4
+    # Fused: the in-place ReLU and the Flatten view with the stage before; Linear "2" with Tanh "3", since
+    # the tensor between them is saved by neither backward (Linear saves its input, tanh its output).
+    assert chain.provenance["members"] == [["0", "1"], ["2", "3", "4"], ["5"]]
+    assert st["2"]["out_saved_bytes"] == 0 and st["3"]["in_saved_bytes"] == 0 and st["5"]["in_saved_bytes"] > 0
+    assert chain.n == 3
     again = te.load_profile(path)
     assert again.names == chain.names and list(again.act_bytes) == list(chain.act_bytes)
-    assert Chain.load(path).n == 4  # what the CLI reads
+    assert Chain.load(path).n == 3  # what the CLI reads
 
 
 def test_profile_xbar_counts_saved_intermediates_not_params():

@@ -93,7 +93,8 @@ def profile_dict(stages, sample_input, passes: int = 5, warmup: int = 1, network
 
     Extra fields beyond the shared format: ``input_requires_grad``, and per stage ``aliases``
     (the output shares all its storage with the input), ``rng`` (its forward draws random numbers),
-    ``bwd_delta``, ``saved_bytes`` and ``out_saved_bytes`` — readers that do not know them ignore them.
+    ``bwd_delta``, ``saved_bytes``, ``out_saved_bytes`` and ``in_saved_bytes`` — readers that do not know
+    them ignore them.
     """
     if passes < 1:
         raise ValueError(f"passes must be >= 1, got {passes}")
@@ -340,9 +341,9 @@ class _Passes:
 
     def note_saved(self, mem: dict, out, inp, saved_keys) -> None:
         """``saved_bytes``: output and saved storages that are neither the input's nor parameters or
-        buffers (what the stage adds, counted from the tensors); ``out_saved_bytes``: the output's
-        storages that the stage's own backward saved (kept until that backward, see
-        ``bwd_tape_bytes`` in :mod:`gpusolve.chain`)."""
+        buffers (what the stage adds, counted from the tensors); ``out_saved_bytes`` and
+        ``in_saved_bytes``: the output's and the input's storages that the stage's own backward saved
+        (see ``bwd_tape_bytes`` and the fusion of stages in :mod:`gpusolve.chain`)."""
         inp_keys = set(storages(inp))
         saved = set(saved_keys)
         held = {}
@@ -352,6 +353,7 @@ class _Passes:
             held[key] = key[2]
         mem["saved_bytes"] = int(sum(held.values()))
         mem["out_saved_bytes"] = int(sum(nbytes for key, nbytes in storages(out).items() if key in saved))
+        mem["in_saved_bytes"] = int(sum(nbytes for key, nbytes in storages(inp).items() if key in saved))
 
     # timing passes ----------------------------------------------------------
     def nograd_pass(self):

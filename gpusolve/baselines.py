@@ -114,40 +114,38 @@ def best_checkpoint_sequential(chain: Chain, budget) -> Found | None:
 
 
 # ---------------------------------------------------------------------------- Chen et al. 2016
-def chen_cuts(chain: Chain, threshold: float, prefix: np.ndarray | None = None) -> list[int]:
+def _tape_prefix(chain: Chain) -> np.ndarray:
+    """P[s] = tape bytes of stages 1..s (P[0] = 0)."""
+    return np.concatenate([[0], np.cumsum(chain.tape_bytes.astype(np.int64))])
+
+
+def _chen_next(prefix: np.ndarray, starts: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
+    """The greedy's next cut after each start: the first s > start with P[s] - P[start] > threshold
+    (the running sum passes the threshold there). A cut at or past N means the segmentation ended."""
+    return np.maximum(np.searchsorted(prefix, prefix[starts] + thresholds, side="right"), starts + 1)
+
+
+def chen_cuts(chain: Chain, threshold: float) -> list[int]:
     """Chen et al.'s greedy: add each stage's tape bytes to a running sum; once it passes
-    ``threshold``, keep that stage's output a_s as a checkpoint and restart the sum.
-
-    With P the prefix sums of the tape bytes, the cut after c is the first s > c with
-    P[s] - P[c] > threshold (a_N, the loss, is never a checkpoint): one ``searchsorted`` per cut."""
-    if prefix is None:
-        prefix = np.concatenate([[0], np.cumsum(chain.tape_bytes.astype(np.int64))])
-    cuts: list[int] = []
-    start = 0
-    while True:
-        s = int(np.searchsorted(prefix, prefix[start] + threshold, side="right"))
-        if s >= chain.n:
-            return cuts
-        s = max(s, start + 1)
-        cuts.append(s)
-        start = s
+    ``threshold``, keep that stage's output a_s as a checkpoint and restart the sum (a_N, the loss,
+    is never a checkpoint)."""
+    return list(next(iter(chen_segmentations(chain, [threshold]))))
 
 
-def chen_segmentations(chain: Chain) -> dict[tuple[int, ...], int]:
+def chen_segmentations(chain: Chain, thresholds=None) -> dict[tuple[int, ...], int]:
     """Every distinct greedy segmentation, over the thresholds b in {0} and the prefix sums of the
-    tape bytes (no other b gives another one): {cuts: the smallest b that gives them}."""
-    prefix = np.concatenate([[0], np.cumsum(chain.tape_bytes.astype(np.int64))])
-    thresholds = np.unique(prefix)
-    # chen_cuts for every threshold at once: each round advances every segmentation by one cut.
+    tape bytes (no other b gives another one), or over ``thresholds``: {cuts: the smallest b that
+    gives them}. All thresholds advance together, one cut per round."""
+    prefix = _tape_prefix(chain)
+    thresholds = np.unique(prefix) if thresholds is None else np.asarray(thresholds, dtype=np.int64)
     starts = np.zeros(len(thresholds), dtype=np.int64)
     cuts = [[] for _ in thresholds]
     live = np.arange(len(thresholds))
     while len(live):
-        nxt = np.maximum(np.searchsorted(prefix, prefix[starts[live]] + thresholds[live], side="right"),
-                         starts[live] + 1)
+        nxt = _chen_next(prefix, starts[live], thresholds[live])
         going = nxt < chain.n
-        for idx, s in zip(live[going].tolist(), nxt[going].tolist()):
-            cuts[idx].append(s)
+        for idx, cut in zip(live[going].tolist(), nxt[going].tolist()):
+            cuts[idx].append(cut)
         starts[live[going]] = nxt[going]
         live = live[going]
     out: dict[tuple[int, ...], int] = {}
@@ -175,7 +173,8 @@ def uniform_like(chain: Chain) -> Chain:
     for name in ALL_BYTE_FIELDS:
         fields[name] = [int(round(float(np.mean(getattr(chain, name)))))] * n
     return Chain(**fields, input_bytes=chain.input_bytes, input_grad_bytes=chain.input_grad_bytes,
-                 reserved_bytes=chain.reserved_bytes, multi_tape=chain.multi_tape, provenance={"source": "uniform average", "of": chain.provenance.get("source")})
+                 reserved_bytes=chain.reserved_bytes, multi_tape=chain.multi_tape,
+                 provenance={"source": "uniform average", "of": chain.provenance.get("source")})
 
 
 class UniformSolver:

@@ -368,12 +368,9 @@ def _output_unsaved(group: list[dict], stage: dict) -> bool:
     is saved by no backward (known only from profiles that record ``out_saved_bytes`` and
     ``in_saved_bytes``: ours). Then it is freed once ``stage`` has run in a recorded run of stages,
     so the boundary would be counted as held where it is not: ``stage`` joins the group."""
-    producer = _producer(group)
-    tail = group[producer:]
-    if not all("out_saved_bytes" in st for st in tail) or "in_saved_bytes" not in stage:
-        return False
-    return int(group[producer]["x"]) > 0 and max(int(st["out_saved_bytes"]) for st in tail) == 0 \
-        and int(stage["in_saved_bytes"]) == 0
+    saved = _output_saved_bytes(group)
+    return (saved == 0 and "in_saved_bytes" in stage and int(stage["in_saved_bytes"]) == 0
+            and int(group[_producer(group)]["x"]) > 0)
 
 
 def _producer(group: list[dict]) -> int:
@@ -382,6 +379,15 @@ def _producer(group: list[dict]) -> int:
         if int(group[m]["x"]) > 0:
             return m
     return 0
+
+
+def _output_saved_bytes(group: list[dict]) -> int | None:
+    """Bytes of the group's output that the backward of the member making it, or of a member aliasing
+    it after, saved; None when the profile does not say (no ``out_saved_bytes``)."""
+    tail = group[_producer(group):]
+    if not all("out_saved_bytes" in st for st in tail):
+        return None
+    return max(int(st["out_saved_bytes"]) for st in tail)
 
 
 def _merge_group(group: list[dict], grad_in: int, notes: list[str], granule: int = ALLOCATOR_GRANULE) -> dict:
@@ -412,8 +418,8 @@ def _merge_group(group: list[dict], grad_in: int, notes: list[str], granule: int
         peak_nograd = max(peak_nograd, current + int(st["fwd_peak_nograd"]))
         if int(st["x"]) > 0:
             current = int(st["x"])  # the input (the previous member's output) is no longer referenced
-        before = held_grad - (freed[m - 2] if m >= 2 else 0)
-        held_grad = before
+        if m >= 2:
+            held_grad -= freed[m - 2]  # member m - 1 has run: the output before it is gone
         peak_grad = max(peak_grad, held_grad + int(st["fwd_peak_grad"]))
         held_grad += int(st["xbar"])
         member_grad = int(st["x"]) or allocator_bytes(int(st["x_nbytes"]), granule)
@@ -438,12 +444,8 @@ def _merge_group(group: list[dict], grad_in: int, notes: list[str], granule: int
         bwd_extra = max(0, above - grad_in)
     # The group's output is released before its backward unless a member's backward saved it
     # (profiles that do not say so keep it: the tape stays whole).
-    tail = group[_producer(group):]
-    if all("out_saved_bytes" in st for st in tail):
-        kept = min(act, max(int(st["out_saved_bytes"]) for st in tail))
-        bwd_tape = tape - act + kept
-    else:
-        bwd_tape = tape
+    saved = _output_saved_bytes(group)
+    bwd_tape = tape if saved is None else tape - act + min(act, saved)
     return dict(times, act_bytes=act, grad_bytes=grad_out, tape_bytes=tape,
                 fwd_nograd_extra=max(0, peak_nograd - act), fwd_grad_extra=max(0, peak_grad - tape),
                 bwd_extra=bwd_extra, bwd_tape_bytes=min(tape, max(0, bwd_tape)))

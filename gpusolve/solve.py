@@ -2,8 +2,8 @@
 
 :func:`solve` fills the DP table on a backend, recovers the optimal policy at the budget and
 checks it in exact bytes with the simulator. The table's sizes are rounded up to buckets, so its
-optimum is optimal for the rounded sizes only; two exact-byte candidates keep rounding from ever
-costing the user (Note [Exact candidates]). The exact minimum feasible budget (an O(N^3) host DP)
+optimum is optimal for the rounded sizes only; exact-byte candidates keep rounding from costing the
+user (Note [Exact candidates]). The exact minimum feasible budget (an O(N^3) host DP)
 is computed only when the table says the budget is infeasible, or when asked for
 (:attr:`Plan.min_feasible_bytes`).
 
@@ -14,12 +14,12 @@ Note [Exact candidates]
     candidates: (1) the table's optimum at the budget (always fits); (2) the optima at the first
     columns of the better plateaus of the curve inside the band, checked in exact bytes
     (:func:`gpusolve.dp.minpeak.policy_peak_bytes`) by a binary search for the last that fits (the
-    further past the budget, the faster and the less likely to fit); (3) the segment
-    policies users have today (``checkpoint_sequential`` at every segment count, Chen's greedy at
-    every threshold), evaluated in closed form (:mod:`gpusolve.dp.segments`); (4) plain autograd
-    when it fits in exact bytes (at the store-all peak the answer is store-all, 0 % overhead,
-    whatever the bucket); (5) when no column at or below the budget is feasible although the budget
-    is at least the exact minimum, the least-peak policy of :mod:`gpusolve.dp.minpeak`.
+    further past the budget, the faster and the less likely to fit); (3) the segment policies:
+    plain autograd (no cut: at the store-all peak the answer is store-all, 0 % overhead, whatever
+    the bucket) and those users have today (``checkpoint_sequential`` at every segment count,
+    Chen's greedy at every threshold), evaluated in closed form (:mod:`gpusolve.dp.segments`);
+    (4) when no column at or below the budget is feasible although the budget is at least the exact
+    minimum, the least-peak policy of :mod:`gpusolve.dp.minpeak`.
     ``Plan.notes`` says which candidate decided. ``Plan.curve`` stops at the budget.
 """
 from __future__ import annotations
@@ -38,7 +38,7 @@ from .dp.problem import BYTES_PER_STATE, Problem
 from .dp.segments import SegmentEvaluator
 from .errors import BackendUnavailableError, FallbackWarning, InfeasibleBudgetError
 from .schedule import Op, Policy, policy_to_schedule, schedule_to_json, segments_policy
-from .simulate import simulate, store_all_schedule, store_all_time_ms
+from .simulate import simulate, store_all_time_ms
 from .units import format_bytes, parse_bytes
 
 BACKENDS = ("auto", "cpu", "cuda", "exact")
@@ -179,7 +179,8 @@ def solve(chain: Chain, budget, bucket=None, backend: str = "auto", strict: bool
 
     best = None  # (time, peak, policy or None for store-all, note)
     clock, recovering = time.perf_counter(), timings.get("recover", 0.0)
-    act, tape = chain.padded()["act_bytes"], chain.padded()["tape_bytes"]
+    padded = chain.padded()
+    act, tape = padded["act_bytes"], padded["tape_bytes"]
     policy = table.policy(buckets)
     if policy is not None:
         best = (full_curve[buckets], None, policy, None)
@@ -202,15 +203,17 @@ def solve(chain: Chain, budget, bucket=None, backend: str = "auto", strict: bool
             lo = mid + 1
         else:
             hi = mid - 1
-    # Note [Exact candidates] (3): the segment policies users have (checkpoint_sequential, Chen's greedy).
+    # Note [Exact candidates] (3): segment policies (store-all, checkpoint_sequential, Chen's greedy).
     segment = _fastest_segment_policy(chain, problem, budget_bytes, best[0] if best is not None else np.inf)
     timings["candidates"] = time.perf_counter() - clock - (timings.get("recover", 0.0) - recovering)
 
     clock = time.perf_counter()
     if segment is not None:
         seg_time, seg_peak, cuts, origin = segment
-        note = (f"{origin} with checkpoints at {list(cuts)} fits the budget in exact bytes (peak {seg_peak} B) and is "
-                f"faster than the optimum at this bucket (rounding); the plan is that policy")
+        found = ("" if best is None else
+                 f" and is faster than the optimum at this bucket ({best[0]:.4f} ms, rounding)")
+        where = f" with checkpoints at {list(cuts)}" if cuts else ""
+        note = f"{origin}{where} fits the budget in exact bytes (peak {seg_peak} B){found}; the plan is {origin}"
         best = (seg_time, seg_peak, segments_policy(list(cuts), chain.n), note)
     if best is not None:
         schedule = policy_to_schedule(best[2], 0, chain.n)
@@ -220,16 +223,6 @@ def solve(chain: Chain, budget, bucket=None, backend: str = "auto", strict: bool
         if best[3]:
             notes.append(best[3])
         best = (sim.time_ms, sim.peak_bytes, schedule, best[2])
-    # Note [Exact candidates] (4): plain autograd, when it fits in exact bytes.
-    schedule = store_all_schedule(chain)
-    sim = simulate(chain, schedule)
-    if sim.peak_bytes <= budget_bytes and (best is None or sim.time_ms <= best[0]):
-        if best is not None and sim.time_ms < best[0]:
-            notes.append(f"store-all fits the budget in exact bytes (peak {sim.peak_bytes} B) and is faster than the "
-                         f"optimum at this bucket ({best[0]:.4f} ms, rounding); the plan is store-all")
-        elif best is None:
-            notes.append(f"store-all fits the budget in exact bytes (peak {sim.peak_bytes} B); the plan is store-all")
-        best = (sim.time_ms, sim.peak_bytes, schedule, None)
     timings["schedule"] = time.perf_counter() - clock
     known_min = None
     if best is None:
@@ -238,7 +231,7 @@ def solve(chain: Chain, budget, bucket=None, backend: str = "auto", strict: bool
         timings["minimum"] = time.perf_counter() - clock
         if budget_bytes < known_min:
             return _infeasible(chain, budget_bytes, bucket_bytes, name, started, timings, notes, strict, known_min)
-        # Note [Exact candidates] (5): the budget is feasible, the bucket rounding is not.
+        # Note [Exact candidates] (4): the budget is feasible, the bucket rounding is not.
         clock = time.perf_counter()
         fallback = min_peak_policy(chain)
         schedule = policy_to_schedule(fallback, 0, chain.n)
@@ -266,20 +259,20 @@ SLACK_TRIES = 8
 
 
 def _fastest_segment_policy(chain: Chain, problem: Problem, budget_bytes: int, better_than: float):
-    """(time, peak, cuts, origin) of the fastest segment policy of ``checkpoint_sequential`` (every
-    segment count) or Chen's greedy (every threshold) that fits ``budget_bytes`` in exact bytes and
-    beats ``better_than`` ms, or None. A segment policy's time depends only on its last cut, so the
-    candidates are checked fastest first and the first that fits is the answer."""
+    """(time, peak, cuts, origin) of the fastest segment policy that fits ``budget_bytes`` in exact
+    bytes and beats ``better_than`` ms, or None: store-all (no cut), ``checkpoint_sequential`` (every
+    segment count) or Chen's greedy (every threshold). A segment policy's time depends only on its
+    last cut, so the candidates are checked fastest first and the first that fits is the answer."""
     from .baselines import chen_segmentations, sequential_boundaries
     n = chain.n
     prefix = problem.fwd_prefix
     base = store_all_time_ms(chain)
-    candidates = {}
+    candidates = {(): "store-all"}
     for k in range(2, n + 1):
         candidates.setdefault(tuple(sequential_boundaries(n, k)), "checkpoint_sequential")
     for cuts in chen_segmentations(chain):
         candidates.setdefault(cuts, "Chen's greedy")
-    order = sorted((base + float(prefix[cuts[-1]] - prefix[0]), cuts) for cuts in candidates if cuts)
+    order = sorted((base + float(prefix[cuts[-1]] - prefix[0]) if cuts else base, cuts) for cuts in candidates)
     evaluator = None
     for seg_time, cuts in order:
         if seg_time >= better_than - 1e-9:
@@ -369,8 +362,9 @@ def _bytes_per_state(backend: str, problem: Problem) -> int:
     return BYTES_PER_STATE
 
 
-def _infeasible(chain, budget_bytes, bucket_bytes, backend, started, timings, notes, strict, min_bytes=None) -> Plan:
-    """Below the exact minimum: raise (``strict``) or a plan with ``feasible=False``."""
+def _infeasible(chain, budget_bytes, bucket, backend, started, timings, notes, strict, min_bytes=None) -> Plan:
+    """Below the exact minimum: raise (``strict``) or a plan with ``feasible=False`` (``bucket``: bytes
+    or the user's bucket as given, None when there is none)."""
     if min_bytes is None:
         clock = time.perf_counter()
         min_bytes = min_feasible_bytes(chain)
@@ -379,7 +373,7 @@ def _infeasible(chain, budget_bytes, bucket_bytes, backend, started, timings, no
     if strict:
         raise InfeasibleBudgetError(message, min_bytes)
     return Plan(feasible=False, predicted_time_ms=float("inf"), predicted_peak_bytes=0, budget_bytes=budget_bytes,
-                bucket_bytes=int(bucket_bytes or 0) if not isinstance(bucket_bytes, str) else 0, buckets=0,
+                bucket_bytes=0 if bucket is None else parse_bytes(bucket, "bucket"), buckets=0,
                 backend=backend, solve_seconds=time.perf_counter() - started,
                 curve=Curve(np.zeros(0, dtype=np.int64), np.zeros(0)), schedule=[],
                 store_all_time_ms=store_all_time_ms(chain), notes=notes + [message], timings=timings, chain=chain,

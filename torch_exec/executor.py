@@ -205,9 +205,8 @@ def executor_chain(chain: Chain, rng: list, sample, preserve_rng: bool, group_mo
     reserved = int(grads[-1])
     grads[-1] = 0
     device_type = U.tensors(sample)[0].device.type
-    # A re-run of a stage with buffers works on clones of them (U.scratch_buffers): workspace of a
-    # no-grad re-run, and part of a recorded re-run's tape (BatchNorm saves its running statistics
-    # for its backward). Counted for every run (the first does not clone; a few hundred bytes).
+    # Buffer clones (U.scratch_buffers) of each stage, counted for every run (the first does not
+    # clone; a few hundred bytes).
     scratch = np.array([sum(b.numel() * b.element_size() for b in U.buffers_of(mods) if b.device.type == device_type)
                         for mods in group_modules], dtype=np.int64)
     drawing = sum(rng[1:])
@@ -716,7 +715,7 @@ class CheckpointedSequential(nn.Module):
         clone_input = bool(data["stages"][0].get("aliases") or data["stages"][0]["x"] == 0)
         rng = [False] + [any(data["stages"][by_name[m]].get("rng", True) for m in members)
                          for members in chain.provenance["members"]]
-        has_buffers = [False] + [any(True for m in mods for _ in m.buffers()) for mods in group_modules]
+        has_buffers = [False] + [bool(U.buffers_of(mods)) for mods in group_modules]
         entry = Entry(profile=data, chain=chain, plan=None, groups=groups, group_modules=group_modules,
                       clone_input=clone_input, split=0, rng=rng, has_buffers=has_buffers, plain_chain=chain,
                       exec_chain=executor_chain(chain, rng, sample, self.preserve_rng_state, group_modules))
@@ -728,11 +727,11 @@ class CheckpointedSequential(nn.Module):
         chain = entry.exec_chain
         if self.schedule_fn is not None:
             plan = plan_from_schedule(chain, self.schedule_fn(chain), self.budget)
-        elif plain_peak_bytes(entry) <= self.budget:
+        elif (plain_peak := plain_peak_bytes(entry)) <= self.budget:
             # Plain autograd fits: run it as such (no recomputation, nothing reserved, no overhead).
             chain = plain
             plan = plan_from_schedule(plain, store_all(plain), self.budget)
-            plan.predicted_peak_bytes = plain_peak_bytes(entry)
+            plan.predicted_peak_bytes = plain_peak
             plan.feasible = True  # judged by the measured peak of this very step
             plan.notes = [f"plain autograd fits the budget (its peak {plan.predicted_peak_bytes} B, measured when "
                           f"profiling); running the stages as plain autograd"]
@@ -801,7 +800,7 @@ class CheckpointedSequential(nn.Module):
         entry = self._entry(state)
         self._last = entry
         meter = self._meter
-        meter.begin(flat[0].device, self.parameters(), entry.plan, self.budget)
+        meter.begin(flat[0].device, self.parameters(), entry.plan, self.budget, entry.plain)
         if entry.plain:
             out = self._plain(state)
             if meter.measuring:  # the step ends with the backward pass that reaches this output

@@ -22,6 +22,7 @@ training flags are restored afterwards.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import statistics
 import threading
@@ -164,8 +165,6 @@ class _Passes:
     every allocation); subclasses supply the clock.
     """
 
-    exact_sizes = False
-
     def __init__(self, fns, sample, device):
         self.fns = fns
         self.n = len(fns)
@@ -193,21 +192,18 @@ class _Passes:
         t_b = [[] for _ in range(n)]
         ref = {"store_all_step_ms": [], "nograd_forward_ms": []}
         self.prepare_grads()
-        try:
-            mem, reference = self.memory_pass()
-            for it in range(warmup + passes):
-                ng = self.nograd_pass()
-                fwd, bwd = self.grad_pass()
-                if it >= warmup:
-                    for s in range(n):
-                        t_ng[s].append(ng[s])
-                        t_f[s].append(fwd[s])
-                        t_b[s].append(bwd[s])
-                    ref["nograd_forward_ms"].append(sum(ng))
-                    ref["store_all_step_ms"].append(self.plain_step())
-            reference.update({k: _median(v) for k, v in ref.items()})
-        finally:
-            self.restore_grads()
+        mem, reference = self.memory_pass()
+        for it in range(warmup + passes):
+            ng = self.nograd_pass()
+            fwd, bwd = self.grad_pass()
+            if it >= warmup:
+                for s in range(n):
+                    t_ng[s].append(ng[s])
+                    t_f[s].append(fwd[s])
+                    t_b[s].append(bwd[s])
+                ref["nograd_forward_ms"].append(sum(ng))
+                ref["store_all_step_ms"].append(self.plain_step())
+        reference.update({k: _median(v) for k, v in ref.items()})
         stages = []
         for s in range(n):
             stages.append(dict(t_fwd=_median(t_f[s]), t_fwd_nograd=_median(t_ng[s]), t_bwd=_median(t_b[s]),
@@ -217,7 +213,7 @@ class _Passes:
     def prepare_grads(self):
         # Allocate every parameter gradient before measuring, so that no stage counts it (with a
         # gradient allocated, AccumulateGrad adds into it: the new gradient is workspace of the
-        # stage that computes it). The snapshot keeps the caller's .grad objects and puts them back.
+        # stage that computes it). profile_dict's ModelSnapshot puts the caller's .grad objects back.
         self.params = params_of(modules_of(self.fns))
         with torch.no_grad():
             for p in self.params:
@@ -225,16 +221,12 @@ class _Passes:
                     p.grad = torch.zeros_like(p)
         self.sync()
 
-    def restore_grads(self):
-        pass
-
     # memory ---------------------------------------------------------------
     def memory_pass(self):
         """Per-stage sizes and peaks (bytes) and the plain step's peak, from one metered run."""
         n = self.n
         mem = [dict() for _ in range(n)]
         ng_marks, g_marks = [], []
-        bmark: list = [None] * (n + 1)
         with MemoryMeter(self.device) as meter:
             # forward without grad: x, the output's new bytes; the peak above the bytes before it
             state = clone(make_leaf(self.sample, False))  # an in-place first stage must not touch the sample
@@ -256,14 +248,8 @@ class _Passes:
                         mem[s]["mutates_input"] = True
                     state = out
                 del state, out
-            # forward with grad, outputs of all earlier stages held: xbar is what the stage adds.
-            # Each output gets a gradient hook as it is made (a mark when the gradient of a_s is
-            # ready: stage s's backward starts); the hook stays on the node that made it, so an
-            # in-place stage after it does not move it.
-            def boundary(s):
-                bmark[s] = meter.mark()
-
-            handles = []
+            # forward with grad, outputs of all earlier stages held: xbar is what the stage adds
+            bounds = _Boundaries(n, meter.mark)
             a0 = make_leaf(self.sample, self.rg)
             outs = [a0]
             with torch.enable_grad():
@@ -275,25 +261,14 @@ class _Passes:
                         g_marks.append((a, meter.mark()))
                     self.note_saved(mem[s], out, state, saved)
                     del saved
-                    if s < n - 1:
-                        handles += [t.register_hook(lambda g, s=s + 1: boundary(s))
-                                    for t in tensors(out) if t.requires_grad]
+                    bounds.watch(out, s + 1)
                     outs.append(out)
                     state = out
             del state, out
             # backward as plain autograd runs it: no stage output referenced from here
             final = [t for t in tensors(outs[n]) if t.requires_grad]
-            seeds = [torch.ones_like(t) for t in final]  # the gradient of a_N: held when BWD(N) starts
             del outs, a0
-            try:
-                bmark[n] = meter.mark()
-                if final:
-                    torch.autograd.backward(final, seeds)
-                del seeds
-                end = meter.mark()
-            finally:
-                for h in handles:
-                    h.remove()
+            bounds.backward(final)
             del final
             # plain autograd's step, for the reference figures
             state = clone(make_leaf(self.sample, self.rg))  # the input is not part of the step's peak
@@ -316,28 +291,32 @@ class _Passes:
             mem[s].update(x=int(x), xbar=int(xbar), fwd_peak_nograd=int(max(ng.peak, x)),
                           fwd_peak_grad=int(max(g.peak, xbar)))
         for s in range(1, n + 1):
-            if bmark[s] is None:  # no gradient reached a_s: nothing of the stage runs backward
+            span = bounds.span(s)
+            if span is None:  # no gradient reached a_s: nothing of the stage runs backward
                 mem[s - 1].update(bwd_peak=0, bwd_delta=0)
                 continue
-            stop = next((bmark[r] for r in range(s - 1, -1, -1) if bmark[r] is not None), end)
             # A stage whose output is its input tensor itself (a no-op view such as Flatten of a 2-D
             # input) has both hooks on one tensor: they fire at the same instant, in registration
             # order; its backward is then empty.
-            reading = meter.between(bmark[s], max(bmark[s], stop))
+            start, stop = span
+            reading = meter.between(start, max(start, stop))
             mem[s - 1].update(bwd_peak=int(reading.peak), bwd_delta=int(reading.delta))
         reference = {"store_all_peak_bytes": int(meter.between(ref_start, ref_end).peak),
                      "retained_after_forward_bytes": int(meter.between(ref_start, retained).delta)}
         return mem, reference
 
+    @contextlib.contextmanager
     def saved_hooks(self):
-        # Record only the storages' identities: a pack hook is kept alive by every tensor it packed,
-        # so holding the tensors here would keep them all until the stage's last node has run.
+        """Yields the storage keys of the tensors autograd saves inside the block. Only identities
+        are recorded: a pack hook is kept alive by every tensor it packed, so holding the tensors
+        here would keep them all until the stage's last node has run."""
         keys: list = []
 
         def pack(t):
             keys.append(storage_key(t))
             return t
-        return _SavedHooks(pack, keys)
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            yield keys
 
     def note_saved(self, mem: dict, out, inp, saved_keys) -> None:
         """``saved_bytes``: output and saved storages that are neither the input's nor parameters or
@@ -371,13 +350,7 @@ class _Passes:
     def grad_pass(self):
         n = self.n
         fmarks = []
-        # bmarks[s]: the gradient of a_s is ready (stage s's backward starts); hooks as in memory_pass
-        bmarks = [None] * (n + 1)
-
-        def boundary(s):
-            bmarks[s] = self.mark()
-
-        handles = []
+        bounds = _Boundaries(n, self.mark)
         a0 = make_leaf(self.sample, self.rg)
         with torch.enable_grad():
             state = clone(a0)
@@ -385,32 +358,15 @@ class _Passes:
             for s, fn in enumerate(self.fns):
                 state = fn(state)
                 fmarks.append(self.mark())
-                if s < n - 1:
-                    handles += [t.register_hook(lambda g, s=s + 1: boundary(s))
-                                for t in tensors(state) if t.requires_grad]
+                bounds.watch(state, s + 1)
         final = [t for t in tensors(state) if t.requires_grad]
         del state, a0
-        try:
-            bmarks[n] = self.mark()
-            if final:
-                torch.autograd.backward(final, [torch.ones_like(t) for t in final])
-            end = self.mark()
-        finally:
-            for h in handles:
-                h.remove()
+        bounds.backward(final)
         del final
         self.sync()
         fwd = [max(0.0, self.elapsed(fmarks[s], fmarks[s + 1])) for s in range(n)]
-        bwd = []
-        for s in range(1, n + 1):
-            if bmarks[s] is None:
-                bwd.append(0.0)
-                continue
-            # The stage's backward ends when the gradient of a_{s-1} is ready, or with the whole
-            # backward when nothing upstream needs a gradient (a first stage taking integer ids
-            # still runs its backward: it reaches the stage's parameters).
-            stop = next((bmarks[r] for r in range(s - 1, -1, -1) if bmarks[r] is not None), end)
-            bwd.append(max(0.0, self.elapsed(bmarks[s], stop)))
+        spans = [bounds.span(s) for s in range(1, n + 1)]
+        bwd = [0.0 if span is None else max(0.0, self.elapsed(*span)) for span in spans]
         return fwd, bwd
 
     def plain_step(self) -> float:
@@ -428,10 +384,53 @@ class _Passes:
         return self.elapsed(start, stop)
 
 
+class _Boundaries:
+    """The stage boundaries of one backward pass, as marks of a clock or meter (``mark()``).
+
+    ``watch(out, s)`` puts a gradient hook on a_s = ``out`` as the stage making it has run: a mark
+    when its gradient is ready (stage s's backward starts). The hook stays on the node that made
+    the tensor, so an in-place stage after it does not move it. ``backward(final)`` seeds the
+    gradient of a_N (held when its backward starts) and runs the backward; ``span(s)`` is stage s's
+    (start, stop): it ends when the gradient of a_{s-1} is ready, or with the whole backward when
+    nothing upstream needs a gradient (a first stage taking integer ids still runs its backward: it
+    reaches the stage's parameters). None when no gradient reached a_s.
+    """
+
+    def __init__(self, n: int, mark):
+        self.n, self.mark = n, mark
+        self.at: list = [None] * (n + 1)
+        self.handles: list = []
+        self.end = None
+
+    def watch(self, out, s: int) -> None:
+        if s < self.n:
+            self.handles += [t.register_hook(lambda g, s=s: self._reached(s)) for t in tensors(out) if t.requires_grad]
+
+    def _reached(self, s: int) -> None:
+        self.at[s] = self.mark()
+
+    def backward(self, final: list) -> None:
+        seeds = [torch.ones_like(t) for t in final]
+        try:
+            self.at[self.n] = self.mark()
+            if final:
+                torch.autograd.backward(final, seeds)
+            del seeds
+            self.end = self.mark()
+        finally:
+            for handle in self.handles:
+                handle.remove()
+            self.handles = []
+
+    def span(self, s: int):
+        start = self.at[s]
+        if start is None:
+            return None
+        return start, next((self.at[r] for r in range(s - 1, -1, -1) if self.at[r] is not None), self.end)
+
+
 class _CpuProfiler(_Passes):
     """CPU times from ``time.perf_counter``; memory from the CPU allocator's events."""
-
-    exact_sizes = True
 
     def __init__(self, fns, sample):
         super().__init__(fns, sample, torch.device("cpu"))
@@ -441,19 +440,6 @@ class _CpuProfiler(_Passes):
 
     def elapsed(self, a, b):
         return (b - a) * 1e3
-
-
-class _SavedHooks:
-    def __init__(self, pack, saved):
-        self.saved = saved
-        self.ctx = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
-
-    def __enter__(self):
-        self.ctx.__enter__()
-        return self.saved
-
-    def __exit__(self, *exc):
-        return self.ctx.__exit__(*exc)
 
 
 class _CudaProfiler(_Passes):

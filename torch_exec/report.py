@@ -105,8 +105,9 @@ class StepMeter:
         self.armed = steps
 
     # ------------------------------------------------------------ one step
-    def begin(self, device: torch.device, params, plan, budget) -> None:
-        """At the start of a step's forward: start a meter when one is due."""
+    def begin(self, device: torch.device, params, plan, budget, plain: bool) -> None:
+        """At the start of a step's forward: start a meter when one is due (``plain``: the step runs
+        as plain autograd)."""
         self.finalize()
         self.steps += 1
         due = self.armed > 0 or (device.type == "cuda" and self.cuda_steps > 0)
@@ -123,7 +124,8 @@ class StepMeter:
         except RuntimeError as err:  # e.g. the user's own torch.profiler is running on this thread
             warnings.warn(f"step {self.steps} is not measured: {err}", MemoryBudgetWarning, stacklevel=3)
             return
-        self._pending = (meter, without_grad, plan, budget, device, self.steps)
+        kind = "store-all (plain autograd)" if plain else plan.backend
+        self._pending = (meter, without_grad, plan, budget, device, self.steps, kind)
 
     def end_with_backward_of(self, outputs) -> None:
         """End the pending measurement when the backward pass through ``outputs`` has finished: a
@@ -156,13 +158,12 @@ class StepMeter:
                 pass
         if self._ended is None:
             return
-        (meter, without_grad, plan, budget, device, step), closing = self._ended
+        (meter, without_grad, plan, budget, device, step, kind), closing = self._ended
         self._ended = None
         meter.__exit__(None, None, None)
         reading = meter.between(meter.first_mark, closing)
         grads = sum(p.grad.numel() * p.grad.element_size() for p in without_grad
                     if p.grad is not None and p.grad.device == device)
-        kind = "store-all (plain autograd)" if any("plain autograd" in n for n in plan.notes) else plan.backend
         record = StepRecord(step=step, device=str(device), budget=budget,
                             predicted_peak=int(plan.predicted_peak_bytes), measured_peak=int(reading.peak),
                             param_grad_bytes_allocated=int(grads), plan=kind)

@@ -35,7 +35,7 @@ def min_peak_tables(chain: Chain):
     for d in range(1, n + 1):
         i = np.arange(0, n + 1 - d, dtype=np.int64)
         j = i + d
-        thr = np.maximum(problem.grad_bytes[j] + problem.tape_fwd[i + 1], problem.tape_need[i + 1])
+        thr = problem.thr_tape_bytes(i, j)
         if d == 1:
             peak[i, j] = thr
             cost[i, j] = t_tape[i + 1]
@@ -49,8 +49,7 @@ def min_peak_tables(chain: Chain):
         k = i[:, None] + np.arange(1, d, dtype=np.int64)[None, :]
         jj = j[:, None]
         ii = i[:, None]
-        cand_p = np.maximum(problem.grad_bytes[jj] + problem.nograd_peak[ii, k],
-                            np.maximum(act[k] + peak[k, jj], peak[ii, k]))
+        cand_p = np.maximum(problem.thr_ckpt_bytes(ii, jj, k), np.maximum(act[k] + peak[k, jj], peak[ii, k]))
         cand_t = (problem.fwd_prefix[k] - problem.fwd_prefix[ii]) + cost[k, jj] + cost[ii, k]
         # Lexicographic (peak, time): the smallest k wins ties (argmin takes the first).
         least = cand_p.min(axis=1)
@@ -91,14 +90,14 @@ def policy_peak_bytes(problem: Problem, act: np.ndarray, tape: np.ndarray, polic
             if node.right is not None and not ready:
                 stack += [(node, lo, hi, True), (node.right, lo + 1, hi, False)]
                 continue
-            peak = max(int(problem.grad_bytes[hi] + problem.tape_fwd[lo + 1]), int(problem.tape_need[lo + 1]))
+            peak = int(problem.thr_tape_bytes(lo, hi))
             if node.right is not None:
                 peak = max(peak, int(tape[lo + 1]) + peaks.pop(id(node.right)))
         else:
             if not ready:
                 stack += [(node, lo, hi, True), (node.right, node.k, hi, False), (node.left, lo, node.k, False)]
                 continue
-            peak = max(int(problem.grad_bytes[hi] + problem.nograd_peak[lo, node.k]),
-                       int(act[node.k]) + peaks.pop(id(node.right)), peaks.pop(id(node.left)))
+            peak = max(int(problem.thr_ckpt_bytes(lo, hi, node.k)), int(act[node.k]) + peaks.pop(id(node.right)),
+                       peaks.pop(id(node.left)))
         peaks[id(node)] = peak
     return peaks[id(policy)]

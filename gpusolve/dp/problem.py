@@ -11,10 +11,12 @@ is held inside m; C(i, j, m) is the least time (ms) to produce the gradient of a
   (float32, in this order); allowed when m >= thr_ckpt(i, j, k).
 
 Sizes are rounded *up* to buckets, each threshold from the exact bytes of what is held at that
-moment, so a plan that fits in m buckets fits in m * bucket bytes. ``chain.reserved_bytes`` (held
-through the whole step) is part of every moment: it is added to the byte arrays each threshold reads
-(``tape_fwd``, ``tape_need``, ``nograd_peak``), so every backend counts it without knowing of it. Every threshold is at least the
-size subtracted for the sub-problem it guards, so shifted indices are never negative where allowed.
+moment, so a plan that fits in m buckets fits in m * bucket bytes (``thr_*_bytes`` are those exact
+bytes: the bucket-free DPs and the exact-byte checks use them). ``chain.reserved_bytes`` (held
+through the whole step) is part of every moment: it is added to the byte arrays each threshold
+reads (``tape_fwd``, ``tape_need``, ``nograd_peak``), so every backend counts it without knowing of
+it. Every threshold is at least the size subtracted for the sub-problem it guards, so shifted
+indices are never negative where allowed.
 
 Table layout (shared with the CUDA kernels): one float32 row of M+1 buckets per pair, pairs
 ordered by diagonal d = j - i, then by i: ``row(i, j) = diag_offset[d] + i``. Infeasible is +inf.
@@ -112,17 +114,22 @@ class Problem:
         return self.pairs * (self.buckets + 1) * np.dtype(self.dtype).itemsize
 
     # ------------------------------------------------------------------ thresholds
+    def thr_tape_bytes(self, i, j):
+        """Bytes the tape at (i, j) needs at its worst moment: the recording forward or the backward."""
+        i = np.asarray(i)
+        return np.maximum(self.grad_bytes[np.asarray(j)] + self.tape_fwd[i + 1], self.tape_need[i + 1])
+
+    def thr_ckpt_bytes(self, i, j, k):
+        """Bytes checkpoint k at (i, j) needs for its no-grad forwards i+1..k."""
+        return self.grad_bytes[np.asarray(j)] + self.nograd_peak[np.asarray(i), np.asarray(k)]
+
     def thr_tape(self, i, j):
         """Least m (buckets) at which tape at (i, j) is allowed: recording forward and backward fit."""
-        i = np.asarray(i)
-        j = np.asarray(j)
-        fwd = self.grad_bytes[j] + self.tape_fwd[i + 1]
-        return ceil_div(np.maximum(fwd, self.tape_need[i + 1]), self.bucket_bytes)
+        return ceil_div(self.thr_tape_bytes(i, j), self.bucket_bytes)
 
     def thr_ckpt(self, i, j, k):
         """Least m (buckets) at which checkpoint k at (i, j) is allowed (the no-grad forwards fit)."""
-        return ceil_div(self.grad_bytes[np.asarray(j)] + self.nograd_peak[np.asarray(i), np.asarray(k)],
-                        self.bucket_bytes)
+        return ceil_div(self.thr_ckpt_bytes(i, j, k), self.bucket_bytes)
 
     def sfn(self, i, k):
         """Time (table dtype) of the no-grad forwards i+1..k."""

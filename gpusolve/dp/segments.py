@@ -38,8 +38,6 @@ class SegmentEvaluator:
         self.tape_prefix = np.cumsum(a["tape_bytes"])  # P[l] = tape[1] + ... + tape[l]
         self.base_time = float(np.sum(chain.t_fwd) + np.sum(chain.t_bwd))
         self.prefix = problem.fwd_prefix.astype(np.float64)
-        self.grad_n = int(problem.grad_bytes[n])
-        self.nograd_peak = problem.nograd_peak
         self._problem = problem
         self._columns: dict[int, np.ndarray] = {}
 
@@ -47,9 +45,8 @@ class SegmentEvaluator:
         """T(i, j): the peak of taping (i, j) whole (plain autograd on the sub-chain)."""
         column = self._columns.get(j)
         if column is None:
-            p = self._problem
             l = np.arange(j, dtype=np.int64)  # noqa: E741
-            thr = np.maximum(p.grad_bytes[j] + p.tape_fwd[l + 1], p.tape_need[l + 1])
+            thr = self._problem.thr_tape_bytes(l, j)
             column = np.maximum.accumulate((thr + self.tape_prefix[l])[::-1])[::-1] - self.tape_prefix[l]
             self._columns[j] = column
         return int(column[i])
@@ -64,7 +61,7 @@ class SegmentEvaluator:
         for m in range(len(cuts) - 1, -1, -1):
             lo = cuts[m - 1] if m > 0 else 0
             c = cuts[m]
-            peak = max(self.grad_n + int(self.nograd_peak[lo, c]), int(self.act[c]) + peak, self.tape_peak(lo, c))
+            peak = max(int(self._problem.thr_ckpt_bytes(lo, n, c)), int(self.act[c]) + peak, self.tape_peak(lo, c))
         return self.base_time + float(self.prefix[cuts[-1]] - self.prefix[0]), peak
 
     def fastest_fitting(self, cut_sets, budget_bytes: int):

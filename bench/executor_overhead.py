@@ -2,7 +2,9 @@
 
     python bench/executor_overhead.py [--stages 200] [--repeats 200]
 
-Each stage multiplies a 16-element tensor by a constant, so a step is almost all overhead. Plans:
+Each stage is ``tanh`` of a 16-element tensor, so a step is almost all overhead (tanh saves its
+output, so no two stages are fused: a stage that saves nothing, such as ``x * 2``, would be joined
+with the next, see ``Chain.from_profile``). Plans:
 - ``plain``: the wrapper when plain autograd fits (it runs the stages itself: no overhead);
 - ``store-all (Function)``: the store-all schedule forced through the interpreter (one tape run);
 - ``checkpoint every 10``: ``checkpoint_sequential``-like segments (each stage run twice or more).
@@ -30,12 +32,15 @@ from torch import nn  # noqa: E402
 import torch_exec as te  # noqa: E402
 from gpusolve.schedule import OpKind, segments_policy, tape_chain  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import cpu_description  # noqa: E402  (same folder)
+
 TARGET_US = 10.0
 
 
 class Tiny(nn.Module):
     def forward(self, x):
-        return x * 1.0001
+        return torch.tanh(x)
 
 
 def _median_pair(a, b, x, repeats):
@@ -76,11 +81,11 @@ def main(argv=None) -> int:
         print(f"{label:50s} plain {plain * 1e6:8.1f} us  wrapper {step * 1e6:8.1f} us  "
               f"{runs} runs  overhead {per_run:6.2f} us per stage run")
     out = ROOT / "bench" / "results" / "executor_overhead_cpu.json"
-    meta = {"date": _dt.date.today().isoformat(), "command": "python " + " ".join(sys.argv), "torch": torch.__version__,
+    meta = {"device": cpu_description(), "date": _dt.date.today().isoformat(), "command": "python " + " ".join(sys.argv), "torch": torch.__version__,
             "threads": 1, "stages": n, "repeats": args.repeats, "target_us_per_stage": TARGET_US}
     out.write_text(json.dumps({"meta": meta, "records": rows}, indent=1))
     lines = ["# Executor overhead per stage (CPU)", "",
-             f"{meta['date']}, torch {meta['torch']}, 1 thread, {n} stages of `x * 1.0001` on 16 floats, medians of "
+             f"{meta['device']}, {meta['date']}, torch {meta['torch']}, 1 thread, {n} stages of `tanh` on 16 floats, medians of "
              f"{args.repeats} interleaved steps. Command: `{meta['command']}`. Target: <= {TARGET_US:g} us per stage.", "",
              "| plan | stage runs | plain step (us) | wrapper step (us) | overhead per stage run (us) |",
              "| --- | ---: | ---: | ---: | ---: |"]

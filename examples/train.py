@@ -1,11 +1,13 @@
-"""Train a small CNN on synthetic data under a memory budget with gpusolve's optimal checkpointing.
+"""Train a model on synthetic data under a memory budget with gpusolve's optimal checkpointing.
 
-    python examples/train.py --budget 6MiB                      # CPU, built-in small CNN
-    python examples/train.py --model resnet18 --batch 64 --size 224 --budget 2GiB --device cuda
+    python examples/train.py --model resnet --budget 70%          # CPU, a torchvision-style ResNet
+    python examples/train.py --model gpt2 --budget 60% --steps 5  # transformers' GPT-2 (small config)
+    python examples/train.py --model tv:resnet50 --batch 64 --size 224 --budget 8GiB --device cuda
 
-The model is a torchvision model cut into stages (``--model resnet18`` etc., needs torchvision) or a
-built-in small CNN (``--model small``, the default). The loss is the chain's last stage. The first
-step profiles the stages and solves the plan (printed); later steps reuse it.
+``--model``: one of the models in ``examples/models.py`` (resnet, densenet, transformer, gated, gpt2)
+or ``tv:<name>`` for a torchvision model (needs torchvision). The model is wrapped with ONE call,
+``torch_exec.auto_checkpoint(model, budget)``, and trained as usual; the first step captures the
+graph, profiles the stages and solves the plan (printed); later steps reuse it.
 """
 from __future__ import annotations
 
@@ -13,96 +15,132 @@ import argparse
 import sys
 import time
 import warnings
-from collections import OrderedDict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
-from torch import nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
+import models  # noqa: E402
 import torch_exec as te  # noqa: E402
-from gpusolve import InfeasibleBudgetError, format_bytes, store_all_peak_bytes  # noqa: E402
-from torch_exec.split import CrossEntropyStage, split_model  # noqa: E402
+from gpusolve import InfeasibleBudgetError, format_bytes  # noqa: E402
+from gpusolve.cli import attach_dash_values  # noqa: E402
+from gpusolve.units import parse_bytes, parse_percentage  # noqa: E402
+
+MODELS = ("resnet", "densenet", "transformer", "gated", "gpt2")
 
 
-def small_cnn(classes: int, width: int = 16) -> nn.Sequential:
-    layers, c_in = [], 3
-    for i, c_out in enumerate((width, width, 2 * width, 2 * width, 4 * width)):
-        layers += [(f"conv{i}", nn.Conv2d(c_in, c_out, 3, padding=1)), (f"bn{i}", nn.BatchNorm2d(c_out)),
-                   (f"relu{i}", nn.ReLU(inplace=True))]
-        if i % 2 == 1:
-            layers.append((f"pool{i}", nn.MaxPool2d(2)))
-        c_in = c_out
-    layers += [("avgpool", nn.AdaptiveAvgPool2d(1)), ("flatten", nn.Flatten()), ("dropout", nn.Dropout(0.1)),
-               ("fc", nn.Linear(c_in, classes))]
-    return nn.Sequential(OrderedDict(layers))
+class Parser(argparse.ArgumentParser):
+    """Bad flags in one line, no usage block."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def build(name: str, classes: int) -> nn.Sequential:
-    if name == "small":
-        return small_cnn(classes)
+def budget_arg(text: str):
+    if text.lower() == "none":
+        return None
     try:
-        from torchvision import models
-    except Exception as err:
-        raise SystemExit(f"--model {name} needs torchvision ({type(err).__name__}: {err}); use --model small") from None
-    return split_model(getattr(models, name)(weights=None, num_classes=classes))
+        if text.strip().endswith("%"):
+            parse_percentage(text)
+            return text
+        return parse_bytes(text, "budget")
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def model_arg(text: str) -> str:
+    if text in MODELS or text.startswith("tv:"):
+        return text
+    raise argparse.ArgumentTypeError(f"unknown model {text!r}: one of {', '.join(MODELS)} or tv:<torchvision name>")
+
+
+def build(name: str, batch: int, size: int, classes: int, device):
+    """(model, make_batch() -> (args, kwargs), loss_of(output, batch))."""
+    if name in ("transformer", "gated", "gpt2"):
+        model, args, kwargs, _ = models.make(name, batch=batch)
+        vocab = model.config.vocab_size if name == "gpt2" else model.wte.num_embeddings
+        key = "labels" if name == "gpt2" else "targets"
+        tokens = args[0].shape[1]
+
+        def make_batch():
+            ids = torch.randint(0, vocab, (batch, tokens), device=device)
+            extra = {"use_cache": False} if name == "gpt2" else {}
+            return (ids,), {key: ids, **extra}
+
+        def loss_of(out, _):
+            return out.loss if name == "gpt2" else out if name == "gated" else out["loss"]
+        return model, make_batch, loss_of
+    if name.startswith("tv:"):
+        try:
+            from torchvision import models as tv
+        except Exception as err:  # noqa: BLE001
+            raise SystemExit(f"train.py: error: --model {name} needs torchvision ({type(err).__name__}: {err})") from None
+        if not hasattr(tv, name[3:]):
+            raise SystemExit(f"train.py: error: torchvision has no model {name[3:]!r}")
+        model = getattr(tv, name[3:])(weights=None, num_classes=classes)
+    else:
+        model = models.ResNet(classes=classes) if name == "resnet" else models.DenseNet(classes=classes)
+    centers = torch.randn(classes, 3, 1, 1, device=device)  # class-dependent means: the loss goes down
+    labels = {}
+
+    def make_batch():
+        labels["y"] = torch.randint(0, classes, (batch,), device=device)
+        return (centers[labels["y"]] + torch.randn(batch, 3, size, size, device=device),), {}
+
+    def loss_of(out, _):
+        return F.cross_entropy(out, labels["y"])
+    return model, make_batch, loss_of
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="small", help="small (built in) or a torchvision model name")
-    parser.add_argument("--budget", default="6MiB", help="activation memory budget, e.g. 24MiB, 2GiB; 'none' = plain")
-    parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--size", type=int, default=32, help="image side")
+    parser = Parser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="resnet", type=model_arg, help=f"{', '.join(MODELS)} or tv:<name>")
+    parser.add_argument("--budget", default="70%", type=budget_arg,
+                        help="memory budget: bytes (8GiB, 500MB), a percentage of plain autograd's peak (50%%), or none")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--size", type=int, default=32, help="image side (image models)")
     parser.add_argument("--classes", type=int, default=10)
-    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--backend", default="auto", help="solver backend: auto, cpu, cuda")
-    args = parser.parse_args(argv)
+    parser.add_argument("--backend", default="auto", choices=("auto", "cpu", "cuda", "exact"), help="solver backend")
+    args = parser.parse_args(attach_dash_values(sys.argv[1:] if argv is None else argv, ("--budget",)))
+    if args.batch < 1 or args.steps < 1 or args.size < 8:
+        parser.error("--batch and --steps must be >= 1 and --size >= 8")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        parser.error(f"--device {args.device}: no CUDA device here; use --device cpu")
 
     torch.manual_seed(0)
     device = torch.device(args.device)
-    targets = torch.zeros(args.batch, dtype=torch.long, device=device)
-    stages = build(args.model, args.classes)
-    stages.add_module("loss", CrossEntropyStage(targets))
-    stages.to(device)
-    budget = None if args.budget.lower() == "none" else args.budget
-    model = te.CheckpointedSequential(stages, budget=budget, backend=args.backend)
+    model, make_batch, loss_of = build(args.model, args.batch, args.size, args.classes, device)
+    model.to(device).train()
+    model = te.auto_checkpoint(model, args.budget, backend=args.backend)  # the one call
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    # Synthetic data: class-dependent means, so the loss goes down.
-    centers = torch.randn(args.classes, 3, 1, 1, device=device)
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", te.CPUTimingWarning)
-        x0 = torch.randn(args.batch, 3, args.size, args.size, device=device)
-        if budget is not None:
-            started = time.perf_counter()
-            try:
-                model.prepare(x0)
-            except InfeasibleBudgetError as err:
-                raise SystemExit(f"error: {err}") from None
-            print(f"profiled and solved in {time.perf_counter() - started:.2f} s: {model.chain.summary()}")
-            print(model.plan.summary())
-            print(f"store-all would need {format_bytes(store_all_peak_bytes(model.chain))} (model)")
+    warnings.simplefilter("ignore", te.CPUTimingWarning)
+    batch_args, batch_kwargs = make_batch()
+    if args.budget is not None:
+        started = time.perf_counter()
+        try:
+            model.prepare(*batch_args, **batch_kwargs)
+        except (InfeasibleBudgetError, te.CaptureError) as err:
+            raise SystemExit(f"train.py: error: {err}") from None
+        print(f"captured, profiled and solved in {time.perf_counter() - started:.2f} s ({model.capture.notes[0]})")
+        print(model.plan.summary())
 
-    try:
-        from tqdm import tqdm
-    except ImportError:  # pragma: no cover - tqdm is a dependency of gpusolve
-        def tqdm(it, **_):
-            return it
+    from tqdm import tqdm
     bar = tqdm(range(args.steps), desc="train", unit="step")
     for _ in bar:
-        labels = torch.randint(0, args.classes, (args.batch,), device=device)
-        x = centers[labels] + torch.randn(args.batch, 3, args.size, args.size, device=device)
-        targets.copy_(labels)
+        batch_args, batch_kwargs = make_batch()
         opt.zero_grad(set_to_none=True)
-        loss = model(x)
+        out = model(*batch_args, **batch_kwargs)
+        loss = loss_of(out, batch_args)
         loss.backward()
         opt.step()
-        if hasattr(bar, "set_postfix"):
-            bar.set_postfix(loss=f"{loss.item():.3f}")
+        bar.set_postfix(loss=f"{loss.item():.3f}")
     if device.type == "cuda":
         print(f"peak allocated: {format_bytes(torch.cuda.max_memory_allocated(device))}")
     print(f"final loss {loss.item():.4f}")

@@ -30,7 +30,7 @@ import numpy as np
 from .chain import ALL_BYTE_FIELDS, TIME_FIELDS, Chain
 from .dp.buckets import uniform_buckets
 from .schedule import Checkpoint, Op, Policy, Tape, policy_to_schedule, segments_policy, tape_chain
-from .simulate import SimResult, simulate, store_all_schedule, store_all_time_ms
+from .simulate import SimResult, budget_bytes_of, simulate, store_all_schedule, store_all_time_ms
 from .units import parse_bytes
 
 # Retries of the uniform-cost solver: budget x 0.95^r, r = 0..UNIFORM_RETRIES.
@@ -100,7 +100,7 @@ def _fastest(chain: Chain, budget_bytes: int, candidates) -> Found | None:
 
 def best_checkpoint_sequential(chain: Chain, budget) -> Found | None:
     """The fastest ``checkpoint_sequential`` segment count k = 1..N within ``budget``, or None."""
-    budget_bytes = parse_bytes(budget, "budget")
+    budget_bytes = budget_bytes_of(chain, budget)
     seen: set[tuple[int, ...]] = set()
 
     def candidates():
@@ -157,7 +157,7 @@ def chen_segmentations(chain: Chain, thresholds=None) -> dict[tuple[int, ...], i
 def chen_greedy(chain: Chain, budget) -> Found | None:
     """Chen et al. 2016's budget-driven greedy (one recomputation per stage): the fastest of
     :func:`chen_segmentations` that simulates within ``budget``."""
-    budget_bytes = parse_bytes(budget, "budget")
+    budget_bytes = budget_bytes_of(chain, budget)
     candidates = ((segments_policy(list(cuts), chain.n), {"threshold_bytes": b, "checkpoints": len(cuts)})
                   for cuts, b in chen_segmentations(chain).items())
     return _fastest(chain, budget_bytes, candidates)
@@ -190,7 +190,7 @@ class UniformSolver:
         from .dp.problem import Problem
 
         self.chain = chain
-        self.max_budget = parse_bytes(max_budget, "budget")
+        self.max_budget = budget_bytes_of(chain, max_budget)
         if bucket is None:
             bucket_bytes = -(-self.max_budget // uniform_buckets(chain.n))
         else:
@@ -206,7 +206,7 @@ class UniformSolver:
     def policy_for(self, budget, shrink: float = UNIFORM_SHRINK, retries: int = UNIFORM_RETRIES) -> Found | None:
         from .dp.recover import recover_policy, table_lookup
 
-        budget_bytes = min(parse_bytes(budget, "budget"), self.max_budget)
+        budget_bytes = min(budget_bytes_of(self.chain, budget), self.max_budget)
         if self.problem is None:
             return None
         lookup = table_lookup(self.table)
@@ -268,7 +268,7 @@ def bisection(chain: Chain, budget) -> Found | None:
     """Budget-aware bisection: tape a sub-chain whole when plain autograd on it fits in the
     memory left, else split it at half its forward time (the right part runs with a_k held).
     Returns None when even that does not fit."""
-    budget_bytes = parse_bytes(budget, "budget")
+    budget_bytes = budget_bytes_of(chain, budget)
     prefix = _fwd_prefix(chain)
     act = chain.padded()["act_bytes"]
     tape_peak_cache: dict[tuple[int, int], int] = {}
@@ -331,7 +331,7 @@ def baseline_records(chain: Chain, budget, uniform_bucket=None) -> list[Record]:
     """Every baseline at ``budget`` (no optimum): fixed policies are reported with their figures
     and ``feasible`` = whether they fit; budget-driven ones that find nothing have None figures.
     ``uniform_bucket`` is the uniform-cost solver's granularity (default: see :func:`uniform_buckets`)."""
-    budget_bytes = parse_bytes(budget, "budget")
+    budget_bytes = budget_bytes_of(chain, budget)
     base = store_all_time_ms(chain)
     out = [_record("store-all", _evaluate(chain, store_all_policy(chain)), budget_bytes, base)]
     found = best_checkpoint_sequential(chain, budget_bytes)
@@ -357,7 +357,7 @@ def compare(chain: Chain, budget, bucket=None, backend: str = "auto", plan=None)
     solved at this budget is used as the optimum instead of solving again."""
     from .solve import solve
 
-    budget_bytes = parse_bytes(budget, "budget")
+    budget_bytes = budget_bytes_of(chain, budget)
     base = store_all_time_ms(chain)
     if plan is None:
         plan = solve(chain, budget_bytes, bucket=bucket, backend=backend, strict=False)
@@ -386,7 +386,7 @@ def baseline_curves(chain: Chain, budgets, uniform_bucket=None) -> dict[str, lis
     Fixed candidate families (every ``checkpoint_sequential`` k, every Chen threshold) are simulated
     once; the uniform-cost solver builds one table at the largest budget.
     """
-    budgets = [parse_bytes(b, "budget") for b in budgets]
+    budgets = [budget_bytes_of(chain, b) for b in budgets]
     seq = [(sim.peak_bytes, sim.time_ms) for sim in
            (_evaluate(chain, checkpoint_sequential(chain, k)) for k in range(1, chain.n + 1))]
     chen = [(sim.peak_bytes, sim.time_ms) for sim in

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import ProfileWarning
+from .profiles import resolve as resolve_profile
 
 TIME_FIELDS = ("t_fwd", "t_fwd_nograd", "t_bwd")
 BYTE_FIELDS = ("act_bytes", "grad_bytes", "tape_bytes", "fwd_nograd_extra", "fwd_grad_extra", "bwd_extra")
@@ -248,8 +249,10 @@ class Chain:
                 if stage[key] < 0:
                     raise ValueError(f"{source}: stage {s + 1} ({stage['name']}): {key} = {stage[key]} bytes is negative")
         groups: list[list[dict]] = []
+        joined = {"in_place": 0, "unsaved": 0}  # stages joined to the one before, by reason
         for stage in stages:
             if fuse_aliasing and groups and (stage["x"] == 0 or _output_unsaved(groups[-1], stage)):
+                joined["in_place" if stage["x"] == 0 else "unsaved"] += 1
                 groups[-1].append(stage)
             else:
                 groups.append([stage])
@@ -271,6 +274,7 @@ class Chain:
         provenance = {k: data[k] for k in ("network", "args", "device", "torch", "dtype", "reference",
                                            "param_bytes") if k in data}
         provenance.update(source=str(source), format=PROFILE_FORMAT, measured_stages=len(stages),
+                          merged_in_place=joined["in_place"], merged_unsaved=joined["unsaved"],
                           fused_aliasing=fuse_aliasing, members=members, notes=notes)
         # The profiler records whether the input needed a gradient; without one, none is allocated.
         input_grad = 0 if data.get("input_requires_grad") is False else allocator_bytes(input_bytes, granule)
@@ -279,11 +283,13 @@ class Chain:
 
     @classmethod
     def load(cls, path, fuse_aliasing: bool = True) -> "Chain":
-        """Read any supported chain file: ``gpusolve-chain/1`` or ``measured-chain/1``.
+        """Read any supported chain file: ``gpusolve-chain/1`` or ``measured-chain/1``, given as a
+        path or as the name of a bundled profile (``Chain.load("resnet50_b128")``; the names:
+        ``gpusolve profiles``). A path that exists wins over a bundled name.
 
         Raises ``FileNotFoundError`` or ``ValueError`` with a one-line reason.
         """
-        data, source = read_json_object(path)
+        data, source = read_json_object(path if isinstance(path, dict) else resolve_profile(path))
         fmt = data.get("format") if isinstance(data, dict) else None
         if fmt == PROFILE_FORMAT:
             return cls.from_profile(data | {"_source": str(source)}, fuse_aliasing=fuse_aliasing)
@@ -331,9 +337,35 @@ class Chain:
             text = Path(text_or_path).read_text()
         return cls.from_dict(json.loads(text))
 
+    @property
+    def profiled_stages(self) -> int:
+        """Stages of the profile this chain was read from, before merging (:meth:`from_profile`); ``n``
+        for a chain that was not read from a profile."""
+        return int(self.provenance.get("measured_stages", self.n))
+
+    def stages_text(self) -> str:
+        """``"25 stages"``, and for a profile whose stages were merged (:meth:`from_profile`) the
+        count before merging and why, e.g. ``"25 stages (40 profiled; 15 in-place stages merged)"``."""
+        merged = self.profiled_stages - self.n
+        count = f"{self.n} stage{'s' if self.n != 1 else ''}"
+        if merged <= 0:
+            return count
+        in_place = int(self.provenance.get("merged_in_place", -1))
+        unsaved = int(self.provenance.get("merged_unsaved", -1))
+        unsaved_why = "where no backward saves the tensor between"
+        if in_place == merged:
+            why = f"{merged} in-place stage{'s' if merged > 1 else ''} merged"
+        elif unsaved == merged:
+            why = f"{merged} merged {unsaved_why}"
+        elif in_place >= 0 and unsaved >= 0:
+            why = f"{merged} merged: {in_place} in place, {unsaved} {unsaved_why}"
+        else:
+            why = f"{merged} merged"
+        return f"{count} ({self.profiled_stages} profiled; {why})"
+
     def summary(self) -> str:
-        """One line: stage count and totals."""
-        return (f"{self.n} stages, forward {self.t_fwd.sum():.2f} ms, backward {self.t_bwd.sum():.2f} ms, "
+        """One line: stage count (and the profiled count, :meth:`stages_text`) and totals."""
+        return (f"{self.stages_text()}, forward {self.t_fwd.sum():.2f} ms, backward {self.t_bwd.sum():.2f} ms, "
                 f"tape {self.tape_bytes.sum() / 2**30:.2f} GiB")
 
 

@@ -1,19 +1,20 @@
-"""Command line: ``gpusolve solve|compare|curve|thesis|demo|profiles`` (see README)."""
+"""Command line: ``gpusolve solve|compare|curve|thesis|demo|profiles|join`` (see README)."""
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import warnings
 from pathlib import Path
 
+from . import profiles
 from .chain import THESIS_FORMAT, Chain, read_json_object
+from .data import THESIS_CASES
 from .errors import BackendUnavailableError, FallbackWarning
-from .simulate import store_all_peak_bytes
+from .simulate import budget_bytes_of, store_all_peak_bytes
 from .units import format_bytes, parse_bytes
 
-PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
+PROFILE_DIR = profiles.DIRECTORY
 DEMO_PROFILE = "densenet121_b64"
 DEMO_FRACTION = 0.5
 THESIS_DECIMALS = 9
@@ -32,40 +33,33 @@ class _Parser(argparse.ArgumentParser):
 # ---------------------------------------------------------------------------- helpers
 def bundled_profiles() -> list[str]:
     """Names of the bundled profiles (``gpusolve/profiles/*.json``)."""
-    return sorted(p.stem for p in PROFILE_DIR.glob("*.json"))
+    return profiles.names()
 
 
 def load_chain(spec: str) -> Chain:
-    """A chain from a path or the name of a bundled profile (with or without ``.json``)."""
-    path = Path(spec)
-    if not path.exists():
-        bundled = PROFILE_DIR / (spec if spec.endswith(".json") else f"{spec}.json")
-        if "/" not in spec and bundled.exists():
-            path = bundled
-        else:
-            raise FileNotFoundError(f"no such file or bundled profile: {spec!r} "
-                                    f"(bundled: {', '.join(bundled_profiles())})")
-    if path.is_dir():
-        raise CliError(f"{spec} is a directory, not a profile file")
-    return Chain.load(path)
+    """A chain from a path or the name of a bundled profile (with or without ``.json``): the rule of
+    :func:`gpusolve.profiles.resolve`, which :meth:`Chain.load` applies."""
+    return Chain.load(spec)
+
+
+def version() -> str:
+    """The installed package's version (its metadata), else ``gpusolve.__version__``."""
+    from importlib import metadata
+    try:
+        return metadata.version("gpusolve")
+    except metadata.PackageNotFoundError:
+        from . import __version__
+        return __version__
 
 
 def _bytes(value: str, what: str) -> int:
     return parse_bytes(value, what)
 
 
-def _budget(chain: Chain, value: str) -> int:
-    """A budget in bytes; also accepts a percentage of the store-all peak, e.g. ``50%``."""
-    text = value.strip()
-    if text.endswith("%"):
-        try:
-            frac = float(text[:-1]) / 100.0
-        except ValueError:
-            raise CliError(f"budget {value!r} is not a size or a percentage") from None
-        if not math.isfinite(frac) or frac <= 0:
-            raise CliError(f"budget {value!r} must be a positive percentage")
-        return int(store_all_peak_bytes(chain) * frac)
-    return _bytes(text, "budget")
+def _budget(chain: Chain, value: str, what: str = "budget") -> int:
+    """A budget in bytes; also accepts a percentage of the store-all peak, e.g. ``50%``
+    (:func:`gpusolve.units.parse_budget`, the rule every entry point shares)."""
+    return budget_bytes_of(chain, value, what)
 
 
 def _emit_json(obj) -> None:
@@ -116,7 +110,7 @@ def cmd_solve(args) -> int:
     bucket = _bytes(args.bucket, "bucket") if args.bucket is not None else None
     plan = solve(chain, budget, bucket=bucket, backend=args.backend)
     if args.json:
-        _emit_json(plan.to_dict())
+        _emit_json(plan.to_dict() | _stage_counts(chain))
     else:
         print(f"{_chain_name(chain, args.profile)}: {chain.summary()}")
         print(plan.summary())
@@ -132,7 +126,7 @@ def cmd_compare(args) -> int:
     low = check_budget(chain, budget, bucket)  # compare() itself reports infeasibility in its rows
     records = compare(chain, budget, bucket=bucket, backend=args.backend)
     if args.json:
-        _emit_json({"network": _chain_name(chain, args.profile), "stages": chain.n, "budget_bytes": budget,
+        _emit_json({"network": _chain_name(chain, args.profile), **_stage_counts(chain), "budget_bytes": budget,
                     "min_feasible_bytes": low, "records": records})
     else:
         print(f"{_chain_name(chain, args.profile)}: {chain.summary()}")
@@ -141,9 +135,10 @@ def cmd_compare(args) -> int:
 
 
 def cmd_curve(args) -> int:
-    from .plot import curve_data, plot_curve
+    from .plot import curve_data, output_path, plot_curve
+    output_path(args.out)  # an unknown image format fails before the solve
     chain = load_chain(args.profile)
-    top = _budget(chain, args.max_budget) if args.max_budget is not None else None
+    top = _budget(chain, args.max_budget, "max budget") if args.max_budget is not None else None
     bucket = _bytes(args.bucket, "bucket") if args.bucket is not None else None
     data = curve_data(chain, top, bucket=bucket, backend=args.backend)
     out = plot_curve(data, args.out)
@@ -159,7 +154,7 @@ def cmd_thesis(args) -> int:
     import numpy as np
     from .dp import cpu
     from .dp.problem import Problem
-    data, path = read_json_object(Path(args.cases))
+    data, path = read_json_object(Path(args.cases) if args.cases is not None else THESIS_CASES)
     if data.get("format") != THESIS_FORMAT:
         raise CliError(f"{path}: format is {data.get('format')!r}, expected {THESIS_FORMAT!r}")
     out = []
@@ -190,8 +185,9 @@ def cmd_thesis(args) -> int:
 
 def cmd_demo(args) -> int:
     from .baselines import compare
-    from .plot import curve_data, plot_curve
+    from .plot import curve_data, output_path, plot_curve
     from .solve import solve
+    output_path(args.out)  # an unknown image format fails before the solves
     chain = load_chain(DEMO_PROFILE)
     peak = store_all_peak_bytes(chain)
     budget = int(DEMO_FRACTION * peak)
@@ -209,16 +205,134 @@ def cmd_demo(args) -> int:
     return 0
 
 
+def _stage_counts(chain: Chain) -> dict:
+    """Both stage counts for JSON: ``stages`` (after merging in-place stages into the stage before,
+    what the solver sees) and ``profiled_stages`` (the profile's own)."""
+    return {"stages": chain.n, "profiled_stages": chain.profiled_stages}
+
+
+def profile_record(name: str) -> dict:
+    """What ``gpusolve profiles --json`` says about the bundled profile ``name``."""
+    chain = Chain.load(name)
+    prov = chain.provenance
+    return {"name": name, **_stage_counts(chain), "merged_in_place": prov.get("merged_in_place"),
+            "merged_unsaved": prov.get("merged_unsaved"), "network": prov.get("network"), "args": prov.get("args"),
+            "device": prov.get("device"), "torch": prov.get("torch"), "dtype": prov.get("dtype"),
+            "input_bytes": chain.input_bytes, "forward_ms": float(chain.t_fwd.sum()),
+            "backward_ms": float(chain.t_bwd.sum()), "tape_bytes": int(chain.tape_bytes.sum()),
+            "store_all_peak_bytes": store_all_peak_bytes(chain), "path": str(profiles.resolve(name))}
+
+
 def cmd_profiles(args) -> int:
+    if args.json:
+        _emit_json({"profiles": [profile_record(name) for name in bundled_profiles()]})
+        return 0
     for name in bundled_profiles():
-        chain = Chain.load(PROFILE_DIR / f"{name}.json")
-        print(f"{name:28s} {chain.summary()}, store-all peak {format_bytes(store_all_peak_bytes(chain))}")
+        chain = Chain.load(name)
+        print(f"{name:22s} {chain.summary()}, store-all peak {format_bytes(store_all_peak_bytes(chain))}")
+    return 0
+
+
+# ---------------------------------------------------------------------------- join
+JOIN_METHODS = ("optimal", "equiv-chain")
+JOIN_MAX_SLOT_COUNTS = 100_000
+
+
+def parse_join_lengths(text: str) -> list[int]:
+    """``--lengths 10,50``: the branch lengths (forward steps per branch), integers >= 0."""
+    items = [t.strip() for t in str(text).split(",")]
+    if not items or any(not t for t in items):
+        raise CliError(f"--lengths {text!r}: expected branch lengths separated by commas, e.g. --lengths 10,50")
+    out = []
+    for t in items:
+        try:
+            n = int(t)
+        except ValueError:
+            raise CliError(f"--lengths {text}: {t!r} is not an integer; a length counts a branch's forward steps, "
+                           "e.g. --lengths 10,50") from None
+        if n < 0:
+            raise CliError(f"--lengths {text}: branch length {n} is negative; lengths are integers >= 0")
+        out.append(n)
+    return out
+
+
+def parse_join_slots(text: str) -> list[int]:
+    """``--slots 5,6,31`` or ``--slots 5..62`` (inclusive; items may mix: ``5..9,20``): slot counts >= 1."""
+    hint = "expected slot counts like 5,6,31 or a range like 5..62"
+    out = []
+    for item in str(text).split(","):
+        item = item.strip()
+        low, sep, high = item.partition("..")
+        try:
+            bounds = (int(low), int(high)) if sep else (int(item), int(item))
+        except ValueError:
+            raise CliError(f"--slots {text}: {item!r} is malformed; {hint}") from None
+        if bounds[0] > bounds[1]:
+            raise CliError(f"--slots {text}: the range {item} is empty ({bounds[0]} > {bounds[1]}); write low..high")
+        if bounds[0] < 1:
+            raise CliError(f"--slots {text}: slot count {bounds[0]} is below 1; memory holds at least one value")
+        if len(out) + bounds[1] - bounds[0] + 1 > JOIN_MAX_SLOT_COUNTS:
+            raise CliError(f"--slots {text}: more than {JOIN_MAX_SLOT_COUNTS} slot counts; ask for a shorter range "
+                           "(counts above the store-all count all give the same makespan)")
+        out += range(bounds[0], bounds[1] + 1)
+    return out
+
+
+def _join_number(x: float):
+    """JSON/table form of a makespan: None when infeasible, an int when integral."""
+    import math
+    if not math.isfinite(x):
+        return None
+    return int(x) if float(x).is_integer() else float(x)
+
+
+def cmd_join(args) -> int:
+    """``gpusolve join --paper ...``: the seed paper's slot model (gpusolve.join.paper). Without
+    ``--paper`` the project's byte-model join DP will run; it is not there yet."""
+    if not args.paper:
+        raise CliError("gpusolve join: only the paper's slot model is available yet; add --paper "
+                       "(the byte-model join DP for profiled networks is not implemented)")
+    from .join import paper
+    if args.lengths is None or args.slots is None:
+        missing = " and ".join(o for o, v in (("--lengths", args.lengths), ("--slots", args.slots)) if v is None)
+        raise CliError(f"gpusolve join --paper needs {missing}, e.g. --lengths 10,50 --slots 5..62")
+    lengths = parse_join_lengths(args.lengths)
+    slots = parse_join_slots(args.slots)
+    costs = {}
+    for name in ("uf", "ub", "ut"):
+        value = getattr(args, name)
+        if not (value >= 0 and value != float("inf")):
+            raise CliError(f"--{name} {value}: costs must be finite and >= 0 (the paper's u_f, u_b, u_t)")
+        costs[name] = value
+    dp = paper.solver(args.method, lengths, max(slots), **costs)
+    curve = [{"slots": c, "makespan": _join_number(dp.makespan(c))} for c in slots]
+    if args.json:
+        _emit_json({"lengths": lengths, "method": args.method, "curve": curve})
+        return 0
+    bound = paper.lower_bound(lengths, **costs)
+    print(f"join, paper slot model (RR-9273): lengths {','.join(map(str, lengths))} (k = {len(lengths)}), "
+          f"u_f = {args.uf:g}, u_b = {args.ub:g}, u_t = {args.ut:g}, method {args.method}")
+    print(f"minimum slots {paper.c_min(lengths)} (Lemma 4), store-all {paper.store_all_slots(lengths)} slots, "
+          f"lower bound {bound:g}")
+    rows = [("slots", "makespan", "/ lower bound")]
+    for point in curve:
+        x = point["makespan"]
+        rows.append((str(point["slots"]), "infeasible" if x is None else f"{x:g}",
+                     "-" if x is None or bound == 0 else f"{x / bound:.3f}"))
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    for n, row in enumerate(rows):
+        print("  ".join(f"{cell:>{w}}" for cell, w in zip(row, widths, strict=True)))
+        if n == 0:
+            print("  ".join("-" * w for w in widths))
     return 0
 
 
 # ---------------------------------------------------------------------------- entry point
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="gpusolve", description="Optimal activation checkpointing: solve, compare, plot.")
+    parser = _Parser(prog="gpusolve", description="Optimal activation checkpointing: solve, compare, plot.",
+                     epilog="`gpusolve COMMAND --help` describes a command; e.g. gpusolve solve resnet50_b128 "
+                            "--budget 5GiB")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
 
@@ -234,28 +348,70 @@ def build_parser() -> argparse.ArgumentParser:
 
     common(sub.add_parser("solve", help="optimal plan at one budget"))
     common(sub.add_parser("compare", help="optimum and every baseline at one budget"))
-    p = sub.add_parser("curve", help="trade-off curve (PNG)")
+    p = sub.add_parser("curve", help="trade-off curve (PNG, PDF, SVG, ...)")
     common(p, budget_required=False)
     p.add_argument("--max-budget", default=None, help="largest budget (default: the store-all peak)")
-    p.add_argument("--out", default="curve.png", help="PNG path (default curve.png)")
-    p = sub.add_parser("thesis", help="solve every case of a thesis-reference/1 file")
-    p.add_argument("cases", metavar="CASES.json")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--out", default="curve.png", help=f"image path, format from its extension ({OUT_FORMATS}; "
+                                                      "default curve.png)")
+    p = sub.add_parser("thesis", help="solve every case of a thesis-reference/1 file (default: the bundled one)")
+    p.add_argument("cases", metavar="CASES.json", nargs="?", default=None,
+                   help="a thesis-reference/1 file (default: the thesis cases bundled with gpusolve)")
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p = sub.add_parser("demo", help=f"bundled {DEMO_PROFILE}: plan, comparison and curve")
-    p.add_argument("--out", default="gpusolve-demo-curve.png", help="PNG path (default ./gpusolve-demo-curve.png)")
+    p.add_argument("--out", default="gpusolve-demo-curve.png",
+                   help=f"image path, format from its extension ({OUT_FORMATS}; default ./gpusolve-demo-curve.png)")
     p.add_argument("--backend", default="auto", choices=BACKENDS, help="auto, cpu, cuda or exact")
-    sub.add_parser("profiles", help="list the bundled profiles")
+    p = sub.add_parser("profiles", help="list the bundled profiles")
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    p = sub.add_parser("join", help="join networks (k branches into one loss); --paper: the seed paper's slot model",
+                       epilog="e.g. gpusolve join --paper --lengths 10,50 --slots 5..62")
+    p.add_argument("--paper", action="store_true",
+                   help="the paper's model (Beaumont et al., RR-9273): unit-size slots, costs u_f, u_b, u_t "
+                        "(required for now: the byte-model join DP is not implemented yet)")
+    p.add_argument("--lengths", default=None, help="branch lengths (forward steps), comma separated, e.g. 10,50")
+    p.add_argument("--slots", default=None, help="memory sizes in slots: a list 5,6,31 or a range 5..62")
+    p.add_argument("--uf", type=float, default=1.0, help="cost of a forward step (default 1)")
+    p.add_argument("--ub", type=float, default=1.0, help="cost of a backward step (default 1)")
+    p.add_argument("--ut", type=float, default=1.0, help="cost of the turn (loss and its gradient; default 1)")
+    p.add_argument("--method", default="optimal", choices=JOIN_METHODS,
+                   help="optimal (Theorem 3's DP) or equiv-chain (the paper's baseline, balanced joins only)")
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     return parser
 
 
 COMMANDS = {"solve": cmd_solve, "compare": cmd_compare, "curve": cmd_curve, "thesis": cmd_thesis,
-            "demo": cmd_demo, "profiles": cmd_profiles}
+            "demo": cmd_demo, "profiles": cmd_profiles, "join": cmd_join}
+# Options whose value may start with '-' (a negative size, which their parsers then reject clearly).
+# (join's lists and costs too: `--lengths -1,5` reaches parse_join_lengths, which names the value.)
+SIZE_OPTIONS = ("--budget", "--bucket", "--max-budget", "--lengths", "--slots", "--uf", "--ub", "--ut")
+OUT_FORMATS = "png, pdf, svg, ..."
+
+
+def attach_dash_values(argv: list, options=SIZE_OPTIONS) -> list:
+    """``--budget -5GiB`` as ``--budget=-5GiB``: argparse reads a value starting with '-' that is not a
+    plain number as an option ("expected one argument"); attached, the value reaches the size parser,
+    whose error names it and the fix."""
+    out, rest = [], list(argv)
+    while rest:
+        arg = rest.pop(0)
+        if str(arg) in options and rest and str(rest[0])[:2].rstrip(".0123456789") == "-":
+            arg = f"{arg}={rest.pop(0)}"
+        out.append(arg)
+    return out
 
 
 def main(argv=None) -> int:
     """Run the CLI; returns (and, as a script entry point, exits with) the exit code."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser()
+    if not argv:  # the commands, not one line about a missing one
+        parser.print_help(sys.stderr)
+        return 2
     try:
-        args = build_parser().parse_args(argv)
+        try:
+            args = parser.parse_args(attach_dash_values(argv))
+        except SystemExit as done:  # --help, --version: printed, exit 0
+            return done.code if isinstance(done.code, int) else 0
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", FallbackWarning)
             code = COMMANDS[args.command](args)

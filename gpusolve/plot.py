@@ -8,8 +8,7 @@ import numpy as np
 from .baselines import baseline_curves
 from .chain import Chain
 from .dp.minpeak import min_feasible_bytes
-from .simulate import store_all_peak_bytes, store_all_time_ms
-from .units import parse_bytes
+from .simulate import budget_bytes_of, store_all_peak_bytes, store_all_time_ms
 
 GIB = float(1 << 30)
 GRID_POINTS = 24
@@ -30,26 +29,53 @@ def curve_data(chain: Chain, max_budget=None, bucket=None, backend: str = "auto"
     store-all peak). Bytes and ms throughout."""
     from .solve import solve
 
-    top = parse_bytes(max_budget, "max budget") if max_budget is not None else store_all_peak_bytes(chain)
+    top = store_all_peak_bytes(chain) if max_budget is None else budget_bytes_of(chain, max_budget, "max budget")
     low = min_feasible_bytes(chain)
     plan = solve(chain, top, bucket=bucket, backend=backend)  # raises below the minimum feasible budget
     curve = plan.curve.feasible()
     grid = np.unique(np.linspace(low, top, points).astype(np.int64)).tolist()
     return {"name": chain.provenance.get("network") or chain.provenance.get("source") or "chain",
-            "stages": chain.n, "max_budget_bytes": top, "min_feasible_bytes": low,
+            "stages": chain.n, "profiled_stages": chain.profiled_stages, "max_budget_bytes": top, "min_feasible_bytes": low,
             "store_all_time_ms": store_all_time_ms(chain), "backend": plan.backend, "buckets": plan.buckets,
             "optimal": {"budget_bytes": curve.budget_bytes.tolist(), "time_ms": curve.time_ms.tolist()},
             "grid_bytes": grid, "baselines": baseline_curves(chain, grid)}
 
 
+def output_path(out) -> Path:
+    """``out`` as the path :func:`plot_curve` writes: its extension names the format (``.png``,
+    ``.pdf``, ``.svg``, ... : whatever matplotlib writes); none means PNG (``.png`` is appended).
+    Raises ``ValueError`` for an extension matplotlib cannot write."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    out = Path(out)
+    suffix = out.suffix.lower().lstrip(".")
+    if not suffix:
+        return out.with_name(out.name + ".png")
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if suffix not in formats:
+        raise ValueError(f"--out {out}: cannot write a '.{suffix}' image; use one of "
+                         f"{', '.join('.' + f for f in sorted(formats))} (the extension names the format)")
+    return out
+
+
+def _limits(values, pad: float = 0.04) -> tuple[float, float]:
+    """(low, high) around finite ``values`` with a margin of ``pad`` of their span (or of their size)."""
+    finite = [float(v) for v in values if np.isfinite(v)]
+    low, high = min(finite), max(finite)
+    margin = pad * (high - low) if high > low else max(abs(high) * pad, 1e-3)
+    return low - margin, high + margin
+
+
 def plot_curve(data: dict, out) -> Path:
-    """Write the trade-off plot of :func:`curve_data` to ``out`` (PNG, matplotlib Agg)."""
+    """Write the trade-off plot of :func:`curve_data` to ``out`` (matplotlib Agg) in the format its
+    extension names (:func:`output_path`); returns the path written."""
+    out = output_path(out)
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     base = data["store_all_time_ms"]
-    fig, ax = plt.subplots(figsize=(9, 5.5), dpi=110)
+    fig, ax = plt.subplots(figsize=(9, 6.5), dpi=110)
     opt_b = np.asarray(data["optimal"]["budget_bytes"], dtype=np.float64) / GIB
     opt_t = np.asarray(data["optimal"]["time_ms"], dtype=np.float64)
     ax.step(opt_b, opt_t, where="post", color="tab:blue", linewidth=2.2, label="optimal (gpusolve)", zorder=5)
@@ -57,6 +83,8 @@ def plot_curve(data: dict, out) -> Path:
     baselines = dict(data["baselines"])
     points = baselines.pop("points", {})
     shown = [float(v) for v in opt_t if np.isfinite(v)]
+    # x range: the data (optimal curve, baseline budgets, fixed policies, the minimum) and a margin
+    xs = [*opt_b.tolist(), *grid.tolist(), data["min_feasible_bytes"] / GIB, data["max_budget_bytes"] / GIB]
     for name, times in baselines.items():
         t = np.array([np.nan if v is None else v for v in times], dtype=np.float64)
         if np.all(np.isnan(t)):
@@ -72,23 +100,25 @@ def plot_curve(data: dict, out) -> Path:
         if time_ms > cap:
             ax.annotate(f"{time_ms:.0f} ms", (peak / GIB, y), textcoords="offset points", xytext=(8, -4), fontsize=8)
         shown.append(y)
+        xs.append(peak / GIB)
     ax.axvline(data["min_feasible_bytes"] / GIB, color="tab:red", linewidth=0.8, linestyle=":",
                label="minimum feasible budget")
     ax.set_xlabel("memory budget beyond the input (GiB)")
     ax.set_ylabel("predicted training step (ms)")
-    ax.set_title(f"{data['name']}: step time vs activation memory ({data['stages']} stages, "
-                 f"store-all {base:.1f} ms)")
+    profiled = data.get("profiled_stages", data["stages"])
+    stages = f"{data['stages']} stages" + (f" from {profiled} profiled" if profiled != data["stages"] else "")
+    ax.set_title(f"{data['name']}: step time vs activation memory ({stages}, store-all {base:.1f} ms)")
     ax.grid(True, alpha=0.3)
     secondary = ax.secondary_yaxis("right", functions=(lambda t: 100.0 * (t / base - 1.0),
                                                        lambda p: base * (1.0 + p / 100.0)))
     secondary.set_ylabel("overhead over store-all (%)")
     if shown:
         ax.set_ylim(min(min(shown), base) * 0.97, min(max(shown), cap) * 1.03)
-    ax.set_xlim(0, data["max_budget_bytes"] / GIB * 1.05)
-    ax.legend(fontsize=8, loc="upper right")
+    ax.set_xlim(*_limits(xs))
+    # Below the axes, where it covers no data.
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=3, frameon=False)
     fig.tight_layout()
-    out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, format="png")
+    fig.savefig(out, bbox_inches="tight")  # the format from the extension (output_path)
     plt.close(fig)
     return out

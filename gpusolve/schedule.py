@@ -7,6 +7,11 @@ Operations (``s`` is a stage, 1..N):
   tensors) is held until ``BWD(s)``.
 - ``BWD(s)``: consume the gradient of a_s and the tape of s, produce the gradient of a_{s-1}.
 - ``FREE(s)``: drop the checkpoint a_s.
+- ``TURN``: only in join schedules (:mod:`gpusolve.join`): the head (loss) over the k branch outputs,
+  forward and backward at once; it produces the gradient of every branch output. Its ``stage`` is 0.
+
+Ops of a join schedule carry ``branch`` (0-based branch index; None for the TURN and for every op
+of a chain schedule, whose form and JSON are unchanged).
 
 A *policy* is a tree over sub-chains (i, j): either ``Tape`` (record stage i+1, solve (i+1, j),
 run its backward) or ``Checkpoint(k)`` (forward no-grad to a_k, solve (k, j), drop a_k, solve
@@ -24,17 +29,22 @@ class OpKind(str, Enum):
     FWD_TAPE = "fwd_tape"
     BWD = "bwd"
     FREE = "free"
+    TURN = "turn"
 
 
 @dataclass(frozen=True)
 class Op:
-    """One schedule operation on stage ``stage`` (1-based); ``keep_input`` only for FWD_NOGRAD."""
+    """One schedule operation on stage ``stage`` (1-based); ``keep_input`` only for FWD_NOGRAD;
+    ``branch`` only in join schedules (the branch the stage belongs to)."""
 
     kind: OpKind
     stage: int
     keep_input: bool = False
+    branch: int | None = None
 
     def to_json(self) -> list:
+        if self.branch is not None:  # join form: always four items
+            return [self.kind.value, self.stage, bool(self.keep_input), self.branch]
         if self.kind is OpKind.FWD_NOGRAD:
             return [self.kind.value, self.stage, bool(self.keep_input)]
         return [self.kind.value, self.stage]
@@ -42,12 +52,16 @@ class Op:
     @classmethod
     def from_json(cls, item) -> "Op":
         kind = OpKind(item[0])
-        return cls(kind, int(item[1]), bool(item[2]) if len(item) > 2 else False)
+        branch = int(item[3]) if len(item) > 3 and item[3] is not None else None
+        return cls(kind, int(item[1]), bool(item[2]) if len(item) > 2 else False, branch)
 
     def __str__(self) -> str:
+        if self.kind is OpKind.TURN:
+            return "turn()"
+        where = f"{self.branch}:{self.stage}" if self.branch is not None else f"{self.stage}"
         if self.kind is OpKind.FWD_NOGRAD:
-            return f"{self.kind.value}({self.stage}{', keep' if self.keep_input else ''})"
-        return f"{self.kind.value}({self.stage})"
+            return f"{self.kind.value}({where}{', keep' if self.keep_input else ''})"
+        return f"{self.kind.value}({where})"
 
 
 @dataclass(frozen=True)

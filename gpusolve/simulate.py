@@ -11,6 +11,7 @@ import numpy as np
 
 from .chain import Chain
 from .schedule import Op, OpKind, policy_to_schedule, tape_chain
+from .units import parse_budget
 
 
 class ScheduleError(ValueError):
@@ -28,6 +29,76 @@ class SimResult:
     memory_trace: list[int] = field(default_factory=list, repr=False)
 
 
+class Holdings:
+    """What one chain (or one branch of a join) holds while a schedule runs, and the per-op
+    accounting of the byte model: the one statement of what each operation needs, holds and frees,
+    shared by :func:`simulate` and the join simulator (:mod:`gpusolve.join.simulate`).
+
+    ``arrays`` is ``chain.padded()``; ``lo`` is the index of the input held outside the counted
+    memory (a_lo); ``grads`` the gradients held at the start. Sizes are exact bytes.
+    """
+
+    def __init__(self, arrays: dict, lo: int, grads=()):
+        self.arrays, self.lo = arrays, int(lo)
+        self.acts: set[int] = set()     # checkpoints held inside the counted memory
+        self.tapes: set[int] = set()    # stages recorded and not yet back-propagated
+        self.grads: set[int] = set(grads)
+
+    def available(self, s: int) -> bool:
+        """Whether a_s can be read: the held input, a checkpoint or part of a live tape."""
+        return s == self.lo or s in self.acts or s in self.tapes
+
+    def apply(self, op: Op, index: int) -> tuple[int, int, float]:
+        """Run FWD_NOGRAD, FWD_TAPE, BWD or FREE on these holdings: returns (transient, change,
+        time): bytes held at the op's worst moment and after it, both relative to what was held
+        before it, and its time (ms). Raises :class:`ScheduleError` when an input is missing."""
+        arr, s = self.arrays, op.stage
+        act, grad, tape, bwd_tape = arr["act_bytes"], arr["grad_bytes"], arr["tape_bytes"], arr["bwd_tape_bytes"]
+        if op.kind is OpKind.FWD_NOGRAD:
+            if not self.available(s - 1):
+                raise ScheduleError(f"op {index} {op}: input a_{s - 1} is not held")
+            if s in self.acts:
+                raise ScheduleError(f"op {index} {op}: a_{s} is already held")
+            transient = int(act[s]) + int(arr["fwd_nograd_extra"][s])
+            self.acts.add(s)
+            change = int(act[s])
+            if not op.keep_input:
+                if s - 1 not in self.acts:
+                    raise ScheduleError(f"op {index} {op}: drops a_{s - 1}, which is not a droppable checkpoint")
+                self.acts.discard(s - 1)
+                change -= int(act[s - 1])
+            return transient, change, float(arr["t_fwd_nograd"][s])
+        if op.kind is OpKind.FWD_TAPE:
+            if not self.available(s - 1):
+                raise ScheduleError(f"op {index} {op}: input a_{s - 1} is not held")
+            if s in self.tapes:
+                raise ScheduleError(f"op {index} {op}: stage {s} is already recorded")
+            self.tapes.add(s)
+            return int(tape[s]) + int(arr["fwd_grad_extra"][s]), int(tape[s]), float(arr["t_fwd"][s])
+        if op.kind is OpKind.BWD:
+            if s not in self.tapes or s not in self.grads:
+                raise ScheduleError(f"op {index} {op}: needs the tape of stage {s} and the gradient of a_{s}")
+            # The part of the tape not kept for the backward is released before it starts.
+            transient = -(int(tape[s]) - int(bwd_tape[s])) + int(grad[s - 1]) + int(arr["bwd_extra"][s])
+            self.tapes.discard(s)
+            self.grads.discard(s)
+            self.grads.add(s - 1)
+            return transient, int(grad[s - 1]) - int(tape[s]) - int(grad[s]), float(arr["t_bwd"][s])
+        if op.kind is OpKind.FREE:
+            if s not in self.acts:
+                raise ScheduleError(f"op {index} {op}: a_{s} is not a held checkpoint")
+            self.acts.discard(s)
+            return -int(act[s]), -int(act[s]), 0.0
+        raise ScheduleError(f"op {index} {op}: not an operation on a chain's stage")
+
+    def leftover(self, expected_grad: int) -> str | None:
+        """None when exactly the gradient of a_``expected_grad`` is left, else what is left over."""
+        if self.acts or self.tapes or self.grads != {expected_grad}:
+            return (f"checkpoints {sorted(self.acts)}, tapes {sorted(self.tapes)}, gradients {sorted(self.grads)}; "
+                    f"expected only the gradient of a_{expected_grad}")
+        return None
+
+
 def simulate(chain: Chain, schedule: list[Op], start: tuple[int, int] | None = None,
              trace: bool = False) -> SimResult:
     """Run ``schedule`` on the cost model of ``chain``.
@@ -43,75 +114,26 @@ def simulate(chain: Chain, schedule: list[Op], start: tuple[int, int] | None = N
     if not 0 <= i < j <= n:
         raise ValueError(f"start {start} is not a sub-chain of a {n}-stage chain")
     arr = chain.padded()
-    act, grad, tape = arr["act_bytes"], arr["grad_bytes"], arr["tape_bytes"]
-    fng_x, fg_x, bwd_x = arr["fwd_nograd_extra"], arr["fwd_grad_extra"], arr["bwd_extra"]
-    bwd_tape = arr["bwd_tape_bytes"]
-    t_fwd, t_fng, t_bwd = arr["t_fwd"], arr["t_fwd_nograd"], arr["t_bwd"]
-
-    acts: set[int] = set()     # checkpoints held inside the counted memory
-    tapes: set[int] = set()    # stages recorded and not yet back-propagated
-    grads: set[int] = {j}
-    held = int(grad[j]) + int(chain.reserved_bytes)
+    state = Holdings(arr, i, grads=(j,))
+    held = int(arr["grad_bytes"][j]) + int(chain.reserved_bytes)
     peak, peak_op = held, -1
     time_ms = 0.0
     memory_trace: list[int] = []
-
-    def available(s: int) -> bool:
-        return s == i or s in acts or s in tapes
-
     for index, op in enumerate(schedule):
-        s = op.stage
-        if not i < s <= j:
-            raise ScheduleError(f"op {index} {op}: stage {s} is outside the sub-chain ({i}, {j})")
-        if op.kind is OpKind.FWD_NOGRAD:
-            if not available(s - 1):
-                raise ScheduleError(f"op {index} {op}: input a_{s - 1} is not held")
-            if s in acts:
-                raise ScheduleError(f"op {index} {op}: a_{s} is already held")
-            transient = held + int(act[s]) + int(fng_x[s])
-            acts.add(s)
-            held += int(act[s])
-            if not op.keep_input:
-                if s - 1 not in acts:
-                    raise ScheduleError(f"op {index} {op}: drops a_{s - 1}, which is not a droppable checkpoint")
-                acts.discard(s - 1)
-                held -= int(act[s - 1])
-            time_ms += float(t_fng[s])
-        elif op.kind is OpKind.FWD_TAPE:
-            if not available(s - 1):
-                raise ScheduleError(f"op {index} {op}: input a_{s - 1} is not held")
-            if s in tapes:
-                raise ScheduleError(f"op {index} {op}: stage {s} is already recorded")
-            transient = held + int(tape[s]) + int(fg_x[s])
-            tapes.add(s)
-            held += int(tape[s])
-            time_ms += float(t_fwd[s])
-        elif op.kind is OpKind.BWD:
-            if s not in tapes or s not in grads:
-                raise ScheduleError(f"op {index} {op}: needs the tape of stage {s} and the gradient of a_{s}")
-            held -= int(tape[s]) - int(bwd_tape[s])  # the part of the tape released before the backward
-            transient = held + int(grad[s - 1]) + int(bwd_x[s])
-            tapes.discard(s)
-            grads.discard(s)
-            grads.add(s - 1)
-            held += int(grad[s - 1]) - int(bwd_tape[s]) - int(grad[s])
-            time_ms += float(t_bwd[s])
-        elif op.kind is OpKind.FREE:
-            if s not in acts:
-                raise ScheduleError(f"op {index} {op}: a_{s} is not a held checkpoint")
-            acts.discard(s)
-            held -= int(act[s])
-            transient = held
-        else:  # pragma: no cover - OpKind is closed
-            raise ScheduleError(f"op {index}: unknown kind {op.kind!r}")
-        if transient > peak:
-            peak, peak_op = transient, index
+        if op.kind is OpKind.TURN or op.branch is not None:
+            raise ScheduleError(f"op {index} {op}: a join operation in a chain schedule (use gpusolve.join.simulate)")
+        if not i < op.stage <= j:
+            raise ScheduleError(f"op {index} {op}: stage {op.stage} is outside the sub-chain ({i}, {j})")
+        transient, change, seconds = state.apply(op, index)
+        if held + transient > peak:
+            peak, peak_op = held + transient, index
+        held += change
+        time_ms += seconds
         if trace:
             memory_trace.append(held)
-    if acts or tapes or grads != {i}:
-        raise ScheduleError(
-            f"schedule ends with checkpoints {sorted(acts)}, tapes {sorted(tapes)}, gradients {sorted(grads)}; "
-            f"expected only the gradient of a_{i}")
+    left = state.leftover(i)
+    if left is not None:
+        raise ScheduleError(f"schedule ends with {left}")
     return SimResult(time_ms=time_ms, peak_bytes=int(peak), peak_op=peak_op, ops=len(schedule),
                      memory_trace=memory_trace)
 
@@ -129,3 +151,9 @@ def store_all_time_ms(chain: Chain) -> float:
 def store_all_peak_bytes(chain: Chain) -> int:
     """Peak bytes of plain autograd under the model (every stage taped, then every backward)."""
     return simulate(chain, store_all_schedule(chain)).peak_bytes
+
+
+def budget_bytes_of(chain: Chain, budget, what: str = "budget") -> int:
+    """``budget`` in bytes for ``chain``: bytes, a size string (``"6GiB"``) or a percentage of the
+    chain's store-all peak (``"50%"``), by the one rule of :func:`gpusolve.units.parse_budget`."""
+    return parse_budget(budget, lambda: store_all_peak_bytes(chain), what)

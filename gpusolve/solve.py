@@ -37,16 +37,20 @@ from .dp.minpeak import min_feasible_bytes, min_peak_policy, policy_peak_bytes
 from .dp.problem import BYTES_PER_STATE, Problem
 from .dp.segments import SegmentEvaluator
 from .errors import BackendUnavailableError, FallbackWarning, InfeasibleBudgetError
+from .progress import pair_progress, table_work
 from .schedule import Op, Policy, policy_to_schedule, schedule_to_json, segments_policy
-from .simulate import simulate, store_all_time_ms
+from .simulate import budget_bytes_of, simulate, store_all_time_ms
 from .units import format_bytes, parse_bytes
 
 BACKENDS = ("auto", "cpu", "cuda", "exact")
 # "auto" solves chains of at most this many stages with the exact, bucket-free DP: the true optimum
 # in tens of milliseconds there (bench/results/exact_speed.md: 21 and 25 stages in 0.03-0.04 s).
 EXACT_AUTO_STAGES = 32
-# Above this many candidate evaluations a CPU solve shows a progress bar (on a terminal).
-PROGRESS_THRESHOLD = 2e9
+# A table of at least this many candidate evaluations (gpusolve.progress.table_work; the CPU does
+# ~1e8 a second) reports its progress, on stderr, once it has run gpusolve.progress.PROGRESS_DELAY_S.
+PROGRESS_THRESHOLD = 1e8
+# The exact backend reports its progress on chains of more than this many stages.
+EXACT_PROGRESS_STAGES = 60
 
 
 @dataclass
@@ -134,7 +138,8 @@ class Plan:
 
 def solve(chain: Chain, budget, bucket=None, backend: str = "auto", strict: bool = True,
           progress: bool | None = None) -> Plan:
-    """Optimal checkpointing plan for ``chain`` within ``budget`` bytes (int or e.g. ``"6GiB"``).
+    """Optimal checkpointing plan for ``chain`` within ``budget`` bytes (int, e.g. ``"6GiB"``, or a percentage
+    of the chain's store-all peak such as ``"50%"``; the plan's ``budget_bytes`` is the resolved budget).
 
     ``bucket`` is the memory granularity in bytes (default: the budget over 1024 buckets on the
     CPU, 8192 on CUDA; see :mod:`gpusolve.dp.buckets`). Sizes are rounded up to buckets and the
@@ -145,13 +150,15 @@ def solve(chain: Chain, budget, bucket=None, backend: str = "auto", strict: bool
     :data:`EXACT_AUTO_STAGES` stages when no bucket is given, else CUDA when CuPy sees a device, else
     the CPU with a :class:`FallbackWarning`). With ``strict`` an infeasible budget raises
     :class:`InfeasibleBudgetError` naming the minimum; otherwise the plan has ``feasible=False``.
-    The budget counts everything but the chain's input a_0.
+    The budget counts everything but the chain's input a_0. ``progress``: None (default) reports the
+    progress of a long table fill on stderr (a bar on a terminal, else a line every tenth of the work;
+    nothing for a solve of under ~2 s, :mod:`gpusolve.progress`), True for every solve, False never.
     """
     started = time.perf_counter()
     timings: dict = {}
     if not isinstance(chain, Chain):
         raise TypeError(f"solve() needs a gpusolve.Chain, got {type(chain).__name__}")
-    budget_bytes = parse_bytes(budget, "budget")
+    budget_bytes = budget_bytes_of(chain, budget)
     notes: list[str] = []
     if backend == "exact" or (backend == "auto" and bucket is None and chain.n <= EXACT_AUTO_STAGES):
         if backend == "auto":
@@ -171,9 +178,11 @@ def solve(chain: Chain, budget, bucket=None, backend: str = "auto", strict: bool
     slack = slack_buckets(chain.n, buckets) if bucket is None else 0
     problem = Problem.build(chain, bucket_bytes, buckets + slack)
     timings["setup"] = time.perf_counter() - started
-    work = problem.pairs * max(problem.n, 1) / 3 * (buckets + slack + 1)
-    show = progress if progress is not None else (sys.stderr.isatty() and work > PROGRESS_THRESHOLD)
-    table = _fill_with_progress(filler, problem, show, timings)
+    work = table_work(problem.n, problem.buckets + 1)
+    show = progress if progress is not None else work >= PROGRESS_THRESHOLD
+    with pair_progress(problem.n, problem.buckets + 1, f"solving {chain.n} stages x {problem.buckets + 1} buckets "
+                       f"({name})", show) as callback:
+        table = filler(problem, callback, timings)
     full_curve = np.asarray(table.curve, dtype=np.float64)
     curve = Curve(np.arange(buckets + 1, dtype=np.int64) * bucket_bytes, full_curve[:buckets + 1].copy())
 
@@ -316,14 +325,9 @@ def _solve_exact(chain: Chain, budget_bytes: int, bucket, strict: bool, progress
         raise ValueError("the exact backend has no buckets: leave bucket=None (or use backend='cpu'/'cuda')")
     timings["setup"] = time.perf_counter() - started
     clock = time.perf_counter()
-    pairs = chain.n * (chain.n + 1) // 2
-    show = progress if progress is not None else (sys.stderr.isatty() and chain.n > 60)
-    if show:
-        from tqdm import tqdm
-        with tqdm(total=pairs, unit="pair", desc="solving (exact)", leave=False) as bar:
-            (peaks, times), policy = exact.run(chain, budget_bytes, progress=bar.update)
-    else:
-        (peaks, times), policy = exact.run(chain, budget_bytes)
+    show = progress if progress is not None else chain.n > EXACT_PROGRESS_STAGES
+    with pair_progress(chain.n, 1, f"solving {chain.n} stages (exact)", show) as callback:
+        (peaks, times), policy = exact.run(chain, budget_bytes, progress=callback)
     timings["dp"] = time.perf_counter() - clock
     if policy is None:
         return _infeasible(chain, budget_bytes, 1, "exact", started, timings, notes, strict,
@@ -384,7 +388,7 @@ def check_budget(chain: Chain, budget, bucket=None) -> int:
     """The checks :func:`solve` makes before solving, for callers that solve with ``strict=False``:
     raises :class:`InfeasibleBudgetError` below the exact minimum budget and ``ValueError`` for a
     bucket larger than the budget. Returns the minimum feasible budget (bytes)."""
-    budget_bytes = parse_bytes(budget, "budget")
+    budget_bytes = budget_bytes_of(chain, budget)
     min_bytes = min_feasible_bytes(chain)
     if budget_bytes < min_bytes:
         raise InfeasibleBudgetError(below_minimum(budget_bytes, min_bytes), min_bytes)
@@ -418,11 +422,3 @@ def _pick_backend(backend: str, notes: list[str]):
         warnings.warn(note, FallbackWarning, stacklevel=3)
         notes.append(note)
         return "cpu", cpu.fill
-
-
-def _fill_with_progress(filler, problem: Problem, show: bool, timings: dict):
-    if not show:
-        return filler(problem, None, timings)
-    from tqdm import tqdm
-    with tqdm(total=problem.pairs, unit="pair", desc="solving", leave=False) as bar:
-        return filler(problem, bar.update, timings)

@@ -10,7 +10,7 @@ _UNITS = {
     "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
     "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4,
 }
-_PATTERN = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
+_PATTERN = re.compile(r"^\s*([+-]?[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
 
 def parse_bytes(value: int | float | str, what: str = "size") -> int:
@@ -32,9 +32,45 @@ def parse_bytes(value: int | float | str, what: str = "size") -> int:
         number, scale = float(match.group(1)), _UNITS[match.group(2).lower()]
     else:
         raise ValueError(f"{what} must be a number of bytes or a string like '6GiB', got {value!r}")
-    if not math.isfinite(number) or number < 0:
+    if number < 0:
+        example = value.strip().lstrip("-") if isinstance(value, str) else f"{-number:g}"
+        raise ValueError(f"{what} {value!r} is negative: give a size of 0 bytes or more, e.g. {example!r}")
+    if not math.isfinite(number):
         raise ValueError(f"{what} must be a finite, non-negative size, got {value!r}")
     return int(number * scale)
+
+
+def parse_percentage(value, what: str = "budget") -> float | None:
+    """The percentage a string such as ``"50%"`` stands for (``50.0``); None when ``value`` is not a
+    string ending in ``%`` (bytes, or a size string: see :func:`parse_bytes`).
+
+    The one rule for budgets given as a share of the store-all (plain autograd) peak: a number above
+    0 and at most 100; anything else raises ``ValueError`` naming ``what``, the value and the fix.
+    """
+    if not isinstance(value, str) or not value.strip().endswith("%"):
+        return None
+    text = value.strip()[:-1].strip()
+    try:
+        percent = float(text)
+    except ValueError:
+        percent = None
+    if percent is None or not _PATTERN.match(text) or not (0 < percent <= 100):  # NaN fails the range test
+        raise ValueError(
+            f"{what} {value!r} is not a usable percentage of the store-all (plain autograd) peak: give a number "
+            f"above 0 and at most 100 followed by '%' (e.g. '50%'; 100% is the store-all peak itself, which needs no "
+            f"checkpointing), or a size in bytes such as '6GiB'")
+    return percent
+
+
+def parse_budget(value, reference_bytes, what: str = "budget") -> int:
+    """A budget in bytes: bytes or a size string (:func:`parse_bytes`), or a percentage of
+    ``reference_bytes`` (the store-all peak; an int, or a callable returning it, called only for a
+    percentage) such as ``"50%"`` (:func:`parse_percentage`), rounded down to whole bytes."""
+    percent = parse_percentage(value, what)
+    if percent is None:
+        return parse_bytes(value, what)
+    reference = reference_bytes() if callable(reference_bytes) else reference_bytes
+    return int(int(reference) * (percent / 100.0))
 
 
 def format_bytes(num_bytes: float) -> str:

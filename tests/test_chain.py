@@ -162,3 +162,57 @@ def test_stages_joined_when_no_backward_saves_the_tensor_between_them():
     for st in data["stages"]:
         del st["out_saved_bytes"], st["in_saved_bytes"]
     assert Chain.from_profile(data).n == 2
+
+
+# ---------------------------------------------------------------------------- bundled names, stage counts
+def test_load_accepts_a_bundled_profile_name_from_any_directory(tmp_path, monkeypatch):
+    from gpusolve import profiles
+    monkeypatch.chdir(tmp_path)  # not the repository root: a relative gpusolve/profiles/... would not exist
+    by_name = Chain.load("resnet50_b128")
+    assert Chain.load("resnet50_b128.json").names == by_name.names
+    assert by_name.names == Chain.load(profiles.DIRECTORY / "resnet50_b128.json").names
+    assert by_name.provenance["network"] == "resnet50_b128"
+    with pytest.raises(FileNotFoundError, match=r"no such file or bundled profile: 'resnet9000'.*vgg16_b64"):
+        Chain.load("resnet9000")
+    with pytest.raises(FileNotFoundError, match="no such file or bundled profile"):
+        Chain.load("somewhere/resnet50_b128.json")  # a path with a folder is a path, never a bundled name
+    with pytest.raises(ValueError, match="is a directory"):
+        Chain.load(tmp_path)
+    # A file that exists wins over the bundled name; the command line reads profiles by the same rule.
+    Chain.uniform(3).to_json(tmp_path / "resnet50_b128")
+    assert Chain.load("resnet50_b128").n == 3
+    from gpusolve.cli import load_chain
+    assert load_chain("resnet50_b128").n == 3 and load_chain("vgg16_b64").n == Chain.load("vgg16_b64").n
+
+
+@pytest.mark.parametrize(("name", "stages", "profiled"),
+                         [("vgg16_b64", 25, 40), ("resnet50_b128", 21, 22), ("densenet121_fine_b32", 363, 367)])
+def test_stage_counts_before_and_after_merging(name, stages, profiled, tmp_path):
+    chain = Chain.load(name)
+    assert (chain.n, chain.profiled_stages) == (stages, profiled)
+    merged = profiled - stages
+    plural = "s" if merged > 1 else ""
+    assert chain.stages_text() == f"{stages} stages ({profiled} profiled; {merged} in-place stage{plural} merged)"
+    assert chain.summary().startswith(chain.stages_text() + ", forward")
+    chain.to_json(tmp_path / "c.json")  # the counts travel with the chain's provenance
+    assert Chain.load(tmp_path / "c.json").stages_text() == chain.stages_text()
+
+
+def test_stage_counts_say_why_stages_were_merged():
+    assert Chain.uniform(4).stages_text() == "4 stages" and Chain.uniform(4).profiled_stages == 4
+    tiny = Chain.from_profile(_tiny_profile())
+    assert tiny.stages_text() == "2 stages (3 profiled; 1 in-place stage merged)"
+    assert Chain.from_profile(_tiny_profile(), fuse_aliasing=False).stages_text() == "3 stages"
+    head = {"name": "head", "t_fwd": 1.0, "t_fwd_nograd": 0.9, "t_bwd": 2.0, "x": 4000, "x_nbytes": 4000,
+            "xbar": 4300, "fwd_peak_nograd": 4200, "fwd_peak_grad": 4500, "bwd_peak": 700, "out_saved_bytes": 0,
+            "in_saved_bytes": 1000}
+    loss = {"name": "loss", "t_fwd": 0.5, "t_fwd_nograd": 0.4, "t_bwd": 0.5, "x": 8, "x_nbytes": 8, "xbar": 4008,
+            "fwd_peak_nograd": 4100, "fwd_peak_grad": 8100, "bwd_peak": 4000, "out_saved_bytes": 0,
+            "in_saved_bytes": 0}
+    relu = loss | {"name": "relu", "x": 0, "xbar": 0}
+    data = {"format": "measured-chain/1", "device": "cpu", "input_bytes": 1000, "stages": [head, loss]}
+    assert Chain.from_profile(data).stages_text() == \
+        "1 stage (2 profiled; 1 merged where no backward saves the tensor between)"
+    both = Chain.from_profile(data | {"stages": [head, relu, loss]})
+    assert both.stages_text() == \
+        "1 stage (3 profiled; 2 merged: 1 in place, 1 where no backward saves the tensor between)"

@@ -8,12 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from gpusolve.data import THESIS_CASES
+
 ROOT = Path(__file__).resolve().parent.parent
-THESIS = ROOT / "tests" / "thesis_dp_cases.json"
+THESIS = THESIS_CASES
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 PLAN_KEYS = {"feasible", "predicted_time_ms", "predicted_peak_bytes", "budget_bytes", "bucket_bytes", "buckets",
              "backend", "solve_seconds", "min_feasible_bytes", "store_all_time_ms", "overhead", "bytes_per_state",
-             "notes", "curve", "schedule", "timings"}
+             "notes", "curve", "schedule", "timings", "stages", "profiled_stages"}
 RECORD_KEYS = {"name", "time_ms", "peak_bytes", "overhead", "feasible", "detail"}
 
 
@@ -31,12 +33,15 @@ def test_solve_json():
     assert plan["budget_bytes"] == 5 * 2**30 and plan["bucket_bytes"] == 4 * 2**20
     assert plan["predicted_peak_bytes"] <= plan["budget_bytes"]
     assert plan["schedule"] and plan["schedule"][0][0] in ("fwd_tape", "fwd_nograd")
+    assert (plan["stages"], plan["profiled_stages"]) == (21, 22)
+    assert res.stderr == ""  # a short solve prints no progress
 
 
 def test_solve_by_path_human():
     res = run("solve", ROOT / "gpusolve" / "profiles" / "vgg16_b64.json", "--budget", "4.5GiB", "--backend", "cpu")
     assert res.returncode == 0, res.stderr
     assert "predicted step" in res.stdout
+    assert "25 stages (40 profiled; 15 in-place stages merged)" in res.stdout
 
 
 def test_compare_json_and_table():
@@ -45,6 +50,7 @@ def test_compare_json_and_table():
     out = json.loads(res.stdout)
     records = out["records"]
     assert out["budget_bytes"] == 6 * 2**30
+    assert (out["stages"], out["profiled_stages"]) == (21, 22)
     assert records[0]["name"].startswith("optimal") and records[0]["feasible"]
     names = {r["name"] for r in records}
     for expected in ("store-all", "checkpoint_sequential (best k)", "chen2016 greedy", "thesis uniform-cost",
@@ -61,6 +67,7 @@ def test_compare_json_and_table():
     header = next(line for line in lines if line.startswith("method"))
     assert "step (ms)" in header and "overhead" in header and "peak" in header
     assert any(line.startswith("chen2016 greedy") for line in lines)
+    assert "21 stages (22 profiled; 1 in-place stage merged)" in table.stdout
 
 
 def test_thesis_matches_reference_exactly():
@@ -149,9 +156,13 @@ BAD_CASES = {
     "bad budget string": lambda tmp: ["solve", "resnet50_b128", "--budget", "lots"],
     "nan budget": lambda tmp: ["solve", "resnet50_b128", "--budget", "nan"],
     "negative budget": lambda tmp: ["solve", "resnet50_b128", "--budget=-5GiB"],
+    "negative budget, spaced": lambda tmp: ["solve", "resnet50_b128", "--budget", "-5GiB"],
+    "negative bucket, spaced": lambda tmp: ["compare", "resnet50_b128", "--budget", "6GiB", "--bucket", "-1MiB"],
+    "negative max budget": lambda tmp: ["curve", "vgg16_b64", "--max-budget", "-1e9", "--out", tmp / "c.png"],
+    "unknown image format": lambda tmp: ["curve", "vgg16_b64", "--out", tmp / "c.xyz"],
+    "unknown image format, demo": lambda tmp: ["demo", "--out", tmp / "demo.docx"],
     "unknown backend": lambda tmp: ["solve", "resnet50_b128", "--budget", "5GiB", "--backend", "tpu"],
     "missing budget": lambda tmp: ["solve", "resnet50_b128"],
-    "no command": lambda tmp: [],
     "unknown command": lambda tmp: ["optimise", "resnet50_b128"],
     "thesis wrong format": lambda tmp: ["thesis", ROOT / "gpusolve" / "profiles" / "vgg16_b64.json", "--json"],
     "curve below minimum": lambda tmp: ["curve", "resnet50_b128", "--max-budget", "1GiB", "--out", tmp / "c.png"],
@@ -200,3 +211,183 @@ def test_main_function_returns_code(capsys):
     assert capsys.readouterr().err.startswith("gpusolve: error:")
     assert main(["solve", "resnet50_b128", "--budget", "6GiB", "--backend", "cpu", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["feasible"]
+
+
+# ---------------------------------------------------------------------------- help, version, profiles, thesis data
+def test_no_command_prints_the_commands():
+    res = run()
+    assert res.returncode == 2 and res.stdout == ""
+    assert res.stderr.startswith("usage: gpusolve")
+    for command in ("solve", "compare", "curve", "thesis", "demo", "profiles", "--version"):
+        assert command in res.stderr
+
+
+def test_version_from_package_metadata(capsys):
+    from importlib.metadata import version
+
+    import gpusolve
+    from gpusolve.cli import main
+    res = run("--version")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == f"gpusolve {version('gpusolve')}\n"
+    assert version("gpusolve") == gpusolve.__version__
+    assert main(["--version"]) == 0  # returns, as for every other command, instead of raising SystemExit
+    assert capsys.readouterr().out.strip() == f"gpusolve {version('gpusolve')}"
+
+
+def test_negative_budget_names_the_value_and_the_fix():
+    for args in (["--budget", "-5GiB"], ["--budget=-5GiB"]):
+        _check_error(run("solve", "resnet50_b128", *args), "budget '-5GiB' is negative", "e.g. '5GiB'")
+    _check_error(run("solve", "resnet50_b128", "--budget", "6GiB", "--bucket", "-1MiB"), "bucket '-1MiB' is negative")
+
+
+def test_profiles_json_and_counts():
+    from gpusolve import profiles
+    res = run("profiles", "--json")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)  # exactly one JSON object
+    records = {r["name"]: r for r in data["profiles"]}
+    assert sorted(records) == profiles.names()
+    assert (records["vgg16_b64"]["stages"], records["vgg16_b64"]["profiled_stages"]) == (25, 40)
+    assert (records["densenet121_fine_b32"]["stages"], records["densenet121_fine_b32"]["profiled_stages"]) == (363, 367)
+    for r in records.values():
+        assert r["stages"] + r["merged_in_place"] + r["merged_unsaved"] == r["profiled_stages"]
+        assert r["device"] and r["store_all_peak_bytes"] > 0 and Path(r["path"]).is_file()
+    human = run("profiles")
+    assert "25 stages (40 profiled; 15 in-place stages merged)" in human.stdout
+
+
+def test_thesis_defaults_to_the_bundled_cases(tmp_path):
+    res = run("thesis", "--json", cwd=tmp_path)  # anywhere: the cases ship with the package
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout) == json.loads(run("thesis", THESIS, "--json").stdout)
+    human = run("thesis", cwd=tmp_path)
+    assert human.returncode == 0 and "DIFFERS" not in human.stdout and "matches the file" in human.stdout
+
+
+def test_thesis_cases_are_package_data():
+    import tomllib
+
+    import gpusolve
+    assert THESIS_CASES.parent == Path(gpusolve.__file__).resolve().parent / "data" and THESIS_CASES.is_file()
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert "gpusolve.data" in config["packages"] and "*.json" in config["package-data"]["gpusolve.data"]
+    assert not (ROOT / "tests" / "thesis_dp_cases.json").exists()  # one copy
+
+
+# ---------------------------------------------------------------------------- plot output
+@pytest.mark.parametrize(("suffix", "magic"), [(".pdf", b"%PDF"), (".svg", b"<?xml"), (".PNG", PNG_MAGIC)])
+def test_curve_writes_the_format_its_extension_names(tmp_path, suffix, magic):
+    out = tmp_path / f"vgg{suffix}"
+    res = run("curve", "vgg16_b64", "--max-budget", "4.5GiB", "--backend", "cpu", "--out", out)
+    assert res.returncode == 0, res.stderr
+    assert out.read_bytes()[:len(magic)] == magic
+    if suffix == ".svg":
+        assert b"<svg" in out.read_bytes()[:1000]
+
+
+def test_curve_axes_fit_the_data_and_the_legend_covers_none(monkeypatch, tmp_path):
+    import matplotlib.pyplot as plt
+
+    from gpusolve import Chain
+    from gpusolve.plot import curve_data, plot_curve
+    data = curve_data(Chain.load("vgg16_b64"), backend="cpu")
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    assert plot_curve(data, tmp_path / "vgg") == tmp_path / "vgg.png"  # no extension: PNG
+    (fig,) = figures
+    ax = fig.axes[0]
+    low, high = ax.get_xlim()
+    data_low = data["min_feasible_bytes"] / 2**30
+    data_high = data["max_budget_bytes"] / 2**30
+    span = data_high - data_low
+    assert data_low - 0.1 * span < low < data_low and data_high < high < data_high + 0.1 * span  # not from 0
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    legend = ax.get_legend().get_window_extent(renderer)
+    assert legend.y1 <= ax.get_window_extent(renderer).y0  # below the axes: it hides no point
+    assert legend.y0 >= 0  # and inside the figure
+    monkeypatch.undo()
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------- progress
+def test_progress_counts_work_not_pairs():
+    from gpusolve.progress import PairsToWork, diagonal_work, table_work
+    n, columns = 9, 4
+    assert table_work(n, columns) == sum((n + 1 - d) * d for d in range(1, n + 1)) * columns
+    got = []
+    meter = PairsToWork(n, columns, got.append)
+    for d in range(1, n + 1):  # a diagonal at a time, as the CPU backend reports it
+        meter(n + 1 - d)
+        assert meter.work == int(diagonal_work(n)[:d].sum()) * columns
+    assert sum(got) == table_work(n, columns)
+    meter(5)  # past the end: never more than the total
+    assert meter.work == table_work(n, columns)
+    # Half the pairs of the 363-stage profile are a small part of its work (the old bar's error).
+    big = PairsToWork(363, 1, lambda w: None)
+    assert big.work_at(363 * 364 // 4) < 0.25 * table_work(363)  # ~21 %
+    assert big.work_at(1) == 1 and big.work_at(364) == 363 + 2  # diagonal 1 weighs 1, diagonal 2 weighs 2
+
+
+def test_progress_of_the_cpu_backend_reaches_the_whole_table():
+    import numpy as np
+    from conftest import random_chain
+
+    from gpusolve.dp import cpu
+    from gpusolve.dp.problem import Problem
+    from gpusolve.progress import PairsToWork, table_work
+    chain = random_chain(np.random.default_rng(3), 12)
+    problem = Problem.build(chain, 1, 40)
+    meter = PairsToWork(problem.n, problem.buckets + 1, lambda w: None)
+    cpu.solve_table(problem, meter)
+    assert meter.pairs == problem.pairs and meter.work == table_work(problem.n, problem.buckets + 1)
+
+
+def test_progress_lines_off_a_terminal():
+    import io
+
+    from gpusolve import progress
+    now = [0.0]
+    out = io.StringIO()
+    lines = progress.LineProgress(1000, "solving", out, clock=lambda: now[0])
+    lines.update(50)  # before the delay: quiet
+    assert out.getvalue() == ""
+    now[0] = progress.PROGRESS_DELAY_S + 0.5
+    lines.update(50)  # 10 % after 2.5 s: about 22.5 s left
+    assert out.getvalue() == "gpusolve: solving: 10 % after 2 s, about 22 s left\n"
+    now[0] += 1.0
+    lines.update(100)  # a new tenth, but too soon after the last line
+    assert out.getvalue().count("\n") == 1
+    now[0] += progress.LINE_EVERY_S
+    lines.update(100)
+    assert out.getvalue().splitlines()[-1].startswith("gpusolve: solving: 30 % after")
+    lines.close()
+    assert out.getvalue().splitlines()[-1] == f"gpusolve: solving: done in {now[0]:.0f} s"
+    quick = io.StringIO()
+    short = progress.LineProgress(1000, "solving", quick, clock=lambda: 0.5)
+    short.update(1000)
+    short.close()
+    assert quick.getvalue() == ""  # a short solve prints nothing
+
+
+def test_progress_goes_to_stderr_and_json_stays_clean(monkeypatch, capsys):
+    from gpusolve import Chain, progress, solve
+    from gpusolve.cli import main
+    solve_module = sys.modules["gpusolve.solve"]  # the module (gpusolve.solve is the function)
+    monkeypatch.setattr(progress, "PROGRESS_DELAY_S", 0.0)  # as if the solve were long
+    monkeypatch.setattr(solve_module, "PROGRESS_THRESHOLD", 0)
+    assert main(["solve", "vgg16_b64", "--budget", "4.5GiB", "--backend", "cpu", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["feasible"]
+    lines = captured.err.splitlines()
+    assert lines[0].startswith("gpusolve: solving 25 stages x ") and " % after " in lines[0]
+    assert lines[-1].startswith("gpusolve: solving 25 stages x ") and "done in" in lines[-1]
+    # The Python API: the same by default, nothing with progress=False.
+    chain = Chain.load("vgg16_b64")
+    solve(chain, "4.5GiB", backend="cpu")
+    assert "done in" in capsys.readouterr().err
+    solve(chain, "4.5GiB", backend="cpu", progress=False)
+    assert capsys.readouterr().err == ""
+    solve(chain, "4.5GiB", backend="exact", progress=True)
+    assert "solving 25 stages (exact)" in capsys.readouterr().err

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,11 +9,12 @@ import pytest
 from conftest import PROFILES, random_chain
 from gpusolve import (Chain, Checkpoint, InfeasibleBudgetError, Tape, policy_to_schedule, simulate, solve,
                       store_all_peak_bytes)
+from gpusolve.data import THESIS_CASES
 from gpusolve.dp import cpu
 from gpusolve.dp.minpeak import min_feasible_bytes
 from gpusolve.dp.problem import Problem
 
-REFERENCE = Path(__file__).resolve().parent / "thesis_dp_cases.json"
+REFERENCE = THESIS_CASES
 
 
 def all_policies(i: int, j: int, multi_tape: bool):

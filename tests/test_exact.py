@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import json
 from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,13 +13,14 @@ import pytest
 from conftest import PROFILES, random_chain
 from gpusolve import Chain, Checkpoint, Tape, policy_to_schedule, simulate
 from gpusolve.baselines import store_all
+from gpusolve.data import THESIS_CASES
 from gpusolve.dp import cpu, exact
 from gpusolve.dp.minpeak import min_feasible_bytes
 from gpusolve.dp.problem import Problem
 from gpusolve.dp.recover import recover_policy, table_lookup
 from gpusolve.simulate import store_all_time_ms
 
-REFERENCE = Path(__file__).resolve().parent / "thesis_dp_cases.json"
+REFERENCE = THESIS_CASES
 
 
 def policies(i: int, j: int, multi_tape: bool) -> list:

@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import itertools
+import types
 from dataclasses import dataclass
 
 import torch
@@ -52,6 +55,137 @@ def modules_of(fns) -> list[nn.Module]:
             seen.add(id(fn))
             out.append(fn)
     return out
+
+
+# How far reachable_state follows callables and containers from a stage, and how many items of one
+# container it looks at: enough for closures over closures and lists of layers, bounded for huge globals.
+_REACH_DEPTH = 4
+_REACH_ITEMS = 4096
+
+
+def reachable_state(fn) -> list[tuple[str, object]]:
+    """``(where, value)`` for every ``nn.Module`` and every tensor requiring grad that the plain
+    (non-module) callable ``fn`` reaches: its ``__self__`` (bound methods), ``__closure__`` cells,
+    ``__defaults__``/``__kwdefaults__``, a ``functools.partial``'s func/args/keywords, the attributes
+    of a callable object, the globals its code names (``co_names`` looked up in ``__globals__``, one
+    level: a global callable is not followed), and the items of lists, tuples, sets and dicts found
+    there. Modules are not looked into (their state is theirs); an ``nn.Module`` ``fn`` gives []."""
+    found: list[tuple[str, object]] = []
+    if isinstance(fn, nn.Module):
+        return found
+    seen: set[int] = set()
+
+    def visit(value, where: str, depth: int, follow: bool) -> None:
+        if id(value) in seen or value is None or isinstance(value, (str, bytes, int, float, bool, type,
+                                                                       types.ModuleType)):
+            return
+        seen.add(id(value))
+        if isinstance(value, nn.Module):
+            found.append((where, value))
+        elif isinstance(value, torch.Tensor):
+            if value.requires_grad:
+                found.append((where, value))
+        elif depth >= _REACH_DEPTH:
+            return
+        elif isinstance(value, (list, tuple, set, frozenset)):
+            for i, item in enumerate(itertools.islice(value, _REACH_ITEMS)):
+                visit(item, f"{where}[{i}]", depth + 1, follow)
+        elif isinstance(value, dict):
+            for key, item in itertools.islice(value.items(), _REACH_ITEMS):
+                visit(item, f"{where}[{key!r}]", depth + 1, follow)
+        elif follow and (callable(value) or isinstance(getattr(value, "__dict__", None), dict)):
+            callee(value, where, depth + 1)  # a callable, or an object whose attributes a bound method uses
+
+    def callee(f, where: str, depth: int) -> None:
+        if isinstance(f, functools.partial):
+            visit(f.func, f"{where} > partial func", depth, True)
+            for i, arg in enumerate(f.args):
+                visit(arg, f"{where} > partial argument {i}", depth, True)
+            for key, arg in f.keywords.items():
+                visit(arg, f"{where} > partial keyword {key!r}", depth, True)
+            return
+        owner = getattr(f, "__self__", None)
+        if owner is not None and not isinstance(owner, (type, types.ModuleType)):
+            visit(owner, f"{where} > __self__", depth, True)
+        if isinstance(f, types.MethodType):
+            f = f.__func__
+        if isinstance(f, types.FunctionType):
+            code = f.__code__
+            for name, cell in zip(code.co_freevars, f.__closure__ or ()):
+                try:
+                    content = cell.cell_contents
+                except ValueError:  # an empty cell (a name not bound yet)
+                    continue
+                visit(content, f"{where} > closure variable {name!r}", depth, True)
+            for i, default in enumerate(f.__defaults__ or ()):
+                visit(default, f"{where} > default argument {i}", depth, True)
+            for key, default in (f.__kwdefaults__ or {}).items():
+                visit(default, f"{where} > default argument {key!r}", depth, True)
+            for name in _code_names(code):
+                if name in f.__globals__:
+                    visit(f.__globals__[name], f"{where} > global {name!r}", depth, False)
+        elif not isinstance(f, (types.BuiltinFunctionType, types.BuiltinMethodType)):
+            attrs = getattr(f, "__dict__", None)  # a callable object: its attributes, and its __call__'s
+            for key, item in (attrs.items() if isinstance(attrs, dict) else ()):
+                visit(item, f"{where} > attribute {key!r}", depth, True)
+            call = getattr(type(f), "__call__", None)
+            if isinstance(call, types.FunctionType):
+                callee(call, f"{where} > __call__", depth + 1)
+
+    callee(fn, "", 0)
+    return [(where.removeprefix(" > "), value) for where, value in found]
+
+
+def _code_names(code) -> set[str]:
+    """The global names ``code`` and the code objects nested in it (comprehensions, lambdas) use."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _code_names(const)
+    return names
+
+
+def _has_state(module: nn.Module) -> bool:
+    return next(module.parameters(), None) is not None or next(module.buffers(), None) is not None
+
+
+def stage_state(fns, modules=()) -> tuple[list[nn.Module], list[torch.Tensor]]:
+    """Everything whose state the stages ``fns`` use: (modules, loose tensors).
+
+    The modules: the stages that are modules, then ``modules`` (given explicitly), then those with
+    parameters or buffers that plain callables reach (:func:`reachable_state`). The loose tensors:
+    leaves requiring grad that plain callables reach and that are no parameter of those modules.
+    Profiling snapshots and restores all of it (:class:`ModelSnapshot`)."""
+    out = modules_of(list(fns) + list(modules))
+    loose = []
+    for fn in fns:
+        for _, value in reachable_state(fn):
+            if isinstance(value, nn.Module):
+                if _has_state(value):
+                    out = modules_of(out + [value])
+            elif value.is_leaf:
+                loose.append(value)
+    known = {id(p) for p in params_of(out)}
+    loose = [t for t in {id(t): t for t in loose}.values() if id(t) not in known]
+    return out, loose
+
+
+def hidden_state(fn, visible_modules) -> list[str]:
+    """What the plain callable ``fn`` reaches that a wrapper registering ``visible_modules`` would not
+    see: modules with parameters or buffers outside them, tensors requiring grad that are not their
+    parameters (descriptions, for an error message)."""
+    modules = {id(m) for mod in visible_modules for m in mod.modules()}
+    params = {id(p) for p in params_of(visible_modules)}
+    hidden = []
+    for where, value in reachable_state(fn):
+        if isinstance(value, nn.Module):
+            if id(value) not in modules and _has_state(value):
+                params_, buffers_ = len(list(value.parameters())), len(list(value.buffers()))
+                hidden.append(f"{where}: {type(value).__name__} ({params_} parameter(s), {buffers_} buffer(s))")
+        elif id(value) not in params:
+            kind = "nn.Parameter" if isinstance(value, nn.Parameter) else "tensor requiring grad"
+            hidden.append(f"{where}: {kind} of shape {tuple(value.shape)}")
+    return hidden
 
 
 # ---------------------------------------------------------------------------- states
@@ -108,11 +242,11 @@ def grad_nbytes(state) -> int:
 
 def storage_key(t: torch.Tensor):
     """Identity of the storage behind ``t`` (device, data pointer), or None when it has none."""
-    try:
+    try:  # a wrapper subclass (FSDP2's DTensor parameters) has a storage whose data_ptr() raises
         storage = t.untyped_storage()
+        return (str(t.device), storage.data_ptr(), storage.nbytes())
     except (RuntimeError, NotImplementedError):
         return None
-    return (str(t.device), storage.data_ptr(), storage.nbytes())
 
 
 def storages(state) -> dict:
@@ -258,11 +392,14 @@ class ModelSnapshot:
     working); each ``.grad`` is put back as the very object it was (None stays None). The
     parameters' own hooks (``register_hook``, ``register_post_accumulate_grad_hook``: an optimizer
     stepping from a hook, gradient logging) are suspended until :meth:`restore`: the profiler's
-    passes are not training steps.
+    passes are not training steps. ``tensors``: loose leaf tensors (not parameters of ``modules``,
+    e.g. those a callable stage closes over) kept the same way (see :func:`stage_state`).
     """
 
-    def __init__(self, modules):
+    def __init__(self, modules, tensors=()):
         self.params = params_of(modules)
+        known = {id(p) for p in self.params}
+        self.params += [t for t in {id(t): t for t in tensors}.values() if id(t) not in known]
         self.buffers = buffers_of(modules)
         with torch.no_grad():
             self.param_data = [p.detach().clone() for p in self.params]

@@ -59,9 +59,9 @@ Note [Autograd calls that name tensors]
     (``register_hook``, ``register_post_accumulate_grad_hook``) when the forward runs is not routed:
     its hooks fire exactly as in plain autograd, but a call naming it does not reach the schedule
     (the engine reports it unused, or with ``allow_unused=True``/``backward(inputs=...)`` gives it
-    nothing). The same holds for tensors that are not parameters of the stage modules (tensors a
-    callable stage closes over). A named call holds the parameters' gradients until the wrapper's
-    backward ends.
+    nothing). Every parameter a stage uses is the wrapper's (a module stage's, or one of a module given
+    as ``modules=``): a callable stage reaching other parameters is refused when the wrapper is built.
+    A named call holds the parameters' gradients until the wrapper's backward ends.
 
 Note [Retained graphs]
     Every refusal happens when the Function's backward starts, before it consumes any state or
@@ -89,11 +89,34 @@ Note [torch.compile]
     ``no_grad``) and the recomputation (under grad) are two compiled graphs, but inductor draws its
     seeds from torch's generator, which the executor records and replays, so both draw the same
     numbers (checked bitwise for dropout on the CPU).
+
+Note [DistributedDataParallel]
+    DDP's reducer hooks each parameter's gradient accumulator (a C++ post hook on its AccumulateGrad
+    node, which ``_tap_params`` cannot see) and expects one call per parameter and step; the segment
+    backwards make that call, with the gradient, as plain autograd would. Two things would add calls:
+    - :class:`_ParamTap`'s empty call after the schedule backward: DDP ignores it when it has already
+      finished the step (the wrapper is DDP's module), but with parameters upstream of the wrapper
+      still waiting it raises "Expected to mark a variable ready only once", and with
+      ``static_graph=True`` it counts it and all-reduces only after the wrapper's backward. DDP does
+      not support calls that name tensors (``autograd.grad``) anyway, so inside a DDP forward
+      (``DistributedDataParallel._active_ddp_module``) no parameter is routed, unless DDP searches
+      its graph for unused parameters (``find_unused_parameters=True`` without ``static_graph``):
+      the search must find them, and then the wrapper must be the last part of DDP's module to
+      receive gradients.
+    - Profiling inside DDP's first forward: with ``static_graph=True`` DDP counts every call in its
+      first iteration (even outside its backward) and waits for as many in later ones, so it never
+      all-reduced again (silently wrong gradients). Profiling runs on stand-ins for the parameters
+      (:func:`_standin_params`): fresh leaves sharing their storage, whose accumulators have no hooks.
+    FSDP2's parameters (DTensors) are not stood in for: FSDP swaps them itself. A stage re-run during
+    the backward unshards its parameters (FSDP2 does not reshard after a forward inside the backward)
+    until its own backward: no extra all-gather, but the unsharded parameters of the re-run stages stay
+    (outside the budget, which counts no parameter); and every rank must run the same plan.
 """
 from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import sys
 import threading
 from dataclasses import dataclass, field, replace
@@ -104,10 +127,11 @@ from torch import nn
 
 from gpusolve.baselines import store_all
 from gpusolve.chain import Chain
+from gpusolve.errors import InfeasibleBudgetError
 from gpusolve.schedule import Op, OpKind, policy_to_schedule
-from gpusolve.simulate import simulate, store_all_peak_bytes, store_all_time_ms
+from gpusolve.simulate import budget_bytes_of, simulate, store_all_peak_bytes, store_all_time_ms
 from gpusolve.solve import Curve, Plan, release_device_memory, solve
-from gpusolve.units import parse_bytes
+from gpusolve.units import parse_budget, parse_bytes, parse_percentage
 
 from . import _util as U
 from .profiler import chain_from_profile, profile_dict, profiling
@@ -174,12 +198,13 @@ def plan_from_schedule(chain: Chain, schedule, budget=None) -> Plan:
     """A :class:`gpusolve.Plan` for a given schedule (or policy), with the simulator's figures.
 
     For baselines and tests: ``schedule`` is a list of ops or a policy tree over (0, N). The plan
-    is feasible when its simulated peak fits ``budget`` (no budget: the peak is the budget).
+    is feasible when its simulated peak fits ``budget`` (no budget: the peak is the budget; a percentage
+    is of the chain's store-all peak).
     """
     if not isinstance(schedule, list):
         schedule = policy_to_schedule(schedule, 0, chain.n)
     sim = simulate(chain, schedule)
-    budget_bytes = sim.peak_bytes if budget is None else parse_bytes(budget, "budget")
+    budget_bytes = sim.peak_bytes if budget is None else budget_bytes_of(chain, budget)
     feasible = sim.peak_bytes <= budget_bytes
     notes = ["schedule given, not solved"]
     if not feasible:
@@ -226,7 +251,9 @@ def plain_peak_bytes(entry) -> int:
     """Plain autograd's step peak for this entry: measured by the profiler (the plain path runs
     exactly that step), else the model's store-all peak."""
     measured = entry.profile.get("reference", {}).get("store_all_peak_bytes")
-    return int(measured) if measured else store_all_peak_bytes(entry.plain_chain)
+    if measured:  # the profiled step held nothing beside the stages; the chain's model counts held_bytes
+        return int(measured) + entry.held_bytes
+    return store_all_peak_bytes(entry.plain_chain)
 
 
 @dataclass
@@ -249,6 +276,7 @@ class Entry:
     plain: bool = False             # the plan is store-all: run the stages as plain autograd
     plain_chain: Chain | None = None  # the profiled chain: plain autograd's costs (nothing reserved)
     exec_chain: Chain | None = None   # executor_chain(plain_chain): what the interpreter holds
+    held_bytes: int = 0               # held through each step beside the stages (CheckpointedSequential.held_bytes)
 
     @property
     def forward_ops(self):
@@ -469,9 +497,46 @@ _EAGER: dict = {}  # fn -> torch.compiler.disable(fn), made by _compiler_disable
 
 def _tap_params(module: nn.Module) -> list:
     """The parameters routed through :class:`_ParamTap`: trainable, with no Python hook (Note [Autograd
-    calls that name tensors])."""
+    calls that name tensors]); none in the forward of a DistributedDataParallel that does not search its
+    graph for unused parameters (Note [DistributedDataParallel])."""
+    ddp = _ddp_forward()
+    if ddp is not None and (ddp.static_graph or not ddp.find_unused_parameters):
+        return []
     return [p for p in module.parameters() if p.requires_grad and not p._backward_hooks
             and not getattr(p, "_post_accumulate_grad_hooks", None)]
+
+
+def _ddp_forward():
+    """The DistributedDataParallel whose forward runs now (DDP's own marker ``_active_ddp_module``),
+    or None (also when DDP was never imported)."""
+    ddp = sys.modules.get("torch.nn.parallel.distributed")
+    return getattr(getattr(ddp, "DistributedDataParallel", None), "_active_ddp_module", None)
+
+
+@contextlib.contextmanager
+def _standin_params(modules):
+    """Profiling runs on stand-ins for the trainable parameters of ``modules``: fresh leaves sharing their
+    storage, so that its backward passes run no hook of a parameter's gradient accumulator, not even the
+    C++ ones DistributedDataParallel registers (Note [DistributedDataParallel]). Tensor subclasses (FSDP2's
+    DTensor parameters, which FSDP swaps itself) are left as they are."""
+    swapped, standins, seen = [], {}, set()
+    for mod in modules:
+        for m in mod.modules():
+            if id(m) in seen:
+                continue
+            seen.add(id(m))
+            for name, p in list(m._parameters.items()):
+                if p is None or not p.requires_grad or type(p.data) is not torch.Tensor:
+                    continue
+                if id(p) not in standins:
+                    standins[id(p)] = nn.Parameter(p.detach(), requires_grad=True)
+                swapped.append((m, name, p))
+                setattr(m, name, standins[id(p)])  # setattr: modules caching parameters (RNNs) follow
+    try:
+        yield
+    finally:
+        for m, name, p in reversed(swapped):
+            setattr(m, name, p)
 
 
 class _ParamTap(torch.autograd.Function):
@@ -614,15 +679,70 @@ def _rebuild(structure, flat):
     return tuple(flat)
 
 
+# ---------------------------------------------------------------------------- construction checks
+def _extra_modules(modules) -> list[nn.Module]:
+    """The ``modules=`` argument as a list of modules (one module is accepted as is)."""
+    if modules is None:
+        return []
+    if isinstance(modules, nn.Module) and not isinstance(modules, nn.ModuleList):
+        return [modules]
+    modules = list(modules)
+    for i, m in enumerate(modules):
+        if not isinstance(m, nn.Module):
+            raise TypeError(f"modules[{i}] is a {type(m).__name__}, not an nn.Module: modules= takes the modules "
+                            f"whose parameters and buffers callable stages use")
+    return modules
+
+
+def _check_callables(names: list[str], fns: list, visible: list[nn.Module]) -> None:
+    """Refuse plain callable stages that use parameters, buffers or tensors requiring grad that the
+    wrapper does not register (not in ``visible``: the stage modules and ``modules=``)."""
+    for name, fn in zip(names, fns):
+        if isinstance(fn, nn.Module):
+            continue
+        hidden = U.hidden_state(fn, visible)
+        if hidden:
+            raise ValueError(
+                f"CheckpointedSequential: stage {name!r} is a plain callable that uses state the wrapper cannot see: "
+                f"{'; '.join(hidden)}. Its parameters would be missing from parameters() (an optimizer built from "
+                f"it would never update them) and profiling and recomputation would not protect them. Wrap the stage "
+                f"in an nn.Module (pass the module itself, or an nn.Sequential of the modules), or pass the modules it "
+                f"uses explicitly: CheckpointedSequential(stages, ..., modules=[...]) registers their parameters and "
+                f"buffers; a tensor requiring grad must be an nn.Parameter of such a module")
+
+
+def _budget_setting(budget):
+    """The wrapper's budget as kept: None, bytes, or a percentage string resolved per input signature
+    (checked now: :func:`gpusolve.units.parse_percentage`)."""
+    if budget is None:
+        return None
+    if parse_percentage(budget, "budget") is not None:
+        return budget.strip()
+    return parse_bytes(budget, "budget")
+
+
 # ---------------------------------------------------------------------------- the module
 class CheckpointedSequential(nn.Module):
     """A sequence of stages trained under a memory budget with gpusolve's optimal checkpointing.
 
     ``stages``: an ``nn.Sequential`` or a list of modules/callables; the state between stages is a
     tensor or a tuple of tensors (call the module with the tensor, the tuple, or its elements).
-    ``budget``: bytes (int) or a string like ``"6GiB"``; it counts everything but the input (the
-    checkpoints, tapes, gradients of activations and workspace). ``None`` runs plain autograd.
-    ``bucket``/``backend`` are passed to :func:`gpusolve.solve`.
+    ``budget``: bytes (int), a string like ``"6GiB"``, or a percentage such as ``"50%"`` of plain
+    autograd's step peak, resolved per input signature against the peak measured when profiling it
+    (``plan.budget_bytes`` is the resolved budget; above 0 and at most 100 %). It counts everything but
+    the input (the checkpoints, tapes, gradients of activations and workspace). ``None`` runs plain
+    autograd. ``bucket``/``backend`` are passed to :func:`gpusolve.solve`.
+
+    A stage that is a plain callable (not an ``nn.Module``) must not use parameters the wrapper cannot
+    see: a callable reaching a module with parameters or buffers, or a tensor requiring grad, through its
+    closure, defaults, ``functools.partial`` arguments, bound ``__self__`` or the globals it names is
+    refused (its parameters would be missing from :meth:`parameters`, so no optimizer would update them,
+    and profiling would not protect their gradients). Wrap it in an ``nn.Module``, or pass the modules
+    it uses as ``modules=[...]``: the wrapper registers them (their parameters and buffers appear in
+    ``parameters()``/``buffers()``, under the state_dict keys ``extra_modules.<i>.<name>`` with ``i``
+    the module's position in the list; a module that is also a stage appears under both keys, like a
+    tied weight), profiles them and protects their state. Plain callables without such state
+    (``torch.relu``, ``lambda x: x.flatten(1)``) need nothing.
 
     The first call with a new input shape/dtype/device profiles the stages and solves (or call
     :meth:`prepare`); plans are cached per input signature. Profiling and solving leave parameters,
@@ -632,13 +752,17 @@ class CheckpointedSequential(nn.Module):
 
     def __init__(self, stages, budget="6GiB", bucket=None, backend: str = "auto", *, profile_passes: int = 3,
                  profile_warmup: int = 1, schedule_fn=None, preserve_rng_state: bool = True, network: str | None = None,
-                 measure_steps: int = 3):
+                 measure_steps: int = 3, modules=()):
         super().__init__()
         self._meter = StepMeter(cuda_steps=measure_steps)
         self.names, fns = U.stage_list(stages)
         self.stages = nn.ModuleList([f for f in fns if isinstance(f, nn.Module)])
+        extras = _extra_modules(modules)
+        if extras:  # registered only when given: no empty entry in the module tree otherwise
+            self.extra_modules = nn.ModuleList(extras)
+        _check_callables(self.names, fns, list(self.stages) + extras)
         self._fns = fns  # the callables, in order (modules are also registered above)
-        self.budget = None if budget is None else parse_bytes(budget, "budget")
+        self.budget = _budget_setting(budget)
         self.bucket = bucket
         self.backend = backend
         self.profile_passes = profile_passes
@@ -647,6 +771,9 @@ class CheckpointedSequential(nn.Module):
         self.preserve_rng_state = preserve_rng_state
         self.network = network
         self._entries: dict = {}
+        # Bytes the caller holds through each step beside the stages, made inside the step (so a step
+        # meter sees them) and counted in every plan as reserved: auto_checkpoint's side values.
+        self.held_bytes = 0
         self._last = None
 
     # ------------------------------------------------------------ plans
@@ -702,42 +829,82 @@ class CheckpointedSequential(nn.Module):
     def _build(self, state, data: dict | None = None) -> Entry:
         sample = U.make_leaf(state, [t.requires_grad for t in U.tensors(state)])
         if data is None:
-            data = profile_dict(list(self._fns), sample, passes=self.profile_passes, warmup=self.profile_warmup,
-                                network=self.network, names=self.names)
+            with _standin_params([self]):  # Note [DistributedDataParallel]
+                data = profile_dict(list(self._fns), sample, passes=self.profile_passes,
+                                    warmup=self.profile_warmup, network=self.network, names=self.names,
+                                    modules=self._extras)
         # Map the fused stages' member names back to the callables.
         chain = chain_from_profile(data)
+        if self.held_bytes:  # held through the whole step: reserved (budget and plans count it)
+            chain = replace(chain, reserved_bytes=chain.reserved_bytes + int(self.held_bytes))
         by_name = {stage["name"]: i for i, stage in enumerate(data["stages"])}
         groups, group_modules = [], []
         for members in chain.provenance["members"]:
             idx = [by_name[m] for m in members]
             groups.append([self._fns[i] for i in idx])
-            group_modules.append(U.modules_of([self._fns[i] for i in idx]))
+            group_modules.append(self._group_modules([self._fns[i] for i in idx]))
         clone_input = bool(data["stages"][0].get("aliases") or data["stages"][0]["x"] == 0)
         rng = [False] + [any(data["stages"][by_name[m]].get("rng", True) for m in members)
                          for members in chain.provenance["members"]]
         has_buffers = [False] + [bool(U.buffers_of(mods)) for mods in group_modules]
-        entry = Entry(profile=data, chain=chain, plan=None, groups=groups, group_modules=group_modules,
+        entry = Entry(profile=data, chain=chain, plan=None, held_bytes=int(self.held_bytes), groups=groups,
+                      group_modules=group_modules,
                       clone_input=clone_input, split=0, rng=rng, has_buffers=has_buffers, plain_chain=chain,
                       exec_chain=executor_chain(chain, rng, sample, self.preserve_rng_state, group_modules))
         self._plan_entry(entry)
         return entry
 
+    @property
+    def _extras(self) -> list[nn.Module]:
+        """The modules given as ``modules=`` (registered as ``extra_modules``)."""
+        return list(self._modules.get("extra_modules") or ())
+
+    def _group_modules(self, fns: list) -> list[nn.Module]:
+        """The modules whose buffers a fused stage's re-runs protect: its module members, and for a plain
+        callable member the modules it reaches and every ``modules=`` module (which callable uses one
+        cannot always be told)."""
+        mods = U.modules_of(fns)
+        if any(not isinstance(fn, nn.Module) for fn in fns):
+            reached = [v for fn in fns for _, v in U.reachable_state(fn) if isinstance(v, nn.Module)]
+            mods = U.modules_of(mods + reached + self._extras)
+        return mods
+
+    def budget_bytes_for(self, entry: Entry) -> int | None:
+        """The byte budget of one input signature: the budget in bytes, or a percentage of that
+        signature's plain autograd peak (:func:`plain_peak_bytes`, measured when profiling)."""
+        if self.budget is None:
+            return None
+        return parse_budget(self.budget, lambda: plain_peak_bytes(entry), "budget")
+
     def _plan_entry(self, entry: Entry) -> None:
         plain = entry.plain_chain
         chain = entry.exec_chain
+        budget = self.budget_bytes_for(entry)
+        plain_peak = plain_peak_bytes(entry)
         if self.schedule_fn is not None:
-            plan = plan_from_schedule(chain, self.schedule_fn(chain), self.budget)
-        elif (plain_peak := plain_peak_bytes(entry)) <= self.budget:
+            plan = plan_from_schedule(chain, self.schedule_fn(chain), budget)
+        elif budget is None or plain_peak <= budget:
             # Plain autograd fits: run it as such (no recomputation, nothing reserved, no overhead).
             chain = plain
-            plan = plan_from_schedule(plain, store_all(plain), self.budget)
+            plan = plan_from_schedule(plain, store_all(plain), plain_peak if budget is None else budget)
             plan.predicted_peak_bytes = plain_peak
             plan.feasible = True  # judged by the measured peak of this very step
             plan.notes = [f"plain autograd fits the budget (its peak {plan.predicted_peak_bytes} B, measured when "
                           f"profiling); running the stages as plain autograd"]
         else:
-            plan = solve(chain, self.budget, bucket=self.bucket, backend=self.backend)
+            try:
+                plan = solve(chain, budget, bucket=self.bucket, backend=self.backend)
+            except InfeasibleBudgetError as err:
+                if not isinstance(self.budget, str):
+                    raise
+                least = math.ceil(1000 * err.min_bytes / plain_peak) / 10  # percent, rounded up to 0.1
+                raise InfeasibleBudgetError(
+                    f"{err} (budget {self.budget} of plain autograd's peak {plain_peak} B; this input needs at least "
+                    f"{least:g}%)", err.min_bytes) from None
             release_device_memory()  # the solver's device workspace goes back to training
+        if isinstance(self.budget, str):  # a percentage: say what it resolved to
+            plan.notes = [f"budget {self.budget} of plain autograd's peak {plain_peak} B (measured when profiling): "
+                          f"{budget} B"] + list(plan.notes)
         entry.chain = chain
         entry.split = split_schedule(plan.schedule, chain.n)
         entry.program = annotate(plan.schedule)
@@ -750,10 +917,11 @@ class CheckpointedSequential(nn.Module):
 
     def replan(self, budget="keep", schedule_fn="keep", profile: bool = False) -> None:
         """Change the budget and/or ``schedule_fn`` and re-solve every cached input signature from its
-        profile. ``budget=None`` switches to plain autograd. ``profile=True`` drops the profiles: the
-        next call with each input signature profiles the stages again."""
+        profile (a percentage budget such as ``"35%"`` is resolved again for each signature against its
+        measured plain autograd peak). ``budget=None`` switches to plain autograd. ``profile=True`` drops
+        the profiles: the next call with each input signature profiles the stages again."""
         if budget != "keep":
-            self.budget = None if budget is None else parse_bytes(budget, "budget")
+            self.budget = _budget_setting(budget)
         if schedule_fn != "keep":
             self.schedule_fn = schedule_fn
         if profile:
@@ -800,7 +968,8 @@ class CheckpointedSequential(nn.Module):
         entry = self._entry(state)
         self._last = entry
         meter = self._meter
-        meter.begin(flat[0].device, self.parameters(), entry.plan, self.budget, entry.plain)
+        meter.begin(flat[0].device, self.parameters(), entry.plan,
+                    None if self.budget is None else entry.plan.budget_bytes, entry.plain)
         if entry.plain:
             out = self._plain(state)
             if meter.measuring:  # the step ends with the backward pass that reaches this output
@@ -819,7 +988,12 @@ class CheckpointedSequential(nn.Module):
 
     def extra_repr(self) -> str:
         from gpusolve.units import format_bytes
-        budget = "None (plain autograd)" if self.budget is None else format_bytes(self.budget)
+        if self.budget is None:
+            budget = "None (plain autograd)"
+        elif isinstance(self.budget, str):
+            budget = f"{self.budget} of plain autograd's peak"
+        else:
+            budget = format_bytes(self.budget)
         return f"stages={len(self._fns)}, budget={budget}"
 
 

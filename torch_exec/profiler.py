@@ -34,8 +34,8 @@ import torch
 
 from gpusolve.chain import PROFILE_FORMAT, Chain
 
-from ._util import (ModelSnapshot, RngState, aliases, buffers_of, clone, cuda_devices, make_leaf, modules_of,
-                    params_of, stage_list, state_nbytes, storage_key, storages, tensors)
+from ._util import (ModelSnapshot, RngState, aliases, buffers_of, clone, cuda_devices, make_leaf, params_of,
+                    stage_list, stage_state, state_nbytes, storage_key, storages, tensors)
 from .meter import MemoryMeter
 
 
@@ -58,15 +58,17 @@ class InputMutationWarning(UserWarning):
 
 
 def profile(stages, sample_input, passes: int = 5, warmup: int = 1, path=None, network: str | None = None,
-            fuse_aliasing: bool = True, names: list[str] | None = None) -> Chain:
+            fuse_aliasing: bool = True, names: list[str] | None = None, modules=()) -> Chain:
     """Profile ``stages`` on ``sample_input`` and return the :class:`gpusolve.Chain` (aliasing stages fused).
 
     ``stages``: an ``nn.Sequential`` or a list of modules/callables, each mapping the state (a tensor or
     a tuple of tensors) to the next. The device is the sample input's. ``path`` also writes the
     ``measured-chain/1`` JSON (readable by ``gpusolve`` CLI and :func:`load_profile`).
-    When the input does not require grad, ``chain.input_grad_bytes`` is 0.
+    When the input does not require grad, ``chain.input_grad_bytes`` is 0. ``modules``: modules the
+    callable stages use besides the module stages (see :func:`profile_dict`).
     """
-    data = profile_dict(stages, sample_input, passes=passes, warmup=warmup, network=network, names=names)
+    data = profile_dict(stages, sample_input, passes=passes, warmup=warmup, network=network, names=names,
+                        modules=modules)
     if path is not None:
         save_profile(data, path)
     return chain_from_profile(data, fuse_aliasing=fuse_aliasing)
@@ -89,13 +91,17 @@ def load_profile(path, fuse_aliasing: bool = True) -> Chain:
 
 
 def profile_dict(stages, sample_input, passes: int = 5, warmup: int = 1, network: str | None = None,
-                 names: list[str] | None = None) -> dict:
+                 names: list[str] | None = None, modules=()) -> dict:
     """The ``measured-chain/1`` dict of ``stages`` on ``sample_input`` (see :func:`profile`).
 
     Extra fields beyond the shared format: ``input_requires_grad``, and per stage ``aliases``
     (the output shares all its storage with the input), ``rng`` (its forward draws random numbers),
     ``bwd_delta``, ``saved_bytes``, ``out_saved_bytes`` and ``in_saved_bytes`` — readers that do not know
     them ignore them.
+
+    The state profiling restores and keeps out of the measurements (parameters, their gradients,
+    buffers) is that of the module stages, of ``modules``, and of the modules and tensors requiring grad
+    that callable stages reach (closures, defaults, globals: :func:`torch_exec._util.stage_state`).
     """
     if passes < 1:
         raise ValueError(f"passes must be >= 1, got {passes}")
@@ -108,22 +114,23 @@ def profile_dict(stages, sample_input, passes: int = 5, warmup: int = 1, network
     if not inputs:
         raise TypeError("sample_input must be a tensor or a tuple of tensors")
     device = inputs[0].device
-    snapshot = ModelSnapshot(modules_of(fns))
+    state = stage_state(fns, modules)
+    snapshot = ModelSnapshot(*state)
     _PROFILING.depth = getattr(_PROFILING, "depth", 0) + 1
     try:
         if device.type == "cuda":
-            measured = _CudaProfiler(fns, sample_input, device).run(passes, warmup)
+            measured = _CudaProfiler(fns, sample_input, device, state).run(passes, warmup)
         else:
             warnings.warn("profiling on the CPU: stage times are CPU times (perf_counter); memory is the CPU "
                           "allocator's", CPUTimingWarning, stacklevel=3)
-            measured = _CpuProfiler(fns, sample_input).run(passes, warmup)
+            measured = _CpuProfiler(fns, sample_input, state).run(passes, warmup)
     finally:
         _PROFILING.depth -= 1
         snapshot.restore()
     per_stage, reference = measured
     requires_grad = any(t.requires_grad for t in inputs)
     dtypes = sorted({str(t.dtype).replace("torch.", "") for t in inputs})
-    params = params_of(modules_of(fns))
+    params = params_of(state[0]) + state[1]
     data = {
         "format": PROFILE_FORMAT,
         "network": network or "chain",
@@ -165,14 +172,17 @@ class _Passes:
     every allocation); subclasses supply the clock.
     """
 
-    def __init__(self, fns, sample, device):
+    def __init__(self, fns, sample, device, state=None):
         self.fns = fns
         self.n = len(fns)
         self.sample = sample
         self.device = device
         self.rg = [t.requires_grad for t in tensors(sample)]
-        modules = modules_of(fns)
-        self.excluded = {key for key in (storage_key(t) for t in params_of(modules) + buffers_of(modules))
+        # (modules, loose tensors) whose state the stages use (stage_state): their parameters get
+        # gradients before measuring and their storages are not counted as the stages'.
+        modules, loose = state if state is not None else stage_state(fns)
+        self.params = params_of(modules) + list(loose)
+        self.excluded = {key for key in (storage_key(t) for t in self.params + buffers_of(modules))
                          if key is not None}
 
     # clock ----------------------------------------------------------------
@@ -213,8 +223,8 @@ class _Passes:
     def prepare_grads(self):
         # Allocate every parameter gradient before measuring, so that no stage counts it (with a
         # gradient allocated, AccumulateGrad adds into it: the new gradient is workspace of the
-        # stage that computes it). profile_dict's ModelSnapshot puts the caller's .grad objects back.
-        self.params = params_of(modules_of(self.fns))
+        # stage that computes it). profile_dict's ModelSnapshot puts the caller's .grad objects back
+        # (it holds the same parameters: the caller's gradient objects are never written to).
         with torch.no_grad():
             for p in self.params:
                 if p.requires_grad:
@@ -253,7 +263,7 @@ class _Passes:
             a0 = make_leaf(self.sample, self.rg)
             outs = [a0]
             with torch.enable_grad():
-                state = clone(a0)
+                held_input = state = clone(a0)  # held as the caller holds its input
                 for s, fn in enumerate(self.fns):
                     with self.saved_hooks() as saved:
                         a = meter.mark()
@@ -269,9 +279,12 @@ class _Passes:
             final = [t for t in tensors(outs[n]) if t.requires_grad]
             del outs, a0
             bounds.backward(final)
-            del final
+            del final, held_input
             # plain autograd's step, for the reference figures
-            state = clone(make_leaf(self.sample, self.rg))  # the input is not part of the step's peak
+            # The input is not part of the step's peak, and it stays held through the step as the
+            # caller's tensor does (a first stage that does not save it would otherwise free it
+            # inside the measured region and lower every later reading by its size).
+            held_input = state = clone(make_leaf(self.sample, self.rg))
             ref_start = meter.mark()
             with torch.enable_grad():
                 for fn in self.fns:
@@ -283,6 +296,7 @@ class _Passes:
                     torch.autograd.backward(final, [torch.ones_like(t) for t in final])
             del final
             ref_end = meter.mark()
+            del held_input
         for s in range(n):
             ng = meter.between(*ng_marks[s])
             g = meter.between(*g_marks[s])
@@ -432,8 +446,8 @@ class _Boundaries:
 class _CpuProfiler(_Passes):
     """CPU times from ``time.perf_counter``; memory from the CPU allocator's events."""
 
-    def __init__(self, fns, sample):
-        super().__init__(fns, sample, torch.device("cpu"))
+    def __init__(self, fns, sample, state=None):
+        super().__init__(fns, sample, torch.device("cpu"), state)
 
     def mark(self):
         return time.perf_counter()

@@ -61,6 +61,11 @@ def split_model(model: nn.Module, targets: torch.Tensor | None = None) -> nn.Seq
     if isinstance(model, nn.Sequential):
         items = _flatten(model, "")
     elif hasattr(model, "layer1") and hasattr(model, "fc"):
+        missing = [a for a in ("conv1", "bn1", "relu", "maxpool", "layer2", "layer3", "layer4", "avgpool")
+                   if not hasattr(model, a)]
+        if missing:
+            raise TypeError(f"{type(model).__name__} looks like a ResNet but has no {', '.join(missing)}: split_model cuts "
+                            f"torchvision's layout only; use torch_exec.auto_checkpoint(model, budget) for any model")
         for name in ("conv1", "bn1", "relu", "maxpool"):
             items.append((name, getattr(model, name)))
         for layer in ("layer1", "layer2", "layer3", "layer4"):
@@ -81,7 +86,8 @@ def split_model(model: nn.Module, targets: torch.Tensor | None = None) -> nn.Seq
         items.append(("flatten", nn.Flatten(1)))
         items += _flatten(model.classifier, "classifier.")
     else:
-        raise TypeError(f"do not know how to cut {type(model).__name__} into stages; pass a list of stages")
+        raise TypeError(f"split_model does not know how to cut {type(model).__name__} into stages; use "
+                        f"torch_exec.auto_checkpoint(model, budget) for any model, or pass a list of stages")
     if targets is not None:
         items.append(("loss", CrossEntropyStage(targets)))
     return nn.Sequential(OrderedDict((name.replace(".", "_"), module) for name, module in items))

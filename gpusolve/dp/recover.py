@@ -49,19 +49,21 @@ def table_lookup(table: np.ndarray) -> Lookup:
     return lambda rows, cols: flat[rows * width + cols]
 
 
-def recover_policy(problem: Problem, lookup: Lookup, m: int) -> Policy:
-    """The optimal policy for the whole chain at m buckets, rebuilt from table lookups."""
-    return walk_policy(lambda i, j, mm: choose(problem, lookup, i, j, mm), problem.n, m,
-                       problem.tape_b, problem.act_b)
+def recover_policy(problem: Problem, lookup: Lookup, m: int, i: int = 0, j: int | None = None) -> Policy:
+    """The optimal policy for the whole chain (or the sub-chain (i, j)) at m buckets, rebuilt from
+    table lookups."""
+    return walk_policy(lambda lo, hi, mm: choose(problem, lookup, lo, hi, mm), problem.n if j is None else j, m,
+                       problem.tape_b, problem.act_b, start=i)
 
 
-def walk_policy(choose_at, n: int, m: int, tape, act) -> Policy:
-    """The policy from state (0, n, m) down, one choice per state: ``choose_at(i, j, m)`` returns 0
+def walk_policy(choose_at, n: int, m: int, tape, act, start: int = 0) -> Policy:
+    """The policy from state (start, n, m) down, one choice per state: ``choose_at(i, j, m)`` returns 0
     (Tape: the sub-problem (i+1, j) at m - tape[i+1]) or k (Checkpoint: (k, j) at m - act[k], then
     (i, k) at m). Every recovery walks this way: buckets here, bytes in the exact DP, none (zero
-    sizes) for the least-peak policy. Explicit stack: chains of thousands of stages nest that deep."""
+    sizes) for the least-peak policy; ``start`` > 0 for a sub-chain (the join DP's branch segments).
+    Explicit stack: chains of thousands of stages nest that deep."""
     order: list[tuple[int, int, int, int]] = []
-    stack = [(0, n, int(m))]
+    stack = [(int(start), n, int(m))]
     while stack:
         i, j, mm = stack.pop()
         k = int(choose_at(i, j, mm))

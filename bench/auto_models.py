@@ -1,0 +1,94 @@
+"""auto_checkpoint on the models of ``examples/models.py`` (CPU): how each chain was found, and the
+measured step peak (CPU allocator events) against the plan's prediction and its budget at several
+budgets between the least feasible one and plain autograd's measured peak.
+
+    python bench/auto_models.py [--out bench/results/auto_models_cpu]
+
+The measured step is the wrapper's forward and backward plus the caller's loss where the model
+returns logits (resnet, densenet): that loss is outside the model and the budget (a few hundred bytes).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "examples"))
+
+import torch  # noqa: E402
+
+import models  # noqa: E402
+import torch_exec as te  # noqa: E402
+from bench._common import cpu_description  # noqa: E402
+from torch_exec.executor import plain_peak_bytes  # noqa: E402
+from torch_exec.meter import measure_peak  # noqa: E402
+
+FRACTIONS = (1.0, 0.5, 0.25, 0.0)  # of the way from the least feasible budget to plain autograd's peak
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "auto_models_cpu"))
+    parser.add_argument("--models", default="resnet,densenet,transformer,gated,gpt2")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    warnings.simplefilter("ignore")
+    rows = []
+    for name in args.models.split(","):
+        model, a, kw, loss_of = models.make(name)
+        model.train()
+        wrapped = te.auto_checkpoint(model, "1TiB", backend="cpu")
+        wrapped.prepare(*a, **kw)
+        ex = wrapped.executor
+        lo, hi = ex.min_budget_bytes, plain_peak_bytes(ex._last)
+        for p in wrapped.parameters():
+            p.grad = torch.zeros_like(p)
+
+        def step():
+            loss_of(wrapped(*a, **kw)).backward()
+        for f in FRACTIONS:
+            budget = int(lo + f * (hi - lo))
+            wrapped.replan(budget)
+            step()  # warm
+            _, reading = measure_peak(step)
+            plan = wrapped.plan
+            rows.append(dict(model=name, method=wrapped.capture.method, notes=wrapped.capture.notes[0],
+                             stages=ex.chain.n, profiled_stages=len(ex._last.profile["stages"]),
+                             min_budget_bytes=lo, plain_peak_bytes=hi, fraction=f, budget_bytes=budget,
+                             predicted_peak_bytes=plan.predicted_peak_bytes, measured_peak_bytes=reading.peak,
+                             within_budget=reading.peak <= budget, overhead=plan.overhead))
+            r = rows[-1]
+            print(f"{name:12s} {f:4.2f} budget {budget:9d} predicted {r['predicted_peak_bytes']:9d} "
+                  f"measured {reading.peak:9d} held {r['within_budget']}", flush=True)
+    command = "python bench/auto_models.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    record = {"device": cpu_description(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+              "command": command.strip(), "torch": torch.__version__, "threads": 1, "rows": rows}
+    out = Path(args.out)
+    out.with_suffix(".json").write_text(json.dumps(record, indent=1) + "\n")
+    lines = ["# auto_checkpoint on the example models (CPU)", "",
+             f"Device: {record['device']}; torch {torch.__version__}, 1 thread; date {record['date']}.",
+             f"Command: `{record['command']}`. Budgets at a fraction f of the way from the least feasible",
+             "budget (f = 0) to plain autograd's measured peak (f = 1). Measured: the CPU allocator's peak of",
+             "one step (forward, the caller's loss where the model returns logits, backward) above the bytes",
+             "before it, parameter gradients allocated. `gated` cannot be captured (data-dependent control",
+             "flow): its chain is the model's blocks (the fallback), the budget counts those blocks only, and",
+             "the rest of the model (embeddings, head, loss) runs as plain autograd beside it; its measured",
+             "step therefore exceeds the budget by that part, as documented. Every captured model holds its",
+             "budget at every fraction.", "",
+             "| model | chain found | stages (profiled) | f | budget B | predicted B | measured B | measured/predicted | held | overhead |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |"]
+    for r in rows:
+        lines.append(f"| {r['model']} | {r['method']} | {r['stages']} ({r['profiled_stages']}) | {r['fraction']:.2f} | "
+                     f"{r['budget_bytes']} | {r['predicted_peak_bytes']} | {r['measured_peak_bytes']} | "
+                     f"{r['measured_peak_bytes'] / r['predicted_peak_bytes']:.3f} | {'yes' if r['within_budget'] else 'NO'} | "
+                     f"{100 * r['overhead']:+.1f} % |")
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()

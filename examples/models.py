@@ -1,0 +1,178 @@
+"""Models that are not nn.Sequential, as users write them: what ``examples/train.py`` trains and the
+any-model tests (``tests/test_auto.py``) check ``auto_checkpoint`` on."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from torch_exec.split import Block
+
+
+# ---------------------------------------------------------------------------- torchvision-style ResNet
+class BasicBlock(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int = 1):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.relu = nn.ReLU(inplace=True)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.downsample = None
+        if stride != 1 or cin != cout:
+            self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        identity = x
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        if self.downsample is not None:
+            identity = self.downsample(x)
+        return self.relu(out + identity)
+
+
+class ResNet(nn.Module):
+    """torchvision's layout: forward calls ``self.relu`` and ``torch.flatten``."""
+
+    def __init__(self, width: int = 8, classes: int = 10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, width, 7, 2, 3, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.relu = nn.ReLU(inplace=True)
+        self.maxpool = nn.MaxPool2d(3, 2, 1)
+        self.layer1 = nn.Sequential(BasicBlock(width, width), BasicBlock(width, width))
+        self.layer2 = nn.Sequential(BasicBlock(width, 2 * width, 2), BasicBlock(2 * width, 2 * width))
+        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+        self.fc = nn.Linear(2 * width, classes)
+
+    def forward(self, x):
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.layer2(self.layer1(x))
+        x = torch.flatten(self.avgpool(x), 1)
+        return self.fc(x)
+
+
+# ---------------------------------------------------------------------------- DenseNet-style
+class DenseLayer(nn.Module):
+    """Concatenates inside the module: ``x -> cat(x, f(x))``."""
+
+    def __init__(self, cin: int, growth: int):
+        super().__init__()
+        self.bn = nn.BatchNorm2d(cin)
+        self.conv = nn.Conv2d(cin, growth, 3, 1, 1, bias=False)
+
+    def forward(self, x):
+        return torch.cat([x, self.conv(F.relu(self.bn(x)))], 1)
+
+
+class DenseNet(nn.Module):
+    def __init__(self, growth: int = 4, layers: int = 4, classes: int = 10):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, 1, 1, bias=False)
+        c = 8
+        blocks = []
+        for _ in range(layers):
+            blocks.append(DenseLayer(c, growth))
+            c += growth
+        self.block = nn.Sequential(*blocks)
+        self.norm = nn.BatchNorm2d(c)
+        self.classifier = nn.Linear(c, classes)
+
+    def forward(self, x):
+        x = self.block(self.stem(x))
+        x = F.adaptive_avg_pool2d(F.relu(self.norm(x)), 1)
+        return self.classifier(torch.flatten(x, 1))
+
+
+# ---------------------------------------------------------------------------- transformer with a ModuleList
+class Transformer(nn.Module):
+    """Token ids in; ``{"logits", "loss"}`` out (the loss when ``targets`` are given)."""
+
+    def __init__(self, vocab: int = 97, width: int = 32, heads: int = 4, layers: int = 3, context: int = 64):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, width)
+        self.wpe = nn.Embedding(context, width)
+        self.blocks = nn.ModuleList(Block(width, heads) for _ in range(layers))  # GPT-2's pre-norm block
+        self.ln = nn.LayerNorm(width)
+        self.head = nn.Linear(width, vocab, bias=False)
+
+    def forward(self, ids, targets=None):
+        pos = torch.arange(ids.shape[1], device=ids.device)
+        x = self.wte(ids) + self.wpe(pos)[None]
+        for block in self.blocks:
+            x = block(x)
+        logits = self.head(self.ln(x))
+        out = {"logits": logits}
+        if targets is not None:
+            out["loss"] = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        return out
+
+
+class GatedTransformer(Transformer):
+    """Data-dependent Python control flow (torch.export cannot capture it): the blocks' ModuleList is the chain."""
+
+    def forward(self, ids, targets=None):
+        pos = torch.arange(ids.shape[1], device=ids.device)
+        x = self.wte(ids) + self.wpe(pos)[None]
+        if x.abs().max() > 1e6:  # data-dependent
+            x = x / 2
+        for block in self.blocks:
+            x = block(x)
+        logits = self.head(self.ln(x))
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+class Tangled(nn.Module):
+    """Data-dependent control flow and no list of chained blocks: no chain can be found."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(8, 8)
+        self.b = nn.Linear(8, 8)
+
+    def forward(self, x):
+        y = self.a(x)
+        if y.sum() > 0:
+            y = self.b(y)
+        return y.square().mean()
+
+
+def gpt2(layers: int = 2, width: int = 32, heads: int = 4, vocab: int = 101, context: int = 64):
+    """transformers' GPT2LMHeadModel from a small config with random weights (no download)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers.utils import logging
+    logging.set_verbosity_error()
+    cfg = GPT2Config(n_layer=layers, n_embd=width, n_head=heads, vocab_size=vocab, n_positions=context,
+                     bos_token_id=0, eos_token_id=0)
+    return GPT2LMHeadModel(cfg)
+
+
+def make(name: str, batch: int = 4, seed: int = 0):
+    """(model, args, kwargs, loss_of(output)) for a test model by name."""
+    torch.manual_seed(seed)
+    if name == "resnet":
+        model = ResNet()
+        x = torch.randn(batch, 3, 32, 32)
+        y = torch.randint(0, 10, (batch,))
+        return model, (x,), {}, lambda out: F.cross_entropy(out, y)
+    if name == "densenet":
+        model = DenseNet()
+        x = torch.randn(batch, 3, 16, 16)
+        y = torch.randint(0, 10, (batch,))
+        return model, (x,), {}, lambda out: F.cross_entropy(out, y)
+    if name == "transformer":
+        model = Transformer()
+        ids = torch.randint(0, 97, (batch, 24))
+        return model, (ids,), {"targets": ids}, lambda out: out["loss"]
+    if name == "gated":
+        model = GatedTransformer()
+        ids = torch.randint(0, 97, (batch, 24))
+        return model, (ids,), {"targets": ids}, lambda out: out
+    if name == "gpt2":
+        model = gpt2()
+        ids = torch.randint(0, 101, (batch, 24))
+        return model, (ids,), {"labels": ids, "use_cache": False}, lambda out: out.loss
+    raise KeyError(f"unknown test model {name!r}; one of resnet, densenet, transformer, gated, gpt2")
+
+
+NAMES = ("resnet", "densenet", "transformer", "gpt2")

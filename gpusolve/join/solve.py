@@ -1,0 +1,193 @@
+"""Front end of the join solver: budget, bucket, the join DP, exact-byte candidates, the plan.
+
+:func:`solve_join` is to a join what :func:`gpusolve.solve` is to a chain. The budget counts
+everything but the k branch inputs; sizes are rounded up to buckets and the budget down, so the DP's
+plan fits; every candidate is re-simulated in exact bytes (:func:`gpusolve.join.bytesim.simulate_join`)
+and the fastest that fits is the plan (Note [Join candidates]).
+
+Note [Join candidates]
+    (1) the join DP's optimum at the budget (always fits); (2) plain autograd (store-all), which is
+    optimal whenever it fits and which bucket rounding can hide at the store-all peak; (3) the
+    baselines of :mod:`gpusolve.join.baselines` (split budget, EQUIV-CHAIN), so that the plan is never
+    slower than them, in exact bytes, whatever the bucket (the join DP is optimal only among nested,
+    persistent schedules: spec A.2.5 item 6; and a branch in the thesis model, ``multi_tape=False``,
+    records no stage before the turn in the DP, while store-all and the composed baselines do); (4) when the table has no plan at the budget although the
+    budget is at least the exact minimum of the DP's schedules (bucket rounding), the least-peak
+    policy (:func:`gpusolve.join.dp.min_peak_join`), which runs within exactly that minimum.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..dp.buckets import HOST_MEMORY_FRACTION, available_host_bytes, check_user_bucket
+from ..errors import InfeasibleBudgetError
+from ..schedule import Op, schedule_to_json
+from ..solve import Curve, exact_bytes
+from ..units import format_bytes, parse_budget
+from .baselines import equiv_chain, split_budget, store_all
+from .bytesim import simulate_join, store_all_join_peak_bytes
+from .dp import JoinProblem, fill_join, host_bytes_for, min_peak_join
+from .network import JoinNet, JoinPolicy, Turn, join_policy_to_schedule
+
+# Buckets per budget when the caller leaves the bucket to us (as the chain CPU backend).
+DEFAULT_JOIN_BUCKETS = 1024
+
+
+@dataclass
+class JoinPlan:
+    """The result of :func:`solve_join` (times ms, sizes bytes), like :class:`gpusolve.Plan`."""
+
+    feasible: bool
+    predicted_time_ms: float
+    predicted_peak_bytes: int
+    budget_bytes: int
+    bucket_bytes: int
+    buckets: int
+    solve_seconds: float
+    curve: Curve
+    schedule: list[Op]
+    policy: JoinPolicy | None
+    store_all_time_ms: float
+    min_feasible_bytes: int
+    decided_by: str = ""
+    notes: list[str] = field(default_factory=list)
+    timings: dict = field(default_factory=dict)
+    net: JoinNet | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def overhead(self) -> float:
+        """Predicted time over plain autograd's, minus 1."""
+        return self.predicted_time_ms / self.store_all_time_ms - 1.0 if self.store_all_time_ms else 0.0
+
+    def summary(self) -> str:
+        if not self.feasible:
+            return (f"infeasible at budget {format_bytes(self.budget_bytes)} "
+                    f"(minimum {exact_bytes(self.min_feasible_bytes)})")
+        lines = [f"join of {self.net.k if self.net else '?'} branches, budget {format_bytes(self.budget_bytes)}, "
+                 f"bucket {format_bytes(self.bucket_bytes)} ({self.buckets} buckets), solved in "
+                 f"{self.solve_seconds * 1e3:.1f} ms",
+                 f"predicted step {self.predicted_time_ms:.2f} ms (+{100 * self.overhead:.1f} % over store-all "
+                 f"{self.store_all_time_ms:.2f} ms), peak {format_bytes(self.predicted_peak_bytes)}, "
+                 f"{len(self.schedule)} ops ({self.decided_by})"]
+        return "\n".join(lines + [f"note: {n}" for n in self.notes])
+
+    def to_dict(self) -> dict:
+        finite = np.isfinite(self.curve.time_ms)
+        return {"feasible": self.feasible, "predicted_time_ms": self.predicted_time_ms,
+                "predicted_peak_bytes": self.predicted_peak_bytes, "budget_bytes": self.budget_bytes,
+                "bucket_bytes": self.bucket_bytes, "buckets": self.buckets, "solve_seconds": self.solve_seconds,
+                "min_feasible_bytes": self.min_feasible_bytes, "store_all_time_ms": self.store_all_time_ms,
+                "overhead": self.overhead, "decided_by": self.decided_by, "notes": list(self.notes),
+                "timings": dict(self.timings),
+                "curve": {"budget_bytes": [int(b) for b in self.curve.budget_bytes[finite]],
+                          "time_ms": [float(t) for t in self.curve.time_ms[finite]]},
+                "schedule": schedule_to_json(self.schedule)}
+
+
+def join_below_minimum(budget_bytes: int, min_bytes: int) -> str:
+    """The one message for a join budget below the exact minimum."""
+    return (f"budget {exact_bytes(budget_bytes)} is below the minimum feasible budget {exact_bytes(min_bytes)} "
+            f"for this join (the least peak of the join DP's schedules, branch inputs not counted); raise the "
+            f"budget to at least {min_bytes} B")
+
+
+def choose_join_bucket(net: JoinNet, budget_bytes: int, bucket=None, notes: list[str] | None = None) -> int:
+    """The bucket (bytes) for ``net`` within ``budget_bytes``: the user's (checked: at least 1 byte, at
+    most the budget, tables that fit host memory, else ``MemoryError`` naming the finest that fits)
+    or the budget over :data:`DEFAULT_JOIN_BUCKETS`, coarsened until the tables fit (with a note)."""
+    notes = notes if notes is not None else []
+    user = bucket is not None
+    chosen = check_user_bucket(budget_bytes, bucket) if user else max(1, -(-budget_bytes // DEFAULT_JOIN_BUCKETS))
+    available = available_host_bytes()
+    allowed = int(HOST_MEMORY_FRACTION * available) if available else None
+    need = host_bytes_for(net, budget_bytes // chosen)
+    if allowed is None or need <= allowed:
+        return chosen
+    per_column = max(1, host_bytes_for(net, 1) - host_bytes_for(net, 0))
+    columns = (allowed - host_bytes_for(net, 0)) // per_column
+    if columns < 2:
+        raise MemoryError(f"the join tables need {format_bytes(host_bytes_for(net, 1))} even with 1 bucket but "
+                          f"{format_bytes(allowed)} of host memory may be used; solve fewer or shorter branches")
+    finest = -(-budget_bytes // int(columns - 1))
+    if user:
+        raise MemoryError(f"the join tables need {format_bytes(need)} at bucket {format_bytes(chosen)} but "
+                          f"{format_bytes(allowed)} of host memory may be used; use a bucket of at least "
+                          f"{format_bytes(finest)} ({finest} B)")
+    notes.append(f"the join tables at bucket {format_bytes(chosen)} need {format_bytes(need)} but "
+                 f"{format_bytes(allowed)} of host memory may be used; using bucket {format_bytes(finest)}")
+    return finest
+
+
+def solve_join(branches, turn: Turn, budget, bucket=None, reserved_bytes: int = 0, strict: bool = True,
+               baselines: bool = True, progress=None) -> JoinPlan:
+    """Fastest plan for the join of ``branches`` (each a :class:`~gpusolve.Chain` or an
+    :class:`~gpusolve.join.EmptyBranch`) at ``turn`` within ``budget`` (bytes, ``"6GiB"``, or a
+    percentage of the join's store-all peak such as ``"50%"``).
+
+    ``bucket``: memory granularity in bytes (default budget / 1024). ``reserved_bytes``: held through
+    the whole step besides the tensors of the model. ``strict``: a budget below the minimum raises
+    :class:`~gpusolve.InfeasibleBudgetError` naming it (else a plan with ``feasible=False``).
+    ``baselines``: also try the baselines as exact-byte candidates (Note [Join candidates]).
+    ``progress(rows)``: called after each hyperplane of the DP.
+    """
+    started = time.perf_counter()
+    timings: dict = {}
+    net = JoinNet(branches, turn, reserved_bytes)
+    budget_bytes = parse_budget(budget, lambda: store_all_join_peak_bytes(net), "budget")
+    notes: list[str] = []
+    least = min_peak_join(net)
+    min_bytes = least.min_bytes
+    store_time = net.store_all_time_ms()
+    if budget_bytes < min_bytes:
+        message = join_below_minimum(budget_bytes, min_bytes)
+        if strict:
+            raise InfeasibleBudgetError(message, min_bytes)
+        return JoinPlan(False, float("inf"), 0, budget_bytes, 0, 0, time.perf_counter() - started,
+                        Curve(np.zeros(0, dtype=np.int64), np.zeros(0)), [], None, store_time, min_bytes,
+                        notes=[message], timings=timings, net=net)
+    bucket_bytes = choose_join_bucket(net, budget_bytes, bucket, notes)
+    buckets = budget_bytes // bucket_bytes
+    problem = JoinProblem.build(net, bucket_bytes, buckets)
+    timings["setup"] = time.perf_counter() - started
+    table = fill_join(problem, progress, timings)
+    curve = Curve(np.arange(buckets + 1, dtype=np.int64) * bucket_bytes, np.asarray(table.curve, dtype=np.float64))
+
+    clock = time.perf_counter()
+    candidates = []  # (time, peak, schedule, policy, origin), in order of preference at equal time
+    policy = table.policy(buckets)
+    if policy is not None:
+        schedule = join_policy_to_schedule(net, policy)
+        sim = simulate_join(net, schedule)
+        if sim.peak_bytes > budget_bytes:  # an invariant of the bucket rounding; never silent
+            raise AssertionError(f"internal error: join plan peak {sim.peak_bytes} B exceeds budget {budget_bytes} B")
+        candidates.append((sim.time_ms, sim.peak_bytes, schedule, policy, "join DP"))
+    others = [store_all(net, budget_bytes)]
+    if baselines:
+        others += [split_budget(net, budget_bytes, bucket_bytes), equiv_chain(net, budget_bytes, bucket_bytes)]
+    candidates += [(b.time_ms, b.peak_bytes, b.schedule, None, b.name) for b in others if b.feasible]
+    if not candidates:  # Note [Join candidates] (4)
+        policy = least.policy()
+        schedule = join_policy_to_schedule(net, policy)
+        sim = simulate_join(net, schedule)
+        if sim.peak_bytes != min_bytes:
+            raise AssertionError(f"internal error: least-peak join policy peaks at {sim.peak_bytes} B, "
+                                 f"not {min_bytes} B")
+        notes.append(f"at bucket {format_bytes(bucket_bytes)} the rounded sizes fit no plan; the plan is the "
+                     f"least-peak policy (peak {exact_bytes(min_bytes)}); a finer bucket may find a faster one")
+        candidates.append((sim.time_ms, sim.peak_bytes, schedule, policy, "least-peak policy"))
+    timings["candidates"] = time.perf_counter() - clock
+    best = min(candidates, key=lambda c: c[0])  # the first of equal times: the DP's
+    time_ms, peak, schedule, chosen, origin = best
+    if origin != "join DP":
+        why = "bucket rounding"
+        if not all(b.multi_tape for b in net.branches if b.n):
+            why += " or the thesis model of a branch (multi_tape=False: no recording before the turn)"
+        than = (f"is faster than the join DP's plan ({candidates[0][0]:.4f} ms; {why})"
+                if candidates[0][4] == "join DP" else f"the join DP's table has no plan ({why})")
+        notes.append(f"{origin} fits the budget in exact bytes (peak {peak} B) and {than}; the plan is {origin}")
+    return JoinPlan(True, time_ms, peak, budget_bytes, bucket_bytes, buckets, time.perf_counter() - started,
+                    curve, schedule, chosen, store_time, min_bytes, decided_by=origin, notes=notes, timings=timings,
+                    net=net)

@@ -1,0 +1,228 @@
+"""auto_checkpoint on models that are not nn.Sequential (CPU): the wrapper is called like the model,
+has its parameter and state_dict names, trains to plain autograd's losses, gradients and BatchNorm
+statistics while recomputing, holds its budget as measured by the allocator, falls back to the
+model's blocks when the graph cannot be captured, and says what to do when neither works."""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+import models as A  # noqa: E402  (examples/models.py: the models written for these tests)
+import torch_exec as te  # noqa: E402
+from torch_exec.executor import plain_peak_bytes  # noqa: E402
+from torch_exec.meter import measure_peak  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::torch_exec.CPUTimingWarning", "ignore::gpusolve.FallbackWarning")
+
+MODELS = ["resnet", "densenet", "transformer",
+          pytest.param("gpt2", marks=pytest.mark.skipif(
+              __import__("importlib").util.find_spec("transformers") is None, reason="transformers not installed"))]
+
+
+def _between(wrapped, args, kwargs, fraction=0.5):
+    """Prepare, then re-plan at ``fraction`` of the way from the minimum budget to plain autograd's peak:
+    a budget that makes the plan recompute."""
+    wrapped.prepare(*args, **kwargs)
+    lo, hi = wrapped.executor.min_budget_bytes, plain_peak_bytes(wrapped.executor._last)
+    assert lo < hi
+    wrapped.replan(int(lo + fraction * (hi - lo)))
+    plan = wrapped.plan
+    recomputed = sum(op.kind.name.startswith("FWD") for op in plan.schedule) > plan_stages(wrapped)
+    assert plan.feasible and recomputed, plan.summary()
+    return plan
+
+
+def plan_stages(wrapped) -> int:
+    return wrapped.executor.chain.n
+
+
+def _grads(model):
+    return {n: (None if p.grad is None else p.grad.clone()) for n, p in model.named_parameters()}
+
+
+@pytest.fixture(params=MODELS)
+def case(request):
+    model, args, kwargs, loss_of = A.make(request.param)
+    model.train()
+    return request.param, model, args, kwargs, loss_of
+
+
+def test_names_and_state_dict_are_the_models(case):
+    name, model, args, kwargs, loss_of = case
+    wrapped = te.auto_checkpoint(model, "1GiB", sample=(args, kwargs) if False else None)
+    assert list(wrapped.state_dict()) == list(model.state_dict())
+    assert [(n, id(p)) for n, p in wrapped.named_parameters()] == [(n, id(p)) for n, p in model.named_parameters()]
+    assert [n for n, _ in wrapped.named_buffers()] == [n for n, _ in model.named_buffers()]
+    wrapped.prepare(*args, **kwargs)  # capturing and profiling register nothing
+    assert list(wrapped.state_dict()) == list(model.state_dict())
+    other, *_ = A.make(name, seed=1)
+    wrapped.load_state_dict(other.state_dict())   # strict, both ways
+    other.load_state_dict(wrapped.state_dict())
+    for key, value in other.state_dict().items():
+        assert torch.equal(value, model.state_dict()[key]), key
+
+
+def test_trains_like_plain_autograd_while_recomputing(case):
+    name, model, args, kwargs, loss_of = case
+    reference = copy.deepcopy(model)
+    wrapped = te.auto_checkpoint(model, "1GiB")
+    _between(wrapped, args, kwargs)
+    opt = torch.optim.SGD(wrapped.parameters(), lr=0.1, momentum=0.9)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
+    for step in range(2):
+        torch.manual_seed(10 + step)
+        out = wrapped(*args, **kwargs)
+        torch.manual_seed(10 + step)
+        ref_out = reference(*args, **kwargs)
+        assert type(out) is type(ref_out)
+        if isinstance(out, dict) or dataclasses.is_dataclass(out):
+            assert list(out.keys()) == list(ref_out.keys())
+        loss, ref_loss = loss_of(out), loss_of(ref_out)
+        torch.testing.assert_close(loss, ref_loss, rtol=0, atol=0)
+        loss.backward()
+        ref_loss.backward()
+        got, want = _grads(model), _grads(reference)
+        for key in want:
+            torch.testing.assert_close(got[key], want[key], rtol=1e-5, atol=1e-7, msg=f"{name}: grad of {key}")
+        opt.step()
+        ref_opt.step()
+        opt.zero_grad()
+        ref_opt.zero_grad()
+    for (key, b), (_, ref_b) in zip(model.named_buffers(), reference.named_buffers()):
+        torch.testing.assert_close(b, ref_b, rtol=1e-5, atol=1e-7, msg=f"{name}: buffer {key}")
+    for (key, p), (_, ref_p) in zip(model.named_parameters(), reference.named_parameters()):
+        torch.testing.assert_close(p, ref_p, rtol=1e-5, atol=1e-6, msg=f"{name}: parameter {key}")
+
+
+@pytest.mark.parametrize("name", ["resnet", "transformer"])
+def test_measured_peak_holds_the_budget(name):
+    model, args, kwargs, loss_of = A.make(name)
+    wrapped = te.auto_checkpoint(model, "1GiB")
+    plan = _between(wrapped, args, kwargs, fraction=0.3)
+    for p in wrapped.parameters():
+        p.grad = torch.zeros_like(p)
+
+    def step():
+        loss_of(wrapped(*args, **kwargs)).backward()
+    step()
+    _, reading = measure_peak(step)
+    assert reading.peak <= plan.budget_bytes, (reading.peak, plan.budget_bytes)
+
+
+def test_integer_inputs_profile_the_first_stages_backward():
+    model, args, kwargs, loss_of = A.make("transformer")
+    wrapped = te.auto_checkpoint(model, "1GiB")
+    wrapped.prepare(*args, **kwargs)
+    first = wrapped.executor._last.profile["stages"][0]
+    assert args[0].dtype == torch.int64
+    assert first["t_bwd"] > 0 and first["bwd_peak"] > 0  # the backward reaches the embeddings' weights
+
+
+def test_plain_paths_and_outputs():
+    model, args, kwargs, loss_of = A.make("transformer")
+    model.eval()
+    wrapped = te.auto_checkpoint(model, None)
+    torch.testing.assert_close(wrapped(*args, **kwargs)["loss"], model(*args, **kwargs)["loss"])
+    wrapped = te.auto_checkpoint(model, "1GiB")
+    with torch.no_grad():
+        torch.testing.assert_close(wrapped(*args, **kwargs)["logits"], model(*args, **kwargs)["logits"])
+    assert wrapped.plan is None  # nothing captured without grad
+    assert wrapped.wte is model.wte  # attributes reach the model
+
+
+def test_train_and_eval_are_captured_separately():
+    model, args, kwargs, loss_of = A.make("transformer")
+    wrapped = te.auto_checkpoint(model, "1GiB")
+    wrapped.eval()
+    assert not model.training and all(not m.training for m in model.modules())
+    loss = loss_of(wrapped(*args, **kwargs))
+    torch.testing.assert_close(loss, loss_of(model(*args, **kwargs)))  # no dropout in eval: deterministic
+    wrapped.train()
+    assert model.training
+    wrapped(*args, **kwargs)
+    assert len(wrapped._captures) == 2
+
+
+def test_blocks_fallback_when_the_graph_cannot_be_captured():
+    model, args, kwargs, loss_of = A.make("gated")
+    reference = copy.deepcopy(model)
+    wrapped = te.auto_checkpoint(model, "1GiB")
+    with pytest.warns(UserWarning, match="using the model's blocks 'blocks'"):
+        _between(wrapped, args, kwargs)
+    assert wrapped.capture.method == "blocks"
+    for step in range(2):
+        torch.manual_seed(step)
+        loss = loss_of(wrapped(*args, **kwargs))
+        torch.manual_seed(step)
+        ref_loss = loss_of(reference(*args, **kwargs))
+        torch.testing.assert_close(loss, ref_loss, rtol=0, atol=0)
+        loss.backward()
+        ref_loss.backward()
+    for (key, p), (_, q) in zip(model.named_parameters(), reference.named_parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-7, msg=key)
+    # Called directly, the model is untouched by the substitution.
+    assert "forward" not in model.blocks[0].__dict__
+
+
+def test_no_chain_names_the_manual_route():
+    wrapped = te.auto_checkpoint(A.Tangled(), "1GiB")
+    with pytest.raises(te.CaptureError, match=r"(?s)torch.export could not capture.*no nn.ModuleList.*"
+                                              r"CheckpointedSequential\(stages"):
+        wrapped(torch.randn(2, 8))
+
+
+def test_profiling_leaves_model_state_alone():
+    model, args, kwargs, loss_of = A.make("resnet")
+    for p in model.parameters():
+        p.grad = torch.full_like(p, 3.0)
+    before = copy.deepcopy(model.state_dict())
+    grads = {n: p.grad for n, p in model.named_parameters()}
+    rng = torch.get_rng_state()
+    te.auto_checkpoint(model, "1GiB", sample=args)
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, before[key]), key  # BatchNorm statistics and num_batches_tracked included
+    assert all(p.grad is grads[n] and bool((p.grad == 3).all()) for n, p in model.named_parameters())
+    assert torch.equal(torch.get_rng_state(), rng)
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("transformers") is None, reason="transformers not installed")
+def test_gpt2_use_cache_turned_off_with_a_note():
+    model = A.gpt2()
+    ids = torch.randint(0, 101, (2, 16))
+    wrapped = te.auto_checkpoint(model, "1GiB")
+    with pytest.warns(UserWarning, match="use_cache=False"):
+        out = wrapped(ids, labels=ids)
+    out.loss.backward()
+    assert out.past_key_values is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        wrapped(ids, labels=ids, use_cache=False)
+
+
+TRAIN = Path(__file__).resolve().parent.parent / "examples" / "train.py"
+
+
+@pytest.mark.parametrize("flags", [["--model", "nope"], ["--budget", "-5GiB"], ["--budget", "150%"], ["--steps", "x"]])
+def test_train_example_reports_bad_flags_in_one_line(flags):
+    import subprocess
+    done = subprocess.run([sys.executable, str(TRAIN), *flags], capture_output=True, text=True, timeout=120)
+    lines = [line for line in done.stderr.splitlines() if line.strip() and not line.startswith("USDT")]
+    assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith("train.py: error:"), done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_train_example_trains_a_model_by_name_with_a_percentage_budget():
+    import subprocess
+    done = subprocess.run([sys.executable, str(TRAIN), "--model", "transformer", "--budget", "80%", "--steps", "2",
+                           "--batch", "2"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "captured with torch.export" in done.stdout and "final loss" in done.stdout
+    assert "budget 80% of plain autograd's peak" in done.stdout

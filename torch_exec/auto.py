@@ -1,0 +1,867 @@
+"""``auto_checkpoint(model, budget)``: any PyTorch model trained under a memory budget, in one call.
+
+The model's graph is captured once per input signature with ``torch.export`` (non-strict, the
+training IR: the same ATen operators eager mode dispatches, dropout and BatchNorm included, the
+model's own parameter and buffer objects), and cut into a chain (Note [Cut points]). The chain's
+stages are ``torch.fx`` sub-graphs run by :class:`~torch_exec.CheckpointedSequential`, which profiles
+them, solves for the budget and runs the schedule. Where the graph cannot be captured
+(data-dependent Python control flow), the model's own structure is used instead (Note [Block
+fallback]); when neither works, one error names both reasons and the manual route.
+
+Note [Cut points]
+    A node of the captured graph either *carries* gradient (it reads a trainable parameter, an input
+    that requires grad, or a carrying node) or is *side* data: token ids, labels, masks and position
+    ids made from them, buffer bookkeeping (``num_batches_tracked += 1``). Side nodes run once per
+    step before the chain (the prologue) and stay available to every stage; they need no gradient,
+    so no stage ever recomputes them. A cut after carrying node p is valid when the carrying values
+    made up to p and used after p are at most :data:`MAX_CROSSING` tensor(s), and no later node writes
+    in place into one of them (a held checkpoint must not change). These are the articulation points
+    of the data-flow graph with parameters, buffers and side data excluded. Of the valid cuts at most
+    ``max_stages - 1`` are kept, spread evenly over the bytes the carrying nodes allocate (a proxy of
+    both memory and time; the solver then merges stages where nothing is saved between them).
+    The last stage returns every carrying tensor of the model's output; the output's structure
+    (tuple, dict, a ``CausalLMOutput``) is rebuilt around them.
+
+Note [Sharing the model's state]
+    The wrapper shares the model's ``_parameters``, ``_buffers`` and ``_modules`` dictionaries, so
+    ``parameters()``, ``named_parameters()``, ``state_dict()`` and ``load_state_dict()`` see exactly
+    the model's names (a checkpoint saved from either loads into the other) and ``.to()``,
+    ``.train()`` and ``.eval()`` act on the model's modules. The captured sub-graphs reference the
+    same tensor objects; a capture whose tensors are no longer the model's (``.to()`` replaces
+    buffers) is captured again.
+
+Note [Block fallback]
+    When the graph cannot be captured, the ``nn.ModuleList``/``nn.Sequential`` of blocks (the one
+    holding the most parameters, then the longest) whose outputs feed the next block (each called once per forward, every other argument the same
+    for all blocks) becomes the chain: while the wrapper runs, the first block's call runs all the
+    blocks under the schedule and the later calls return its result. The rest of the model runs as
+    plain autograd, outside the budget (which then counts the blocks' chain only). The substitution is checked once on the sample (outputs equal to the plain
+    model's) before it is used.
+"""
+from __future__ import annotations
+
+import contextlib
+from collections import OrderedDict
+import inspect
+import io
+import logging
+import operator
+import threading
+import warnings
+from dataclasses import dataclass, field
+
+import torch
+import torch.utils._pytree as pytree
+from torch import fx, nn
+
+from gpusolve.units import format_bytes
+
+from . import _util as U
+from .executor import CheckpointedSequential
+
+MAX_CROSSING = 1
+"""Most tensors that may cross a cut (Note [Cut points]). One: with more, a tensor a skip connection
+carries past several cuts would be a member of several stages' states, and the profiler's per-stage
+backward boundaries (a gradient hook on each stage's output) would all fire when that tensor's
+gradient is complete, long after those stages' backwards ran; measured on a ResNet block, such
+plans under-predicted their peak by 25 %."""
+
+DEFAULT_MAX_STAGES = {"cpu": 64, "exact": 32, "cuda": 256, "auto": 96}
+"""Most chain stages kept by default, per solver backend: the CPU backend's time grows as N^3 (64
+stages at 1024 buckets: about a second), the GPU's makes hundreds cheap."""
+
+
+class CaptureError(RuntimeError):
+    """The model could not be turned into a chain (the message says why and what to do)."""
+
+
+# ---------------------------------------------------------------------------- the captured program
+class _Side:
+    """The side values of the running step (Note [Cut points]), shared by the stages of one capture.
+    Set by the prologue before the chain runs and kept until the next step (recomputations in the
+    backward read them)."""
+
+    def __init__(self):
+        self.values: list = []
+
+
+class GraphStage(nn.Module):
+    """One chain stage: a sub-graph of the captured model taking the carried tensors (the state
+    between stages: a tensor or a tuple) and reading the side values it needs from the capture."""
+
+    def __init__(self, graph_module: fx.GraphModule, n_carried: int, side_index: list[int], side: _Side, label: str):
+        super().__init__()
+        self.graph_module = graph_module
+        self.n_carried = n_carried
+        self.side_index = side_index
+        self._side = side
+        self.label = label
+
+    def forward(self, state):
+        carried = () if self.n_carried == 0 else ((state,) if isinstance(state, torch.Tensor) else tuple(state))
+        values = self._side.values
+        return self.graph_module(*carried, *[values[i] for i in self.side_index])
+
+    def extra_repr(self) -> str:
+        return self.label
+
+
+@dataclass
+class Capture:
+    """One input signature's captured program: prologue, stages, output assembly."""
+
+    method: str                          # "export" or "blocks"
+    prologue: fx.GraphModule | None      # flat inputs -> side values (export)
+    stages: list[GraphStage]
+    side: _Side
+    chain_input: list[int]               # flat input positions forming a_0
+    outputs: list[tuple[str, object]]    # per flat output: ("chain", k) | ("side", i) | ("const", v)
+    out_spec: object
+    kw_order: list[str]
+    tensors: list[tuple[str, torch.Tensor]] = field(default_factory=list)  # (name, tensor) of the model it reads
+    executor: CheckpointedSequential | None = None
+    side_bytes: int | None = None     # bytes the prologue makes (besides the inputs), once known
+    notes: list[str] = field(default_factory=list)
+    blocks: object = None                # _Blocks of the fallback
+
+
+# ---------------------------------------------------------------------------- graph analysis
+def _is_tensor_value(node: fx.Node) -> bool:
+    val = node.meta.get("val")
+    return isinstance(val, torch.Tensor)
+
+
+def _schema(node: fx.Node):
+    return getattr(node.target, "_schema", None) if node.op == "call_function" else None
+
+
+def _written_args(node: fx.Node) -> list[fx.Node]:
+    """Input nodes an ATen op writes into (in-place and out= arguments)."""
+    schema = _schema(node)
+    if schema is None:
+        return []
+    out = []
+    for i, arg in enumerate(schema.arguments):
+        info = arg.alias_info
+        if info is None or not info.is_write:
+            continue
+        value = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
+        if isinstance(value, fx.Node):
+            out.append(value)
+    return out
+
+
+def _is_view(node: fx.Node) -> bool:
+    """Whether the op's result aliases an input (a view or an in-place op returning its input)."""
+    schema = _schema(node)
+    if schema is None:
+        return node.op == "call_function" and node.target is operator.getitem
+    return any(r.alias_info is not None for r in schema.returns)
+
+
+def _nbytes(node: fx.Node) -> int:
+    val = node.meta.get("val")
+    if isinstance(val, torch.Tensor):
+        return int(val.numel()) * val.element_size()
+    if isinstance(val, (tuple, list)):
+        return sum(int(v.numel()) * v.element_size() for v in val if isinstance(v, torch.Tensor))
+    return 0
+
+
+def _module_path(node: fx.Node) -> str:
+    stack = node.meta.get("nn_module_stack") or {}
+    if not stack:
+        return ""
+    path = list(stack.values())[-1][0]
+    return path.replace("L['self'].", "").replace("L__self__.", "")
+
+
+def _node_inputs(node: fx.Node) -> list[fx.Node]:
+    return list(node.all_input_nodes)
+
+
+class _Graph:
+    """Classification of a captured graph's nodes (Note [Cut points])."""
+
+    def __init__(self, gm: fx.GraphModule, flat_inputs: list):
+        self.gm = gm
+        nodes = list(gm.graph.nodes)
+        self.placeholders = [n for n in nodes if n.op == "placeholder"]
+        self.output = next(n for n in nodes if n.op == "output")
+        if len(self.placeholders) != len(flat_inputs):
+            raise CaptureError(f"internal error: {len(self.placeholders)} graph inputs for {len(flat_inputs)} values")
+        self.params: set = set()
+        self.attrs: set = set()
+        for n in nodes:
+            if n.op == "get_attr":
+                self.attrs.add(n)
+                value = _fetch_attr(gm, n.target)
+                if isinstance(value, torch.Tensor) and value.requires_grad:
+                    self.params.add(n)
+        grad_inputs = {n for n, v in zip(self.placeholders, flat_inputs)
+                       if isinstance(v, torch.Tensor) and v.requires_grad}
+        self.grad_inputs = [n for n in self.placeholders if n in grad_inputs]
+        self.carry: set = set(grad_inputs)
+        self.side: list = []
+        self.main: list = []
+        for n in nodes:
+            if n.op in ("placeholder", "get_attr", "output"):
+                continue
+            if any(a in self.carry or a in self.params for a in _node_inputs(n)):
+                self.carry.add(n)
+                self.main.append(n)
+            else:
+                self.side.append(n)
+        self._check_side_effects()
+
+    def _check_side_effects(self) -> None:
+        """A side node runs before the chain: it must not write into a value a carrying node reads
+        before it in the program (that would change what the carrying node sees)."""
+        order = {n: i for i, n in enumerate(self.gm.graph.nodes)}
+        for n in self.side:
+            for target in _written_args(n):
+                early = [u for u in target.users if u in self.carry and order[u] < order[n]]
+                if early:
+                    raise CaptureError(f"the graph writes into {target.name} ({n.target}) after {early[0].name} read it; "
+                                       f"it cannot be moved before the chain")
+
+    def cuts(self) -> tuple[list[int], list[list[fx.Node]]]:
+        """Valid cut positions (index into ``main``: after that node) and the values crossing each."""
+        main = self.main
+        index = {n: i for i, n in enumerate(main)}
+        for n in self.grad_inputs:
+            index[n] = -1
+        end = len(main)
+        last = {}
+        for i, n in enumerate(main):
+            for a in _node_inputs(n):
+                if a in index:
+                    last[a] = max(last.get(a, -1), i)
+        for a in self.output.all_input_nodes:
+            if a in index:
+                last[a] = end
+        # Views: a write into a view writes its base; track the base of every carrying value.
+        base = {}
+        for n in list(self.grad_inputs) + main:
+            ins = [a for a in _node_inputs(n) if a in index]
+            base[n] = base[ins[0]] if _is_view(n) and ins else n
+        written_after = {}  # base -> index of the last node writing into it
+        for i, n in enumerate(main):
+            for target in _written_args(n):
+                if target in base:
+                    written_after[base[target]] = i
+        positions, crossing = [], []
+        live: dict = {n: None for n in self.grad_inputs if last.get(n, -1) >= 0}
+        for p, n in enumerate(main[:-1]):
+            live[n] = None
+            for a in _node_inputs(n):
+                if a in live and last.get(a, -1) <= p:
+                    del live[a]
+            if n in live and last.get(n, -1) <= p:
+                del live[n]
+            cross = list(live)
+            if not cross or len(cross) > MAX_CROSSING:
+                continue
+            if not all(_is_tensor_value(c) for c in cross):
+                continue
+            if any(written_after.get(base[c], -1) > p for c in cross):
+                continue
+            positions.append(p)
+            crossing.append(cross)
+        return positions, crossing
+
+
+def _fetch_attr(gm: nn.Module, target: str):
+    obj = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _choose(positions: list[int], weights: list[int], max_stages: int) -> list[int]:
+    """At most ``max_stages - 1`` of the cut positions, spread evenly over the cumulative weight."""
+    if len(positions) < max_stages:
+        return list(positions)
+    total = float(sum(weights)) or 1.0
+    cum, acc = [], 0
+    for w in weights:
+        acc += w
+        cum.append(acc)
+    chosen, k = [], 1
+    for p in positions:
+        if len(chosen) == max_stages - 1:
+            break
+        if cum[p] >= k * total / max_stages:
+            chosen.append(p)
+            while k * total / max_stages <= cum[p]:
+                k += 1
+    return chosen
+
+
+# ---------------------------------------------------------------------------- building the program
+def _export(model: nn.Module, args: tuple, kwargs: dict):
+    """torch.export (non-strict), quiet: a failure is reported by the caller in one line."""
+    loggers = [logging.getLogger(name) for name in ("torch", "torch._dynamo", "torch.export", "torch._export",
+                                                    "torch.fx.experimental.symbolic_shapes")]
+    levels = [lg.level for lg in loggers]
+    try:
+        for lg in loggers:
+            lg.setLevel(logging.CRITICAL)
+        # export prints the partial graph of a failed capture on stderr itself
+        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+            warnings.simplefilter("ignore")
+            return torch.export.export(model, args, kwargs, strict=False)
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
+def _subgraph(gm: fx.GraphModule, nodes: list, inputs: list, outputs: list, single_output: bool) -> fx.GraphModule:
+    """A GraphModule computing ``outputs`` from ``inputs`` with ``nodes`` (in order), reading the
+    root's attributes (the model's own tensors)."""
+    graph = fx.Graph()
+    env: dict = {}
+    for n in inputs:
+        env[n] = graph.placeholder(n.name)
+        env[n].meta = dict(n.meta)
+    for n in nodes:
+        for a in _node_inputs(n):
+            if a not in env and a.op == "get_attr":
+                env[a] = graph.get_attr(a.target)
+                env[a].meta = dict(a.meta)
+        env[n] = graph.node_copy(n, lambda a: env[a])
+    if single_output:
+        graph.output(env[outputs[0]])
+    else:
+        graph.output(tuple(env[o] for o in outputs))
+    graph.lint()
+    return fx.GraphModule(gm, graph)
+
+
+def _capture_export(model: nn.Module, args: tuple, kwargs: dict, max_stages: int) -> Capture:
+    ep = _export(model, args, kwargs)
+    gm = ep.module()
+    in_spec = ep.call_spec.in_spec
+    kw_order = list(in_spec.child(1).context) if in_spec.num_children == 2 else []
+    flat = pytree.tree_leaves((args, {k: kwargs[k] for k in kw_order}))
+    g = _Graph(gm, flat)
+    if not g.main:
+        raise CaptureError("no operation of the model needs a gradient (no trainable parameter is used)")
+    positions, crossing = g.cuts()
+    weights = [0 if _is_view(n) or _written_args(n) else _nbytes(n) for n in g.main]
+    chosen = _choose(positions, weights, max_stages)
+    cross_at = dict(zip(positions, crossing))
+    # Side values: the placeholders that need no gradient, then the side nodes, in program order.
+    side_nodes = [n for n in g.placeholders if n not in g.carry] + g.side
+    side_pos = {n: i for i, n in enumerate(side_nodes)}
+    # Output leaves.
+    out_nodes = pytree.tree_leaves(g.output.args[0])
+    chain_outputs = []
+    outputs = []
+    for leaf in out_nodes:
+        if isinstance(leaf, fx.Node) and leaf in g.carry:
+            if leaf not in chain_outputs:
+                chain_outputs.append(leaf)
+            outputs.append(("chain", chain_outputs.index(leaf)))
+        elif isinstance(leaf, fx.Node) and leaf in side_pos:
+            outputs.append(("side", side_pos[leaf]))
+        elif isinstance(leaf, fx.Node):
+            outputs.append(("attr", leaf.target))
+        else:
+            outputs.append(("const", leaf))
+    if not chain_outputs:
+        raise CaptureError("the model's output does not depend on any trainable parameter")
+    side = _Side()
+    stages = []
+    bounds = [-1] + chosen + [len(g.main) - 1]
+    # a_0: the inputs that need a gradient, and the other tensor inputs the first stage reads (its
+    # input then, so that the profiler sees them as the chain's input, which the budget leaves out).
+    first = {a for n in g.main[:bounds[1] + 1] for a in _node_inputs(n)}
+    first_inputs = [n for n, v in zip(g.placeholders, flat)
+                    if n in first and n not in g.carry and isinstance(v, torch.Tensor)]
+    carried = list(g.grad_inputs) + first_inputs
+    for k in range(len(bounds) - 1):
+        nodes = g.main[bounds[k] + 1: bounds[k + 1] + 1]
+        last = k == len(bounds) - 2
+        outs = chain_outputs if last else cross_at[bounds[k + 1]]
+        used_side = []
+        for n in nodes:
+            for a in _node_inputs(n):
+                if a in side_pos and a not in used_side and a not in carried:
+                    used_side.append(a)
+        sub = _subgraph(gm, nodes, carried + used_side, outs, single_output=len(outs) == 1 and not last)
+        paths = [p for p in (_module_path(n) for n in nodes) if p]
+        label = paths[0] if paths else nodes[0].name
+        if paths and paths[-1] != paths[0]:
+            label = f"{paths[0]}..{paths[-1]}"
+        stages.append(GraphStage(sub, len(carried), [side_pos[a] for a in used_side], side, label))
+        carried = list(outs)
+    # The prologue: every side value from the flat inputs.
+    graph = fx.Graph()
+    env = {}
+    for n in g.placeholders:
+        env[n] = graph.placeholder(n.name)
+    for n in g.side:
+        for a in _node_inputs(n):
+            if a not in env and a.op == "get_attr":
+                env[a] = graph.get_attr(a.target)
+        env[n] = graph.node_copy(n, lambda a: env[a])
+    graph.output(tuple(env[n] for n in side_nodes))
+    prologue = fx.GraphModule(gm, graph)
+    chain_input = [g.placeholders.index(n) for n in list(g.grad_inputs) + first_inputs]
+    if not chain_input:  # the first stage reads no input (all its data is made inside): a_0 is unused
+        chain_input = [next(i for i, v in enumerate(flat) if isinstance(v, torch.Tensor))]
+        stages[0].n_carried = 0
+    notes = [(f"captured with torch.export: {len(g.main)} operations carry gradient, {len(positions)} valid cuts, "
+              f"{len(stages)} stages kept (max_stages={max_stages})")]
+    return Capture(method="export", prologue=prologue, stages=stages, side=side, chain_input=chain_input,
+                   outputs=outputs, out_spec=ep.call_spec.out_spec, kw_order=kw_order,
+                   tensors=_model_tensors(model), notes=notes)
+
+
+def _model_tensors(model: nn.Module) -> list:
+    out = [(name, p) for name, p in model.named_parameters(remove_duplicate=False)]
+    out += [(name, b) for name, b in model.named_buffers(remove_duplicate=False)]
+    return out
+
+
+# ---------------------------------------------------------------------------- the block fallback
+class _Blocks:
+    """Note [Block fallback]: the blocks of one ModuleList/Sequential run as one chain."""
+
+    def __init__(self, name: str, blocks: list[nn.Module], position: str | int, tuple_out: bool):
+        self.name = name
+        self.blocks = blocks
+        self.position = position      # where the hidden state is passed: a positional index or a keyword
+        self.tuple_out = tuple_out    # blocks return (hidden, ...) rather than a tensor
+        self.calls = 0
+        self.result = None
+
+
+def _find_blocks(model: nn.Module, args: tuple, kwargs: dict) -> _Blocks | None:
+    """The longest list of blocks whose outputs feed the next (Note [Block fallback])."""
+    candidates = []
+    for name, mod in model.named_modules():
+        if isinstance(mod, (nn.ModuleList, nn.Sequential)) and len(mod) >= 2:
+            candidates.append((name, list(mod)))
+    # The list covering most of the model first (its blocks' parameters), then the longest.
+    candidates.sort(key=lambda c: (-sum(p.numel() for b in c[1] for p in b.parameters()), -len(c[1])))
+    for name, blocks in candidates:
+        calls: dict = {}
+        handles = []
+        for i, b in enumerate(blocks):
+            def hook(mod, a, kw, out, i=i, calls=calls):
+                calls.setdefault(i, []).append((a, kw, out))
+            handles.append(b.register_forward_hook(hook, with_kwargs=True))
+        try:
+            with torch.no_grad(), torch.random.fork_rng(U.all_rng_devices()):
+                model(*args, **kwargs)
+        except Exception:  # noqa: BLE001, S112 - the model itself fails without grad: not a candidate
+            continue
+        finally:
+            for h in handles:
+                h.remove()
+        if sorted(calls) != list(range(len(blocks))) or any(len(c) != 1 for c in calls.values()):
+            continue
+        first_a, first_kw, first_out = calls[0][0]
+        hidden = first_a[0] if first_a else None
+        position: str | int = 0
+        if hidden is None:
+            keys = [k for k, v in first_kw.items() if isinstance(v, torch.Tensor) and v.is_floating_point()]
+            if not keys:
+                continue
+            position = keys[0]
+        ok = True
+        for i in range(1, len(blocks)):
+            a, kw, _ = calls[i][0]
+            prev_out = calls[i - 1][0][2]
+            prev = prev_out[0] if isinstance(prev_out, (tuple, list)) else prev_out
+            got = a[0] if position == 0 and a else kw.get(position) if isinstance(position, str) else None
+            if got is not prev:
+                ok = False
+                break
+            rest_a = a[1:] if position == 0 else a
+            rest0 = first_a[1:] if position == 0 else first_a
+            if len(rest_a) != len(rest0) or any(x is not y and not _same_constant(x, y) for x, y in zip(rest_a, rest0)):
+                ok = False
+                break
+            kw_rest = {k: v for k, v in kw.items() if k != position}
+            kw0 = {k: v for k, v in first_kw.items() if k != position}
+            if kw_rest.keys() != kw0.keys() or any(kw_rest[k] is not kw0[k] and not _same_constant(kw_rest[k], kw0[k])
+                                                   for k in kw0):
+                ok = False
+                break
+        if ok:
+            return _Blocks(name, blocks, position, isinstance(first_out, (tuple, list)))
+    return None
+
+
+def _same_constant(x, y) -> bool:
+    if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
+        return False
+    try:
+        return bool(x == y)
+    except Exception:  # noqa: BLE001
+        return False
+
+
+class _BoundBlock(nn.Module):
+    """A block as a chain stage, called with the hidden state and the step's other arguments."""
+
+    def __init__(self, block: nn.Module, blocks: _Blocks, args_box: list):
+        super().__init__()
+        self.block = block
+        self._blocks = blocks
+        self._box = args_box
+
+    def forward(self, hidden):
+        a, kw = self._box[0]
+        position = self._blocks.position
+        if position == 0:
+            out = self.block(hidden, *a[1:], **kw)
+        else:
+            out = self.block(*a, **dict(kw, **{position: hidden}))
+        return out[0] if isinstance(out, (tuple, list)) else out
+
+
+# ---------------------------------------------------------------------------- the module
+_STATE_DICTS = ("_parameters", "_buffers", "_non_persistent_buffers_set", "_modules", "_state_dict_hooks",
+                "_state_dict_pre_hooks", "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks")
+
+
+class AutoCheckpointed(nn.Module):
+    """``model`` trained under a memory budget: called exactly like ``model`` (same arguments, same
+    outputs), with the model's parameters, buffers and ``state_dict`` names. See
+    :func:`auto_checkpoint`."""
+
+    def __init__(self, model: nn.Module, budget, *, backend: str = "auto", bucket=None, max_stages: int | None = None,
+                 capture: str = "auto", **executor_kwargs):
+        super().__init__()
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"auto_checkpoint needs an nn.Module, got {type(model).__name__}; for a list of stages "
+                            f"use torch_exec.CheckpointedSequential(stages, budget=...)")
+        if capture not in ("auto", "export", "blocks"):
+            raise ValueError(f"capture must be 'auto', 'export' or 'blocks', got {capture!r}")
+        object.__setattr__(self, "_model", model)
+        for name in _STATE_DICTS:  # Note [Sharing the model's state]
+            self.__dict__[name] = getattr(model, name)
+        self.training = model.training
+        self.budget = budget
+        self.backend = backend
+        self.bucket = bucket
+        self.max_stages = max_stages or DEFAULT_MAX_STAGES.get(backend, 64)
+        self.capture_method = capture
+        self._executor_kwargs = dict(executor_kwargs)
+        self._captures: dict = {}
+        self._last: Capture | None = None
+        self._lock = threading.Lock()
+        self._use_cache_note = False
+
+    # ------------------------------------------------------------ nn.Module behaviour
+    def __getattr__(self, name):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self.__dict__["_model"], name)
+
+    def train(self, mode: bool = True):
+        self._model.train(mode)
+        self.training = mode
+        return self
+
+    @property
+    def model(self) -> nn.Module:
+        """The wrapped model (plain autograd when called directly)."""
+        return self._model
+
+    @property
+    def plan(self):
+        """The plan of the latest call (or :meth:`prepare`)."""
+        return None if self._last is None or self._last.executor is None else self._last.executor.plan
+
+    @property
+    def capture(self) -> Capture | None:
+        """How the latest input signature was turned into a chain (method, stages, notes)."""
+        return self._last
+
+    @property
+    def executor(self) -> CheckpointedSequential | None:
+        return None if self._last is None else self._last.executor
+
+    def memory_report(self):
+        return None if self.executor is None else self.executor.memory_report()
+
+    def measure_memory(self, steps: int = 1) -> None:
+        for cap in self._captures.values():
+            cap.executor.measure_memory(steps)
+
+    def replan(self, budget="keep", **kwargs) -> None:
+        if budget != "keep":
+            self.budget = budget
+        for cap in self._captures.values():
+            cap.executor.replan(budget=budget, **kwargs)
+
+    def extra_repr(self) -> str:
+        budget = self.budget if isinstance(self.budget, str) or self.budget is None else format_bytes(self.budget)
+        return f"{type(self._model).__name__}, budget={budget}"
+
+    # ------------------------------------------------------------ preparing
+    def prepare(self, *args, **kwargs):
+        """Capture, profile and solve for inputs like these now (otherwise the first call does it);
+        returns the plan. Parameters, buffers, gradients and RNG state are left as they were."""
+        kwargs = self._training_kwargs(kwargs)
+        snapshot = U.ModelSnapshot([self._model])
+        try:
+            cap = self._capture_for(args, kwargs)
+            if cap.method == "export":
+                flat = pytree.tree_leaves((args, {k: kwargs[k] for k in cap.kw_order}))
+                self._run_prologue(cap, flat)
+                cap.executor.prepare(*[flat[i] for i in cap.chain_input])
+            else:
+                blocks, box = cap.blocks
+
+                def prepare_then_run(hidden):
+                    cap.executor.prepare(hidden)
+                    return _run_plain(cap.stages, hidden)
+                with _substituted(blocks, box, prepare_then_run):
+                    self._model(*args, **kwargs)
+        finally:
+            snapshot.restore()
+        return self.plan
+
+    def _key(self, args, kwargs):
+        def leaf_key(v):
+            if isinstance(v, torch.Tensor):
+                return ("T", tuple(v.shape), v.dtype, v.device, v.requires_grad)
+            try:
+                hash(v)
+                return ("V", type(v).__name__, v)
+            except TypeError:
+                return ("O", type(v).__name__, id(v))
+        leaves, spec = pytree.tree_flatten((args, dict(sorted(kwargs.items()))))
+        return (tuple(leaf_key(v) for v in leaves), str(spec), self.training,
+                tuple(sorted((k, str(v["dtype"])) for k, v in U.autocast_state().items())))
+
+    def _build(self, args, kwargs) -> Capture:
+        errors = []
+        cap = None
+        if self.capture_method in ("auto", "export"):
+            try:
+                cap = _capture_export(self._model, args, kwargs, self.max_stages)
+            except CaptureError as exc:
+                errors.append(f"torch.export: {exc}")
+            except Exception as exc:  # noqa: BLE001 - export's own errors are many; report the first line
+                errors.append(f"torch.export could not capture the graph ({type(exc).__name__}: "
+                              f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''})")
+        if cap is None and self.capture_method in ("auto", "blocks"):
+            blocks = _find_blocks(self._model, args, kwargs)
+            if blocks is None:
+                errors.append("no nn.ModuleList/nn.Sequential of blocks whose outputs feed the next block was found")
+            else:
+                cap = self._blocks_capture(blocks, args, kwargs)
+                if errors:
+                    warnings.warn(f"auto_checkpoint: {errors[0]}; using the model's blocks "
+                                  f"'{blocks.name}' ({len(blocks.blocks)} blocks) as the chain; the rest runs as plain "
+                                  f"autograd, and the budget counts the blocks only", stacklevel=4)
+        if cap is None:
+            raise CaptureError(
+                f"auto_checkpoint could not find a chain in {type(self._model).__name__}: " + "; ".join(errors)
+                + ". Cut the model by hand: torch_exec.CheckpointedSequential(stages, budget=...) with an nn.Sequential "
+                  "of stages, each taking the previous stage's output (a tensor or a tuple of tensors); see the README, "
+                  "'The manual route'")
+        kwargs_exec = {"budget": self.budget, "bucket": self.bucket, "backend": self.backend,
+                       "network": type(self._model).__name__}
+        kwargs_exec.update(self._executor_kwargs)
+        names = [f"{i + 1}:{s.label}".replace(".", "/") for i, s in enumerate(cap.stages)]  # no dots in module names
+        cap.executor = CheckpointedSequential(nn.Sequential(OrderedDict(zip(names, cap.stages))), **kwargs_exec)
+        return cap
+
+    def _blocks_capture(self, blocks: _Blocks, args, kwargs) -> Capture:
+        box: list = [None]
+        stages = [_BoundBlock(b, blocks, box) for b in blocks.blocks]
+        for i, s in enumerate(stages):
+            s.label = f"{blocks.name}.{i}"
+        cap = Capture(method="blocks", prologue=None, stages=stages, side=_Side(), chain_input=[], outputs=[],
+                      out_spec=None, kw_order=[], tensors=_model_tensors(self._model),
+                      notes=[f"graph not captured; the chain is the {len(stages)} blocks of '{blocks.name}'"])
+        cap.blocks = (blocks, box)
+        return cap
+
+    def _capture_for(self, args, kwargs) -> Capture:
+        key = self._key(args, kwargs)
+        cap = self._captures.get(key)
+        if cap is not None and not _current(cap, self._model):
+            cap = None  # Note [Sharing the model's state]: the model's tensors changed (.to(), reassignment)
+        if cap is None:
+            cap = self._build(args, kwargs)
+            if cap.method == "blocks":
+                _check_blocks(self, cap, args, kwargs)
+            self._captures[key] = cap
+        self._last = cap
+        return cap
+
+    # ------------------------------------------------------------ forward
+    def forward(self, *args, **kwargs):
+        if self.budget is None or not torch.is_grad_enabled():
+            return self._model(*args, **kwargs)
+        return self._call_scheduled(args, kwargs)
+
+    def _call_scheduled(self, args, kwargs):
+        kwargs = self._training_kwargs(kwargs)
+        cap = self._capture_for(args, kwargs)
+        if cap.method == "blocks":
+            return self._run_blocks(cap, args, kwargs)
+        flat = pytree.tree_leaves((args, {k: kwargs[k] for k in cap.kw_order}))
+        self._run_prologue(cap, flat)
+        a0 = [flat[i] for i in cap.chain_input]
+        outs = cap.executor(*a0)
+        outs = (outs,) if isinstance(outs, torch.Tensor) else tuple(outs)
+        leaves = []
+        for kind, value in cap.outputs:
+            if kind == "chain":
+                leaves.append(outs[value])
+            elif kind == "side":
+                leaves.append(cap.side.values[value])
+            elif kind == "attr":
+                leaves.append(_fetch_attr(self._model, value))
+            else:
+                leaves.append(value)
+        return pytree.tree_unflatten(leaves, cap.out_spec)
+
+    @staticmethod
+    def _run_prologue(cap: Capture, flat: list) -> None:
+        """Compute the step's side values (Note [Cut points]); the bytes they add are noted once."""
+        with torch.no_grad():
+            cap.side.values = list(cap.prologue(*flat))
+        if cap.side_bytes is None:
+            inputs = {id(t) for t in flat if isinstance(t, torch.Tensor)}
+            cap.side_bytes = sum(t.numel() * t.element_size() for t in cap.side.values
+                                 if isinstance(t, torch.Tensor) and id(t) not in inputs)
+            if cap.side_bytes:
+                cap.executor.held_bytes = cap.side_bytes  # made inside each step: the budget counts it
+                cap.notes.append(f"{cap.side_bytes} B of data made from the inputs (masks, position ids) is held "
+                                 f"through each step and counted in the budget")
+
+    def _training_kwargs(self, kwargs: dict) -> dict:
+        """transformers' models return a key/value cache by default; training under checkpointing turns
+        it off (as transformers' own gradient checkpointing does), saying so once."""
+        config = getattr(self._model, "config", None)
+        if "use_cache" in kwargs or not getattr(config, "use_cache", False):
+            return kwargs
+        try:
+            params = inspect.signature(self._model.forward).parameters
+        except (TypeError, ValueError):
+            return kwargs
+        if "use_cache" not in params:
+            return kwargs
+        if not self._use_cache_note:
+            self._use_cache_note = True
+            warnings.warn("auto_checkpoint: use_cache=False while training under a budget (the model's config asks for "
+                          "a key/value cache; transformers' gradient checkpointing turns it off too); pass use_cache "
+                          "explicitly to silence this", stacklevel=4)
+        return dict(kwargs, use_cache=False)
+
+    def _run_blocks(self, cap: Capture, args, kwargs):
+        blocks, box = cap.blocks
+        with _substituted(blocks, box, cap.executor):
+            return self._model(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def _substituted(blocks: _Blocks, box: list, executor: CheckpointedSequential):
+    """While the model runs, its first block's call runs all blocks under the schedule and the later
+    calls return that result (Note [Block fallback])."""
+    state = {"calls": 0, "out": None, "inside": False}
+    saved = [b.__dict__.get("forward") for b in blocks.blocks]
+    originals = [f if f is not None else type(b).forward.__get__(b) for b, f in zip(blocks.blocks, saved)]
+
+    def call(i):
+        def run(*a, **kw):
+            if state["inside"]:  # the schedule running the block itself
+                return originals[i](*a, **kw)
+            k = state["calls"]
+            state["calls"] += 1
+            if k != i:
+                raise RuntimeError(f"auto_checkpoint: block {i} of '{blocks.name}' was called out of order")
+            if i == 0:
+                box[0] = (a, kw)
+                hidden = a[0] if blocks.position == 0 else kw[blocks.position]
+                state["inside"] = True
+                try:
+                    state["out"] = executor(hidden)
+                finally:
+                    state["inside"] = False
+            out = state["out"]
+            return (out,) if blocks.tuple_out else out
+        return run
+
+    for i, b in enumerate(blocks.blocks):
+        b.forward = call(i)
+    try:
+        yield
+    finally:
+        for b, f in zip(blocks.blocks, saved):
+            if f is None:
+                del b.forward
+            else:
+                b.forward = f
+
+
+def _check_blocks(wrapper: AutoCheckpointed, cap: Capture, args, kwargs) -> None:
+    """The block substitution computes the model's outputs (checked once, without grad)."""
+    blocks, box = cap.blocks
+    with torch.no_grad(), torch.random.fork_rng(U.all_rng_devices()):
+        state = torch.get_rng_state()
+        ref = wrapper._model(*args, **kwargs)
+        torch.set_rng_state(state)
+        try:
+            with _substituted(blocks, box, lambda h: _run_plain(cap.stages, h)):
+                got = wrapper._model(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - the model did more with a block than feed the next
+            raise CaptureError(f"running the blocks of '{blocks.name}' as one chain fails ({type(exc).__name__}: "
+                               f"{exc})") from None
+    ref_leaves = [t for t in pytree.tree_leaves(ref) if isinstance(t, torch.Tensor)]
+    got_leaves = [t for t in pytree.tree_leaves(got) if isinstance(t, torch.Tensor)]
+    if len(ref_leaves) != len(got_leaves) or not all(
+            a.shape == b.shape and torch.allclose(a, b, rtol=1e-4, atol=1e-5) for a, b in zip(ref_leaves, got_leaves)):
+        raise CaptureError(f"running the blocks of '{blocks.name}' as one chain changes the model's outputs (the model "
+                           f"uses a block's output for more than the next block)")
+
+
+def _run_plain(stages, hidden):
+    for s in stages:
+        hidden = s(hidden)
+    return hidden
+
+
+def _current(cap: Capture, model: nn.Module) -> bool:
+    """Whether the capture still reads the model's tensors (Note [Sharing the model's state])."""
+    now = dict(_model_tensors(model))
+    return all(now.get(name) is t for name, t in cap.tensors)
+
+
+def auto_checkpoint(model: nn.Module, budget, *, backend: str = "auto", bucket=None, sample=None,
+                    max_stages: int | None = None, capture: str = "auto", **executor_kwargs) -> AutoCheckpointed:
+    """``model`` trained under ``budget`` with gpusolve's optimal checkpointing, in one call.
+
+    ``budget``: bytes, a string with units (``"8GiB"``) or a percentage of the model's plain-autograd
+    peak (``"50%"``); ``None`` runs plain autograd. The result is called exactly like ``model`` and
+    returns the same outputs; ``parameters()``, ``named_parameters()`` and ``state_dict()`` are the
+    model's. ``.plan`` is the solved plan of the latest call; ``.capture`` says how the chain was found.
+
+    ``sample``: inputs to capture, profile and solve for right away (a tensor, a tuple of positional
+    arguments, or a dict of keyword arguments); otherwise the first call does it. ``max_stages``: most
+    chain stages (default per backend, :data:`DEFAULT_MAX_STAGES`). ``capture``: ``"auto"`` (the graph
+    with torch.export, else the model's blocks), ``"export"`` or ``"blocks"``. Other keywords go to
+    :class:`~torch_exec.CheckpointedSequential` (``profile_passes``, ``preserve_rng_state``, ...).
+    """
+    wrapper = AutoCheckpointed(model, budget, backend=backend, bucket=bucket, max_stages=max_stages, capture=capture,
+                               **executor_kwargs)
+    if sample is not None and budget is not None:
+        if isinstance(sample, dict):
+            wrapper.prepare(**sample)
+        elif isinstance(sample, tuple):
+            wrapper.prepare(*sample)
+        else:
+            wrapper.prepare(sample)
+    return wrapper

@@ -29,6 +29,30 @@ class SimResult:
     memory_trace: list[int] = field(default_factory=list, repr=False)
 
 
+class Tally:
+    """The running figures of a simulation, the one place they are added up: bytes held (from
+    ``held`` at the start), the peak (held plus each op's transient) and the op at it, total time,
+    and with ``trace`` the bytes held after each op."""
+
+    def __init__(self, held: int, trace: bool):
+        self.held = held
+        self.peak, self.peak_op = held, -1
+        self.time_ms = 0.0
+        self.trace: list[int] | None = [] if trace else None
+
+    def add(self, index: int, transient: int, change: int, seconds: float) -> None:
+        if self.held + transient > self.peak:
+            self.peak, self.peak_op = self.held + transient, index
+        self.held += change
+        self.time_ms += seconds
+        if self.trace is not None:
+            self.trace.append(self.held)
+
+    def result(self, ops: int) -> SimResult:
+        return SimResult(time_ms=self.time_ms, peak_bytes=int(self.peak), peak_op=self.peak_op, ops=ops,
+                         memory_trace=self.trace if self.trace is not None else [])
+
+
 class Holdings:
     """What one chain (or one branch of a join) holds while a schedule runs, and the per-op
     accounting of the byte model: the one statement of what each operation needs, holds and frees,
@@ -115,27 +139,17 @@ def simulate(chain: Chain, schedule: list[Op], start: tuple[int, int] | None = N
         raise ValueError(f"start {start} is not a sub-chain of a {n}-stage chain")
     arr = chain.padded()
     state = Holdings(arr, i, grads=(j,))
-    held = int(arr["grad_bytes"][j]) + int(chain.reserved_bytes)
-    peak, peak_op = held, -1
-    time_ms = 0.0
-    memory_trace: list[int] = []
+    tally = Tally(int(arr["grad_bytes"][j]) + int(chain.reserved_bytes), trace)
     for index, op in enumerate(schedule):
         if op.kind is OpKind.TURN or op.branch is not None:
             raise ScheduleError(f"op {index} {op}: a join operation in a chain schedule (use gpusolve.join.simulate)")
         if not i < op.stage <= j:
             raise ScheduleError(f"op {index} {op}: stage {op.stage} is outside the sub-chain ({i}, {j})")
-        transient, change, seconds = state.apply(op, index)
-        if held + transient > peak:
-            peak, peak_op = held + transient, index
-        held += change
-        time_ms += seconds
-        if trace:
-            memory_trace.append(held)
+        tally.add(index, *state.apply(op, index))
     left = state.leftover(i)
     if left is not None:
         raise ScheduleError(f"schedule ends with {left}")
-    return SimResult(time_ms=time_ms, peak_bytes=int(peak), peak_op=peak_op, ops=len(schedule),
-                     memory_trace=memory_trace)
+    return tally.result(len(schedule))
 
 
 def store_all_schedule(chain: Chain) -> list[Op]:

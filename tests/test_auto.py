@@ -226,3 +226,10 @@ def test_train_example_trains_a_model_by_name_with_a_percentage_budget():
     assert done.returncode == 0, done.stderr[-2000:]
     assert "captured with torch.export" in done.stdout and "final loss" in done.stdout
     assert "budget 80% of plain autograd's peak" in done.stdout
+
+
+@pytest.mark.parametrize("budget", ["abc", "-5GiB", "150%", float("nan")])
+def test_bad_budget_fails_at_the_call_before_any_capture(budget):
+    model, *_ = A.make("resnet")
+    with pytest.raises(ValueError, match="budget"):
+        te.auto_checkpoint(model, budget)

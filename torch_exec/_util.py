@@ -319,6 +319,12 @@ def autocast_state() -> dict:
     return out
 
 
+def autocast_key() -> tuple:
+    """The autocast settings of the calling thread as part of an input signature (plans differ per
+    autocast dtype)."""
+    return tuple(sorted((k, str(v["dtype"])) for k, v in autocast_state().items()))
+
+
 def autocast_enabled_now() -> bool:
     """Whether autocast is on in the calling thread for the CPU or CUDA."""
     if torch.is_autocast_enabled("cpu"):

@@ -57,7 +57,7 @@ from torch import fx, nn
 from gpusolve.units import format_bytes
 
 from . import _util as U
-from .executor import CheckpointedSequential
+from .executor import CheckpointedSequential, _budget_setting
 
 MAX_CROSSING = 1
 """Most tensors that may cross a cut (Note [Cut points]). One: with more, a tensor a skip connection
@@ -546,7 +546,7 @@ class AutoCheckpointed(nn.Module):
         for name in _STATE_DICTS:  # Note [Sharing the model's state]
             self.__dict__[name] = getattr(model, name)
         self.training = model.training
-        self.budget = budget
+        self.budget = _budget_setting(budget)  # a bad budget fails here, before any capture
         self.backend = backend
         self.bucket = bucket
         self.max_stages = max_stages or DEFAULT_MAX_STAGES.get(backend, 64)
@@ -556,6 +556,7 @@ class AutoCheckpointed(nn.Module):
         self._last: Capture | None = None
         self._lock = threading.Lock()
         self._use_cache_note = False
+        self._forward_takes_use_cache: bool | None = None
 
     # ------------------------------------------------------------ nn.Module behaviour
     def __getattr__(self, name):
@@ -597,7 +598,7 @@ class AutoCheckpointed(nn.Module):
 
     def replan(self, budget="keep", **kwargs) -> None:
         if budget != "keep":
-            self.budget = budget
+            self.budget = _budget_setting(budget)
         for cap in self._captures.values():
             cap.executor.replan(budget=budget, **kwargs)
 
@@ -640,7 +641,7 @@ class AutoCheckpointed(nn.Module):
                 return ("O", type(v).__name__, id(v))
         leaves, spec = pytree.tree_flatten((args, dict(sorted(kwargs.items()))))
         return (tuple(leaf_key(v) for v in leaves), str(spec), self.training,
-                tuple(sorted((k, str(v["dtype"])) for k, v in U.autocast_state().items())))
+                U.autocast_key())
 
     def _build(self, args, kwargs) -> Capture:
         errors = []
@@ -748,11 +749,12 @@ class AutoCheckpointed(nn.Module):
         config = getattr(self._model, "config", None)
         if "use_cache" in kwargs or not getattr(config, "use_cache", False):
             return kwargs
-        try:
-            params = inspect.signature(self._model.forward).parameters
-        except (TypeError, ValueError):
-            return kwargs
-        if "use_cache" not in params:
+        if self._forward_takes_use_cache is None:  # read once, not on every step
+            try:
+                self._forward_takes_use_cache = "use_cache" in inspect.signature(self._model.forward).parameters
+            except (TypeError, ValueError):
+                self._forward_takes_use_cache = False
+        if not self._forward_takes_use_cache:
             return kwargs
         if not self._use_cache_note:
             self._use_cache_note = True
@@ -810,10 +812,11 @@ def _substituted(blocks: _Blocks, box: list, executor: CheckpointedSequential):
 def _check_blocks(wrapper: AutoCheckpointed, cap: Capture, args, kwargs) -> None:
     """The block substitution computes the model's outputs (checked once, without grad)."""
     blocks, box = cap.blocks
-    with torch.no_grad(), torch.random.fork_rng(U.all_rng_devices()):
-        state = torch.get_rng_state()
+    devices = U.all_rng_devices()
+    with torch.no_grad(), torch.random.fork_rng(devices):
+        state = U.RngState.capture(devices)  # both runs draw the same numbers (CPU and CUDA)
         ref = wrapper._model(*args, **kwargs)
-        torch.set_rng_state(state)
+        state.restore()
         try:
             with _substituted(blocks, box, lambda h: _run_plain(cap.stages, h)):
                 got = wrapper._model(*args, **kwargs)

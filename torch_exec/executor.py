@@ -816,7 +816,7 @@ class CheckpointedSequential(nn.Module):
     def _key(self, state):
         return (tuple((tuple(t.shape), t.dtype, t.device, t.requires_grad) for t in U.tensors(state)),
                 isinstance(state, torch.Tensor), self.training,
-                tuple(sorted((k, str(v["dtype"])) for k, v in U.autocast_state().items())))
+                U.autocast_key())
 
     def _entry(self, state) -> Entry:
         key = self._key(state)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from itertools import permutations
 
 from ..schedule import Op, OpKind
-from ..simulate import Holdings, ScheduleError, SimResult
+from ..simulate import Holdings, ScheduleError, SimResult, Tally
 from .network import JoinNet
 
 
@@ -29,11 +29,8 @@ def simulate_join(net: JoinNet, schedule: list[Op], trace: bool = False) -> SimR
     states = [Holdings(net.padded(beta), 0) for beta in range(net.k)]
     grads_out = [net.grad_bytes(beta, length) for beta, length in enumerate(lengths)]
     turn = net.turn
-    held = net.total_reserved_bytes
-    peak, peak_op = held, -1
-    time_ms = 0.0
+    tally = Tally(net.total_reserved_bytes, trace)
     turned = False
-    memory_trace: list[int] = []
     for index, op in enumerate(schedule):
         if op.kind is OpKind.TURN:
             if turned:
@@ -56,20 +53,14 @@ def simulate_join(net: JoinNet, schedule: list[Op], trace: bool = False) -> SimR
                 raise ScheduleError(f"op {index} {op}: stage {op.stage} is not a stage of branch {beta} "
                                     f"({lengths[beta]} stages)")
             transient, change, seconds = states[beta].apply(op, index)
-        if held + transient > peak:
-            peak, peak_op = held + transient, index
-        held += change
-        time_ms += seconds
-        if trace:
-            memory_trace.append(held)
+        tally.add(index, transient, change, seconds)
     if not turned:
         raise ScheduleError("the schedule never runs the turn")
     for beta, state in enumerate(states):
         left = state.leftover(0)
         if left is not None:
             raise ScheduleError(f"branch {beta}: schedule ends with {left}")
-    return SimResult(time_ms=time_ms, peak_bytes=int(peak), peak_op=peak_op, ops=len(schedule),
-                     memory_trace=memory_trace)
+    return tally.result(len(schedule))
 
 
 def store_all_join_schedule(net: JoinNet, order=None) -> list[Op]:

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import os
 import platform
+import re
+import sys
 
 
 def cpu_model() -> str:
@@ -20,3 +22,15 @@ def cpu_model() -> str:
 def cpu_description() -> str:
     """``<model> (<n> logical CPUs)``: how results files name a CPU machine."""
     return f"{cpu_model()} ({os.cpu_count()} logical CPUs)"
+
+
+def command_line(script: str, argv=None) -> str:
+    """``python bench/<script> <arguments>``: how results files record the command that made them
+    (``argv``, or the process's own arguments when None)."""
+    return " ".join(["python", f"bench/{script}", *(sys.argv[1:] if argv is None else argv)])
+
+
+def slug(text: str) -> str:
+    """``text`` (a device name) as part of a results file name: lower case, every run of characters
+    other than a-z and 0-9 one ``_``, none at either end."""
+    return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")

@@ -27,7 +27,6 @@ import datetime as _dt
 import gc
 import json
 import math
-import re
 import statistics
 import sys
 import time
@@ -50,6 +49,7 @@ from gpusolve.dp.minpeak import min_feasible_bytes  # noqa: E402
 from gpusolve.schedule import segments_policy  # noqa: E402
 from gpusolve.simulate import simulate, store_all_peak_bytes  # noqa: E402
 from torch_exec.split import gpt2_stages, split_model  # noqa: E402
+from _common import command_line, slug  # noqa: E402  (same folder)
 
 NETWORKS = ("densenet121", "resnet50", "vgg16", "gpt2")
 FRACTIONS = (1.0, 0.7, 0.5, 0.35)
@@ -326,7 +326,7 @@ def main(argv=None):
         raise SystemExit("no CUDA device: use --device cpu (with --quick) for a smoke run")
     args.out.mkdir(parents=True, exist_ok=True)
     args.device_name = torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else "cpu"
-    args.gpu_tag = re.sub(r"[^a-z0-9]+", "_", args.device_name.lower()).strip("_") + ("_quick" if args.quick else "")
+    args.gpu_tag = slug(args.device_name) + ("_quick" if args.quick else "")
     args.date = _dt.date.today().isoformat()
     if args.device.startswith("cuda"):
         torch.backends.cudnn.benchmark = False
@@ -341,8 +341,7 @@ def main(argv=None):
             print(f"== {name} failed: {type(err).__name__}: {err}", flush=True)
             traceback.print_exc()
         _free()
-    command = "python bench/executor.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    write_report(records, errors, args, command)
+    write_report(records, errors, args, command_line("executor.py", argv))
 
 
 if __name__ == "__main__":

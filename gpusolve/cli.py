@@ -103,12 +103,38 @@ def comparison_table(records: list[dict], budget_bytes: int) -> str:
 
 
 # ---------------------------------------------------------------------------- commands
+def offload_link(args):
+    """The :class:`gpusolve.offload.Link` of ``--offload --bandwidth R [--h2d-bandwidth R] [--latency T]``,
+    or None without ``--offload`` (the link options then are an error)."""
+    from .offload.link import Link
+    given = [name for name in ("bandwidth", "h2d_bandwidth", "latency") if getattr(args, name, None) is not None]
+    if not getattr(args, "offload", False):
+        if given:
+            raise CliError(f"--{given[0].replace('_', '-')} describes the host link: add --offload (e.g. "
+                           f"{OFFLOAD_EXAMPLE})")
+        return None
+    if args.bandwidth is None:
+        raise CliError(f"--offload needs --bandwidth (the device-host copy rate, e.g. 12GB/s; measure it with "
+                       f"torch_exec.offload.measure_link()): {OFFLOAD_EXAMPLE}")
+    try:
+        return Link.parse(args.bandwidth, args.h2d_bandwidth, args.latency if args.latency is not None else 0.0)
+    except ValueError as err:
+        raise CliError(str(err)) from None
+
+
 def cmd_solve(args) -> int:
     from .solve import solve
     chain = load_chain(args.profile)
     budget = _budget(chain, args.budget)
     bucket = _bytes(args.bucket, "bucket") if args.bucket is not None else None
-    plan = solve(chain, budget, bucket=bucket, backend=args.backend)
+    link = offload_link(args)
+    if link is not None:
+        from .offload.solver import solve_offload
+        if args.backend == "exact":
+            raise CliError("--offload: the combined DP has no exact backend; use --backend auto, cpu or cuda")
+        plan = solve_offload(chain, budget, link, bucket=bucket, backend=args.backend)
+    else:
+        plan = solve(chain, budget, bucket=bucket, backend=args.backend)
     if args.json:
         _emit_json(plan.to_dict() | _stage_counts(chain))
     else:
@@ -123,8 +149,16 @@ def cmd_compare(args) -> int:
     chain = load_chain(args.profile)
     budget = _budget(chain, args.budget)
     bucket = _bytes(args.bucket, "bucket") if args.bucket is not None else None
+    link = offload_link(args)
     low = check_budget(chain, budget, bucket)  # compare() itself reports infeasibility in its rows
     records = compare(chain, budget, bucket=bucket, backend=args.backend)
+    if link is not None:  # the combined DP first, the paper's offload-only algorithms after the recompute rows
+        from .offload.compare import offload_records
+        if args.backend == "exact":
+            raise CliError("--offload: the combined DP has no exact backend; use --backend auto, cpu or cuda")
+        extra = offload_records(chain, budget, link, bucket=bucket, backend=args.backend, recompute=False)
+        records[0]["name"] = "recompute only (gpusolve)"
+        records = extra[:1] + records + extra[1:]
     if args.json:
         _emit_json({"network": _chain_name(chain, args.profile), **_stage_counts(chain), "budget_bytes": budget,
                     "min_feasible_bytes": low, "records": records})
@@ -140,13 +174,24 @@ def cmd_curve(args) -> int:
     chain = load_chain(args.profile)
     top = _budget(chain, args.max_budget, "max budget") if args.max_budget is not None else None
     bucket = _bytes(args.bucket, "bucket") if args.bucket is not None else None
-    data = curve_data(chain, top, bucket=bucket, backend=args.backend)
-    out = plot_curve(data, args.out)
+    link = offload_link(args)
+    if link is not None:
+        from .offload.compare import offload_curve_data, plot_offload_curves
+        if args.backend == "exact":
+            raise CliError("--offload: the combined DP has no exact backend; use --backend auto, cpu or cuda")
+        data = offload_curve_data(chain, link, top, bucket=bucket, backend=args.backend)
+        out = plot_offload_curves(data, args.out)
+        summary = (f"wrote {out} (recompute only, recompute + offload, and offload only at "
+                   f"{len(data['grid_bytes'])} budgets up to {format_bytes(data['max_budget_bytes'])})")
+    else:
+        data = curve_data(chain, top, bucket=bucket, backend=args.backend)
+        out = plot_curve(data, args.out)
+        summary = (f"wrote {out} ({len(data['optimal']['budget_bytes'])} optimal points, "
+                   f"{len(data['grid_bytes'])} baseline budgets up to {format_bytes(data['max_budget_bytes'])})")
     if args.json:
         _emit_json(data | {"out": str(out)})
     else:
-        print(f"wrote {out} ({len(data['optimal']['budget_bytes'])} optimal points, "
-              f"{len(data['grid_bytes'])} baseline budgets up to {format_bytes(data['max_budget_bytes'])})")
+        print(summary)
     return 0
 
 
@@ -286,12 +331,109 @@ def _join_number(x: float):
     return int(x) if float(x).is_integer() else float(x)
 
 
+OFFLOAD_EXAMPLE = "gpusolve solve resnet50_b128 --budget 35% --offload --bandwidth 12GB/s --latency 0.01ms"
+JOIN_EXAMPLE = "e.g. gpusolve join resnet50_b128 resnet50_b128 --budget 50%"
+JOIN_BACKENDS = ("auto", "cpu", "cuda")
+
+
+def parse_turn_ms(value: str) -> float:
+    """``--turn-ms``: the turn's time (its forward and backward), a finite number of ms >= 0."""
+    import math
+    try:
+        ms = float(value)
+    except (TypeError, ValueError):
+        raise CliError(f"--turn-ms {value!r}: expected a number of milliseconds >= 0, e.g. --turn-ms 0.5") from None
+    if not math.isfinite(ms) or ms < 0:
+        raise CliError(f"--turn-ms {value}: the turn's time must be a finite number of ms >= 0, e.g. --turn-ms 0.5")
+    return ms
+
+
+def _join_turn(args):
+    """The turn of ``gpusolve join``: ``--turn-ms`` (t_fwd + t_bwd) and ``--turn-bytes`` (bytes the head
+    holds beyond the branch outputs and their gradients: the spec's turn_extra, ``Turn.bwd_extra``)."""
+    from .join.network import Turn
+    ms = parse_turn_ms(args.turn_ms) if args.turn_ms is not None else 0.0
+    extra = _bytes(args.turn_bytes, "--turn-bytes") if args.turn_bytes is not None else 0
+    return Turn(t_fwd=ms, t_bwd=0.0, bwd_extra=extra, name="turn")
+
+
+def _join_records(plan, net) -> list[dict]:
+    """The optimum and :func:`gpusolve.join.baselines.compare_join` at the plan's budget and bucket, as
+    :func:`comparison_table` records (overhead vs store-all time)."""
+    from .join.baselines import compare_join
+    base = plan.store_all_time_ms
+
+    def overhead(t):
+        return float(t / base - 1.0) if base else 0.0
+    records = [{"name": "optimal (join DP)", "time_ms": plan.predicted_time_ms, "peak_bytes": plan.predicted_peak_bytes,
+                "overhead": overhead(plan.predicted_time_ms), "feasible": True,
+                "detail": {"bucket_bytes": plan.bucket_bytes, "buckets": plan.buckets,
+                           "decided_by": plan.decided_by}}]
+    for b in compare_join(net, plan.budget_bytes, plan.bucket_bytes):
+        fits = bool(b.feasible)
+        records.append({"name": b.name, "time_ms": float(b.time_ms) if fits else None,
+                        "peak_bytes": int(b.peak_bytes) if fits else None,
+                        "overhead": overhead(b.time_ms) if fits else None, "feasible": fits,
+                        "detail": {"how": b.detail} if b.detail else {}})
+    faster = [r["name"] for r in records[1:] if r["feasible"] and r["time_ms"] < plan.predicted_time_ms * (1 - 1e-9)]
+    if faster:  # never expected: solve_join takes the baselines as candidates (Note [Join candidates])
+        records[0]["detail"]["note"] = f"{', '.join(faster)} beat the plan"
+    return records
+
+
+def cmd_join_profiles(args) -> int:
+    """``gpusolve join PROFILE PROFILE [...] --budget B``: the byte-model join DP on branch profiles."""
+    from .join.bytesim import store_all_join_peak_bytes
+    from .join.solve import solve_join
+    if args.lengths is not None or args.slots is not None:
+        raise CliError("gpusolve join --lengths/--slots describe the paper's slot model: add --paper (for real "
+                       f"networks give branch profiles instead, {JOIN_EXAMPLE})")
+    if len(args.profiles) < 2:
+        got = f"got {len(args.profiles)}" + (f" ({args.profiles[0]})" if args.profiles else "")
+        raise CliError(f"gpusolve join needs at least 2 branch profiles (bundled names or JSON paths), {got}; "
+                       f"{JOIN_EXAMPLE} (a single chain: gpusolve solve; the paper's slot model: --paper)")
+    if args.budget is None:
+        raise CliError(f"gpusolve join needs --budget (bytes, KiB/MiB/GiB, or % of the join's store-all peak), "
+                       f"{JOIN_EXAMPLE}")
+    turn = _join_turn(args)
+    branches = [load_chain(spec) for spec in args.profiles]
+    bucket = _bytes(args.bucket, "bucket") if args.bucket is not None else None
+    plan = solve_join(branches, turn, args.budget, bucket=bucket, backend=args.backend)
+    net = plan.net
+    names = [_chain_name(c, spec) for c, spec in zip(branches, args.profiles, strict=True)]
+    records = _join_records(plan, net) if args.compare else None
+    if args.json:
+        out = {"branches": [{"profile": spec, "name": name, **_stage_counts(c)}
+                            for spec, name, c in zip(args.profiles, names, branches, strict=True)],
+               "turn": {"time_ms": turn.time_ms, "bytes": turn.bwd_extra},
+               "store_all_peak_bytes": store_all_join_peak_bytes(net), "plan": plan.to_dict()}
+        if records is not None:
+            out["records"] = records
+        _emit_json(out)
+        return 0
+    print(f"join of {net.k} branches at one turn ({turn.time_ms:g} ms, {format_bytes(turn.bwd_extra)} beyond the "
+          f"output gradients):")
+    for beta, (name, c) in enumerate(zip(names, branches, strict=True)):
+        print(f"  branch {beta}: {name}: {c.summary()}")
+    print(f"store-all (plain autograd) peak {format_bytes(store_all_join_peak_bytes(net))}, "
+          f"step {plan.store_all_time_ms:.2f} ms; join DP minimum {format_bytes(plan.min_feasible_bytes)}")
+    print(plan.summary())
+    if records is not None:
+        print(comparison_table(records, plan.budget_bytes))
+    return 0
+
+
 def cmd_join(args) -> int:
-    """``gpusolve join --paper ...``: the seed paper's slot model (gpusolve.join.paper). Without
-    ``--paper`` the project's byte-model join DP will run; it is not there yet."""
+    """``gpusolve join PROFILE PROFILE [...] --budget B``: the byte-model join DP (gpusolve.join.solve) on
+    branch profiles; ``gpusolve join --paper ...``: the seed paper's slot model (gpusolve.join.paper)."""
     if not args.paper:
-        raise CliError("gpusolve join: only the paper's slot model is available yet; add --paper "
-                       "(the byte-model join DP for profiled networks is not implemented)")
+        return cmd_join_profiles(args)
+    byte_options = [o for o, v in (("PROFILE", args.profiles), ("--budget", args.budget), ("--bucket", args.bucket),
+                                   ("--turn-ms", args.turn_ms), ("--turn-bytes", args.turn_bytes),
+                                   ("--compare", args.compare)) if v]
+    if byte_options:
+        raise CliError(f"gpusolve join --paper: {', '.join(byte_options)} belong to the byte-model join on branch "
+                       f"profiles; drop --paper for it, or them for the slot model")
     from .join import paper
     if args.lengths is None or args.slots is None:
         missing = " and ".join(o for o, v in (("--lengths", args.lengths), ("--slots", args.slots)) if v is None)
@@ -346,10 +488,24 @@ def build_parser() -> argparse.ArgumentParser:
                        help="auto (exact for small chains, else CUDA if available, else cpu), cpu, cuda or exact")
         p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
-    common(sub.add_parser("solve", help="optimal plan at one budget"))
-    common(sub.add_parser("compare", help="optimum and every baseline at one budget"))
+    def offload(p):
+        p.add_argument("--offload", action="store_true",
+                       help="also move checkpoints to host memory while later stages run (the combined recompute + "
+                            "offload DP); needs --bandwidth")
+        p.add_argument("--bandwidth", default=None, metavar="RATE",
+                       help="device-host copy rate with --offload, e.g. 12GB/s (both directions unless --h2d-bandwidth)")
+        p.add_argument("--h2d-bandwidth", default=None, metavar="RATE", help="host-to-device rate, if it differs")
+        p.add_argument("--latency", default=None, metavar="TIME", help="per-transfer latency, e.g. 0.01ms (default 0)")
+
+    p = sub.add_parser("solve", help="optimal plan at one budget")
+    common(p)
+    offload(p)
+    p = sub.add_parser("compare", help="optimum and every baseline at one budget")
+    common(p)
+    offload(p)
     p = sub.add_parser("curve", help="trade-off curve (PNG, PDF, SVG, ...)")
     common(p, budget_required=False)
+    offload(p)
     p.add_argument("--max-budget", default=None, help="largest budget (default: the store-all peak)")
     p.add_argument("--out", default="curve.png", help=f"image path, format from its extension ({OUT_FORMATS}; "
                                                       "default curve.png)")
@@ -363,11 +519,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="auto", choices=BACKENDS, help="auto, cpu, cuda or exact")
     p = sub.add_parser("profiles", help="list the bundled profiles")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    p = sub.add_parser("join", help="join networks (k branches into one loss); --paper: the seed paper's slot model",
-                       epilog="e.g. gpusolve join --paper --lengths 10,50 --slots 5..62")
+    p = sub.add_parser("join", help="join networks (k branches into one loss): branch profiles, or --paper's slot model",
+                       epilog="e.g. gpusolve join resnet50_b128 resnet50_b128 --budget 50%% --compare; "
+                              "gpusolve join --paper --lengths 10,50 --slots 5..62")
+    p.add_argument("profiles", metavar="PROFILE", nargs="*",
+                   help="branch profiles (>= 2; paths or bundled names): each branch is a chain, all meet at the turn")
+    p.add_argument("--budget", default=None,
+                   help="memory budget beyond the branch inputs: bytes, KiB/MiB/GiB, or %% of the join's store-all peak")
+    p.add_argument("--bucket", default=None, help="memory granularity of the join DP (default budget/1024)")
+    p.add_argument("--backend", default="auto", choices=JOIN_BACKENDS, help="auto, cpu or cuda (the join DP)")
+    p.add_argument("--turn-ms", default=None,
+                   help="time of the turn (the loss head's forward and backward), ms (default 0)")
+    p.add_argument("--turn-bytes", default=None,
+                   help="bytes the turn holds beyond the branch outputs and their gradients (default 0)")
+    p.add_argument("--compare", action="store_true", help="also the baselines: store-all, split budget, EQUIV-CHAIN")
     p.add_argument("--paper", action="store_true",
-                   help="the paper's model (Beaumont et al., RR-9273): unit-size slots, costs u_f, u_b, u_t "
-                        "(required for now: the byte-model join DP is not implemented yet)")
+                   help="the paper's model (Beaumont et al., RR-9273): unit-size slots, costs u_f, u_b, u_t")
     p.add_argument("--lengths", default=None, help="branch lengths (forward steps), comma separated, e.g. 10,50")
     p.add_argument("--slots", default=None, help="memory sizes in slots: a list 5,6,31 or a range 5..62")
     p.add_argument("--uf", type=float, default=1.0, help="cost of a forward step (default 1)")
@@ -383,7 +550,8 @@ COMMANDS = {"solve": cmd_solve, "compare": cmd_compare, "curve": cmd_curve, "the
             "demo": cmd_demo, "profiles": cmd_profiles, "join": cmd_join}
 # Options whose value may start with '-' (a negative size, which their parsers then reject clearly).
 # (join's lists and costs too: `--lengths -1,5` reaches parse_join_lengths, which names the value.)
-SIZE_OPTIONS = ("--budget", "--bucket", "--max-budget", "--lengths", "--slots", "--uf", "--ub", "--ut")
+SIZE_OPTIONS = ("--budget", "--bucket", "--max-budget", "--lengths", "--slots", "--uf", "--ub", "--ut", "--turn-ms",
+                "--turn-bytes", "--bandwidth", "--h2d-bandwidth", "--latency")
 OUT_FORMATS = "png, pdf, svg, ..."
 
 

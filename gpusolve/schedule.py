@@ -9,13 +9,20 @@ Operations (``s`` is a stage, 1..N):
 - ``FREE(s)``: drop the checkpoint a_s.
 - ``TURN``: only in join schedules (:mod:`gpusolve.join`): the head (loss) over the k branch outputs,
   forward and backward at once; it produces the gradient of every branch output. Its ``stage`` is 0.
+- Offloading (:mod:`gpusolve.offload`, spec ``offload.md`` B.4.1; ``s`` is the activation a_s, a plain
+  checkpoint): ``OFFLOAD(s)`` issues the device-to-host copy of a_s on the copy channel (a_s stays
+  readable and held); ``RELEASE(s)`` waits for that copy, then frees a_s's device block;
+  ``PREFETCH(s)`` allocates a_s's device block (held from now) and issues the host-to-device copy;
+  ``ACQUIRE(s)`` waits for that copy: a_s is a held checkpoint again. Simulated on two timelines by
+  :func:`gpusolve.simulate.simulate` (``link=``).
 
 Ops of a join schedule carry ``branch`` (0-based branch index; None for the TURN and for every op
 of a chain schedule, whose form and JSON are unchanged).
 
 A *policy* is a tree over sub-chains (i, j): either ``Tape`` (record stage i+1, solve (i+1, j),
-run its backward) or ``Checkpoint(k)`` (forward no-grad to a_k, solve (k, j), drop a_k, solve
-(i, k)). :func:`policy_to_schedule` is the one place that turns a policy into operations.
+run its backward), ``Checkpoint(k)`` (forward no-grad to a_k, solve (k, j), drop a_k, solve
+(i, k)) or ``Swap(k)`` (Checkpoint k with a_i moved to the host while (k, j) runs).
+:func:`policy_to_schedule` is the one place that turns a policy into operations.
 """
 from __future__ import annotations
 
@@ -30,6 +37,13 @@ class OpKind(str, Enum):
     BWD = "bwd"
     FREE = "free"
     TURN = "turn"
+    OFFLOAD = "offload"
+    RELEASE = "release"
+    PREFETCH = "prefetch"
+    ACQUIRE = "acquire"
+
+
+SWAP_OPS = (OpKind.OFFLOAD, OpKind.RELEASE, OpKind.PREFETCH, OpKind.ACQUIRE)
 
 
 @dataclass(frozen=True)
@@ -80,7 +94,26 @@ class Checkpoint:
     left: "Policy"
 
 
-Policy = Union[Tape, Checkpoint]
+@dataclass(frozen=True)
+class Swap:
+    """Checkpoint k with a_i (a plain checkpoint) on the host while ``right`` = (k, j) runs
+    (spec ``offload.md`` B.4.1). Emitted as::
+
+        offload(i), fwd_nograd(i+1, keep), fwd_nograd(i+2..k), release(i),
+        <right without its last op>, prefetch(i), bwd(k+1), free(k), acquire(i), <left>
+
+    when ``overlap`` (the host-to-device copy overlaps the right part's last op, bwd(k+1)), else
+    ``..., release(i), <right>, free(k), prefetch(i), acquire(i), <left>`` (no room for a_i during
+    bwd(k+1)). The node carries the variant the DP priced (it knows m), so the emitter needs
+    neither the chain nor the budget."""
+
+    k: int
+    right: "Policy"
+    left: "Policy"
+    overlap: bool = True
+
+
+Policy = Union[Tape, Checkpoint, Swap]
 
 
 def policy_to_schedule(policy: Policy, i: int, j: int) -> list[Op]:
@@ -91,9 +124,12 @@ def policy_to_schedule(policy: Policy, i: int, j: int) -> list[Op]:
 def _emit(policy: Policy, i: int, j: int) -> Iterator[Op]:
     # Explicit stack instead of recursion: chains of thousands of stages nest that deep.
     stack: list = [(policy, i, j)]
+    before_bwd: dict[int, Op] = {}  # an overlapping Swap's prefetch, issued right before bwd(k+1)
     while stack:
         item = stack.pop()
         if isinstance(item, Op):
+            if item.kind is OpKind.BWD and item.stage in before_bwd:
+                yield before_bwd.pop(item.stage)
             yield item
             continue
         node, lo, hi = item
@@ -113,6 +149,24 @@ def _emit(policy: Policy, i: int, j: int) -> Iterator[Op]:
             stack.append((node.left, lo, k))
             stack.append(Op(OpKind.FREE, k))
             stack.append((node.right, k, hi))
+        elif isinstance(node, Swap):
+            k = node.k
+            if not lo < k < hi:
+                raise ValueError(f"swap k = {k} is outside ({lo}, {hi})")
+            yield Op(OpKind.OFFLOAD, lo)
+            for stage in range(lo + 1, k + 1):
+                yield Op(OpKind.FWD_NOGRAD, stage, keep_input=(stage == lo + 1))
+            yield Op(OpKind.RELEASE, lo)
+            stack.append((node.left, lo, k))
+            stack.append(Op(OpKind.ACQUIRE, lo))
+            if node.overlap:
+                # Every schedule of (k, hi) ends with bwd(k+1), the only backward of stage k+1.
+                before_bwd[k + 1] = Op(OpKind.PREFETCH, lo)
+                stack.append(Op(OpKind.FREE, k))
+            else:
+                stack.append(Op(OpKind.PREFETCH, lo))
+                stack.append(Op(OpKind.FREE, k))
+            stack.append((node.right, k, hi))
         else:
             raise TypeError(f"not a policy node: {node!r}")
 
@@ -120,7 +174,7 @@ def _emit(policy: Policy, i: int, j: int) -> Iterator[Op]:
 def tape_chain(i: int, j: int) -> Policy:
     """Record every stage of (i, j) and run the backwards: plain autograd on the sub-chain."""
     node: Policy = Tape(None)
-    for lo in range(j - 2, i - 1, -1):
+    for _lo in range(j - 2, i - 1, -1):
         node = Tape(node)
     return node
 

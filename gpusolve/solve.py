@@ -109,31 +109,42 @@ class Plan:
 
     def summary(self) -> str:
         """A few human-readable lines."""
-        if not self.feasible:
-            return (f"infeasible at budget {format_bytes(self.budget_bytes)} "
-                    f"(minimum {exact_bytes(self.min_feasible_bytes)})")
         grain = ("exact bytes (no buckets)" if self.backend == "exact" else
                  f"bucket {format_bytes(self.bucket_bytes)} ({self.buckets} buckets)")
-        lines = [f"budget {format_bytes(self.budget_bytes)}, {grain}, backend {self.backend}, "
-                 f"solved in {self.solve_seconds * 1e3:.1f} ms",
-                 f"predicted step {self.predicted_time_ms:.2f} ms (+{100 * self.overhead:.1f} % over store-all "
-                 f"{self.store_all_time_ms:.2f} ms), peak {format_bytes(self.predicted_peak_bytes)}, "
-                 f"{len(self.schedule)} ops"]
-        return "\n".join(lines + [f"note: {n}" for n in self.notes])
+        return plan_summary(self, f"budget {format_bytes(self.budget_bytes)}, {grain}, backend {self.backend}, "
+                                  f"solved in {self.solve_seconds * 1e3:.1f} ms")
 
     def to_dict(self) -> dict:
         """JSON-ready dict (the CLI's ``solve --json``)."""
-        finite = np.isfinite(self.curve.time_ms)
-        return {"feasible": self.feasible, "predicted_time_ms": self.predicted_time_ms,
-                "predicted_peak_bytes": self.predicted_peak_bytes, "budget_bytes": self.budget_bytes,
-                "bucket_bytes": self.bucket_bytes, "buckets": self.buckets, "backend": self.backend,
-                "solve_seconds": self.solve_seconds, "timings": dict(self.timings),
-                "min_feasible_bytes": self.min_feasible_bytes,
-                "store_all_time_ms": self.store_all_time_ms, "overhead": self.overhead,
-                "bytes_per_state": self.bytes_per_state, "notes": self.notes,
-                "curve": {"budget_bytes": [int(b) for b in self.curve.budget_bytes[finite]],
-                          "time_ms": [float(t) for t in self.curve.time_ms[finite]]},
-                "schedule": schedule_to_json(self.schedule)}
+        return plan_dict(self, backend=self.backend, bytes_per_state=self.bytes_per_state)
+
+
+def plan_summary(plan, head: str, ops_detail: str = "") -> str:
+    """The lines of ``summary()`` shared by :class:`Plan` and :class:`gpusolve.join.JoinPlan`: one line
+    when infeasible (naming the minimum), else ``head``, the predicted step (overhead, peak, op count
+    and ``ops_detail``) and one line per note."""
+    if not plan.feasible:
+        return (f"infeasible at budget {format_bytes(plan.budget_bytes)} "
+                f"(minimum {exact_bytes(plan.min_feasible_bytes)})")
+    lines = [head, f"predicted step {plan.predicted_time_ms:.2f} ms (+{100 * plan.overhead:.1f} % over store-all "
+                   f"{plan.store_all_time_ms:.2f} ms), peak {format_bytes(plan.predicted_peak_bytes)}, "
+                   f"{len(plan.schedule)} ops{ops_detail}"]
+    return "\n".join(lines + [f"note: {n}" for n in plan.notes])
+
+
+def plan_dict(plan, **extra) -> dict:
+    """The JSON-ready ``to_dict()`` shared by :class:`Plan` and :class:`gpusolve.join.JoinPlan`: the
+    common fields, the class's own ``extra`` ones, the feasible part of the curve and the schedule."""
+    finite = np.isfinite(plan.curve.time_ms)
+    return {"feasible": plan.feasible, "predicted_time_ms": plan.predicted_time_ms,
+            "predicted_peak_bytes": plan.predicted_peak_bytes, "budget_bytes": plan.budget_bytes,
+            "bucket_bytes": plan.bucket_bytes, "buckets": plan.buckets, **extra,
+            "solve_seconds": plan.solve_seconds, "timings": dict(plan.timings),
+            "min_feasible_bytes": plan.min_feasible_bytes, "store_all_time_ms": plan.store_all_time_ms,
+            "overhead": plan.overhead, "notes": list(plan.notes),
+            "curve": {"budget_bytes": [int(b) for b in plan.curve.budget_bytes[finite]],
+                      "time_ms": [float(t) for t in plan.curve.time_ms[finite]]},
+            "schedule": schedule_to_json(plan.schedule)}
 
 
 def solve(chain: Chain, budget, bucket=None, backend: str = "auto", strict: bool = True,
@@ -186,44 +197,14 @@ def solve(chain: Chain, budget, bucket=None, backend: str = "auto", strict: bool
     full_curve = np.asarray(table.curve, dtype=np.float64)
     curve = Curve(np.arange(buckets + 1, dtype=np.int64) * bucket_bytes, full_curve[:buckets + 1].copy())
 
-    best = None  # (time, peak, policy or None for store-all, note)
     clock, recovering = time.perf_counter(), timings.get("recover", 0.0)
     padded = chain.padded()
     act, tape = padded["act_bytes"], padded["tape_bytes"]
-    policy = table.policy(buckets)
-    if policy is not None:
-        best = (full_curve[buckets], None, policy, None)
-    # Note [Exact candidates] (2): better plateaus of the slack band, in exact bytes. Further past the
-    # budget the optima are faster and less likely to fit: a binary search for the last that fits.
-    starts = [m for m in _plateau_starts(full_curve, buckets, buckets + slack)
-              if best is None or full_curve[m] < best[0]]
-    lo, hi, tried = 0, len(starts) - 1, 0
-    while lo <= hi and tried < SLACK_TRIES:
-        mid = (lo + hi) // 2
-        m = starts[mid]
-        tried += 1
-        candidate = table.policy(m)
-        peak = policy_peak_bytes(problem, act, tape, candidate)
-        if peak <= budget_bytes:
-            if best is None or full_curve[m] < best[0]:
-                note = (f"the optimum at {m - buckets} bucket(s) past the budget fits it in exact bytes "
-                        f"(peak {peak} B): bucket rounding had hidden it")
-                best = (full_curve[m], peak, candidate, note)
-            lo = mid + 1
-        else:
-            hi = mid - 1
-    # Note [Exact candidates] (3): segment policies (store-all, checkpoint_sequential, Chen's greedy).
-    segment = _fastest_segment_policy(chain, problem, budget_bytes, best[0] if best is not None else np.inf)
+    best = exact_candidates(chain, problem, table, full_curve, buckets, budget_bytes,
+                            lambda candidate: policy_peak_bytes(problem, act, tape, candidate))
     timings["candidates"] = time.perf_counter() - clock - (timings.get("recover", 0.0) - recovering)
 
     clock = time.perf_counter()
-    if segment is not None:
-        seg_time, seg_peak, cuts, origin = segment
-        found = ("" if best is None else
-                 f" and is faster than the optimum at this bucket ({best[0]:.4f} ms, rounding)")
-        where = f" with checkpoints at {list(cuts)}" if cuts else ""
-        note = f"{origin}{where} fits the budget in exact bytes (peak {seg_peak} B){found}; the plan is {origin}"
-        best = (seg_time, seg_peak, segments_policy(list(cuts), chain.n), note)
     if best is not None:
         schedule = policy_to_schedule(best[2], 0, chain.n)
         sim = simulate(chain, schedule)
@@ -260,6 +241,48 @@ def solve(chain: Chain, budget, bucket=None, backend: str = "auto", strict: bool
                 solve_seconds=time.perf_counter() - started, curve=curve, schedule=schedule, policy=policy,
                 store_all_time_ms=store_all_time_ms(chain), bytes_per_state=_bytes_per_state(name, problem),
                 notes=notes, timings=timings, chain=chain, known_min_bytes=known_min)
+
+
+def exact_candidates(chain: Chain, problem: Problem, table, full_curve: np.ndarray, buckets: int, budget_bytes: int,
+                     peak_of):
+    """Note [Exact candidates] (1)-(3) over a filled table whose columns go ``slack`` past ``buckets``:
+    returns ``(time, peak or None, policy, note or None)`` of the fastest of the table's optimum at the
+    budget, the best slack-band plateau that fits in exact bytes (``peak_of(policy)``) and the fastest
+    fitting segment policy (:func:`_fastest_segment_policy`), or None. Shared by :func:`solve` and the
+    combined offload DP (:func:`gpusolve.offload.solve_offload`), whose class contains all of them."""
+    best = None
+    policy = table.policy(buckets)
+    if policy is not None:
+        best = (full_curve[buckets], None, policy, None)
+    # (2): better plateaus of the slack band, in exact bytes. Further past the budget the optima are
+    # faster and less likely to fit: a binary search for the last that fits.
+    starts = [m for m in _plateau_starts(full_curve, buckets, problem.buckets)
+              if best is None or full_curve[m] < best[0]]
+    lo, hi, tried = 0, len(starts) - 1, 0
+    while lo <= hi and tried < SLACK_TRIES:
+        mid = (lo + hi) // 2
+        m = starts[mid]
+        tried += 1
+        candidate = table.policy(m)
+        peak = peak_of(candidate)
+        if peak <= budget_bytes:
+            if best is None or full_curve[m] < best[0]:
+                note = (f"the optimum at {m - buckets} bucket(s) past the budget fits it in exact bytes "
+                        f"(peak {peak} B): bucket rounding had hidden it")
+                best = (full_curve[m], peak, candidate, note)
+            lo = mid + 1
+        else:
+            hi = mid - 1
+    # (3): segment policies (store-all, checkpoint_sequential, Chen's greedy).
+    segment = _fastest_segment_policy(chain, problem, budget_bytes, best[0] if best is not None else np.inf)
+    if segment is not None:
+        seg_time, seg_peak, cuts, origin = segment
+        found = ("" if best is None else
+                 f" and is faster than the optimum at this bucket ({best[0]:.4f} ms, rounding)")
+        where = f" with checkpoints at {list(cuts)}" if cuts else ""
+        note = f"{origin}{where} fits the budget in exact bytes (peak {seg_peak} B){found}; the plan is {origin}"
+        best = (seg_time, seg_peak, segments_policy(list(cuts), chain.n), note)
+    return best
 
 
 # The slack band (Note [Exact candidates]): at most this many recovered candidates (a binary search
@@ -422,3 +445,32 @@ def _pick_backend(backend: str, notes: list[str]):
         warnings.warn(note, FallbackWarning, stacklevel=3)
         notes.append(note)
         return "cpu", cpu.fill
+
+
+def pick_kernel_backend(backend: str, notes: list[str], kernel_module: str, cpu_fill, *, names: tuple[str, ...],
+                        dp: str, for_what: str):
+    """(name, fill) of a DP whose CUDA backend runs after the chain's (join, offload): ``backend`` one
+    of ``names`` (else ``ValueError`` ending "for ``for_what``"), then the chain's one selection rule
+    (:func:`_pick_backend`: CuPy, a device, the chain kernels, the fallback of "auto"), then the
+    ``ensure_available()`` of ``kernel_module`` (its own kernel), whose ``fill`` runs on CUDA;
+    ``cpu_fill`` otherwise. ``dp`` names the DP in the note of "auto" ("the join DP"). Called
+    directly by the solver (the warnings name the solver's caller)."""
+    if backend not in names:
+        raise ValueError(f"backend {backend!r} is not one of {', '.join(map(repr, names))} for {for_what}")
+    name, _chain_fill = _pick_backend(backend, notes)
+    if name == "cpu":
+        return "cpu", cpu_fill
+    import importlib
+    kernel = importlib.import_module(kernel_module)
+    try:
+        kernel.ensure_available()
+    except BackendUnavailableError as err:
+        if backend == "cuda":
+            raise BackendUnavailableError(f"the CUDA backend cannot run: {err}") from None
+        note = f"CUDA backend unavailable ({err}); solving on the CPU"
+        warnings.warn(note, FallbackWarning, stacklevel=3)
+        notes.append(note)
+        return "cpu", cpu_fill
+    if backend == "auto":
+        notes.append(f"backend auto: {dp} runs on CUDA (CuPy sees a device)")
+    return "cuda", kernel.fill

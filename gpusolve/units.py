@@ -73,6 +73,27 @@ def parse_budget(value, reference_bytes, what: str = "budget") -> int:
     return int(int(reference) * (percent / 100.0))
 
 
+_TIME_UNITS = {"": 1.0, "ms": 1.0, "s": 1000.0, "us": 1e-3, "µs": 1e-3, "ns": 1e-6}
+_TIME = re.compile(r"^\s*([+-]?[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(ms|s|us|µs|ns|)\s*$", re.IGNORECASE)
+
+
+def parse_duration_ms(value, what: str = "latency") -> float:
+    """Milliseconds from a number (already ms) or a string such as ``"0.01ms"``, ``"10us"``, ``"2e-5s"``.
+    Raises ``ValueError`` naming ``what`` for anything else, negative or non-finite values."""
+    if isinstance(value, bool):
+        raise ValueError(f"{what} must be ms or a string like '0.01ms', got {value!r}")
+    if isinstance(value, (int, float)):
+        ms = float(value)
+    elif isinstance(value, str) and _TIME.match(value):
+        match = _TIME.match(value)
+        ms = float(match.group(1)) * _TIME_UNITS[match.group(2).lower()]
+    else:
+        raise ValueError(f"{what} {value!r} is not a duration: use ms or a number with s/ms/us/ns, e.g. '0.01ms'")
+    if not math.isfinite(ms) or ms < 0:
+        raise ValueError(f"{what} {value!r} must be a finite duration >= 0, e.g. '0.01ms'")
+    return ms
+
+
 def format_bytes(num_bytes: float) -> str:
     """Human-readable binary size, e.g. ``format_bytes(3 * 2**30) == '3.00 GiB'``."""
     value = float(num_bytes)

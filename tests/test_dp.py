@@ -13,23 +13,29 @@ from gpusolve.data import THESIS_CASES
 from gpusolve.dp import cpu
 from gpusolve.dp.minpeak import min_feasible_bytes
 from gpusolve.dp.problem import Problem
+from gpusolve.schedule import Swap
 
 REFERENCE = THESIS_CASES
 
 
-def all_policies(i: int, j: int, multi_tape: bool):
-    """Every policy tree of the sub-chain (i, j): both actions at every node."""
+def all_policies(i: int, j: int, multi_tape: bool, swaps: bool = False):
+    """Every policy tree of the sub-chain (i, j): both actions at every node. ``swaps``: the offload
+    DP's class (tests/test_offload_dp.py), also Swap k in both emission variants at every node with
+    i >= 1 (which swaps are legal, a_i a plain checkpoint, is left to the simulator)."""
     if j == i + 1:
         yield Tape(None)
         return
     if multi_tape:
-        for right in all_policies(i + 1, j, multi_tape):
+        for right in all_policies(i + 1, j, multi_tape, swaps):
             yield Tape(right)
     for k in range(i + 1, j):
-        rights = list(all_policies(k, j, multi_tape))
-        for left in all_policies(i, k, multi_tape):
+        rights = list(all_policies(k, j, multi_tape, swaps))
+        for left in all_policies(i, k, multi_tape, swaps):
             for right in rights:
                 yield Checkpoint(k, right, left)
+                if swaps and i >= 1:
+                    yield Swap(k, right, left, overlap=True)
+                    yield Swap(k, right, left, overlap=False)
 
 
 def enumerate_best(chain: Chain):

@@ -270,7 +270,7 @@ def test_cli_table(capsys):
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["--lengths", "10,50", "--slots", "5"], "only the paper's slot model is available yet; add --paper"),
+    (["--lengths", "10,50", "--slots", "5"], "describe the paper's slot model: add --paper"),
     (["--paper", "--lengths", "10,-5", "--slots", "5"], "branch length -5 is negative"),
     (["--paper", "--lengths", "10,50", "--slots", "0,5"], "slot count 0 is below 1"),
     (["--paper", "--lengths", "10,50", "--slots", "5.."], "'5..' is malformed"),

@@ -21,10 +21,8 @@ from gpusolve.dp import cpu, cuda
 from gpusolve.dp.problem import Problem
 from gpusolve.dp.recover import choose, recover_policy, table_lookup
 from gpusolve.profiles import __file__ as _profiles_init
+from _kernel_host import KERNELS, assert_nvcc_compiles, build_harness, dump_arrays, exec_harness, read_stats
 
-ROOT = Path(__file__).resolve().parents[1]
-KERNELS = ROOT / "kernels"
-HARNESS = ROOT / "tests" / "kernel_host" / "harness.cpp"
 PROFILES = Path(_profiles_init).parent
 
 # A geometry unlike the default in every field: other block sizes, buckets per thread, k tiles,
@@ -33,41 +31,14 @@ OTHER_GEOMETRY = cuda.Geometry(diag_threads=64, diag_mpt=3, ktile=5, band=4, bul
                                rec_threads=32)
 
 
-def _host_compiler():
-    for name in ("g++", "c++", "clang++"):
-        path = shutil.which(name)
-        if path:
-            return [path]
-    return None
-
-
-def build_harness(folder: Path, geometry: cuda.Geometry) -> Path:
-    compiler = _host_compiler()
-    out = folder / "harness"
-    defines = [f"-D{name}={value}" for name, value in geometry.defines().items()]
-    if compiler is not None:
-        cmd = compiler + ["-O2", "-std=c++14", "-ffp-contract=off", "-Wno-unknown-pragmas", *defines,
-                          f"-I{KERNELS}", str(HARNESS), "-o", str(out)]
-    elif shutil.which("nvcc"):
-        cmd = ["nvcc", "-O2", "-x", "c++", *defines, f"-I{KERNELS}", str(HARNESS), "-o", str(out)]
-    else:
-        pytest.skip("no host C++ compiler")
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    # The harness reports the geometry it was built with: it must be the one Python launches with.
-    shown = subprocess.run([str(out), "--geometry"], capture_output=True, text=True, check=True).stdout.split()
-    assert dict(item.split("=") for item in shown) == {k: str(v) for k, v in geometry.defines().items()}
-    return out
-
-
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory):
-    return build_harness(tmp_path_factory.mktemp("harness"), cuda.GEOMETRY)
+    return build_harness("harness.cpp", tmp_path_factory.mktemp("harness"), cuda.GEOMETRY)
 
 
 @pytest.fixture(scope="module")
 def other_harness(tmp_path_factory):
-    return build_harness(tmp_path_factory.mktemp("harness_other"), OTHER_GEOMETRY)
+    return build_harness("harness.cpp", tmp_path_factory.mktemp("harness_other"), OTHER_GEOMETRY)
 
 
 def run_harness(harness: Path, problem: Problem, m_top: int, folder: Path, band: bool = True,
@@ -78,20 +49,18 @@ def run_harness(harness: Path, problem: Problem, m_top: int, folder: Path, band:
     if states is not None:
         (folder / "states.txt").write_text("".join(f"{i} {j} {m}\n" for i, j, m in states))
     arrays = cuda.device_arrays(problem)
-    for name, arr in arrays.items():
-        np.ascontiguousarray(arr).tofile(folder / f"{name}.bin")
+    dump_arrays(folder, arrays)
     width = problem.buckets + 1
     (folder / "meta.txt").write_text(
         f"{problem.n} {width} {int(problem.multi_tape)} {problem.bucket_bytes} {m_top}\n")
     plan = cuda.launch_plan(problem.n, band, geometry)
     (folder / "plan.txt").write_text("".join(f"{k} {a} {b}\n" for k, a, b in plan))
-    proc = subprocess.run([str(harness), str(folder)], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
+    exec_harness(harness, folder)
     table = np.fromfile(folder / "table.bin", dtype=np.float32).reshape(problem.pairs + 1, width)
     rec = np.fromfile(folder / "recover.bin", dtype=np.int32)
     count = int(rec[0])
     quads = rec[1:1 + 4 * count].reshape(count, 4) if count > 0 else count
-    stats = {k: int(v) for k, v in (line.split() for line in (folder / "stats.txt").read_text().splitlines())}
+    stats = read_stats(folder)
     if states is not None:
         return table, quads, stats, np.fromfile(folder / "choices.bin", dtype=np.int32)
     return table, quads, stats
@@ -360,9 +329,4 @@ def test_kernels_compile_with_nvcc(tmp_path, source):
 @pytest.mark.parametrize("geometry", [cuda.GEOMETRY, OTHER_GEOMETRY], ids=["default", "other"])
 def test_inlined_source_compiles(tmp_path, geometry):
     """The single translation unit handed to NVRTC (geometry defined, header inlined) compiles on its own."""
-    src = tmp_path / "inlined.cu"
-    src.write_text(cuda.kernel_source(geometry))
-    proc = subprocess.run(["nvcc", "-arch=sm_90", "--ptx", str(src), "-o", str(tmp_path / "out.ptx")],
-                          capture_output=True, text=True, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    assert "warning" not in proc.stderr.lower(), proc.stderr
+    assert_nvcc_compiles(tmp_path, cuda.kernel_source(geometry))

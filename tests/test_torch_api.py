@@ -14,12 +14,12 @@ from torch import nn  # noqa: E402
 
 import torch_exec as te  # noqa: E402
 from gpusolve.schedule import Checkpoint, Tape, segments_policy  # noqa: E402
+from _torch_helpers import DT, LinearStage, loss_of  # noqa: E402
+from _torch_helpers import wrap as cpu_wrap  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::torch_exec.CPUTimingWarning",
                                         "ignore::gpusolve.FallbackWarning",
                                         "ignore:Using backward\\(\\) with create_graph=True:UserWarning")
-
-DT = torch.float64
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -51,16 +51,8 @@ SCHEDULES = {
 
 
 def wrap(model, schedule="segments", **kwargs):
-    kwargs.setdefault("backend", "cpu")
-    kwargs.setdefault("profile_passes", 1)
-    kwargs.setdefault("profile_warmup", 0)
-    kwargs.setdefault("budget", "1GiB")
     kwargs.setdefault("schedule_fn", SCHEDULES[schedule])
-    return te.CheckpointedSequential(model, **kwargs)
-
-
-def loss_of(y):
-    return (y * torch.linspace(-1, 1, y.numel(), dtype=y.dtype).view_as(y)).square().sum()
+    return cpu_wrap(model, **kwargs)
 
 
 X = torch.randn(5, 4, dtype=DT)
@@ -184,11 +176,7 @@ def test_grad_inside_a_larger_model():
     assert all(p.grad is None for p in model.parameters())
 
 
-class Mix(nn.Module):
-    def __init__(self, n):
-        super().__init__()
-        self.lin = nn.Linear(n, n)
-
+class Mix(LinearStage):
     def forward(self, state):
         x, h = state
         return (x + h.tanh(), self.lin(h) * x)

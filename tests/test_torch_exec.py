@@ -13,48 +13,14 @@ from torch import nn  # noqa: E402
 
 import torch_exec as te  # noqa: E402
 from gpusolve import Chain, InfeasibleBudgetError, store_all_peak_bytes  # noqa: E402
-from gpusolve.schedule import Checkpoint, OpKind, Tape, segments_policy, tape_chain  # noqa: E402
+from gpusolve.schedule import OpKind, segments_policy, tape_chain  # noqa: E402
 from gpusolve.simulate import simulate  # noqa: E402
+from _torch_helpers import DT, Fork, Join, Mix, convnet, loss_of, mlp, random_policy, wrap  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::torch_exec.CPUTimingWarning",
                                         "ignore::gpusolve.FallbackWarning")
 
-DT = torch.float64
-
-
 # ---------------------------------------------------------------------------- helpers
-def random_policy(rng: random.Random, i: int, j: int, p_ckpt: float = 0.5):
-    """A random policy tree over (i, j): every node Tape or Checkpoint(k) at random."""
-    if j == i + 1:
-        return Tape(None)
-    if rng.random() < p_ckpt:
-        k = rng.randint(i + 1, j - 1)
-        return Checkpoint(k, right=random_policy(rng, k, j, p_ckpt), left=random_policy(rng, i, k, p_ckpt))
-    return Tape(random_policy(rng, i + 1, j, p_ckpt))
-
-
-def mlp(width=6, depth=5, inplace=False, seed=0):
-    torch.manual_seed(seed)
-    layers = [nn.Linear(4, width)]
-    for d in range(depth):
-        layers += [nn.ReLU(inplace=inplace) if d % 2 == 0 else nn.Tanh(), nn.Linear(width, width)]
-    layers += [nn.Linear(width, 3)]
-    return nn.Sequential(*layers).to(DT)
-
-
-def convnet(seed=0, dropout=0.0, inplace=True):
-    torch.manual_seed(seed)
-    return nn.Sequential(
-        nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(inplace=inplace),
-        nn.Conv2d(4, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(inplace=inplace),
-        nn.Dropout(dropout), nn.Conv2d(4, 5, 3, stride=2, padding=1), nn.BatchNorm2d(5), nn.ReLU(),
-        nn.Flatten(), nn.Dropout(dropout), nn.Linear(5 * 4 * 4, 3)).to(DT)
-
-
-def loss_of(y):
-    return (y * torch.linspace(-1, 1, y.numel(), dtype=y.dtype).view_as(y)).square().sum()
-
-
 def plain_step(model, x, seed=123):
     torch.manual_seed(seed)
     x = x.detach().clone().requires_grad_(x.requires_grad)
@@ -63,11 +29,7 @@ def plain_step(model, x, seed=123):
 
 
 def ckpt_step(model, x, seed=123, **kwargs):
-    kwargs.setdefault("backend", "cpu")
-    kwargs.setdefault("profile_passes", 1)
-    kwargs.setdefault("profile_warmup", 0)
-    kwargs.setdefault("budget", "1GiB")
-    wrapped = te.CheckpointedSequential(model, **kwargs)
+    wrapped = wrap(model, **kwargs)
     torch.manual_seed(seed)
     x = x.detach().clone().requires_grad_(x.requires_grad)
     loss_of(wrapped(x)).backward()
@@ -272,31 +234,6 @@ def test_inplace_first_stage_does_not_touch_caller_input():
     assert torch.equal(x.detach(), x_before)
     assert_same(ref, model, xr.grad, x.grad, exact=True)
     assert wrapped.chain.provenance["members"][0] == ["0"]  # aliases a_0: own stage, input cloned
-
-
-class Fork(nn.Module):
-    def __init__(self, n):
-        super().__init__()
-        self.lin = nn.Linear(n, n)
-
-    def forward(self, x):
-        return (x, torch.tanh(self.lin(x)))
-
-
-class Mix(nn.Module):
-    def __init__(self, n):
-        super().__init__()
-        self.lin = nn.Linear(n, n)
-
-    def forward(self, state):
-        x, h = state
-        return (x + h, self.lin(h) * x)
-
-
-class Join(nn.Module):
-    def forward(self, state):
-        x, h = state
-        return x * h
 
 
 def test_tuple_states_random_policies():

@@ -19,33 +19,9 @@ pytestmark = [pytest.mark.gpu,
 
 import torch_exec as te  # noqa: E402
 from gpusolve import store_all_peak_bytes  # noqa: E402
-from torch_exec.split import CrossEntropyStage  # noqa: E402
-
-
-def net(targets):
-    torch.manual_seed(0)
-    layers = []
-    channels = [3, 32, 32, 64, 64, 128, 128]
-    for c_in, c_out in zip(channels, channels[1:]):
-        layers += [nn.Conv2d(c_in, c_out, 3, padding=1), nn.BatchNorm2d(c_out), nn.ReLU(inplace=True)]
-        if c_out != c_in and c_in != 3:
-            layers.append(nn.MaxPool2d(2))
-    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, 10), CrossEntropyStage(targets)]
-    return nn.Sequential(*layers).cuda()
-
-
-def measure_step(model, x):
-    for p in model.parameters():  # gradients allocated before the step, as the profile assumes
-        if p.grad is None:
-            p.grad = torch.zeros_like(p)
-    torch.cuda.synchronize()
-    base = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    loss = model(x)
-    loss.backward()
-    del loss
-    torch.cuda.synchronize()
-    return torch.cuda.max_memory_allocated() - base
+from _torch_helpers import assert_grads_close  # noqa: E402
+from _torch_helpers import cuda_net as net  # noqa: E402
+from _torch_helpers import measure_cuda_step as measure_step  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -83,10 +59,7 @@ def test_gradients_match_plain_autograd_on_gpu(setup):
     ref(x).backward()
     torch.manual_seed(1)
     wrapped(x).backward()
-    for p, q in zip(ref.parameters(), model.parameters()):
-        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5)
-    for b, c in zip(ref.buffers(), model.buffers()):
-        torch.testing.assert_close(c, b, rtol=1e-5, atol=1e-6)
+    assert_grads_close(ref, model)
 
 
 def test_cuda_profile_fields(setup, tmp_path):

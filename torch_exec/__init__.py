@@ -4,11 +4,13 @@
 cut into a chain) and is called exactly like it. ``profile(stages, sample_input) -> gpusolve.Chain``
 measures a chain (CUDA events and allocator counters on a GPU; exact sizes and CPU times otherwise)
 and reads/writes ``measured-chain/1``. ``CheckpointedSequential(stages, budget="6GiB")`` is an
-``nn.Module`` that trains a given list of stages under the memory budget with the optimal schedule.
+``nn.Module`` that trains a given list of stages under the memory budget with the optimal schedule;
+``CheckpointedJoin(branches, head, budget)`` does the same for k chains meeting at a head (join DP).
 torch is imported here, never in ``gpusolve``.
 """
 from .auto import AutoCheckpointed, CaptureError, auto_checkpoint
 from .executor import CheckpointedSequential, interpret, plan_from_schedule, split_schedule
+from .join import CheckpointedJoin
 from .profiler import (
     CPUTimingWarning,
     InputMutationWarning,
@@ -19,6 +21,6 @@ from .profiler import (
     save_profile,
 )
 
-__all__ = ["AutoCheckpointed", "CPUTimingWarning", "CaptureError", "CheckpointedSequential", "InputMutationWarning",
-           "auto_checkpoint", "chain_from_profile", "interpret", "load_profile", "plan_from_schedule", "profile",
-           "profile_dict", "save_profile", "split_schedule"]
+__all__ = ["AutoCheckpointed", "CPUTimingWarning", "CaptureError", "CheckpointedJoin", "CheckpointedSequential",
+           "InputMutationWarning", "auto_checkpoint", "chain_from_profile", "interpret", "load_profile",
+           "plan_from_schedule", "profile", "profile_dict", "save_profile", "split_schedule"]

@@ -15,6 +15,18 @@ The schedule IR is interpreted by ONE loop, :func:`interpret`, over ``plan.sched
   have nothing left to do. The held gradient is handed to the engine without a reference left
   behind (Note [Releasing the incoming gradient]).
 - ``FREE(s)``: drop checkpoint a_s.
+- ``OFFLOAD(s)``, ``RELEASE(s)``, ``PREFETCH(s)``, ``ACQUIRE(s)`` (plans that move checkpoints to host
+  memory, ``offload=``): the step's :class:`torch_exec.offload.StepCopies` copies the held checkpoint a_s
+  to the host on the plan's copy stream (a_s stays held), waits for that copy and drops a_s, allocates
+  a_s again and copies it back, and makes the compute stream wait for that copy (a_s is held again).
+  Exactly the simulator's copy timeline (:mod:`gpusolve.simulate`); see :mod:`torch_exec.offload`.
+- ``TURN`` (join schedules only, :mod:`torch_exec.join`): the head over the k branch outputs. Its
+  forward (recording, on leaves made from the branch outputs) and its backward (handing each branch
+  the gradient of its output) are two program entries, so the join's autograd Function splits
+  between them (Note [The head's graph] in :mod:`torch_exec.join`).
+
+Ops of a join schedule carry their branch; :func:`interpret` runs them on that branch's
+:class:`Runtime` (``rt.branches[b]``), so every op rule above is written once for chains and joins.
 
 The autograd Function's ``forward`` interprets the ops up to and including the single
 ``FWD_TAPE(N)`` and returns a_N (detached from that tape); its ``backward`` receives the gradient
@@ -128,12 +140,15 @@ from torch import nn
 from gpusolve.baselines import store_all
 from gpusolve.chain import Chain
 from gpusolve.errors import InfeasibleBudgetError
-from gpusolve.schedule import Op, OpKind, policy_to_schedule
+from gpusolve.offload.link import Link
+from gpusolve.offload.solver import OffloadPlan, solve_offload
+from gpusolve.schedule import SWAP_OPS, Op, OpKind, policy_to_schedule
 from gpusolve.simulate import budget_bytes_of, simulate, store_all_peak_bytes, store_all_time_ms
 from gpusolve.solve import Curve, Plan, release_device_memory, solve
 from gpusolve.units import parse_budget, parse_bytes, parse_percentage
 
 from . import _util as U
+from .offload import HostCopies, measure_link
 from .profiler import chain_from_profile, profile_dict, profiling
 from .report import StepMeter
 
@@ -142,13 +157,18 @@ from .report import StepMeter
 def split_schedule(schedule: list[Op], n: int) -> int:
     """Index of the one ``FWD_TAPE(n)``; checks that it is followed by ``BWD(n)`` and that the ops
     before it run every stage exactly once, in order (so the first run of each stage is in forward).
+    Only ``PREFETCH`` ops may come between ``FWD_TAPE(n)`` and ``BWD(n)`` (an overlapping ``Swap k``
+    with k = n - 1 issues its prefetch right before ``BWD(n)``): they run first in the backward.
     """
     at = [i for i, op in enumerate(schedule) if op.kind is OpKind.FWD_TAPE and op.stage == n]
     if len(at) != 1:
         raise ValueError(f"a schedule must hold exactly one FWD_TAPE({n}), found {len(at)}")
     idx = at[0]
-    if idx + 1 >= len(schedule) or schedule[idx + 1] != Op(OpKind.BWD, n):
-        raise ValueError(f"FWD_TAPE({n}) must be immediately followed by BWD({n})")
+    nxt = idx + 1
+    while nxt < len(schedule) and schedule[nxt].kind is OpKind.PREFETCH:
+        nxt += 1
+    if nxt >= len(schedule) or schedule[nxt] != Op(OpKind.BWD, n):
+        raise ValueError(f"FWD_TAPE({n}) must be immediately followed by BWD({n}) (prefetches aside)")
     stages = [op.stage for op in schedule[:idx + 1] if op.kind in (OpKind.FWD_NOGRAD, OpKind.FWD_TAPE)]
     if stages != list(range(1, n + 1)) or any(op.kind in (OpKind.BWD, OpKind.FREE) for op in schedule[:idx]):
         raise ValueError("the ops before FWD_TAPE(N) must be one forward of each stage 1..N in order")
@@ -156,70 +176,102 @@ def split_schedule(schedule: list[Op], n: int) -> int:
 
 
 # Program codes of the annotated schedule (ints: the interpreter loop compares them cheaply).
-NOGRAD, TAPE, BWD, FREE = 0, 1, 2, 3
-_CODES = {OpKind.FWD_NOGRAD: NOGRAD, OpKind.FWD_TAPE: TAPE, OpKind.BWD: BWD, OpKind.FREE: FREE}
+NOGRAD, TAPE, BWD, FREE, TURN = 0, 1, 2, 3, 4
+OFFLOAD, RELEASE, PREFETCH, ACQUIRE = 5, 6, 7, 8  # copy ops (plans that offload, torch_exec.offload)
+_CODES = {OpKind.FWD_NOGRAD: NOGRAD, OpKind.FWD_TAPE: TAPE, OpKind.BWD: BWD, OpKind.FREE: FREE,
+          OpKind.TURN: TURN, OpKind.OFFLOAD: OFFLOAD, OpKind.RELEASE: RELEASE, OpKind.PREFETCH: PREFETCH,
+          OpKind.ACQUIRE: ACQUIRE}
 
 
-def annotate(schedule: list[Op]) -> list[tuple[int, int, int]]:
-    """The schedule as ``(code, stage, arg)`` triples for :func:`interpret` (Note [Tape runs]).
+def annotate(schedule: list[Op]) -> list[tuple[int, int, int, int | None]]:
+    """The schedule as ``(code, stage, arg, branch)`` entries for :func:`interpret` (Note [Tape runs]).
 
     ``arg``: FWD_NOGRAD keep_input (0/1); FWD_TAPE 1 when it attaches to the tape of s-1 (same
     segment), else 0; BWD the first stage of the segment it back-propagates, or 0 when an earlier
-    BWD of the same segment already did; FREE 0.
+    BWD of the same segment already did; FREE and the copy ops 0. ``branch``: the op's branch (None
+    in a chain schedule). A join's ``TURN`` gives two entries: arg 0 runs the head's forward, arg 1
+    its backward. Tape runs are found per branch: a run is consecutive tapes of one branch.
+
+    The copy ops touch no tape. An overlapping ``Swap k`` puts ``PREFETCH(i)`` right before
+    ``BWD(k+1)``: the backwards of a run k+1..t are then not consecutive, so the run is split there
+    and stage k+1 is a segment of its own, whose backward runs after the prefetch is issued (the
+    copy overlaps it, as simulated; merged, the segment's backward would run at ``BWD(t)``, before
+    the prefetch).
     """
-    program = [[_CODES[op.kind], op.stage, int(op.keep_input)] for op in schedule]
-    first = {}  # stage -> first stage of its tape segment
-    for idx, (code, s, _) in enumerate(program):
+    program = [[_CODES[op.kind], op.stage, int(op.keep_input), op.branch] for op in schedule]
+    first = {}  # (branch, stage) -> first stage of its tape segment
+    for idx, (code, s, _, b) in enumerate(program):
         if code == TAPE:
-            attach = idx > 0 and program[idx - 1][0] == TAPE and program[idx - 1][1] == s - 1
+            prev = program[idx - 1] if idx > 0 else None
+            attach = prev is not None and prev[0] == TAPE and prev[1] == s - 1 and prev[3] == b
             program[idx][2] = int(attach)
-            first[s] = first[s - 1] if attach else s
+            first[b, s] = first[b, s - 1] if attach else s
     # A run s..t merges only if BWD(t), BWD(t-1), ..., BWD(s) are consecutive; otherwise split it
     # where the backwards are not (each piece then starts its own segment).
-    bwd_at = {s: idx for idx, (code, s, _) in enumerate(program) if code == BWD}
-    tape_at = {s: idx for idx, (code, s, _) in enumerate(program) if code == TAPE}
-    for s in sorted(first):
-        if first[s] != s and bwd_at.get(s) != bwd_at.get(s - 1, -2) - 1:
-            program[tape_at[s]][2] = 0
-    for s in sorted(first):  # recompute segment starts after any split
-        first[s] = first[s - 1] if program[tape_at[s]][2] else s
+    bwd_at = {(b, s): idx for idx, (code, s, _, b) in enumerate(program) if code == BWD}
+    tape_at = {(b, s): idx for idx, (code, s, _, b) in enumerate(program) if code == TAPE}
+    order = sorted(first, key=lambda key: (key[0] is not None, key[0] or 0, key[1]))
+    for b, s in order:
+        if first[b, s] != s and bwd_at.get((b, s)) != bwd_at.get((b, s - 1), -2) - 1:
+            program[tape_at[b, s]][2] = 0
+    for b, s in order:  # recompute segment starts after any split
+        first[b, s] = first[b, s - 1] if program[tape_at[b, s]][2] else s
     last = {}
-    for s in sorted(first):
-        last[first[s]] = s
-    for idx, (code, s, _) in enumerate(program):
+    for b, s in order:
+        last[b, first[b, s]] = s
+    for idx, (code, s, _, b) in enumerate(program):
         if code == BWD:
-            program[idx][2] = first[s] if last.get(first[s]) == s else 0
-        elif code == FREE:
+            program[idx][2] = first[b, s] if last.get((b, first[b, s])) == s else 0
+        elif code in (FREE, TURN) or code >= OFFLOAD:
             program[idx][2] = 0
-    return [tuple(p) for p in program]
+    out = []
+    for p in program:
+        out.append(tuple(p))
+        if p[0] == TURN:
+            out.append((TURN, p[1], 1, p[3]))
+    return out
 
 
-def plan_from_schedule(chain: Chain, schedule, budget=None) -> Plan:
+def plan_from_schedule(chain: Chain, schedule, budget=None, link: Link | None = None) -> Plan:
     """A :class:`gpusolve.Plan` for a given schedule (or policy), with the simulator's figures.
 
     For baselines and tests: ``schedule`` is a list of ops or a policy tree over (0, N). The plan
     is feasible when its simulated peak fits ``budget`` (no budget: the peak is the budget; a percentage
-    is of the chain's store-all peak).
+    is of the chain's store-all peak). A schedule that offloads (``Swap`` nodes, ``OFFLOAD`` ops) is
+    simulated over ``link`` (:class:`gpusolve.offload.link.Link`), which it needs.
     """
     if not isinstance(schedule, list):
         schedule = policy_to_schedule(schedule, 0, chain.n)
-    sim = simulate(chain, schedule)
+    if link is None and any(op.kind in SWAP_OPS for op in schedule):
+        raise ValueError("the schedule moves checkpoints to host memory (OFFLOAD/RELEASE/PREFETCH/ACQUIRE ops): "
+                         "it is simulated over a link; give one (CheckpointedSequential(..., offload='12GB/s') "
+                         "or plan_from_schedule(..., link=Link.parse('12GB/s')))")
+    sim = simulate(chain, schedule, link=link)
     budget_bytes = sim.peak_bytes if budget is None else budget_bytes_of(chain, budget)
     feasible = sim.peak_bytes <= budget_bytes
     notes = ["schedule given, not solved"]
     if not feasible:
         notes.append(f"its simulated peak {sim.peak_bytes} B exceeds the budget {budget_bytes} B")
+    if link is not None:  # as solve_offload's plans: the link, the number of swaps (no DP value)
+        return OffloadPlan(feasible=feasible, predicted_time_ms=sim.time_ms, predicted_peak_bytes=sim.peak_bytes,
+                           budget_bytes=budget_bytes, bucket_bytes=0, buckets=0, backend="given", solve_seconds=0.0,
+                           curve=Curve(np.zeros(0, dtype=np.int64), np.zeros(0)), schedule=list(schedule),
+                           store_all_time_ms=store_all_time_ms(chain), notes=notes, link=link,
+                           swaps=sum(1 for op in schedule if op.kind is OpKind.OFFLOAD))
     return Plan(feasible=feasible, predicted_time_ms=sim.time_ms, predicted_peak_bytes=sim.peak_bytes,
                 budget_bytes=budget_bytes, bucket_bytes=0, buckets=0, backend="given", solve_seconds=0.0,
                 curve=Curve(np.zeros(0, dtype=np.int64), np.zeros(0)), schedule=list(schedule),
                 store_all_time_ms=store_all_time_ms(chain), notes=notes)
 
 
-def executor_chain(chain: Chain, rng: list, sample, preserve_rng: bool, group_modules: list) -> Chain:
+def executor_chain(chain: Chain, rng: list, sample, preserve_rng: bool, group_modules: list,
+                   output_grad_held: bool = True) -> Chain:
     """The chain as the executor runs it: what it holds beyond the stages' tensors is reserved.
 
     - The gradient of a_N: autograd's engine keeps it until the Function's backward returns, i.e.
       for the whole backward (Note [The gradient of a_N]); so it is reserved, not freed by BWD(N).
+      Not so for a branch of a join (``output_grad_held=False``): the head's backward makes that
+      gradient inside the step and the branch's BWD frees it, as the chain model counts it.
     - The RNG states it records, on the sample's device: one per recomputed stage that draws random
       numbers (counted for every such stage: the plan is not known yet), plus the copy
       ``fork_rng`` takes while one is replayed.
@@ -227,8 +279,9 @@ def executor_chain(chain: Chain, rng: list, sample, preserve_rng: bool, group_mo
       of a recorded re-run's tape.
     """
     grads = chain.grad_bytes.copy()
-    reserved = int(grads[-1])
-    grads[-1] = 0
+    reserved = int(grads[-1]) if output_grad_held else 0
+    if output_grad_held:
+        grads[-1] = 0
     device_type = U.tensors(sample)[0].device.type
     # Buffer clones (U.scratch_buffers) of each stage, counted for every run (the first does not
     # clone; a few hundred bytes).
@@ -238,9 +291,9 @@ def executor_chain(chain: Chain, rng: list, sample, preserve_rng: bool, group_mo
     if preserve_rng and drawing:
         state = U.RngState.capture(U.cuda_devices(sample)).nbytes(device_type)
         reserved += (drawing + 1) * state
+    held = "the gradient of a_N, held by autograd's engine through the backward, and " if output_grad_held else ""
     notes = list(chain.provenance.get("notes", [])) + [
-        f"executor: {reserved} B reserved for the step (the gradient of a_N, held by autograd's engine "
-        f"through the backward, and {drawing} recorded RNG state(s))"]
+        f"executor: {reserved} B reserved for the step ({held}{drawing} recorded RNG state(s))"]
     return replace(chain, grad_bytes=grads, reserved_bytes=chain.reserved_bytes + reserved,
                    fwd_nograd_extra=chain.fwd_nograd_extra + scratch, tape_bytes=chain.tape_bytes + scratch,
                    bwd_tape_bytes=chain.bwd_tape_bytes + scratch,
@@ -256,8 +309,22 @@ def plain_peak_bytes(entry) -> int:
     return store_all_peak_bytes(entry.plain_chain)
 
 
+class ProgramSplit:
+    """The annotated program of a plan cut where its autograd Function splits: ``program[:split + 1]``
+    runs in its forward, the rest in its backward (an :class:`Entry`, a join's
+    :class:`torch_exec.join.JoinEntry`: dataclasses with ``program`` and ``split`` fields)."""
+
+    @property
+    def forward_ops(self):
+        return self.program[:self.split + 1]
+
+    @property
+    def backward_ops(self):
+        return self.program[self.split + 1:]
+
+
 @dataclass
-class Entry:
+class Entry(ProgramSplit):
     """Everything one input signature needs: the profile, chain, plan and the fused stage groups.
     ``chain`` is the chain the plan was made for (``plain_chain`` when it runs as plain autograd,
     else ``exec_chain``)."""
@@ -277,14 +344,9 @@ class Entry:
     plain_chain: Chain | None = None  # the profiled chain: plain autograd's costs (nothing reserved)
     exec_chain: Chain | None = None   # executor_chain(plain_chain): what the interpreter holds
     held_bytes: int = 0               # held through each step beside the stages (CheckpointedSequential.held_bytes)
-
-    @property
-    def forward_ops(self):
-        return self.program[:self.split + 1]
-
-    @property
-    def backward_ops(self):
-        return self.program[self.split + 1:]
+    device: torch.device | None = None  # the sample input's (first tensor's) device
+    link: Link | None = None          # the host link the plan was made for (offload=), else None
+    copies: HostCopies | None = None  # host buffers and copy stream of a plan that offloads (one per plan)
 
 
 # ---------------------------------------------------------------------------- the interpreter
@@ -305,6 +367,27 @@ class Runtime:
         self.devices = U.cuda_devices(a0)
         self.in_backward = False
         self.cast_in_backward = False  # set when the backward starts: recomputation must re-enter autocast
+        copies = getattr(entry, "copies", None)
+        self.copies = copies.step() if copies is not None else None  # this step's host copies (offload ops)
+
+    def held_storages(self, skip: int) -> set:
+        """Storage keys of every state held now but a_``skip`` (checkpoints, the input, tapes): a tensor
+        of an offloaded checkpoint that one of them shares is not copied (Note [Shared storages] in
+        :mod:`torch_exec.offload`)."""
+        keys = set()
+        for s, state in self.acts.items():
+            if s != skip:
+                keys.update(U.storages(state))
+        for tape in self.tapes.values():
+            for state in tape:
+                keys.update(U.storages(state))
+        return keys
+
+    def host_copies(self):
+        if self.copies is None:
+            raise RuntimeError("internal error: a copy op (offload/release/prefetch/acquire) in a step whose plan "
+                               "has no host copies")
+        return self.copies
 
     def start_backward(self) -> None:
         """Recomputations in the backward run under the forward's autocast state; re-entering it is
@@ -374,7 +457,7 @@ def _take_output_and_gradients(tape: list, grad: list):
     that get a gradient, ``[their gradients]``): a one-element box for :class:`_Feed`, so that no
     reference to a gradient is left here once the engine has it."""
     out = tape.pop()
-    pairs = [(t, g) for t, g in zip(U.tensors(out), grad) if g is not None and t.requires_grad]
+    pairs = [(t, g) for t, g in zip(U.tensors(out), grad, strict=False) if g is not None and t.requires_grad]
     del out
     grad.clear()
     outs = [t for t, _ in pairs]
@@ -401,14 +484,17 @@ def _backward_segment(tape: list, grad: list) -> None:
         torch.autograd.backward(root, root.new_empty(0))
 
 
-def interpret(program, rt: Runtime) -> None:
+def interpret(program, runtime) -> None:
     """The one interpreter of the schedule IR (see the module docstring for each op), over
-    :func:`annotate`'s ``(code, stage, arg)`` triples.
+    :func:`annotate`'s ``(code, stage, arg, branch)`` entries.
 
+    ``runtime`` is the :class:`Runtime` of a chain, or a join's runtime (:class:`torch_exec.join.JoinRuntime`):
+    an op of branch b then runs on ``runtime.branches[b]``, a ``TURN`` on the join's runtime itself.
     Every branch drops its local references before the next op, so that a tensor the schedule
     frees is really freed then (the memory model counts it gone).
     """
-    for code, s, arg in program:
+    for code, s, arg, b in program:
+        rt = runtime if b is None else runtime.branches[b]
         if code == TAPE:
             if arg:  # same segment as the tape of s-1: its output itself is the input
                 leaf, inp = rt.tapes.pop(s - 1)
@@ -432,8 +518,20 @@ def interpret(program, rt: Runtime) -> None:
             leaf = tape.pop()
             rt.grads[arg - 1] = [t.grad if t.requires_grad else None for t in U.tensors(leaf)]
             del leaf, tape
-        else:  # FREE
+        elif code == FREE:
             del rt.acts[s]
+        elif code == TURN:  # join schedules only; arg 0 the head's forward, 1 its backward
+            rt.turn(arg)
+        elif code == OFFLOAD:  # a_s stays held while its copy to the host runs
+            rt.host_copies().offload(s, rt.acts[s], rt.held_storages(s))
+        elif code == RELEASE:  # wait for that copy, then a_s's last reference goes
+            state = rt.acts.pop(s)
+            rt.host_copies().release(s, state, rt.held_storages(s))
+            del state
+        elif code == PREFETCH:  # a_s's blocks are held from here; the copy back is issued
+            rt.host_copies().prefetch(s)
+        else:  # ACQUIRE: the compute stream waits for the copy back; a_s is a held checkpoint again
+            rt.acts[s] = rt.host_copies().acquire(s)
 
 
 # ---------------------------------------------------------------------------- backward modes
@@ -451,6 +549,28 @@ _COMPILE_REASON = (
     "profiles the stages and solves with NumPy, and the recomputations in its backward must redraw exactly the "
     "random numbers of its forward. fullgraph=True cannot include it; compile the stages instead "
     "(Note [torch.compile] in torch_exec/executor.py)")
+
+
+def _detached_results(ctx, outs, grad_only: bool = False) -> tuple:
+    """An autograd Function's results: ``outs`` detached; those that carry no gradient (not of a
+    differentiable dtype, or with ``grad_only`` not requiring grad) are marked non-differentiable."""
+    results = tuple(t.detach() for t in outs)
+    nondiff = [r for r, t in zip(results, outs, strict=True)
+               if not U.differentiable(t) or (grad_only and not t.requires_grad)]
+    if nondiff:
+        ctx.mark_non_differentiable(*nondiff)
+    return results
+
+
+def _backward_runtime(ctx, double_backward_error: str, twice_error: str):
+    """The first refusals of a schedule Function's backward (before any state is consumed): double
+    backward, and a second backward after the first freed the step; returns the step's runtime."""
+    if torch.is_grad_enabled():
+        raise RuntimeError(double_backward_error)
+    rt = getattr(ctx, "rt", None)
+    if rt is None:
+        raise RuntimeError(twice_error)
+    return rt
 
 
 def _keep_graph() -> bool:
@@ -589,7 +709,7 @@ class _SegmentMode:
                 return
             got = torch.autograd.grad(root, inputs, root.new_empty(0), retain_graph=retain, allow_unused=True)
         del root
-        for t, g in zip(leaves, got):  # the segment's own leaves: read by interpret's BWD
+        for t, g in zip(leaves, got, strict=False):  # the segment's own leaves: read by interpret's BWD
             t.grad = g
         acc = self.param_grads
         for i, g in enumerate(got[len(leaves):]):
@@ -618,28 +738,24 @@ class _ScheduleFunction(torch.autograd.Function):
         ctx.save_for_backward(*inputs)
         outs = U.tensors(out)
         ctx.out_is_tensor = isinstance(out, torch.Tensor)
-        results = tuple(t.detach() for t in outs)
-        nondiff = [r for r, t in zip(results, outs) if not U.differentiable(t)]
-        if nondiff:
-            ctx.mark_non_differentiable(*nondiff)
+        results = _detached_results(ctx, outs)
         return results[0] if ctx.out_is_tensor else results
 
     @staticmethod
     def backward(ctx, *grad_outputs):
         # Every refusal comes first, before any state is consumed or any .grad touched.
-        if torch.is_grad_enabled():
-            raise RuntimeError(_DOUBLE_BACKWARD_ERROR)
-        rt = getattr(ctx, "rt", None)
-        if rt is None:
-            raise RuntimeError(_TWICE_ERROR)
+        rt = _backward_runtime(ctx, _DOUBLE_BACKWARD_ERROR, _TWICE_ERROR)
         ctx.saved_tensors  # noqa: B018 - raises if the caller modified an input in place since forward
         keep = _keep_graph()
         named = not torch.autograd._is_checkpoint_valid()  # autograd.grad or backward(inputs=...)
         snapshot = ctx.snapshot
         if snapshot is not None:  # an earlier backward kept the graph: start again from the forward's state
             rt.acts, rt.tapes, rt.grads = dict(snapshot[0]), {s: list(t) for s, t in snapshot[1].items()}, {}
+            if rt.copies is not None:  # the forward's host copies serve again
+                rt.copies.restart(snapshot[2])
         elif keep:
-            snapshot = ctx.snapshot = (dict(rt.acts), {s: list(t) for s, t in rt.tapes.items()})
+            snapshot = ctx.snapshot = (dict(rt.acts), {s: list(t) for s, t in rt.tapes.items()},
+                                       None if rt.copies is None else rt.copies.on_host())
         if not keep:
             ctx.rt = ctx.snapshot = None
         mode = wanted = None
@@ -665,7 +781,9 @@ class _ScheduleFunction(torch.autograd.Function):
         rt.acts.clear()
         if rt.tapes or rt.acts or rt.grads:
             raise RuntimeError("internal error: the schedule left state behind")
-        input_grads = [g if rg else None for g, rg in zip(grads, rt.rg0)]
+        if rt.copies is not None and not keep:  # the step's host buffers go back to the plan's pool
+            rt.copies.close()
+        input_grads = [g if rg else None for g, rg in zip(grads, rt.rg0, strict=False)]
         if wanted:
             box.append(mode.param_grads)
         if ctx.meter is not None:
@@ -697,7 +815,7 @@ def _extra_modules(modules) -> list[nn.Module]:
 def _check_callables(names: list[str], fns: list, visible: list[nn.Module]) -> None:
     """Refuse plain callable stages that use parameters, buffers or tensors requiring grad that the
     wrapper does not register (not in ``visible``: the stage modules and ``modules=``)."""
-    for name, fn in zip(names, fns):
+    for name, fn in zip(names, fns, strict=True):
         if isinstance(fn, nn.Module):
             continue
         hidden = U.hidden_state(fn, visible)
@@ -711,6 +829,24 @@ def _check_callables(names: list[str], fns: list, visible: list[nn.Module]) -> N
                 f"buffers; a tensor requiring grad must be an nn.Parameter of such a module")
 
 
+def _offload_setting(offload):
+    """The wrapper's ``offload=`` as kept: None, a :class:`~gpusolve.offload.link.Link`, or ``"measure"``
+    (the link of the input's CUDA device, measured when its first plan is made)."""
+    if offload is None or isinstance(offload, Link):
+        return offload
+    if isinstance(offload, dict):  # measure_link()'s result, or Link.to_dict()
+        return Link.from_dict(offload)
+    if isinstance(offload, str):
+        if offload.strip().lower() == "measure":
+            if not torch.cuda.is_available():
+                raise ValueError("offload='measure' measures the host link of a CUDA device, and none is available; "
+                                 "give the link's figures instead (offload='12GB/s' or a gpusolve.offload.link.Link)")
+            return "measure"
+        return Link.parse(offload)
+    raise TypeError(f"offload must be None, a gpusolve.offload.link.Link, a rate string such as '12GB/s' or "
+                    f"'measure', got {offload!r}")
+
+
 def _budget_setting(budget):
     """The wrapper's budget as kept: None, bytes, or a percentage string resolved per input signature
     (checked now: :func:`gpusolve.units.parse_percentage`)."""
@@ -721,8 +857,67 @@ def _budget_setting(budget):
     return parse_bytes(budget, "budget")
 
 
-# ---------------------------------------------------------------------------- the module
-class CheckpointedSequential(nn.Module):
+def _needs_at_least(err: InfeasibleBudgetError, budget: str, peak: int, of: str = "") -> str:
+    """What an infeasible percentage budget's error adds: the peak it is a percentage of (``of`` says
+    where that peak comes from) and the least percentage this input needs, rounded up to 0.1."""
+    least = math.ceil(1000 * err.min_bytes / peak) / 10
+    return f" (budget {budget} of plain autograd's peak {peak} B{of}; this input needs at least {least:g}%)"
+
+
+# ---------------------------------------------------------------------------- the modules
+class _PlannedModule(nn.Module):
+    """What :class:`CheckpointedSequential` and :class:`torch_exec.join.CheckpointedJoin` share: the
+    solver settings, the plans cached per input signature (``_key``, ``_build`` and ``_plan_entry``
+    are the subclass's), re-solving them, and the budget as ``extra_repr`` shows it."""
+
+    def _set_solver(self, budget, bucket, backend, profile_passes, profile_warmup, schedule_fn, preserve_rng_state,
+                    network) -> None:
+        self.budget = _budget_setting(budget)
+        self.bucket = bucket
+        self.backend = backend
+        self.profile_passes = profile_passes
+        self.profile_warmup = profile_warmup
+        self.schedule_fn = schedule_fn
+        self.preserve_rng_state = preserve_rng_state
+        self.network = network
+        self._entries: dict = {}
+        self._last = None
+
+    @property
+    def plan(self):
+        """The plan of the latest call (or :meth:`prepare`)."""
+        return None if self._last is None else self._last.plan
+
+    @property
+    def plans(self) -> dict:
+        """Cached plans by input signature."""
+        return {key: entry.plan for key, entry in self._entries.items()}
+
+    def _entry(self, inputs):
+        key = self._key(inputs)
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = self._build(inputs)
+            self._entries[key] = entry
+        return entry
+
+    def _replan_all(self) -> None:
+        """Re-solve every cached signature from its profiles (nothing to do under plain autograd)."""
+        if self.budget is None and self.schedule_fn is None:
+            return
+        for entry in self._entries.values():
+            self._plan_entry(entry)
+
+    def _budget_repr(self) -> str:
+        from gpusolve.units import format_bytes
+        if self.budget is None:
+            return "None (plain autograd)"
+        if isinstance(self.budget, str):
+            return f"{self.budget} of plain autograd's peak"
+        return format_bytes(self.budget)
+
+
+class CheckpointedSequential(_PlannedModule):
     """A sequence of stages trained under a memory budget with gpusolve's optimal checkpointing.
 
     ``stages``: an ``nn.Sequential`` or a list of modules/callables; the state between stages is a
@@ -732,6 +927,15 @@ class CheckpointedSequential(nn.Module):
     (``plan.budget_bytes`` is the resolved budget; above 0 and at most 100 %). It counts everything but
     the input (the checkpoints, tapes, gradients of activations and workspace). ``None`` runs plain
     autograd. ``bucket``/``backend`` are passed to :func:`gpusolve.solve`.
+
+    ``offload``: plans may also move held checkpoints to host memory while later stages run (the
+    combined recompute + offload DP, :func:`gpusolve.offload.solver.solve_offload`, CPU solver only;
+    spec ``offload.md`` B.4.1), over this host link: a :class:`gpusolve.offload.link.Link`, a rate string
+    such as ``"12GB/s"`` (both directions), or ``"measure"`` (:func:`torch_exec.offload.measure_link` on
+    the input's CUDA device, once per device). Host buffers are pinned once per plan and a copy stream
+    overlaps the copies with compute (:mod:`torch_exec.offload`). It only makes sense on CUDA; on the CPU
+    the plan runs (the copies are plain CPU tensors: a test path, nothing is saved) and ``"measure"``
+    raises. ``schedule_fn`` may return policies with ``Swap`` nodes when ``offload`` is given.
 
     A stage that is a plain callable (not an ``nn.Module``) must not use parameters the wrapper cannot
     see: a callable reaching a module with parameters or buffers, or a tensor requiring grad, through its
@@ -752,7 +956,7 @@ class CheckpointedSequential(nn.Module):
 
     def __init__(self, stages, budget="6GiB", bucket=None, backend: str = "auto", *, profile_passes: int = 3,
                  profile_warmup: int = 1, schedule_fn=None, preserve_rng_state: bool = True, network: str | None = None,
-                 measure_steps: int = 3, modules=()):
+                 measure_steps: int = 3, modules=(), offload=None):
         super().__init__()
         self._meter = StepMeter(cuda_steps=measure_steps)
         self.names, fns = U.stage_list(stages)
@@ -762,26 +966,15 @@ class CheckpointedSequential(nn.Module):
             self.extra_modules = nn.ModuleList(extras)
         _check_callables(self.names, fns, list(self.stages) + extras)
         self._fns = fns  # the callables, in order (modules are also registered above)
-        self.budget = _budget_setting(budget)
-        self.bucket = bucket
-        self.backend = backend
-        self.profile_passes = profile_passes
-        self.profile_warmup = profile_warmup
-        self.schedule_fn = schedule_fn
-        self.preserve_rng_state = preserve_rng_state
-        self.network = network
-        self._entries: dict = {}
+        self._set_solver(budget, bucket, backend, profile_passes, profile_warmup, schedule_fn, preserve_rng_state,
+                         network)
+        self.offload = _offload_setting(offload)
+        self._measured_links: dict = {}  # str(device) -> Link measured for offload="measure"
         # Bytes the caller holds through each step beside the stages, made inside the step (so a step
         # meter sees them) and counted in every plan as reserved: auto_checkpoint's side values.
         self.held_bytes = 0
-        self._last = None
 
     # ------------------------------------------------------------ plans
-    @property
-    def plan(self) -> Plan | None:
-        """The plan of the latest call (or :meth:`prepare`)."""
-        return None if self._last is None else self._last.plan
-
     @property
     def chain(self) -> Chain | None:
         return None if self._last is None else self._last.chain
@@ -790,12 +983,13 @@ class CheckpointedSequential(nn.Module):
     def min_budget_bytes(self) -> int | None:
         """The least budget under which this wrapper can run the latest input signature (bytes)."""
         from gpusolve.dp.minpeak import min_feasible_bytes
-        return None if self._last is None else min_feasible_bytes(self._last.exec_chain)
-
-    @property
-    def plans(self) -> dict:
-        """Cached plans by input signature."""
-        return {key: entry.plan for key, entry in self._entries.items()}
+        if self._last is None:
+            return None
+        link = self._last.link
+        if link is not None and not link.is_useless:
+            from gpusolve.offload.dp import min_offload_bytes
+            return min_offload_bytes(self._last.exec_chain)
+        return min_feasible_bytes(self._last.exec_chain)
 
     def prepare(self, *sample_input, profile: dict | None = None) -> Plan:
         """Profile and solve for inputs like ``sample_input`` now (otherwise the first call does it).
@@ -817,14 +1011,6 @@ class CheckpointedSequential(nn.Module):
         return (tuple((tuple(t.shape), t.dtype, t.device, t.requires_grad) for t in U.tensors(state)),
                 isinstance(state, torch.Tensor), self.training,
                 U.autocast_key())
-
-    def _entry(self, state) -> Entry:
-        key = self._key(state)
-        entry = self._entries.get(key)
-        if entry is None:
-            entry = self._build(state)
-            self._entries[key] = entry
-        return entry
 
     def _build(self, state, data: dict | None = None) -> Entry:
         sample = U.make_leaf(state, [t.requires_grad for t in U.tensors(state)])
@@ -848,6 +1034,7 @@ class CheckpointedSequential(nn.Module):
                          for members in chain.provenance["members"]]
         has_buffers = [False] + [bool(U.buffers_of(mods)) for mods in group_modules]
         entry = Entry(profile=data, chain=chain, plan=None, held_bytes=int(self.held_bytes), groups=groups,
+                      device=U.tensors(state)[0].device,
                       group_modules=group_modules,
                       clone_input=clone_input, split=0, rng=rng, has_buffers=has_buffers, plain_chain=chain,
                       exec_chain=executor_chain(chain, rng, sample, self.preserve_rng_state, group_modules))
@@ -876,13 +1063,38 @@ class CheckpointedSequential(nn.Module):
             return None
         return parse_budget(self.budget, lambda: plain_peak_bytes(entry), "budget")
 
+    def link_for(self, device) -> Link | None:
+        """The host link plans for inputs on ``device`` are made for (``offload=``), or None."""
+        if self.offload is None or isinstance(self.offload, Link):
+            return self.offload
+        device = torch.device(device)
+        if device.type != "cuda":
+            raise ValueError(f"offload='measure' measures the host link of a CUDA device, but this input is on "
+                             f"{device}; give the link's figures instead (offload='12GB/s' or a "
+                             f"gpusolve.offload.link.Link)")
+        key = str(device)
+        if key not in self._measured_links:
+            self._measured_links[key] = Link.from_dict(measure_link(device))
+        return self._measured_links[key]
+
+    def _solve(self, chain: Chain, budget: int, link: Link | None) -> Plan:
+        """The one place that picks the solver: the chain DP, or with a link the combined recompute +
+        offload DP (backends "auto", "cpu" and "cuda"; it has no "exact" backend)."""
+        if link is None:
+            return solve(chain, budget, bucket=self.bucket, backend=self.backend)
+        if self.backend == "exact":
+            raise ValueError("CheckpointedSequential: backend='exact' has no offload DP; with offload= use "
+                             "backend='auto', 'cpu' or 'cuda'")
+        return solve_offload(chain, budget, link, bucket=self.bucket, backend=self.backend)
+
     def _plan_entry(self, entry: Entry) -> None:
         plain = entry.plain_chain
         chain = entry.exec_chain
         budget = self.budget_bytes_for(entry)
         plain_peak = plain_peak_bytes(entry)
+        link = entry.link = self.link_for(entry.device) if entry.device is not None else None
         if self.schedule_fn is not None:
-            plan = plan_from_schedule(chain, self.schedule_fn(chain), budget)
+            plan = plan_from_schedule(chain, self.schedule_fn(chain), budget, link=link)
         elif budget is None or plain_peak <= budget:
             # Plain autograd fits: run it as such (no recomputation, nothing reserved, no overhead).
             chain = plain
@@ -893,14 +1105,12 @@ class CheckpointedSequential(nn.Module):
                           f"profiling); running the stages as plain autograd"]
         else:
             try:
-                plan = solve(chain, budget, bucket=self.bucket, backend=self.backend)
+                plan = self._solve(chain, budget, link)
             except InfeasibleBudgetError as err:
                 if not isinstance(self.budget, str):
                     raise
-                least = math.ceil(1000 * err.min_bytes / plain_peak) / 10  # percent, rounded up to 0.1
-                raise InfeasibleBudgetError(
-                    f"{err} (budget {self.budget} of plain autograd's peak {plain_peak} B; this input needs at least "
-                    f"{least:g}%)", err.min_bytes) from None
+                raise InfeasibleBudgetError(f"{err}{_needs_at_least(err, self.budget, plain_peak)}",
+                                            err.min_bytes) from None
             release_device_memory()  # the solver's device workspace goes back to training
         if isinstance(self.budget, str):  # a percentage: say what it resolved to
             plan.notes = [f"budget {self.budget} of plain autograd's peak {plain_peak} B (measured when profiling): "
@@ -912,26 +1122,33 @@ class CheckpointedSequential(nn.Module):
                       if op.kind in (OpKind.FWD_NOGRAD, OpKind.FWD_TAPE)}
         entry.recomputed = [s in recomputed for s in range(chain.n + 1)]
         # A store-all plan is plain autograd: run it as such (same graph, same memory, no overhead).
-        entry.plain = not recomputed and all(code != NOGRAD for code, _, _ in entry.program)
+        entry.plain = not recomputed and all(code != NOGRAD for code, *_ in entry.program)
+        # Note [Pinned buffers once per plan] in torch_exec/offload.py: one pool and copy stream per plan.
+        swaps = sum(1 for op in plan.schedule if op.kind is OpKind.OFFLOAD)
+        entry.copies = HostCopies(entry.device) if swaps else None
+        if swaps and entry.device.type != "cuda":
+            plan.notes = list(plan.notes) + [
+                f"offloading on {entry.device}: the 'host' copies are plain tensors in the same memory (a test path: "
+                f"nothing is saved; offloading only makes sense on a CUDA device)"]
         entry.plan = plan
 
-    def replan(self, budget="keep", schedule_fn="keep", profile: bool = False) -> None:
-        """Change the budget and/or ``schedule_fn`` and re-solve every cached input signature from its
-        profile (a percentage budget such as ``"35%"`` is resolved again for each signature against its
-        measured plain autograd peak). ``budget=None`` switches to plain autograd. ``profile=True`` drops
-        the profiles: the next call with each input signature profiles the stages again."""
+    def replan(self, budget="keep", schedule_fn="keep", profile: bool = False, offload="keep") -> None:
+        """Change the budget, ``schedule_fn`` and/or ``offload`` and re-solve every cached input signature
+        from its profile (a percentage budget such as ``"35%"`` is resolved again for each signature
+        against its measured plain autograd peak). ``budget=None`` switches to plain autograd.
+        ``profile=True`` drops the profiles: the next call with each input signature profiles the stages
+        again."""
         if budget != "keep":
             self.budget = _budget_setting(budget)
+        if not (isinstance(offload, str) and offload == "keep"):
+            self.offload = _offload_setting(offload)
         if schedule_fn != "keep":
             self.schedule_fn = schedule_fn
         if profile:
             self._entries.clear()
             self._last = None
             return
-        if self.budget is None and self.schedule_fn is None:
-            return
-        for entry in self._entries.values():
-            self._plan_entry(entry)
+        self._replan_all()
 
     # ------------------------------------------------------------ measured memory
     def measure_memory(self, steps: int = 1) -> None:
@@ -987,14 +1204,8 @@ class CheckpointedSequential(nn.Module):
         return _ScheduleFunction.apply((entry, structure, self.preserve_rng_state, meter, tap_args), tap, *flat)
 
     def extra_repr(self) -> str:
-        from gpusolve.units import format_bytes
-        if self.budget is None:
-            budget = "None (plain autograd)"
-        elif isinstance(self.budget, str):
-            budget = f"{self.budget} of plain autograd's peak"
-        else:
-            budget = format_bytes(self.budget)
-        return f"stages={len(self._fns)}, budget={budget}"
+        offload = "" if self.offload is None else f", offload={self.offload!r}"
+        return f"stages={len(self._fns)}, budget={self._budget_repr()}{offload}"
 
 
 __all__ = ["CheckpointedSequential", "annotate", "interpret", "plan_from_schedule", "split_schedule", "Runtime",

@@ -30,39 +30,47 @@ def host_bytes_for(n: int, buckets: int, itemsize: int = 4) -> int:
     return 2 * (n * (n + 1) // 2) * (buckets + 1) * itemsize
 
 
-def solve_table(problem: Problem, progress=None) -> np.ndarray:
-    """Fill the whole table (rows x (M+1), ``problem.dtype``) diagonal by diagonal.
-
-    ``progress``, if given, is called with the number of (i, j) pairs finished after each block.
-    """
+def diagonal_blocks(problem: Problem):
+    """The fill's order, shared with the offload DP's fill (:mod:`gpusolve.offload.dp`): diagonal by
+    diagonal (d = 1..N), in blocks of consecutive i of at most :data:`BLOCK_ELEMENTS` table elements;
+    yields ``(d, start, stop, i, j)`` with ``i = start..stop-1`` (int64) and ``j = i + d``."""
     n, width = problem.n, problem.buckets + 1
-    dtype = problem.dtype
-    inf = dtype(np.inf)
-    table = np.empty((problem.pairs, width), dtype=dtype)
-    shifted = np.empty_like(table)  # shifted[row(k, j), m] = C(k, j, m - act_b[k])
-    m = np.arange(width, dtype=np.int64)
-    offsets = problem.diag_offset
     block = max(1, BLOCK_ELEMENTS // width)
     for d in range(1, n + 1):
         count = n + 1 - d
         for start in range(0, count, block):
             stop = min(count, start + block)
             i = np.arange(start, stop, dtype=np.int64)
-            j = i + d
-            best = _tape_candidates(problem, table, m, i, j, d, inf)
-            for r in range(1, d):
-                k = i + r
-                left = table[offsets[r] + start: offsets[r] + stop]
-                right = shifted[offsets[d - r] + start + r: offsets[d - r] + stop + r]
-                cand = problem.sfn(i, k)[:, None] + right
-                cand += left
-                np.copyto(cand, inf, where=m[None, :] < problem.thr_ckpt(i, j, k)[:, None])
-                np.minimum(best, cand, out=best)
-            rows = slice(offsets[d] + start, offsets[d] + stop)
-            table[rows] = best
-            shifted[rows] = _shift_rows(best, problem.act_b[i].astype(np.int64), m, inf)
-            if progress is not None:
-                progress(len(i))
+            yield d, start, stop, i, i + d
+
+
+def solve_table(problem: Problem, progress=None) -> np.ndarray:
+    """Fill the whole table (rows x (M+1), ``problem.dtype``) diagonal by diagonal.
+
+    ``progress``, if given, is called with the number of (i, j) pairs finished after each block.
+    """
+    width = problem.buckets + 1
+    dtype = problem.dtype
+    inf = dtype(np.inf)
+    table = np.empty((problem.pairs, width), dtype=dtype)
+    shifted = np.empty_like(table)  # shifted[row(k, j), m] = C(k, j, m - act_b[k])
+    m = np.arange(width, dtype=np.int64)
+    offsets = problem.diag_offset
+    for d, start, stop, i, j in diagonal_blocks(problem):
+        best = _tape_candidates(problem, table, m, i, j, d, inf)
+        for r in range(1, d):
+            k = i + r
+            left = table[offsets[r] + start: offsets[r] + stop]
+            right = shifted[offsets[d - r] + start + r: offsets[d - r] + stop + r]
+            cand = problem.sfn(i, k)[:, None] + right
+            cand += left
+            np.copyto(cand, inf, where=m[None, :] < problem.thr_ckpt(i, j, k)[:, None])
+            np.minimum(best, cand, out=best)
+        rows = slice(offsets[d] + start, offsets[d] + stop)
+        table[rows] = best
+        shifted[rows] = _shift_rows(best, problem.act_b[i].astype(np.int64), m, inf)
+        if progress is not None:
+            progress(len(i))
     return table
 
 

@@ -12,6 +12,11 @@ prepended to the NVRTC source (the header's ``#ifndef`` defaults serve ``nvcc`` 
 harness), so the launches below and the kernels cannot disagree. Compiled modules are memoized per
 (device, geometry).
 
+The join and offload backends (:mod:`gpusolve.join.cuda`, :mod:`gpusolve.offload.cuda`) run after
+this one and use its public helpers: :func:`geometry_source` (their NVRTC source),
+:class:`ModuleCache` (compilation and its errors), :func:`import_cupy`, :class:`torch_device`,
+:func:`check_device_memory`, :func:`add_time` and :meth:`DeviceTable.device_rows`.
+
 The table and the uploaded side arrays stay on the device between solves (a per-device
 *workspace*): a solve whose table is no larger reuses the buffer, identical side arrays are not
 uploaded again. :func:`release` frees the workspace and empties CuPy's memory pool; call it
@@ -23,6 +28,7 @@ arithmetic in CI.
 """
 from __future__ import annotations
 
+import re
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -100,15 +106,29 @@ def kernel_dir() -> Path:
         return Path(__file__).resolve().parents[2] / "kernels"
 
 
+def inline_source(name: str, seen: set | None = None) -> str:
+    """``name`` from the kernel folder with its quoted #includes inlined once each (NVRTC gets one
+    translation unit; ``#pragma once`` dropped)."""
+    seen = set() if seen is None else seen
+    if name in seen:
+        return ""
+    seen.add(name)
+    text = (kernel_dir() / name).read_text().replace("#pragma once\n", "", 1)
+    return re.sub(r'^#include "([^"]+)"\n', lambda m: inline_source(m.group(1), seen), text, flags=re.M)
+
+
+def geometry_source(geometry, entry: str) -> str:
+    """The NVRTC translation unit of a backend: ``geometry.defines()`` as #define lines (naming the
+    geometry's class, their one home), then ``entry`` (a .cu of the kernel folder) with its headers
+    inlined (:func:`inline_source`). The headers' ``#ifndef`` defaults yield to these #defines."""
+    defines = "".join(f"#define {name} {value}\n" for name, value in geometry.defines().items())
+    kind = type(geometry)
+    return f"// launch geometry: {kind.__module__}.{kind.__qualname__}\n" + defines + inline_source(entry)
+
+
 def kernel_source(geometry: Geometry | None = None) -> str:
     """The NVRTC translation unit: the geometry's #defines, then dp.cu with dp_common.cuh inlined."""
-    geometry = geometry or GEOMETRY
-    folder = kernel_dir()
-    header = (folder / "dp_common.cuh").read_text().replace("#pragma once\n", "", 1)  # inlined: no longer a header
-    source = (folder / "dp.cu").read_text()
-    defines = "".join(f"#define {name} {value}\n" for name, value in geometry.defines().items())
-    return ("// launch geometry: gpusolve.dp.cuda.Geometry\n" + defines
-            + source.replace('#include "dp_common.cuh"', header))
+    return geometry_source(geometry or GEOMETRY, "dp.cu")
 
 
 # ---------------------------------------------------------------------------- host-side arrays
@@ -219,12 +239,27 @@ def free_device_bytes() -> int:
 def solve_free_bytes() -> int:
     """Device bytes a solve may take now on torch's (or CuPy's) current device: the fraction
     :data:`gpusolve.dp.buckets.DEVICE_MEMORY_FRACTION` of :func:`free_device_bytes`."""
-    with _torch_device():
-        return int(DEVICE_MEMORY_FRACTION * free_device_bytes())
+    with torch_device():
+        return _usable_device_bytes()
+
+
+def _usable_device_bytes() -> int:
+    return int(DEVICE_MEMORY_FRACTION * free_device_bytes())
+
+
+def check_device_memory(need: int, message) -> None:
+    """Raise ``MemoryError(message(free))`` when a solve needing ``need`` device bytes does not fit in
+    the bytes a solve may take now (``free``, as :func:`solve_free_bytes`). Call inside
+    :class:`torch_device`; the three CUDA backends check their tables with it before allocating."""
+    free = _usable_device_bytes()
+    if need > free:
+        raise MemoryError(message(free))
 
 
 # ---------------------------------------------------------------------------- availability
-def _import_cupy():
+def import_cupy():
+    """The ``cupy`` module, or BackendUnavailableError saying why it cannot be imported (and how to
+    install it)."""
     try:
         import cupy  # noqa: F401
     except ImportError as err:
@@ -244,44 +279,65 @@ def _one_line(err: BaseException) -> str:
 
 def ensure_available(geometry: Geometry | None = None) -> None:
     """Raise BackendUnavailableError with the reason when the CUDA backend cannot run here."""
-    cupy = _import_cupy()
+    cupy = import_cupy()
     try:
         count = cupy.cuda.runtime.getDeviceCount()
     except Exception as err:
         raise BackendUnavailableError(f"CuPy sees no CUDA device ({type(err).__name__}: {_one_line(err)})") from None
     if count < 1:
         raise BackendUnavailableError("CuPy sees no CUDA device")
-    with _torch_device():
-        _module(geometry or GEOMETRY)
+    with torch_device():
+        _MODULES.get(geometry or GEOMETRY)
 
 
-_MODULES: dict = {}        # (device id, Geometry) -> compiled cupy.RawModule
-_MODULE_ERRORS: dict = {}  # (device id, Geometry) -> one-line compile error
+class ModuleCache:
+    """Compiled ``cupy.RawModule`` objects of one backend's kernels, memoized per (device, geometry); a
+    geometry whose source failed to compile or load keeps its one-line error (raised again, not
+    recompiled). Shared by the chain, join and offload backends.
 
+    ``source(geometry)`` gives the NVRTC source, ``kernel_names`` the kernels loaded at once (so a
+    failure shows here, not at the first launch), ``what`` names them in the error ("the CUDA join
+    kernel")."""
 
-def _module(geometry: Geometry, timings: dict | None = None):
-    """The compiled RawModule for the current device and ``geometry`` (compiled once per process;
-    CuPy also caches the binary on disk). Compile time goes to ``timings["compile"]``."""
-    cupy = _import_cupy()
-    key = (cupy.cuda.Device().id, geometry)
-    module = _MODULES.get(key)
-    if module is not None:
+    def __init__(self, source, kernel_names: tuple[str, ...], what: str):
+        self.source, self.kernel_names, self.what = source, tuple(kernel_names), what
+        self._modules: dict = {}  # (device id, geometry) -> compiled cupy.RawModule
+        self._errors: dict = {}   # (device id, geometry) -> one-line compile error
+
+    def get(self, geometry, timings: dict | None = None):
+        """The compiled RawModule for the current device and ``geometry`` (compiled once per process;
+        CuPy also caches the binary on disk). Compile time goes to ``timings["compile"]``."""
+        cupy = import_cupy()
+        key = (cupy.cuda.Device().id, geometry)
+        module = self._modules.get(key)
+        if module is not None:
+            return module
+        if key in self._errors:
+            raise BackendUnavailableError(self._errors[key])
+        started = time.perf_counter()
+        try:
+            module = cupy.RawModule(code=self.source(geometry), options=COMPILE_OPTIONS)
+            for name in self.kernel_names:
+                module.get_function(name)  # forces compilation and loading now
+        except Exception as err:
+            first = str(err).strip().splitlines()
+            self._errors[key] = (f"{self.what} failed to compile or load: {type(err).__name__}: "
+                                 f"{' | '.join(first[:6])}")
+            raise BackendUnavailableError(self._errors[key]) from None
+        add_time(timings, "compile", time.perf_counter() - started)
+        self._modules[key] = module
         return module
-    if key in _MODULE_ERRORS:
-        raise BackendUnavailableError(_MODULE_ERRORS[key])
-    started = time.perf_counter()
-    try:
-        module = cupy.RawModule(code=kernel_source(geometry), options=COMPILE_OPTIONS)
-        for name in KERNEL_NAMES:
-            module.get_function(name)  # forces compilation and loading now
-    except Exception as err:
-        first = str(err).strip().splitlines()
-        _MODULE_ERRORS[key] = (f"the CUDA kernels failed to compile or load: {type(err).__name__}: "
-                               f"{' | '.join(first[:6])}")
-        raise BackendUnavailableError(_MODULE_ERRORS[key]) from None
-    _add(timings, "compile", time.perf_counter() - started)
-    _MODULES[key] = module
-    return module
+
+    def ensure_available(self, geometry) -> None:
+        """For kernels that run after the chain backend's (join, offload): raise
+        BackendUnavailableError with the reason when the chain backend cannot run here (no CuPy, no
+        device, the chain kernels fail) or these kernels fail to compile or load at ``geometry``."""
+        ensure_available()
+        with torch_device():
+            self.get(geometry)
+
+
+_MODULES = ModuleCache(kernel_source, KERNEL_NAMES, "the CUDA kernels")
 
 
 class _TorchStreamHandle:
@@ -302,7 +358,7 @@ def _external_stream(cupy, torch_stream, device_id: int):
     return cupy.cuda.ExternalStream(torch_stream.cuda_stream, device_id)
 
 
-class _torch_device:
+class torch_device:
     """Run on torch's current device and stream when torch (already imported) has CUDA.
 
     torch is not imported here: a process that trains with it has imported it already, and
@@ -418,7 +474,8 @@ def release() -> None:
 
 
 # ---------------------------------------------------------------------------- solve
-def _add(timings: dict | None, key: str, seconds: float) -> None:
+def add_time(timings: dict | None, key: str, seconds: float) -> None:
+    """Add ``seconds`` to ``timings[key]`` when ``timings`` is a dict (the backends' phase timings)."""
     if timings is not None:
         timings[key] = timings.get(key, 0.0) + seconds
 
@@ -445,15 +502,20 @@ class DeviceTable:
         self._scalars, self._recovery, self._geometry, self._timings = scalars, recovery, geometry, timings
         self.curve = None
 
+    def device_rows(self):
+        """The filled table on the device, flat (pairs x (M+1) float32, without the sentinel row): a
+        view into the workspace, valid until the next solve on this device (copy it to keep it)."""
+        return self._table[:self.problem.pairs * (self.problem.buckets + 1)]
+
     def policy(self, m: int) -> Policy | None:
         """The optimal policy at ``m`` buckets, or None where the curve is infinite."""
         if not (0 <= m < len(self.curve) and np.isfinite(self.curve[m])):
             return None
         started = time.perf_counter()
-        with _torch_device():
+        with torch_device():
             policy = _recover_on_device(self._module, self.problem, self._table, self._dev, self._scalars, int(m),
                                         self._recovery, 2 * self.problem.n + 2, self._geometry)
-        _add(self._timings, "recover", time.perf_counter() - started)
+        add_time(self._timings, "recover", time.perf_counter() - started)
         return policy
 
 
@@ -461,17 +523,15 @@ def fill(problem: Problem, progress=None, timings: dict | None = None, band: boo
          geometry: Geometry | None = None) -> DeviceTable:
     """Fill the table on the device (see :func:`run` for ``timings``); returns a :class:`DeviceTable`."""
     geometry = geometry or GEOMETRY
-    cupy = _import_cupy()
-    with _torch_device():
-        module = _module(geometry, timings)
+    cupy = import_cupy()
+    with torch_device():
+        module = _MODULES.get(geometry, timings)
         started_setup = time.perf_counter()
         stream = cupy.cuda.get_current_stream()
         n, width = problem.n, problem.buckets + 1
         need = device_bytes(n, problem.buckets)
-        free = int(DEVICE_MEMORY_FRACTION * free_device_bytes())
-        if need > free:
-            finest = finest_fitting_bucket(problem.bucket_bytes * problem.buckets, n, free)
-            raise MemoryError(device_memory_message(need, n, problem.buckets, free, finest))
+        check_device_memory(need, lambda free: device_memory_message(
+            need, n, problem.buckets, free, finest_fitting_bucket(problem.bucket_bytes * problem.buckets, n, free)))
         ws = _WORKSPACES.setdefault(cupy.cuda.Device().id, _Workspace())
         dev = ws.upload(cupy, device_arrays(problem))
         pairs = problem.pairs
@@ -483,7 +543,7 @@ def fill(problem: Problem, progress=None, timings: dict | None = None, band: boo
                    np.int64(problem.bucket_bytes))
         stream.synchronize()
         started_dp = time.perf_counter()
-        _add(timings, "device_setup", started_dp - started_setup)
+        add_time(timings, "device_setup", started_dp - started_setup)
         diag = module.get_function("dp_diag")
         bulk = module.get_function("dp_bulk")
         for kind, a, b in launch_plan(n, band, geometry):
@@ -493,11 +553,11 @@ def fill(problem: Problem, progress=None, timings: dict | None = None, band: boo
                 progress(n + 1 - a)
         stream.synchronize()
         started_curve = time.perf_counter()
-        _add(timings, "dp", started_curve - started_dp)
+        add_time(timings, "dp", started_curve - started_dp)
         top = int(problem.row(0, n))
         handle = DeviceTable(problem, module, table, dev, scalars, recovery, geometry, timings)
         handle.curve = table[top * width:(top + 1) * width].get()
-        _add(timings, "curve", time.perf_counter() - started_curve)
+        add_time(timings, "curve", time.perf_counter() - started_curve)
         return handle
 
 

@@ -96,3 +96,24 @@ def policy_from_choices(order, tape, act) -> Policy:
         built[(i, j, mm)] = node
     i, j, mm, _ = order[0]
     return built[(i, j, mm)]
+
+
+def walk_states(root, expand) -> Policy:
+    """A policy tree from a root state, one choice per state, for DPs whose states carry more than
+    (i, j, m) (the offload DP's (i, j, m, sigma), :mod:`gpusolve.offload.dp`): ``expand(state)``
+    returns (child states in order, make) and the node is ``make(*child nodes)``. Explicit stack,
+    like :func:`walk_policy` (which this generalises: its children are fixed by the choice k)."""
+    built: dict[int, Policy] = {}
+    pending: list[tuple[int, tuple, object]] = []  # (id, child ids, make), parents before children
+    stack = [(0, root)]
+    counter = 1
+    while stack:
+        ident, state = stack.pop()
+        children, make = expand(state)
+        ids = tuple(range(counter, counter + len(children)))
+        counter += len(children)
+        pending.append((ident, ids, make))
+        stack.extend(zip(ids, children, strict=True))
+    for ident, ids, make in reversed(pending):  # children were visited after their parent
+        built[ident] = make(*(built.pop(c) for c in ids))
+    return built[0]

@@ -24,8 +24,8 @@ import numpy as np
 
 from ..dp.buckets import HOST_MEMORY_FRACTION, available_host_bytes, check_user_bucket
 from ..errors import InfeasibleBudgetError
-from ..schedule import Op, schedule_to_json
-from ..solve import Curve, exact_bytes
+from ..schedule import Op
+from ..solve import Curve, exact_bytes, pick_kernel_backend, plan_dict, plan_summary
 from ..units import format_bytes, parse_budget
 from .baselines import equiv_chain, split_budget, store_all
 from .bytesim import simulate_join, store_all_join_peak_bytes
@@ -34,6 +34,7 @@ from .network import JoinNet, JoinPolicy, Turn, join_policy_to_schedule
 
 # Buckets per budget when the caller leaves the bucket to us (as the chain CPU backend).
 DEFAULT_JOIN_BUCKETS = 1024
+JOIN_BACKENDS = ("cpu", "cuda", "auto")
 
 
 @dataclass
@@ -56,6 +57,7 @@ class JoinPlan:
     notes: list[str] = field(default_factory=list)
     timings: dict = field(default_factory=dict)
     net: JoinNet | None = field(default=None, repr=False, compare=False)
+    backend: str = "cpu"
 
     @property
     def overhead(self) -> float:
@@ -63,28 +65,14 @@ class JoinPlan:
         return self.predicted_time_ms / self.store_all_time_ms - 1.0 if self.store_all_time_ms else 0.0
 
     def summary(self) -> str:
-        if not self.feasible:
-            return (f"infeasible at budget {format_bytes(self.budget_bytes)} "
-                    f"(minimum {exact_bytes(self.min_feasible_bytes)})")
-        lines = [f"join of {self.net.k if self.net else '?'} branches, budget {format_bytes(self.budget_bytes)}, "
-                 f"bucket {format_bytes(self.bucket_bytes)} ({self.buckets} buckets), solved in "
-                 f"{self.solve_seconds * 1e3:.1f} ms",
-                 f"predicted step {self.predicted_time_ms:.2f} ms (+{100 * self.overhead:.1f} % over store-all "
-                 f"{self.store_all_time_ms:.2f} ms), peak {format_bytes(self.predicted_peak_bytes)}, "
-                 f"{len(self.schedule)} ops ({self.decided_by})"]
-        return "\n".join(lines + [f"note: {n}" for n in self.notes])
+        return plan_summary(self, f"join of {self.net.k if self.net else '?'} branches, budget "
+                                  f"{format_bytes(self.budget_bytes)}, bucket {format_bytes(self.bucket_bytes)} "
+                                  f"({self.buckets} buckets), solved in {self.solve_seconds * 1e3:.1f} ms",
+                            f" ({self.decided_by})")
 
     def to_dict(self) -> dict:
-        finite = np.isfinite(self.curve.time_ms)
-        return {"feasible": self.feasible, "predicted_time_ms": self.predicted_time_ms,
-                "predicted_peak_bytes": self.predicted_peak_bytes, "budget_bytes": self.budget_bytes,
-                "bucket_bytes": self.bucket_bytes, "buckets": self.buckets, "solve_seconds": self.solve_seconds,
-                "min_feasible_bytes": self.min_feasible_bytes, "store_all_time_ms": self.store_all_time_ms,
-                "overhead": self.overhead, "decided_by": self.decided_by, "notes": list(self.notes),
-                "timings": dict(self.timings),
-                "curve": {"budget_bytes": [int(b) for b in self.curve.budget_bytes[finite]],
-                          "time_ms": [float(t) for t in self.curve.time_ms[finite]]},
-                "schedule": schedule_to_json(self.schedule)}
+        """JSON-ready dict (the CLI's ``join --json``, under ``"plan"``)."""
+        return plan_dict(self, decided_by=self.decided_by, backend=self.backend)
 
 
 def join_below_minimum(budget_bytes: int, min_bytes: int) -> str:
@@ -122,7 +110,7 @@ def choose_join_bucket(net: JoinNet, budget_bytes: int, bucket=None, notes: list
 
 
 def solve_join(branches, turn: Turn, budget, bucket=None, reserved_bytes: int = 0, strict: bool = True,
-               baselines: bool = True, progress=None) -> JoinPlan:
+               baselines: bool = True, progress=None, backend: str = "auto") -> JoinPlan:
     """Fastest plan for the join of ``branches`` (each a :class:`~gpusolve.Chain` or an
     :class:`~gpusolve.join.EmptyBranch`) at ``turn`` within ``budget`` (bytes, ``"6GiB"``, or a
     percentage of the join's store-all peak such as ``"50%"``).
@@ -131,13 +119,19 @@ def solve_join(branches, turn: Turn, budget, bucket=None, reserved_bytes: int = 
     the whole step besides the tensors of the model. ``strict``: a budget below the minimum raises
     :class:`~gpusolve.InfeasibleBudgetError` naming it (else a plan with ``feasible=False``).
     ``baselines``: also try the baselines as exact-byte candidates (Note [Join candidates]).
-    ``progress(rows)``: called after each hyperplane of the DP.
+    ``progress(rows)``: called after each hyperplane of the DP. ``backend``: ``"auto"`` (default: CUDA
+    when CuPy sees a device, else the CPU with a :class:`~gpusolve.FallbackWarning` and a note), ``"cpu"``,
+    ``"cuda"`` (the J table filled on the device, one launch per hyperplane: :mod:`gpusolve.join.cuda`;
+    :class:`~gpusolve.BackendUnavailableError` when it cannot run).
     """
     started = time.perf_counter()
     timings: dict = {}
     net = JoinNet(branches, turn, reserved_bytes)
     budget_bytes = parse_budget(budget, lambda: store_all_join_peak_bytes(net), "budget")
     notes: list[str] = []
+    # The chain's selection rule, then the join kernel (gpusolve.join.cuda.ensure_available).
+    name, fill = pick_kernel_backend(backend, notes, "gpusolve.join.cuda", fill_join, names=JOIN_BACKENDS,
+                                     dp="the join DP", for_what="a join")
     least = min_peak_join(net)
     min_bytes = least.min_bytes
     store_time = net.store_all_time_ms()
@@ -147,12 +141,18 @@ def solve_join(branches, turn: Turn, budget, bucket=None, reserved_bytes: int = 
             raise InfeasibleBudgetError(message, min_bytes)
         return JoinPlan(False, float("inf"), 0, budget_bytes, 0, 0, time.perf_counter() - started,
                         Curve(np.zeros(0, dtype=np.int64), np.zeros(0)), [], None, store_time, min_bytes,
-                        notes=[message], timings=timings, net=net)
-    bucket_bytes = choose_join_bucket(net, budget_bytes, bucket, notes)
+                        notes=notes + [message], timings=timings, net=net, backend=name)
+    if name == "cuda":  # the tables live on the device: its memory bounds the bucket
+        from .cuda import choose_device_bucket
+        default = max(1, -(-budget_bytes // DEFAULT_JOIN_BUCKETS))
+        bucket_bytes = choose_device_bucket(net, budget_bytes, None if bucket is None else
+                                            check_user_bucket(budget_bytes, bucket), default, notes)
+    else:
+        bucket_bytes = choose_join_bucket(net, budget_bytes, bucket, notes)
     buckets = budget_bytes // bucket_bytes
     problem = JoinProblem.build(net, bucket_bytes, buckets)
     timings["setup"] = time.perf_counter() - started
-    table = fill_join(problem, progress, timings)
+    table = fill(problem, progress, timings)
     curve = Curve(np.arange(buckets + 1, dtype=np.int64) * bucket_bytes, np.asarray(table.curve, dtype=np.float64))
 
     clock = time.perf_counter()
@@ -190,4 +190,4 @@ def solve_join(branches, turn: Turn, budget, bucket=None, reserved_bytes: int = 
         notes.append(f"{origin} fits the budget in exact bytes (peak {peak} B) and {than}; the plan is {origin}")
     return JoinPlan(True, time_ms, peak, budget_bytes, bucket_bytes, buckets, time.perf_counter() - started,
                     curve, schedule, chosen, store_time, min_bytes, decided_by=origin, notes=notes, timings=timings,
-                    net=net)
+                    net=net, backend=name)

@@ -26,6 +26,7 @@
 #include <algorithm>
 
 #include "dp_common.cuh"
+#include "harness_common.h"
 
 struct Stats {
     long long bulk_tiles_unchecked = 0;
@@ -34,20 +35,6 @@ struct Stats {
     long long rec_states = 0;
 };
 static Stats stats;
-
-template <typename T>
-static std::vector<T> read_array(const std::string& dir, const char* name) {
-    std::string path = dir + "/" + name + ".bin";
-    FILE* f = std::fopen(path.c_str(), "rb");
-    if (!f) { std::fprintf(stderr, "cannot open %s\n", path.c_str()); std::exit(2); }
-    std::fseek(f, 0, SEEK_END);
-    long size = std::ftell(f);
-    std::fseek(f, 0, SEEK_SET);
-    std::vector<T> v(size / sizeof(T));
-    if (size && std::fread(v.data(), sizeof(T), v.size(), f) != v.size()) { std::fprintf(stderr, "short read %s\n", path.c_str()); std::exit(2); }
-    std::fclose(f);
-    return v;
-}
 
 static void emulate_diag(const DpArgs& a, float* table, int d, int band_start) {
     const int n = a.n, width = a.width;
@@ -225,18 +212,10 @@ int main(int argc, char** argv) {
         return 2;
     }
     std::fclose(meta);
-    std::vector<float> t_tape = read_array<float>(dir, "t_tape");
-    std::vector<double> prefix = read_array<double>(dir, "prefix");
-    std::vector<int> act_b = read_array<int>(dir, "act_b"), tape_b = read_array<int>(dir, "tape_b");
-    std::vector<int> grad_q = read_array<int>(dir, "grad_q"), peak_q = read_array<int>(dir, "peak_q");
-    std::vector<dp_i64> grad_r = read_array<dp_i64>(dir, "grad_r"), peak_r = read_array<dp_i64>(dir, "peak_r");
-    std::vector<dp_i64> tape_fwd = read_array<dp_i64>(dir, "tape_fwd"), tape_need = read_array<dp_i64>(dir, "tape_need");
-    std::vector<dp_i64> grad_bytes = read_array<dp_i64>(dir, "grad_bytes");
+    const ChainArrays chain(dir);
     DpArgs a;
     a.n = n; a.width = width; a.multi_tape = multi_tape; a.bucket = bucket;
-    a.t_tape = t_tape.data(); a.prefix = prefix.data(); a.act_b = act_b.data(); a.tape_b = tape_b.data();
-    a.grad_q = grad_q.data(); a.grad_r = grad_r.data(); a.peak_q = peak_q.data(); a.peak_r = peak_r.data();
-    a.tape_fwd = tape_fwd.data(); a.tape_need = tape_need.data(); a.grad_bytes = grad_bytes.data();
+    chain.bind(a);
 
     const dp_i64 pairs = (dp_i64)n * (n + 1) / 2;
     // Poison: a state read before it is written shows up as a mismatch, not as a lucky zero.

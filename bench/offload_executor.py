@@ -1,0 +1,216 @@
+"""Offloading executor benchmark: measured step time and peak memory of combined (offload + recompute)
+plans vs recompute-only plans vs offload-only, on a CUDA device.
+
+    python bench/offload_executor.py                          # DenseNet-121 and ResNet-50
+    python bench/offload_executor.py --networks resnet50 --steps 5
+
+Runs only on a GPU (on the CPU it exits with a one-line message). First measures the host link
+(:func:`torch_exec.offload.measure_link`: pinned buffers, a side stream), then per network (torchvision,
+float32, training mode, 224x224: DenseNet-121 batch 64, ResNet-50 batch 128; stages and loss as in
+``bench/executor.py``, whose helpers are reused) measures plain autograd's step (the store-all peak) and at
+budgets of 50 %, 35 % and 25 % of that measured peak runs:
+
+- ``combined``: :class:`torch_exec.CheckpointedSequential` with ``offload=<measured link>``: the combined
+  recompute + offload DP (:func:`gpusolve.offload.solver.solve_offload`), its plan executed with pinned host
+  buffers and a copy stream (:mod:`torch_exec.offload`);
+- ``recompute``: the same wrapper without ``offload`` (the chain DP, :func:`gpusolve.solve`);
+- ``offload_only`` (once per network, no budget): plain autograd under
+  ``torch.autograd.graph.save_on_cpu(pin_memory=True)``, PyTorch's own offloading, which is what users
+  have: every tensor saved for the backward goes to pinned host memory, with no schedule and no overlap
+  control.
+
+Predicted figures are the plan's (the two-timeline simulator over the measured link for ``combined``, the
+chain simulator for ``recompute``, both on the executor's chain). Memory is ``torch.cuda.max_memory_allocated``
+above what is allocated just before the step (parameters, their gradients allocated beforehand, the input):
+what the budget counts; pinned host memory is not device memory. Times: median of ``--steps`` steps (CUDA
+events) after ``--warmup`` steps (the first step of a plan pins its host buffers).
+
+Writes ``<out>/offload_executor_<gpu>.json`` (link, records) and ``<out>/offload_executor_<gpu>.md``, with the
+device, the date and the command.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import sys
+import traceback
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import torch  # noqa: E402
+
+from _common import command_line, slug  # noqa: E402  (same folder)
+
+NETWORKS = ("densenet121", "resnet50")
+FRACTIONS = (0.5, 0.35, 0.25)
+
+
+def _require_cuda() -> None:
+    if not torch.cuda.is_available():
+        raise SystemExit("bench/offload_executor.py needs a CUDA device (none here): it measures host-device copies "
+                         "and GPU memory; nothing to run on the CPU")
+
+
+def bench_network(name, args, link, meter, records, errors):
+    import executor as chain_bench  # bench/executor.py: networks, step meter, helpers
+
+    import torch_exec as te
+    from gpusolve.schedule import OpKind, count_recomputations
+    stages, x, desc = chain_bench.build(name, args.device, quick=False)
+    params = list(stages.parameters())
+    print(f"== {name}: {desc}, {len(stages)} measured stages", flush=True)
+    common = dict(network=name, description=desc, device=args.device_name, date=args.date)
+
+    def plain():
+        stages(x).backward()
+    peak_all, ms_all = meter.step(plain, params, args.steps, args.warmup)
+    print(f"   store_all: peak {peak_all} B, {ms_all:.2f} ms", flush=True)
+    records.append(dict(common, method="store_all", budget_label=None, budget_bytes=None, measured_peak_bytes=peak_all,
+                        step_ms=ms_all, predicted_peak_bytes=None, predicted_step_ms=None))
+
+    def offload_only():
+        with torch.autograd.graph.save_on_cpu(pin_memory=True):
+            loss = stages(x)
+        loss.backward()
+    row = dict(common, method="offload_only", budget_label=None, budget_bytes=None, predicted_peak_bytes=None,
+               predicted_step_ms=None, note="torch.autograd.graph.save_on_cpu(pin_memory=True), plain autograd")
+    try:
+        peak, ms = meter.step(offload_only, params, args.steps, args.warmup)
+        row.update(measured_peak_bytes=peak, step_ms=ms)
+        print(f"   offload_only (save_on_cpu): peak {peak} B, {ms:.2f} ms", flush=True)
+    except Exception as err:
+        row.update(measured_peak_bytes=None, step_ms=None, error=_error(err))
+        errors.append(f"{name}: offload_only raised {row['error']}")
+    records.append(row)
+    chain_bench._free()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        data = te.profile_dict(stages, x, passes=args.passes, network=name)
+    # One wrapper, one profile: every plan below is solved on its executor chain (what it holds beyond the
+    # stages reserved) and run by it.
+    wrapped = te.CheckpointedSequential(stages, budget=None, network=name, schedule_fn=chain_bench.store_all_schedule,
+                                        offload=link)
+    wrapped.prepare(x, profile=data)
+    print(f"   chain: {wrapped.chain.n} fused stages", flush=True)
+
+    def step():
+        wrapped(x).backward()
+
+    for fraction in args.fractions:
+        budget = int(fraction * peak_all)
+        label = f"{round(100 * fraction)}%"
+        for method, offload in (("combined", link), ("recompute", None)):
+            row = dict(common, method=method, budget_label=label, budget_bytes=budget)
+            try:
+                wrapped.replan(budget=budget, schedule_fn=None, offload=offload)
+                plan = wrapped.plan
+                schedule = plan.schedule
+                row.update(predicted_peak_bytes=int(plan.predicted_peak_bytes),
+                           predicted_step_ms=float(plan.predicted_time_ms), solve_seconds=plan.solve_seconds,
+                           swaps=sum(op.kind is OpKind.OFFLOAD for op in schedule),
+                           recomputations=count_recomputations(schedule), ops=len(schedule))
+                copies = wrapped._last.copies
+                peak, ms = meter.step(step, params, args.steps, args.warmup)
+                row.update(measured_peak_bytes=peak, step_ms=ms, within_budget=peak is not None and peak <= budget,
+                           host_bytes=None if copies is None else copies.host_bytes())
+                print(f"   {method} {label} ({budget} B): peak {peak} B (pred {plan.predicted_peak_bytes}), "
+                      f"{ms:.2f} ms (pred {plan.predicted_time_ms:.2f}), {row['swaps']} swaps, "
+                      f"{row['recomputations']} recomputed", flush=True)
+            except Exception as err:  # infeasible at this budget, OOM, ...
+                row.update(measured_peak_bytes=None, step_ms=None, error=_error(err))
+                row.setdefault("predicted_peak_bytes", None)
+                row.setdefault("predicted_step_ms", None)
+                print(f"   {method} {label}: {row['error']}", flush=True)
+                if args.verbose and not chain_bench._is_oom(err):
+                    traceback.print_exc()
+            records.append(row)
+            chain_bench._free()
+    # the network and its wrapper go with this frame; main() frees the cache after it
+
+
+def _error(err) -> str:
+    return f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+
+
+def write_report(link_data, records, errors, args, command):
+    stem = f"offload_executor_{args.gpu_tag}"
+    path_json, path_md = args.out / f"{stem}.json", args.out / f"{stem}.md"
+    payload = dict(device=args.device_name, date=args.date, command=command, torch=torch.__version__,
+                   link=link_data, records=records, errors=errors)
+    path_json.write_text(json.dumps(payload, indent=1))
+    mib = lambda b: "-" if b is None else f"{b / 2**20:.0f}"  # noqa: E731
+    ms = lambda t: "-" if t is None else f"{t:.1f}"  # noqa: E731
+    gbs = lambda r: f"{r * 1e3 / 1e9:.1f} GB/s"  # noqa: E731  (bytes/ms -> GB/s)
+    lines = [f"# Offloading executor on {args.device_name}", "", f"Command: `{command}`", "",
+             f"torch {torch.__version__}, {args.date}. Measured link (pinned buffers, side stream): device-to-host "
+             f"{gbs(link_data['d2h_bytes_per_ms'])}, host-to-device {gbs(link_data['h2d_bytes_per_ms'])}, latency "
+             f"{link_data['latency_ms'] * 1e3:.1f} us.", "",
+             "Peaks in MiB above the pre-step allocation (the budget counts the same); times in ms, median of "
+             f"{args.steps} steps. `combined`: offload + recompute plan (solve_offload over the measured link); "
+             "`recompute`: the chain DP's plan; `offload_only`: plain autograd under "
+             "`torch.autograd.graph.save_on_cpu(pin_memory=True)` (PyTorch's own offloading, no budget); "
+             "`store_all`: plain autograd.", "",
+             "| network | budget | method | swaps | recomputed | measured peak | predicted peak | within | step | "
+             "predicted step |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in records:
+        budget = f"{r['budget_label']} {mib(r['budget_bytes'])}" if r.get("budget_bytes") else "-"
+        note = f" ({r['error'][:70]})" if r.get("error") else ""
+        within = {True: "yes", False: "NO"}.get(r.get("within_budget"), "-")
+        lines.append(f"| {r['network']} | {budget} | {r['method']}{note} | {r.get('swaps', '-')} | "
+                     f"{r.get('recomputations', '-')} | {mib(r.get('measured_peak_bytes'))} | "
+                     f"{mib(r.get('predicted_peak_bytes'))} | {within} | {ms(r.get('step_ms'))} | "
+                     f"{ms(r.get('predicted_step_ms'))} |")
+    lines += ["", "## Errors", ""] + ([f"- {e}" for e in errors] or ["- none"])
+    path_md.write_text("\n".join(lines) + "\n")
+    print(f"wrote {path_json} and {path_md}")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--networks", nargs="+", default=list(NETWORKS), choices=NETWORKS)
+    parser.add_argument("--fractions", nargs="+", type=float, default=list(FRACTIONS),
+                        help="budgets as fractions of the measured store-all peak")
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--passes", type=int, default=3, help="profiling passes")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    parser.add_argument("--verbose", action="store_true")
+    args = parser.parse_args(argv)
+    _require_cuda()
+    import executor as chain_bench
+
+    from torch_exec.offload import measure_link
+    from gpusolve.offload.link import Link
+    args.device = "cuda"
+    args.out.mkdir(parents=True, exist_ok=True)
+    args.device_name = torch.cuda.get_device_name(0)
+    args.gpu_tag = slug(args.device_name)
+    args.date = _dt.datetime.now().isoformat(timespec="seconds")
+    torch.backends.cudnn.benchmark = False
+    link_data = measure_link()
+    link = Link.from_dict(link_data)
+    print(f"link: d2h {link.d2h_bytes_per_ms * 1e3 / 1e9:.2f} GB/s, h2d {link.h2d_bytes_per_ms * 1e3 / 1e9:.2f} GB/s, "
+          f"latency {link.latency_ms * 1e3:.1f} us", flush=True)
+    meter = chain_bench.Meter(args.device)
+    records, errors = [], []
+    for name in args.networks:
+        try:
+            bench_network(name, args, link, meter, records, errors)
+        except SystemExit:
+            raise
+        except Exception as err:
+            errors.append(f"{name}: {_error(err)}")
+            print(f"== {name} failed: {_error(err)}", flush=True)
+            traceback.print_exc()
+        chain_bench._free()
+    write_report(link_data, records, errors, args, command_line("offload_executor.py", argv))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,201 @@
+"""Recompute-only, offload-only and combined, side by side: the rows of ``gpusolve compare --offload``
+and the three curves of ``gpusolve curve --offload`` (and ``bench/offload_curves.py``).
+
+- *recompute only*: :func:`gpusolve.solve` (the chain DP; no link).
+- *combined*: :func:`gpusolve.offload.solve_offload` (recompute + ``Swap k`` over the link).
+- *offload only*: the seed paper's algorithms ([O], :mod:`gpusolve.offload.paper`): GREEDY, DYNPROG
+  (S = 500 slots, as published) and VDNN, each executed as the no-wait ordered schedule of its
+  decisions, store-all otherwise (no recomputation).
+
+Note [One budget, two models]
+    The first two are simulated in this project's byte model (:func:`gpusolve.simulate.simulate`), the
+    paper's algorithms in the paper's own model (:class:`~gpusolve.offload.paper.OffloadChain`, Note
+    [Mapping a gpusolve chain onto the paper's model]: the x_i are whole tapes, the input counts in
+    M_GPU). A budget b (beyond the input, reserved bytes included) is M_GPU = b + input_bytes there
+    (``from_chain`` subtracts the reserved bytes), and a paper peak p is reported as p - input_bytes
+    + reserved_bytes, so that every row's budget and peak mean the same bytes. The paper has one rate B
+    and no latency: it gets the slower direction of the link and no latency (a row note says so).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..chain import Chain
+from ..simulate import budget_bytes_of, store_all_peak_bytes, store_all_time_ms
+from .link import Link
+
+# The paper's algorithms shown as "offload only" (label, function of an OffloadChain -> makespan, peak).
+PAPER_S = 500
+PAPER_METHODS = ("GREEDY [O]", f"DYNPROG S={PAPER_S} [O]", "VDNN [O]")
+
+
+def paper_rate(link: Link) -> float | None:
+    """The one rate B the paper's model takes: the slower direction (None over a useless or an
+    unlimited link, where its model has no meaning)."""
+    rate = min(link.d2h_bytes_per_ms, link.h2d_bytes_per_ms)
+    return None if rate == 0.0 or math.isinf(rate) else rate
+
+
+def paper_chain(chain: Chain, budget_bytes: int, link: Link):
+    """The paper's instance at ``budget_bytes`` (Note [One budget, two models]); raises ``ValueError``
+    when the budget is below what the paper's model needs to run at all, or the link has no finite rate."""
+    from .paper import OffloadChain
+    rate = paper_rate(link)
+    if rate is None:
+        raise ValueError("the paper's model needs a finite, nonzero bandwidth")
+    return OffloadChain.from_chain(chain, M_GPU=budget_bytes + chain.input_bytes, B=rate)
+
+
+def paper_results(chain: Chain, budget_bytes: int, link: Link) -> dict[str, tuple[float, float] | str]:
+    """``{method: (makespan_ms, peak_bytes)}`` for :data:`PAPER_METHODS` at ``budget_bytes``, or
+    ``{method: reason}`` where it has no schedule (peaks in this project's terms)."""
+    from .paper import StateBudgetExceeded, dynprog, greedy, simulate, vdnn
+    from ..units import format_bytes
+    from .paper import m_min
+    shift = -chain.input_bytes + chain.reserved_bytes
+    try:
+        c = paper_chain(chain, budget_bytes, link)
+    except ValueError as err:
+        if paper_rate(link) is None:
+            return {name: str(err) for name in PAPER_METHODS}
+        need = float(m_min(paper_chain(chain, store_all_peak_bytes(chain), link))) + shift
+        return {name: f"below what [O]'s model needs to run ({format_bytes(need)})" for name in PAPER_METHODS}
+
+    def run(decisions):
+        if decisions is None:
+            return "no valid decisions"
+        r = simulate(c, decisions)
+        if not r.feasible:
+            return r.reason or "infeasible"
+        return float(r.makespan), float(r.timeline.peak) + shift
+
+    out: dict = {PAPER_METHODS[0]: run(greedy(c))}
+    try:
+        d = dynprog(c, PAPER_S, max_seconds=60.0)
+        out[PAPER_METHODS[1]] = run(d.decisions)
+    except StateBudgetExceeded as err:
+        out[PAPER_METHODS[1]] = f"state budget exceeded ({err})"
+    _, decisions = vdnn(c, max_thresholds=64)
+    out[PAPER_METHODS[2]] = run(decisions)
+    return out
+
+
+def offload_records(chain: Chain, budget, link: Link, bucket=None, backend: str = "auto",
+                    recompute: bool = True) -> list[dict]:
+    """Rows ``{name, time_ms, peak_bytes, overhead, feasible, detail}`` (as :func:`gpusolve.compare`):
+    combined, recompute only (unless ``recompute=False``), then the paper's offload-only algorithms.
+    Nothing raises for an infeasible budget: rows say feasible=False."""
+    from ..baselines import Record
+    from ..solve import solve
+    from .solver import solve_offload
+    budget_bytes = budget_bytes_of(chain, budget)
+    base = store_all_time_ms(chain)
+    rows = []
+    plans = [("combined (gpusolve)", solve_offload(chain, budget_bytes, link, bucket=bucket, backend=backend,
+                                                   strict=False))]
+    if recompute:
+        plans.append(("recompute only (gpusolve)", solve(chain, budget_bytes, bucket=bucket, backend=backend,
+                                                         strict=False)))
+    for name, plan in plans:
+        detail = {"backend": plan.backend, "buckets": plan.buckets}
+        if getattr(plan, "swaps", None) is not None and name.startswith("combined"):
+            detail["swaps"] = plan.swaps
+        if plan.feasible:
+            rows.append(Record(name, float(plan.predicted_time_ms), int(plan.predicted_peak_bytes),
+                               float(plan.predicted_time_ms / base - 1.0) if base else 0.0, True, detail))
+        else:
+            rows.append(Record(name, None, None, None, False, detail))
+    note = "paper's model: store-all plus offloaded tapes, one rate (the slower direction), no latency"
+    for name, result in paper_results(chain, budget_bytes, link).items():
+        if isinstance(result, str):
+            rows.append(Record(name, None, None, None, False, {"reason": result}))
+        else:
+            ms, peak = result
+            rows.append(Record(name, ms, int(round(peak)), ms / base - 1.0 if base else 0.0, peak <= budget_bytes,
+                               {"model": "[O]"}))
+    if any(r.name in PAPER_METHODS for r in rows):
+        rows[-1].detail["note"] = note
+    return [r.to_dict() for r in rows]
+
+
+def offload_curve_data(chain: Chain, link: Link, max_budget=None, bucket=None, backend: str = "auto",
+                       points: int = 24) -> dict:
+    """The three curves (time in ms against the budget in bytes): recompute only and combined (each
+    the DP curve of one solve at the top budget), and offload only (the best of the paper's algorithms
+    at ``points`` budgets from the combined minimum to the top). ``max_budget`` defaults to the store-all
+    peak."""
+    from ..solve import solve
+    from .dp import min_offload_bytes
+    from .solver import solve_offload
+    top = store_all_peak_bytes(chain) if max_budget is None else budget_bytes_of(chain, max_budget, "max budget")
+    combined = solve_offload(chain, top, link, bucket=bucket, backend=backend)
+    recompute = solve(chain, top, bucket=combined.bucket_bytes, backend="cpu" if backend == "exact" else backend)
+    low = min_offload_bytes(chain) if not link.is_useless else recompute.min_feasible_bytes
+    grid = np.unique(np.linspace(low, top, points).astype(np.int64)).tolist()
+    paper = {name: [] for name in PAPER_METHODS}
+    for b in grid:
+        results = paper_results(chain, int(b), link)
+        for name in PAPER_METHODS:
+            r = results[name]
+            paper[name].append(None if isinstance(r, str) else r[0])
+    best = [min((paper[n][q] for n in PAPER_METHODS if paper[n][q] is not None), default=None)
+            for q in range(len(grid))]
+    curves = {}
+    for key, plan in (("combined", combined), ("recompute", recompute)):
+        curve = plan.curve.feasible()
+        curves[key] = {"budget_bytes": curve.budget_bytes.tolist(), "time_ms": curve.time_ms.tolist()}
+    return {"name": chain.provenance.get("network") or chain.provenance.get("source") or "chain", "stages": chain.n,
+            "link": link.to_dict(), "paper_rate_bytes_per_ms": paper_rate(link), "max_budget_bytes": top,
+            "min_feasible_bytes": int(low), "store_all_time_ms": store_all_time_ms(chain),
+            "backend": combined.backend, "bucket_bytes": combined.bucket_bytes, **curves,
+            "grid_bytes": grid, "offload_only": {"best": best, **paper}}
+
+
+def plot_offload_curves(data: dict, out) -> "object":
+    """Write the three curves of :func:`offload_curve_data` to ``out`` (format from its extension)."""
+    from ..plot import GIB, output_path
+    out = output_path(out)
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    base = data["store_all_time_ms"]
+    fig, ax = plt.subplots(figsize=(9, 6.5), dpi=110)
+    shown = []
+    for key, label, style in (("combined", "recompute + offload (gpusolve)", {"color": "tab:green", "linewidth": 2.6}),
+                              ("recompute", "recompute only (gpusolve)",
+                               {"color": "tab:blue", "linewidth": 1.2, "linestyle": "--"})):
+        b = np.asarray(data[key]["budget_bytes"], dtype=np.float64) / GIB
+        t = np.asarray(data[key]["time_ms"], dtype=np.float64)
+        ax.step(b, t, where="post", label=label, **style)
+        shown += [float(v) for v in t if np.isfinite(v)]
+    grid = np.asarray(data["grid_bytes"], dtype=np.float64) / GIB
+    best = np.array([np.nan if v is None else v for v in data["offload_only"]["best"]], dtype=np.float64)
+    if np.isfinite(best).any():
+        ax.plot(grid, best, "o--", color="tab:orange", markersize=4, linewidth=1.2,
+                label="offload only: best of GREEDY, DYNPROG, VDNN [O]")
+        shown += [float(v) for v in best if np.isfinite(v)]
+    cap = base * 3.0
+    if shown:
+        ax.set_ylim(min(min(shown), base) * 0.97, min(max(shown), cap) * 1.03)
+    rate = data["paper_rate_bytes_per_ms"]
+    link = data["link"]
+    ax.set_xlabel("memory budget beyond the input (GiB)")
+    ax.set_ylabel("predicted training step (ms)")
+    def gbps(rate) -> str:
+        return "unlimited" if rate == "inf" else f"{float(rate) / 1e6:.3g} GB/s"
+    ax.set_title(f"{data['name']}: link {gbps(link['d2h_bytes_per_ms'])} D2H, "
+                 f"{gbps(link['h2d_bytes_per_ms'])} H2D, latency {link['latency_ms']:g} ms"
+                 + ("" if rate is not None else " ([O] not shown: no finite rate)"), fontsize=10)
+    ax.grid(True, alpha=0.3)
+    secondary = ax.secondary_yaxis("right", functions=(lambda t: 100.0 * (t / base - 1.0),
+                                                       lambda p: base * (1.0 + p / 100.0)))
+    secondary.set_ylabel("overhead over store-all (%)")
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2, frameon=False)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, bbox_inches="tight")
+    plt.close(fig)
+    return out

@@ -1,0 +1,249 @@
+"""The combined recompute + offload DP on the CPU: C(i, j, m, sigma) with the ``Swap k`` action
+(spec ``offload.md`` B.4.1), NumPy, on the chain DP's :class:`~gpusolve.dp.problem.Problem`.
+
+State (i, j, m, sigma): as the chain DP's (i, j, m), and sigma = 1 iff a_i is a plain checkpoint (so
+it may be moved to the host); the top state is (0, N, M, 0). Two planes of the chain DP's table
+layout (``table[sigma][row(i, j), m]``)::
+
+  Tape          t_tape[i+1] + C(i+1, j, m - tape_b[i+1], 0)                        m >= thr_tape(i, j)
+  Checkpoint k  (sfn(i, k) + C(k, j, m - act_b[k], 1)) + C(i, k, m, sigma)         m >= thr_ckpt(i, j, k)
+  Swap k        (((w_off(i, k) + C(k, j, min(M, m - act_b[k] + act_b[i]), 1))
+                  + e_pre(i, k, m)) + C(i, k, m, 1))                               sigma = 1, m >= thr_ckpt(i, j, k)
+
+  w_off(i, k)    = max(sfn(i, k), tau_d2h(act[i]))          (= sfn + e_off of the spec, with no rounding)
+  e_pre(i, k, m) = max(0, tau_h2d(act[i]) - t_bwd[k+1])     if m - act_b[k] >= pre_b[k+1]   (overlap)
+                 = tau_h2d(act[i])                          otherwise                        (no room)
+  pre_b[s]       = ceil(max(tape_need[s], tape[s] + grad[s] + reserved) / bucket)
+
+Float order (what the CUDA kernels must follow to agree bit for bit): the plain candidates exactly as
+:mod:`gpusolve.dp.cpu` ((sfn + right) + left, in the table dtype); the Swap candidate as written above,
+left to right, in the table dtype; w_off, e_pre's two values and tau are computed in float64 from the
+exact bytes (tau of a_i's true size, not its bucket) and rounded once to the table dtype
+(:class:`SwapArrays`). Ties: Tape, then the smallest checkpoint k, then the smallest swap k.
+
+Why pre_b and not the spec's tape_need[k+1]: ``prefetch(i)`` is issued (and a_i's block held) before
+bwd(k+1) starts, when the right part still holds the whole tape of k+1 and the gradient of a_{k+1}:
+tape[k+1] + grad[k+1] + reserved, which exceeds tape_need[k+1] when the part of the tape released at
+the start of the backward (tape - bwd_tape) is more than grad[k] + bwd_extra[k+1]. The spec's
+condition then emits a schedule over budget (tests: ``test_spec_prefetch_condition_counterexample``).
+
+The right read of Swap is clamped to M: states (i, j, m, 1) with m + act_b[i] > M are unreachable
+from the top (every parent subtracted act_b[i] from a column <= M), and no reachable state reads
+them, so the clamp never changes a plan; it keeps every value an upper bound of a real plan.
+
+Memory: three tables (plane 0, plane 1 and plane 1 pre-shifted by act_b[k] for the Checkpoint
+right read, as in :mod:`gpusolve.dp.cpu`); the Swap right read shifts by act_b[k] - act_b[i] and
+is a gather.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..chain import Chain
+from ..dp.cpu import _shift_rows, _tape_candidates, diagonal_blocks
+from ..dp.problem import Problem, ceil_div
+from ..dp.recover import walk_states
+from ..schedule import Checkpoint, Policy, Swap, Tape
+from .link import Link
+
+TAPE, CHECKPOINT, SWAP = 0, 1, 2
+TABLES = 3  # float tables the CPU fill allocates per (i, j, m) (two planes and one shifted copy)
+
+
+@dataclass
+class SwapArrays:
+    """Per-instance transfer terms of the Swap candidate, in the table dtype (module docstring)."""
+
+    w_off: np.ndarray     # [N+1, N+1]: max(sfn(i, k), tau_d2h(act[i]))
+    e_overlap: np.ndarray  # [N+1, N+1]: max(0, tau_h2d(act[i]) - t_bwd[k+1])  (k < N)
+    e_full: np.ndarray    # [N+1]: tau_h2d(act[i])
+    pre_b: np.ndarray     # int64[N+2]: buckets the right part needs at bwd(s) with a_i prefetched
+    pre_bytes: np.ndarray  # int64[N+1]: the same in bytes
+
+    @classmethod
+    def build(cls, problem: Problem, chain: Chain, link: Link) -> "SwapArrays":
+        a = chain.padded()
+        n, dtype = problem.n, problem.dtype
+        act = a["act_bytes"]
+        tau_d2h = np.array([link.d2h_ms(x) for x in act], dtype=np.float64)
+        tau_h2d = np.array([link.h2d_ms(x) for x in act], dtype=np.float64)
+        sfn64 = problem.fwd_prefix[None, :] - problem.fwd_prefix[:, None]  # [i, k]
+        w_off = np.maximum(sfn64, tau_d2h[:, None]).astype(dtype)
+        t_bwd_next = np.zeros(n + 1)
+        t_bwd_next[:n] = a["t_bwd"][1:]  # t_bwd[k+1] at index k
+        e_overlap = np.maximum(0.0, tau_h2d[:, None] - t_bwd_next[None, :]).astype(dtype)
+        pre = np.zeros(n + 1, dtype=np.int64)
+        pre[1:] = np.maximum(problem.tape_need[1:], a["tape_bytes"][1:] + a["grad_bytes"][1:] + chain.reserved_bytes)
+        pre_b = np.zeros(n + 2, dtype=np.int64)
+        pre_b[:n + 1] = ceil_div(pre, problem.bucket_bytes)
+        return cls(w_off=w_off, e_overlap=e_overlap, e_full=tau_h2d.astype(dtype), pre_b=pre_b, pre_bytes=pre)
+
+
+def solve_tables(problem: Problem, swap: SwapArrays, progress=None) -> tuple[np.ndarray, np.ndarray]:
+    """Fill both planes (rows x (M+1), ``problem.dtype``) diagonal by diagonal; returns (plane 0,
+    plane 1). ``progress``, if given, is called with the number of pairs finished after each block."""
+    width, big_m = problem.buckets + 1, problem.buckets
+    dtype = problem.dtype
+    inf = dtype(np.inf)
+    t0 = np.empty((problem.pairs, width), dtype=dtype)
+    t1 = np.empty_like(t0)
+    shifted1 = np.empty_like(t0)  # shifted1[row(k, j), m] = C(k, j, m - act_b[k], 1)
+    m = np.arange(width, dtype=np.int64)
+    offsets = problem.diag_offset
+    act_b = problem.act_b.astype(np.int64)
+    for d, start, stop, i, j in diagonal_blocks(problem):
+        best0 = _tape_candidates(problem, t0, m, i, j, d, inf)  # Tape reads plane 0 on both planes
+        best1 = best0.copy()
+        for r in range(1, d):
+            k = i + r
+            left0 = t0[offsets[r] + start: offsets[r] + stop]
+            left1 = t1[offsets[r] + start: offsets[r] + stop]
+            right_rows = slice(offsets[d - r] + start + r, offsets[d - r] + stop + r)
+            closed = m[None, :] < problem.thr_ckpt(i, j, k)[:, None]
+            base = problem.sfn(i, k)[:, None] + shifted1[right_rows]
+            cand = base + left0
+            np.copyto(cand, inf, where=closed)
+            np.minimum(best0, cand, out=best0)
+            cand = base + left1
+            np.copyto(cand, inf, where=closed)
+            np.minimum(best1, cand, out=best1)
+            # Swap k: the right part gets a_i's bucket back; the shift depends on i and k.
+            room = m[None, :] - act_b[k][:, None]
+            cols = np.clip(room + act_b[i][:, None], 0, big_m)
+            cand = swap.w_off[i, k][:, None] + np.take_along_axis(t1[right_rows], cols, axis=1)
+            cand += np.where(room >= swap.pre_b[k + 1][:, None], swap.e_overlap[i, k][:, None],
+                             swap.e_full[i][:, None])
+            cand += left1
+            np.copyto(cand, inf, where=closed)
+            np.minimum(best1, cand, out=best1)
+        rows = slice(offsets[d] + start, offsets[d] + stop)
+        t0[rows] = best0
+        t1[rows] = best1
+        shifted1[rows] = _shift_rows(best1, act_b[i], m, inf)
+        if progress is not None:
+            progress(len(i))
+    return t0, t1
+
+
+def choose(problem: Problem, swap: SwapArrays, tables, i: int, j: int, m: int, s: int):
+    """The choice at state (i, j, m, s) recomputed with the fill's float operations: (kind, k,
+    overlap) with kind TAPE / CHECKPOINT / SWAP. Raises ``ValueError`` if the state is infeasible."""
+    t0, t1 = tables
+    dtype = problem.dtype
+    inf = dtype(np.inf)
+    best_t = inf
+    if m >= int(problem.thr_tape(i, j)):
+        if j == i + 1:
+            best_t = problem.t_tape[i + 1]
+        elif problem.multi_tape:
+            best_t = problem.t_tape[i + 1] + t0[problem.row(i + 1, j), m - int(problem.tape_b[i + 1])]
+    ks = np.arange(i + 1, j, dtype=np.int64)
+    ks = ks[m >= problem.thr_ckpt(i, j, ks)]
+    rights, lefts = problem.row(ks, j), problem.row(i, ks)
+    act_b = problem.act_b.astype(np.int64)
+    room = m - act_b[ks]
+    left = (t1 if s else t0)[lefts, m]
+    cand_c = (problem.sfn(i, ks) + t1[rights, room]) + left
+    best_c = np.min(cand_c) if len(ks) else inf
+    best_s = inf
+    if s and len(ks):
+        overlap = room >= swap.pre_b[ks + 1]
+        cand_s = swap.w_off[i, ks] + t1[rights, np.clip(room + act_b[i], 0, problem.buckets)]
+        cand_s = cand_s + np.where(overlap, swap.e_overlap[i, ks], swap.e_full[i])
+        cand_s = cand_s + t1[lefts, m]
+        best_s = np.min(cand_s)
+    if not np.isfinite(min(best_t, best_c, best_s)):
+        raise ValueError(f"state ({i}, {j}, {m}, {s}) is infeasible")
+    if best_t <= best_c and best_t <= best_s:
+        return TAPE, 0, False
+    if best_c <= best_s:
+        return CHECKPOINT, int(ks[int(np.argmin(cand_c))]), False
+    at = int(np.argmin(cand_s))
+    return SWAP, int(ks[at]), bool(overlap[at])
+
+
+def recover(problem: Problem, swap: SwapArrays, tables, m: int) -> Policy:
+    """The optimal policy from the top state (0, N, m, 0), with Swap nodes carrying their variant."""
+    act_b, tape_b, big_m = problem.act_b.astype(np.int64), problem.tape_b.astype(np.int64), problem.buckets
+
+    def expand(state):
+        i, j, mm, s = state
+        kind, k, overlap = choose(problem, swap, tables, i, j, mm, s)
+        if kind == TAPE:
+            if j == i + 1:
+                return [], lambda: Tape(None)
+            return [(i + 1, j, mm - int(tape_b[i + 1]), 0)], lambda right: Tape(right)
+        if kind == CHECKPOINT:
+            return ([(k, j, mm - int(act_b[k]), 1), (i, k, mm, s)],
+                    lambda right, left: Checkpoint(k, right=right, left=left))
+        return ([(k, j, min(big_m, mm - int(act_b[k]) + int(act_b[i])), 1), (i, k, mm, 1)],
+                lambda right, left: Swap(k, right=right, left=left, overlap=overlap))
+
+    return walk_states((0, problem.n, int(m), 0), expand)
+
+
+class OffloadTable:
+    """Both filled planes: the curve C(0, N, m, 0) and policies recovered on demand."""
+
+    def __init__(self, problem: Problem, swap: SwapArrays, t0: np.ndarray, t1: np.ndarray):
+        self.problem, self.swap, self.planes = problem, swap, (t0, t1)
+        self.curve = t0[problem.row(0, problem.n)].copy()
+
+    def value(self, i: int, j: int, m: int, s: int):
+        return self.planes[s][self.problem.row(i, j), m]
+
+    def policy(self, m: int) -> Policy | None:
+        """The optimal policy at ``m`` buckets, or None where the curve is infinite."""
+        if not (0 <= m < len(self.curve) and np.isfinite(self.curve[m])):
+            return None
+        return recover(self.problem, self.swap, self.planes, int(m))
+
+
+def fill(problem: Problem, chain: Chain, link: Link, progress=None, timings: dict | None = None) -> OffloadTable:
+    """Fill the combined DP for ``chain`` (discretised as ``problem``) over ``link``."""
+    started = time.perf_counter()
+    swap = SwapArrays.build(problem, chain, link)
+    t0, t1 = solve_tables(problem, swap, progress)
+    if timings is not None:
+        timings["dp"] = timings.get("dp", 0.0) + time.perf_counter() - started
+    return OffloadTable(problem, swap, t0, t1)
+
+
+def host_bytes(problem: Problem) -> int:
+    """Bytes the CPU fill allocates: three tables."""
+    return TABLES * problem.table_bytes()
+
+
+def min_offload_bytes(chain: Chain) -> int:
+    """Least budget (exact bytes, beyond a_0) under which some policy of the combined class runs the
+    chain over a link that can move data (any finite tau; a useless link is
+    :func:`gpusolve.dp.minpeak.min_feasible_bytes`). P(i, j, s) = least peak in the frame of (i, j):
+    Tape max(thr_tape, tape[i+1] + P(i+1, j, 0)); Checkpoint max(thr_ckpt, act[k] + P(k, j, 1),
+    P(i, k, s)); Swap (s = 1, the no-overlap variant holds least) max(thr_ckpt, act[k] - act[i] +
+    P(k, j, 1), P(i, k, 1))."""
+    problem = Problem.build(chain, bucket_bytes=1, buckets=0)
+    n = problem.n
+    a = chain.padded()
+    act, tape = a["act_bytes"], a["tape_bytes"]
+    big = np.iinfo(np.int64).max // 4
+    peak = np.full((2, n + 1, n + 1), big, dtype=np.int64)
+    for d in range(1, n + 1):
+        for i in range(0, n + 1 - d):
+            j = i + d
+            thr = int(problem.thr_tape_bytes(i, j))
+            tape_p = thr if d == 1 else max(thr, int(tape[i + 1]) + int(peak[0, i + 1, j])) if chain.multi_tape else big
+            ks = np.arange(i + 1, j, dtype=np.int64)
+            for s in (0, 1):
+                best = tape_p
+                if len(ks):
+                    thr_k = problem.thr_ckpt_bytes(i, j, ks)
+                    ck = np.maximum(thr_k, np.maximum(act[ks] + peak[1, ks, j], peak[s, i, ks]))
+                    best = min(best, int(ck.min()))
+                    if s:
+                        sw = np.maximum(thr_k, np.maximum(act[ks] - act[i] + peak[1, ks, j], peak[1, i, ks]))
+                        best = min(best, int(sw.min()))
+                peak[s, i, j] = best
+    return int(peak[0, 0, n])

@@ -1,0 +1,141 @@
+"""Front end of the combined recompute + offload solve: :func:`solve_offload` (spec ``offload.md``
+B.4.1). Every plan is re-simulated on the two-timeline simulator (:func:`gpusolve.simulate.simulate`
+with the link) in exact bytes: its peak must fit the budget and its simulated time must equal the
+DP's value (to the table's float32 rounding; exactly when every time and tau is a small dyadic
+number, as in the tests)."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..chain import Chain
+from ..dp.buckets import choose_bucket, table_fits_host
+from ..dp.minpeak import min_feasible_bytes, min_peak_policy
+from ..dp.problem import Problem
+from ..schedule import OpKind, policy_to_schedule
+from ..simulate import budget_bytes_of, simulate, store_all_time_ms
+from ..solve import Curve, Plan, _infeasible, exact_candidates, pick_kernel_backend, slack_buckets
+from ..units import format_bytes
+from . import dp as offload_dp
+from .link import Link
+
+# |simulated - DP| allowed, relative: float32 sums of up to ~1e4 terms (an internal check, not a tolerance
+# the user sees: the plan's time is the simulated one).
+FLOAT32_REL = 1e-4
+OFFLOAD_BACKENDS = ("cpu", "cuda", "auto")
+
+
+@dataclass
+class OffloadPlan(Plan):
+    """A :class:`~gpusolve.Plan` of the combined DP: ``predicted_time_ms`` is the two-timeline simulated
+    time, ``dp_time_ms`` the table's value, ``link`` the link solved for, ``swaps`` the Swap actions."""
+
+    link: Link | None = None
+    dp_time_ms: float = float("nan")
+    swaps: int = 0
+
+    def to_dict(self) -> dict:
+        return super().to_dict() | {"link": None if self.link is None else self.link.to_dict(),
+                                    "dp_time_ms": self.dp_time_ms, "swaps": self.swaps}
+
+
+def solve_offload(chain: Chain, budget, link, bucket=None, backend: str = "auto", strict: bool = True) -> OffloadPlan:
+    """Optimal plan of the combined class (recompute + ``Swap k``) for ``chain`` within ``budget`` (bytes,
+    a size string or a percentage of the store-all peak) over ``link`` (a :class:`Link`, or a rate
+    string such as ``"12GB/s"`` for both directions). ``bucket`` as in :func:`gpusolve.solve` (default:
+    the budget over 1024 buckets, on every backend). ``backend``: "auto" (default: CUDA when it can
+    run, else the CPU with a :class:`~gpusolve.FallbackWarning`), "cpu" or "cuda" (kernels/offload.cu;
+    the device planes equal the CPU's bit for bit). Below the exact minimum budget of the
+    combined class (:func:`gpusolve.offload.dp.min_offload_bytes`) raises
+    :class:`~gpusolve.InfeasibleBudgetError` (``strict``) or returns ``feasible=False``."""
+    started = time.perf_counter()
+    if not isinstance(chain, Chain):
+        raise TypeError(f"solve_offload() needs a gpusolve.Chain, got {type(chain).__name__}")
+    if isinstance(link, str):
+        link = Link.parse(link)
+    if not isinstance(link, Link):
+        raise TypeError(f"link must be a gpusolve.offload.Link or a rate string like '12GB/s', got {link!r}")
+    timings: dict = {}
+    notes: list[str] = []
+    # The chain's selection rule, then the offload kernel (gpusolve.offload.cuda.ensure_available).
+    name, filler = pick_kernel_backend(backend, notes, "gpusolve.offload.cuda", offload_dp.fill,
+                                       names=OFFLOAD_BACKENDS, dp="the offload DP", for_what="the offload DP")
+    budget_bytes = budget_bytes_of(chain, budget)
+
+    def minimum() -> int:
+        return min_feasible_bytes(chain) if link.is_useless else offload_dp.min_offload_bytes(chain)
+
+    if budget_bytes < 1:
+        return _as_offload(_infeasible(chain, budget_bytes, bucket, name, started, timings, notes, strict, minimum()),
+                           link)
+    try:
+        bucket_bytes = choose_bucket(budget_bytes, chain.n, "cpu", bucket, notes)
+    except ValueError:
+        if budget_bytes < minimum():
+            return _as_offload(_infeasible(chain, budget_bytes, bucket, name, started, timings, notes, strict,
+                                           minimum()), link)
+        raise
+    buckets = budget_bytes // bucket_bytes
+    slack = slack_buckets(chain.n, buckets) if bucket is None else 0
+    _, two_tables, allowed = table_fits_host(chain.n, buckets + slack)
+    # choose_bucket sized the chain DP's two tables; on CUDA the device's memory is checked by the fill
+    if name == "cpu" and two_tables * offload_dp.TABLES // 2 > allowed:
+        raise MemoryError(f"the offload DP needs {format_bytes(two_tables * offload_dp.TABLES // 2)} of tables at "
+                          f"bucket {format_bytes(bucket_bytes)} but {format_bytes(allowed)} of host memory may be "
+                          f"used: give a coarser bucket")
+    problem = Problem.build(chain, bucket_bytes, buckets + slack)
+    timings["setup"] = time.perf_counter() - started
+    table = filler(problem, chain, link, timings=timings)
+    full_curve = np.asarray(table.curve, dtype=np.float64)
+    curve = Curve(np.arange(buckets + 1, dtype=np.int64) * bucket_bytes, full_curve[:buckets + 1].copy())
+    clock = time.perf_counter()
+
+    def peak_of(candidate) -> int:
+        return simulate(chain, policy_to_schedule(candidate, 0, chain.n), link=link).peak_bytes
+
+    # The chain front end's exact-byte candidates (Note [Exact candidates] in gpusolve/solve.py): the
+    # table's optimum, the slack band's plateaus, the segment policies (all in the combined class).
+    best = exact_candidates(chain, problem, table, full_curve, buckets, budget_bytes, peak_of)
+    timings["recover"] = time.perf_counter() - clock
+    if best is None:
+        least = minimum()
+        if budget_bytes < least:
+            return _as_offload(_infeasible(chain, budget_bytes, bucket_bytes, name, started, timings, notes, strict,
+                                           least), link)
+        if budget_bytes < min_feasible_bytes(chain):
+            raise ValueError(f"at bucket {format_bytes(bucket_bytes)} the rounded sizes fit no plan, although the "
+                             f"budget is at least the exact minimum with offloading ({least} B): use a finer bucket")
+        best = (float("nan"), None, min_peak_policy(chain),
+                f"at bucket {format_bytes(bucket_bytes)} the rounded sizes fit no plan; the plan is the "
+                f"least-peak recompute policy (a finer bucket may find a faster one)")
+    dp_time, _, policy, note = best
+    if note:
+        notes.append(note)
+    clock = time.perf_counter()
+    schedule = policy_to_schedule(policy, 0, chain.n)
+    sim = simulate(chain, schedule, link=link)
+    if sim.peak_bytes > budget_bytes:
+        raise AssertionError(f"internal error: offload plan peak {sim.peak_bytes} B exceeds budget {budget_bytes} B")
+    if np.isfinite(dp_time) and abs(sim.time_ms - dp_time) > FLOAT32_REL * max(1.0, abs(dp_time)):
+        raise AssertionError(f"internal error: simulated time {sim.time_ms} ms differs from the DP's {dp_time} ms")
+    timings["schedule"] = time.perf_counter() - clock
+    swaps = sum(1 for op in schedule if op.kind is OpKind.OFFLOAD)
+    if swaps:
+        notes.append(f"{swaps} checkpoint(s) moved to the host while later stages run")
+    return OffloadPlan(feasible=True, predicted_time_ms=sim.time_ms, predicted_peak_bytes=sim.peak_bytes,
+                       budget_bytes=budget_bytes, bucket_bytes=bucket_bytes, buckets=buckets, backend=name,
+                       solve_seconds=time.perf_counter() - started, curve=curve, schedule=schedule, policy=policy,
+                       store_all_time_ms=store_all_time_ms(chain),
+                       bytes_per_state=4 * (offload_dp.TABLES if name == "cpu" else 2),
+                       notes=notes, timings=timings, chain=chain, link=link, dp_time_ms=dp_time, swaps=swaps)
+
+
+def _as_offload(plan: Plan, link: Link) -> OffloadPlan:
+    """An infeasible :class:`Plan` (from :func:`gpusolve.solve._infeasible`) as an :class:`OffloadPlan`."""
+    fields = {name: getattr(plan, name) for name in Plan.__dataclass_fields__}
+    return OffloadPlan(**fields, link=link)
+
+
+__all__ = ["OffloadPlan", "solve_offload"]

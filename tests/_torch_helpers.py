@@ -1,0 +1,134 @@
+"""Models, random policies and checks shared by the torch_exec tests (chain, offload, join, API; CPU and GPU).
+
+Imported after ``pytest.importorskip("torch")`` by each test module."""
+from __future__ import annotations
+
+import random
+
+import torch
+from torch import nn
+
+import torch_exec as te
+from gpusolve.schedule import Checkpoint, Swap, Tape
+from torch_exec.split import CrossEntropyStage
+
+DT = torch.float64
+
+
+# ---------------------------------------------------------------------------- random policies
+def random_policy(rng: random.Random, i: int, j: int, p_ckpt: float = 0.5, *, sigma: bool = False,
+                  p_swap: float | None = None):
+    """A random policy tree over (i, j): every node Tape or Checkpoint(k) at random. With ``p_swap``, the
+    offload DP's class: where a_i is a plain checkpoint (``sigma``), Checkpoint(k) is Swap(k) with
+    probability ``p_swap``, either prefetch variant. Without it, no random number is drawn for swaps."""
+    if j == i + 1:
+        return Tape(None)
+    if rng.random() < p_ckpt:
+        k = rng.randint(i + 1, j - 1)
+        right = random_policy(rng, k, j, p_ckpt, sigma=True, p_swap=p_swap)
+        if p_swap is not None and sigma and rng.random() < p_swap:
+            return Swap(k, right=right, left=random_policy(rng, i, k, p_ckpt, sigma=True, p_swap=p_swap),
+                        overlap=rng.random() < 0.5)
+        return Checkpoint(k, right=right, left=random_policy(rng, i, k, p_ckpt, sigma=sigma, p_swap=p_swap))
+    return Tape(random_policy(rng, i + 1, j, p_ckpt, p_swap=p_swap))
+
+
+# ---------------------------------------------------------------------------- models
+def mlp(width=6, depth=5, inplace=False, seed=0):
+    torch.manual_seed(seed)
+    layers = [nn.Linear(4, width)]
+    for d in range(depth):
+        layers += [nn.ReLU(inplace=inplace) if d % 2 == 0 else nn.Tanh(), nn.Linear(width, width)]
+    layers += [nn.Linear(width, 3)]
+    return nn.Sequential(*layers).to(DT)
+
+
+def convnet(seed=0, dropout=0.0, inplace=True, conv_tanh=False):
+    """Conv/BatchNorm/ReLU (in place)/Dropout stages; ``conv_tanh``: one more conv and a tanh before the
+    classifier."""
+    torch.manual_seed(seed)
+    layers = [nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(inplace=inplace),
+              nn.Conv2d(4, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(inplace=inplace),
+              nn.Dropout(dropout), nn.Conv2d(4, 5, 3, stride=2, padding=1), nn.BatchNorm2d(5), nn.ReLU()]
+    if conv_tanh:
+        layers += [nn.Conv2d(5, 5, 3, padding=1), nn.Tanh()]
+    layers += [nn.Flatten(), nn.Dropout(dropout), nn.Linear(5 * 4 * 4, 3)]
+    return nn.Sequential(*layers).to(DT)
+
+
+class LinearStage(nn.Module):
+    """A stage with one n x n ``Linear`` (``lin``); subclasses say what it does to the state."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.lin = nn.Linear(n, n)
+
+
+class Fork(LinearStage):
+    def forward(self, x):
+        return (x, torch.tanh(self.lin(x)))
+
+
+class Mix(LinearStage):
+    def forward(self, state):
+        x, h = state
+        return (x + h, self.lin(h) * x)
+
+
+class Join(nn.Module):
+    def forward(self, state):
+        x, h = state
+        return x * h
+
+
+def loss_of(y):
+    return (y * torch.linspace(-1, 1, y.numel(), dtype=y.dtype).view_as(y)).square().sum()
+
+
+def wrap(model, **kwargs):
+    """A CheckpointedSequential for CPU tests: CPU solver, one profiling pass, no warm-up, a 1 GiB budget
+    (each overridable)."""
+    kwargs.setdefault("backend", "cpu")
+    kwargs.setdefault("profile_passes", 1)
+    kwargs.setdefault("profile_warmup", 0)
+    kwargs.setdefault("budget", "1GiB")
+    return te.CheckpointedSequential(model, **kwargs)
+
+
+# ---------------------------------------------------------------------------- CUDA (tests marked gpu)
+def cuda_net(targets):
+    """A small conv net ending in a cross-entropy stage over ``targets``, on the CUDA device."""
+    torch.manual_seed(0)
+    layers = []
+    channels = [3, 32, 32, 64, 64, 128, 128]
+    for c_in, c_out in zip(channels, channels[1:], strict=False):
+        layers += [nn.Conv2d(c_in, c_out, 3, padding=1), nn.BatchNorm2d(c_out), nn.ReLU(inplace=True)]
+        if c_out != c_in and c_in != 3:
+            layers.append(nn.MaxPool2d(2))
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, 10), CrossEntropyStage(targets)]
+    return nn.Sequential(*layers).cuda()
+
+
+def measure_cuda_step(model, x):
+    """Peak bytes of one step (forward and backward) above what was allocated before it (parameters,
+    their gradients, allocated first as the profile assumes, and the input)."""
+    for p in model.parameters():  # gradients allocated before the step, as the profile assumes
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    loss = model(x)
+    loss.backward()
+    del loss
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - base
+
+
+def assert_grads_close(ref, model, buffers: bool = True) -> None:
+    """Parameter gradients (and buffers) of ``model`` close to ``ref``'s, at the GPU tests' tolerances."""
+    for p, q in zip(ref.parameters(), model.parameters(), strict=True):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5)
+    if buffers:
+        for b, c in zip(ref.buffers(), model.buffers(), strict=True):
+            torch.testing.assert_close(c, b, rtol=1e-5, atol=1e-6)

@@ -1,0 +1,135 @@
+"""Recompute only vs offload only vs combined: ``gpusolve.offload.compare`` and the CLI's ``--offload``."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpusolve import Chain
+from gpusolve.cli import main
+from gpusolve.offload import Link, solve_offload
+from gpusolve.offload.compare import PAPER_METHODS, offload_curve_data, offload_records, paper_chain
+from gpusolve.offload.paper import m_peak
+from gpusolve.simulate import simulate, store_all_peak_bytes, store_all_time_ms
+from gpusolve.solve import solve
+
+pytestmark = pytest.mark.filterwarnings("ignore::gpusolve.FallbackWarning")
+
+
+@pytest.fixture(scope="module")
+def resnet():
+    return Chain.load("resnet50_b128")
+
+
+@pytest.mark.parametrize("name", ["resnet50_b128", "vgg16_b64"])
+def test_both_models_agree_at_store_all(name):
+    """Note [One budget, two models]: at the store-all peak the paper's instance needs exactly our
+    store-all peak and its schedules offload nothing, so they take exactly our store-all time."""
+    chain = Chain.load(name)
+    top = store_all_peak_bytes(chain)
+    c = paper_chain(chain, top, Link.parse("12.2GB/s"))
+    assert float(m_peak(c)) - chain.input_bytes + chain.reserved_bytes == top
+    rows = {r["name"]: r for r in offload_records(chain, top, Link.parse("12.2GB/s"), backend="cpu")}
+    for name_ in ("combined (gpusolve)", "recompute only (gpusolve)", "GREEDY [O]", "VDNN [O]"):
+        assert rows[name_]["feasible"] and rows[name_]["peak_bytes"] == top
+        assert rows[name_]["time_ms"] == pytest.approx(store_all_time_ms(chain), rel=1e-12)
+
+
+def test_records_below_the_papers_minimum(resnet):
+    rows = {r["name"]: r for r in offload_records(resnet, "30%", Link.parse("50GB/s"), backend="cpu")}
+    for name in PAPER_METHODS:
+        assert not rows[name]["feasible"] and "needs to run" in rows[name]["detail"]["reason"]
+    assert rows["combined (gpusolve)"]["feasible"] and rows["recompute only (gpusolve)"]["feasible"]
+
+
+def test_records_over_a_useless_or_unlimited_link(resnet):
+    for link in (Link.useless(), Link.parse("inf")):
+        rows = {r["name"]: r for r in offload_records(resnet, "60%", link, backend="cpu")}
+        assert all(not rows[n]["feasible"] and "finite" in rows[n]["detail"]["reason"] for n in PAPER_METHODS)
+
+
+@pytest.mark.parametrize("name,rate", [("resnet50_b128", "inf"), ("resnet50_b128", "50GB/s"), ("vgg16_b64", "inf")])
+def test_combined_never_slower_than_recompute_only(name, rate):
+    """The combined class contains every recompute plan, and its front end has the chain's exact-byte
+    candidates (slack band, segment policies); the slack band's binary search may land on another
+    plateau, so equal within 1e-4 relative at worst."""
+    chain = Chain.load(name)
+    link = Link.parse(rate)
+    for pct in (90, 60, 45, 35, 25):
+        budget = int(store_all_peak_bytes(chain) * pct / 100)
+        plain = solve(chain, budget, backend="cpu", strict=False)
+        combined = solve_offload(chain, budget, link, backend="cpu", strict=False)
+        if not plain.feasible:
+            continue
+        assert combined.feasible
+        assert combined.predicted_time_ms <= plain.predicted_time_ms * (1 + 1e-4)
+        sim = simulate(chain, combined.schedule, link=link)
+        assert sim.peak_bytes <= budget and sim.time_ms == combined.predicted_time_ms
+
+
+def test_free_copies_help_on_resnet(resnet):
+    budget = int(store_all_peak_bytes(resnet) * 0.25)
+    combined = solve_offload(resnet, budget, Link.parse("inf"), backend="cpu")
+    plain = solve(resnet, budget, backend="cpu")
+    assert combined.swaps > 0 and combined.predicted_time_ms < plain.predicted_time_ms - 1.0
+
+
+def test_curve_data(resnet):
+    data = offload_curve_data(resnet, Link.parse("12.2GB/s"), backend="cpu", points=6)
+    assert data["grid_bytes"][-1] == store_all_peak_bytes(resnet)
+    assert data["offload_only"]["best"][-1] == pytest.approx(store_all_time_ms(resnet), rel=1e-12)
+    # pointwise: the combined curve is never above the recompute curve (same bucket, superset class)
+    comb = dict(zip(data["combined"]["budget_bytes"], data["combined"]["time_ms"], strict=True))
+    for b, t in zip(data["recompute"]["budget_bytes"], data["recompute"]["time_ms"], strict=True):
+        if b in comb:
+            assert comb[b] <= t
+
+
+# ---------------------------------------------------------------------------- CLI
+def _json(capsys, argv):
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_cli_solve_offload(capsys):
+    out = _json(capsys, ["solve", "resnet50_b128", "--budget", "30%", "--offload", "--bandwidth", "inf",
+                         "--backend", "cpu", "--json"])
+    kinds = {op[0] for op in out["schedule"]}
+    assert out["swaps"] > 0 and {"offload", "release", "prefetch", "acquire"} <= kinds
+    assert out["link"]["latency_ms"] == 0.0 and out["predicted_peak_bytes"] <= out["budget_bytes"]
+    out = _json(capsys, ["solve", "resnet50_b128", "--budget", "30%", "--offload", "--bandwidth", "12GB/s",
+                         "--h2d-bandwidth", "10GB/s", "--latency", "10us", "--backend", "cpu", "--json"])
+    assert out["link"] == {"d2h_bytes_per_ms": 12e6, "h2d_bytes_per_ms": 10e6, "latency_ms": pytest.approx(0.01),
+                           "channels": 1}
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--bandwidth", "12GB/s"], "describes the host link: add --offload"),
+    (["--latency", "1ms"], "describes the host link: add --offload"),
+    (["--offload"], "--offload needs --bandwidth"),
+    (["--offload", "--bandwidth", "fast"], "is not a rate"),
+    (["--offload", "--bandwidth", "12GB/s", "--latency", "-1ms"], "must be a finite duration >= 0"),
+    (["--offload", "--bandwidth", "12GB/s", "--backend", "exact"], "has no exact backend"),
+])
+def test_cli_offload_errors(capsys, argv, message):
+    assert main(["solve", "resnet50_b128", "--budget", "30%", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_cli_compare_offload(capsys):
+    out = _json(capsys, ["compare", "resnet50_b128", "--budget", "95%", "--offload", "--bandwidth", "12.2GB/s",
+                         "--backend", "cpu", "--json"])
+    names = [r["name"] for r in out["records"]]
+    assert names[:2] == ["combined (gpusolve)", "recompute only (gpusolve)"]
+    assert names[-3:] == list(PAPER_METHODS) and "store-all" in names
+    rows = {r["name"]: r for r in out["records"]}
+    assert rows["combined (gpusolve)"]["time_ms"] <= rows["recompute only (gpusolve)"]["time_ms"]
+    assert rows["GREEDY [O]"]["feasible"]
+
+
+def test_cli_curve_offload(capsys, tmp_path):
+    out = _json(capsys, ["curve", "vgg16_b64", "--offload", "--bandwidth", "50GB/s", "--backend", "cpu",
+                         "--out", str(tmp_path / "c.png"), "--json"])
+    assert (tmp_path / "c.png").stat().st_size > 0
+    assert {"combined", "recompute", "offload_only", "grid_bytes", "link"} <= set(out)

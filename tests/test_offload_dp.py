@@ -1,0 +1,339 @@
+"""The combined recompute + offload DP (spec offload.md B.4.1): against the chain DP (useless link),
+against the two-timeline simulator (every plan), against an exhaustive search over the schedule
+class, the spec's worked example by hand, and the spec's prefetch condition (a counterexample)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from conftest import random_chain
+from gpusolve import Chain, Checkpoint, InfeasibleBudgetError, Op, OpKind, ScheduleError, Tape, simulate
+from gpusolve.dp import cpu
+from gpusolve.dp.minpeak import min_feasible_bytes
+from gpusolve.dp.problem import Problem
+from gpusolve.offload.dp import SWAP, SwapArrays, choose, fill, min_offload_bytes
+from gpusolve.offload.link import Link, parse_rate
+from gpusolve.offload.solver import solve_offload
+from gpusolve.schedule import Swap, policy_to_schedule, schedule_from_json, schedule_to_json
+from gpusolve.simulate import store_all_peak_bytes
+from test_dp import all_policies
+
+
+def dyadic_chain(rng, n, multi_tape=True) -> Chain:
+    """A random chain whose times are multiples of 1/8 ms: every float32 sum in the DP and every
+    float64 sum in the simulator is exact, so their values can be compared with ==."""
+    base = random_chain(rng, n, multi_tape=multi_tape)
+    data = base.to_dict()
+    for name in ("t_fwd", "t_fwd_nograd", "t_bwd"):
+        data[name] = [float(v) for v in rng.integers(0, 17, n) / 8]
+    return Chain.from_dict(data)
+
+
+def dyadic_link(rng) -> Link:
+    return Link(float(rng.choice([1, 2, 4, 8, 16, 64, math.inf])), float(rng.choice([1, 2, 4, 8, 16, 64])),
+                float(rng.choice([0.0, 0.25, 1.0])))
+
+
+def offloads(schedule) -> int:
+    return sum(op.kind is OpKind.OFFLOAD for op in schedule)
+
+
+# ---------------------------------------------------------------------------------------------- link
+def test_link_parsing_and_validation():
+    assert parse_rate("12GB/s") == 12e9 / 1000
+    assert parse_rate("1GiB/s") == 2**30 / 1000
+    assert parse_rate("4MB/ms") == 4e6
+    assert parse_rate(2.5) == 2.5 and parse_rate("0.5/ms") == 0.5 and parse_rate("inf") == math.inf
+    link = Link.parse("12GB/s", "10GB/s", latency_ms=0.01)
+    assert link.d2h_ms(12e6) == pytest.approx(1.01) and link.h2d_ms(10e6) == pytest.approx(1.01)
+    assert Link.parse("8GB/s").h2d_bytes_per_ms == 8e6
+    useless = Link(0, 0)
+    assert useless.is_useless and useless.d2h_ms(0) == math.inf and useless.h2d_ms(10) == math.inf
+    assert Link(math.inf, math.inf, 0.5).d2h_ms(10**12) == 0.5
+    assert Link.from_dict(link.to_dict()) == link
+    for bad in ("-3GB/s", "fast", "12GB", True):
+        with pytest.raises(ValueError):
+            parse_rate(bad)
+    with pytest.raises(ValueError, match="bandwidth"):
+        Link(float("nan"), 1.0)
+    with pytest.raises(ValueError, match="bandwidth"):
+        Link(-1.0, 1.0)
+    with pytest.raises(ValueError, match="latency"):
+        Link(1.0, 1.0, latency_ms=-0.1)
+    with pytest.raises(ValueError, match="latency"):
+        Link(1.0, 1.0, latency_ms=math.inf)
+    with pytest.raises(ValueError, match="one copy channel"):
+        Link(1.0, 1.0, channels=2)
+
+
+# ------------------------------------------------------------------ useless link = today's chain DP
+@pytest.mark.parametrize("seed", range(12))
+def test_useless_link_planes_equal_the_chain_table_bit_for_bit(seed):
+    rng = np.random.default_rng(seed)
+    chain = random_chain(rng, int(rng.integers(1, 9)), multi_tape=bool(seed % 4))
+    for bucket, dtype in ((1, np.float32), (3, np.float32), (1, np.float64)):
+        problem = Problem.build(chain, bucket, 160 // bucket, dtype=dtype)
+        ref = cpu.fill(problem).table
+        table = fill(problem, chain, Link.useless())
+        assert table.planes[0].dtype == ref.dtype
+        assert np.array_equal(table.planes[0], ref) and np.array_equal(table.planes[1], ref)
+        for one_way in (Link(0, 5.0), Link(5.0, 0)):  # a swap needs both directions
+            assert np.array_equal(fill(problem, chain, one_way).planes[1], ref)
+
+
+def test_useless_link_on_a_bundled_profile_at_a_coarse_bucket():
+    chain = Chain.load("resnet50_b128")
+    budget = store_all_peak_bytes(chain) // 2
+    bucket = budget // 96
+    problem = Problem.build(chain, bucket, budget // bucket)
+    ref = cpu.fill(problem).table
+    table = fill(problem, chain, Link.useless())
+    assert np.array_equal(table.planes[0], ref) and np.array_equal(table.planes[1], ref)
+    # A real link: sigma = 1 never worse, the top curve never worse than the chain DP's.
+    fast = fill(problem, chain, Link.parse("12GB/s", latency_ms=0.01))
+    assert np.all(fast.planes[1] <= fast.planes[0])
+    assert np.all(fast.curve <= ref[problem.row(0, chain.n)])
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_sigma_one_is_never_worse(seed):
+    rng = np.random.default_rng(100 + seed)
+    chain = random_chain(rng, int(rng.integers(2, 8)))
+    problem = Problem.build(chain, 1, 150)
+    table = fill(problem, chain, Link(float(rng.uniform(1, 80)), float(rng.uniform(1, 80)), float(rng.uniform(0, 0.3))))
+    assert np.all(table.planes[1] <= table.planes[0])
+
+
+# ----------------------------------------------------------------------- DP value = simulated time
+@pytest.mark.parametrize("seed", range(16))
+def test_dp_value_equals_the_two_timeline_simulation_exactly(seed):
+    """Dyadic times and taus: the float32 table and the float64 simulator are both exact."""
+    rng = np.random.default_rng(200 + seed)
+    chain = dyadic_chain(rng, int(rng.integers(2, 8)), multi_tape=bool(seed % 5))
+    link = dyadic_link(rng)
+    bucket = int(rng.choice([1, 1, 2, 3]))
+    top = 150 // bucket
+    table = fill(Problem.build(chain, bucket, top), chain, link)
+    for m in range(top + 1):
+        policy = table.policy(m)
+        if policy is None:
+            assert np.isinf(table.curve[m])
+            continue
+        sim = simulate(chain, policy_to_schedule(policy, 0, chain.n), link=link)
+        assert sim.peak_bytes <= m * bucket, (m, sim.peak_bytes)
+        assert sim.time_ms == float(table.curve[m]), (m, sim.time_ms, table.curve[m])
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_dp_value_equals_the_simulation_to_float32_rounding(seed):
+    rng = np.random.default_rng(300 + seed)
+    chain = random_chain(rng, int(rng.integers(2, 8)))
+    link = Link(float(rng.uniform(2, 100)), float(rng.uniform(2, 100)), float(rng.uniform(0, 0.2)))
+    table = fill(Problem.build(chain, 1, 140), chain, link)
+    for m in range(141):
+        policy = table.policy(m)
+        if policy is not None:
+            sim = simulate(chain, policy_to_schedule(policy, 0, chain.n), link=link)
+            assert sim.peak_bytes <= m
+            assert sim.time_ms == pytest.approx(float(table.curve[m]), rel=1e-6)
+
+
+def test_minimum_budget_can_only_drop_with_a_free_link():
+    rng = np.random.default_rng(7)
+    for _ in range(25):
+        chain = random_chain(rng, int(rng.integers(1, 8)))
+        problem = Problem.build(chain, 1, 160)
+        first = {}
+        for name, link in (("useless", Link.useless()), ("free", Link(math.inf, math.inf)), ("slow", Link(1, 1, 3))):
+            finite = np.flatnonzero(np.isfinite(fill(problem, chain, link).curve))
+            first[name] = int(finite[0]) if len(finite) else None
+        assert first["useless"] == min_feasible_bytes(chain)
+        least = min_offload_bytes(chain)
+        assert least <= min_feasible_bytes(chain)
+        assert first["free"] == first["slow"] == least  # feasibility does not depend on a finite tau
+
+
+# ---------------------------------------------------------------------------- exhaustive search
+@pytest.mark.parametrize("seed", range(14))
+def test_dp_equals_exhaustive_search_over_the_schedule_class(seed):
+    rng = np.random.default_rng(400 + seed)
+    n = 2 + seed % 4
+    chain = random_chain(rng, n, multi_tape=bool(seed % 3))
+    link = Link(float(rng.uniform(2, 60)), float(rng.uniform(2, 60)), float(rng.choice([0.0, 0.2])))
+    results, rejected = [], 0
+    for policy in all_policies(0, n, chain.multi_tape, swaps=True):
+        try:
+            sim = simulate(chain, policy_to_schedule(policy, 0, n), link=link)
+        except ScheduleError:
+            rejected += 1  # a swap of a tape output
+            continue
+        results.append((sim.time_ms, sim.peak_bytes))
+    assert n < 3 or rejected or not chain.multi_tape
+    top = max(peak for _, peak in results) + 2
+    table = fill(Problem.build(chain, 1, top, dtype=np.float64), chain, link)
+    for m in range(top + 1):
+        fitting = [t for t, peak in results if peak <= m]
+        if not fitting:
+            assert np.isinf(table.curve[m]), m
+        else:
+            assert table.curve[m] == pytest.approx(min(fitting), rel=1e-12, abs=1e-12), m
+    assert min_offload_bytes(chain) == min(peak for _, peak in results)
+
+
+# ------------------------------------------------------------------------- the spec, by hand
+def test_spec_worked_example():
+    """B.4.1's example: act[i] = 4, act[k] = 2, sfn(i, k) = 2, t_bwd[k+1] = 2, tau = 3 both ways, room
+    to overlap: e_off = e_pre = 1, and Swap k costs Checkpoint k's time + 2 with the right part at
+    m + 2 instead of m - 2. Here i = 1, k = 2, j = 3 (a_1 made a plain checkpoint by Checkpoint 1)."""
+    chain = Chain(t_fwd=[1.0, 1.0, 1.0], t_fwd_nograd=[1.0, 2.0, 1.0], t_bwd=[1.0, 1.0, 2.0],
+                  act_bytes=[4, 2, 1], grad_bytes=[1, 1, 1], tape_bytes=[5, 3, 2],
+                  fwd_nograd_extra=[0, 0, 0], fwd_grad_extra=[0, 0, 0], bwd_extra=[0, 0, 0], input_bytes=1)
+    link = Link(math.inf, math.inf, latency_ms=3.0)  # tau = 3 ms whatever the size
+    problem = Problem.build(chain, 1, 40)
+    swap = SwapArrays.build(problem, chain, link)
+    assert float(problem.sfn(1, 2)) == 2.0
+    assert float(swap.w_off[1, 2]) == 3.0  # sfn + e_off = 2 + 1
+    assert float(swap.e_overlap[1, 2]) == 1.0 and float(swap.e_full[1]) == 3.0
+    table = fill(problem, chain, link)
+    i, j, k = 1, 3, 2
+    for m in range(int(problem.thr_ckpt(i, j, k)), 30):
+        if m - 2 < swap.pre_b[k + 1] or m + 4 > problem.buckets:
+            continue
+        ck = 2.0 + table.value(k, j, m - 2, 1) + table.value(i, k, m, 1)
+        sw = 2.0 + 1.0 + table.value(k, j, m + 2, 1) + 1.0 + table.value(i, k, m, 1)
+        assert table.value(i, j, m, 1) == min(ck, sw, table.value(i, j, m, 0))
+        assert (sw < ck) == (table.value(k, j, m + 2, 1) + 2 < table.value(k, j, m - 2, 1))
+    # The same exposures measured on the simulator: Swap 2 costs Checkpoint 2's time + e_off + e_pre.
+    inner = (Tape(None), Tape(None))
+    plain = simulate(chain, policy_to_schedule(Checkpoint(1, Checkpoint(2, *inner), Tape(None)), 0, 3), link=link)
+    swapped = simulate(chain, policy_to_schedule(Checkpoint(1, Swap(2, *inner), Tape(None)), 0, 3), link=link)
+    assert swapped.time_ms == plain.time_ms + 2.0
+
+
+def spec_counterexample_chain() -> Chain:
+    # Stage 3 releases its whole tape (10 B) at the start of its backward: tape_need[3] = 0, but until
+    # bwd(3) starts the right part holds those 10 B.
+    return Chain(t_fwd=[1.0, 1.0, 1.0], t_fwd_nograd=[1.0, 1.0, 1.0], t_bwd=[1.0, 1.0, 1.0],
+                 act_bytes=[6, 0, 0], grad_bytes=[0, 0, 0], tape_bytes=[7, 4, 10], bwd_tape_bytes=[7, 4, 0],
+                 fwd_nograd_extra=[0, 0, 0], fwd_grad_extra=[0, 0, 0], bwd_extra=[0, 0, 0])
+
+
+def test_spec_prefetch_condition_counterexample():
+    """The spec lets the prefetch overlap bwd(k+1) when m - act[k] >= tape_need[k+1]; but prefetch(i)
+    holds a_i before bwd(k+1) has released the unneeded part of its tape. At budget 10: the state
+    (1, 3, 4, 1) has m - act[2] = 4 >= tape_need[3] = 0, yet the overlapping emission peaks at 16."""
+    chain = spec_counterexample_chain()
+    problem = Problem.build(chain, 1, 10)
+    assert int(problem.tape_need[3]) == 0
+    swap = SwapArrays.build(problem, chain, Link(math.inf, math.inf))
+    assert int(swap.pre_b[3]) == 10  # tape[3] + grad[3]: what is held when prefetch(1) is issued
+    overlap = Checkpoint(1, Swap(2, Tape(None), Tape(None), overlap=True), Tape(None))
+    assert simulate(chain, policy_to_schedule(overlap, 0, 3), link=Link(math.inf, math.inf)).peak_bytes == 16
+    # The DP picks the no-overlap variant there, which fits, and is faster than any recompute plan.
+    link = Link(math.inf, math.inf)
+    table = fill(problem, chain, link)
+    policy = table.policy(10)
+    assert policy == Checkpoint(1, Swap(2, Tape(None), Tape(None), overlap=False), Tape(None))
+    sim = simulate(chain, policy_to_schedule(policy, 0, 3), link=link)
+    assert sim.peak_bytes == 10 and sim.time_ms == float(table.curve[10]) == 8.0
+    assert cpu.fill(problem).curve[10] == 9.0  # recompute only: Checkpoint 2, then Checkpoint 1 inside
+    assert choose(problem, swap, table.planes, 1, 3, 4, 1)[0] == SWAP
+
+
+def test_swap_is_used_and_beneficial_on_random_chains():
+    rng = np.random.default_rng(11)
+    used = better = 0
+    for _ in range(30):
+        chain = random_chain(rng, int(rng.integers(3, 8)))
+        problem = Problem.build(chain, 1, 120)
+        ref = cpu.fill(problem).curve
+        link = Link(float(rng.choice([20, 50, 200])), float(rng.choice([20, 50, 200])), 0.0)
+        table = fill(problem, chain, link)
+        for m in range(0, 121, 3):
+            policy = table.policy(m)
+            if policy is not None:
+                used += offloads(policy_to_schedule(policy, 0, chain.n)) > 0
+                better += bool(table.curve[m] < ref[m])
+    assert used > 20 and better > 10
+
+
+# ------------------------------------------------------------------------------------- front end
+def test_solve_offload_front_end():
+    chain = spec_counterexample_chain()
+    plan = solve_offload(chain, 10, Link(math.inf, math.inf), bucket=1)
+    assert plan.feasible and plan.predicted_time_ms == plan.dp_time_ms == 8.0 and plan.swaps == 1
+    assert plan.predicted_peak_bytes <= 10
+    assert plan.to_dict()["link"]["latency_ms"] == 0.0
+    with pytest.raises(InfeasibleBudgetError) as err:
+        solve_offload(chain, 5, "12GB/s", bucket=1)
+    assert err.value.min_bytes == min_offload_bytes(chain) == 10
+    assert not solve_offload(chain, 5, "12GB/s", bucket=1, strict=False).feasible
+    with pytest.raises(InfeasibleBudgetError) as err:  # useless link: the chain DP's minimum
+        solve_offload(chain, 9, Link.useless(), bucket=1)
+    assert err.value.min_bytes == min_feasible_bytes(chain) == 10
+    plain = solve_offload(chain, 10, Link.useless(), bucket=1)
+    assert plain.swaps == 0 and plain.predicted_time_ms == 9.0
+    rng = np.random.default_rng(5)
+    for _ in range(6):
+        chain = random_chain(rng, 6, scale=1000)
+        budget = store_all_peak_bytes(chain) * 2 // 3
+        if budget < min_offload_bytes(chain):
+            continue
+        plan = solve_offload(chain, budget, Link(500.0, 400.0, 0.1))
+        assert plan.predicted_peak_bytes <= budget
+        assert plan.predicted_time_ms == pytest.approx(plan.dp_time_ms, rel=1e-6)
+
+
+# ------------------------------------------------------------------------------- IR and simulator
+def test_new_ops_json_round_trip_and_text():
+    policy = Checkpoint(1, Swap(2, Tape(None), Tape(None), overlap=True), Tape(None))
+    schedule = policy_to_schedule(policy, 0, 3)
+    assert [str(op) for op in schedule] == [
+        "fwd_nograd(1, keep)", "offload(1)", "fwd_nograd(2, keep)", "release(1)", "fwd_tape(3)", "prefetch(1)",
+        "bwd(3)", "free(2)", "acquire(1)", "fwd_tape(2)", "bwd(2)", "free(1)", "fwd_tape(1)", "bwd(1)"]
+    assert schedule_from_json(schedule_to_json(schedule)) == schedule
+    assert schedule_to_json([Op(OpKind.PREFETCH, 4)]) == [["prefetch", 4]]
+    late = policy_to_schedule(Checkpoint(1, Swap(2, Tape(None), Tape(None), overlap=False), Tape(None)), 0, 3)
+    assert [str(op) for op in late[4:9]] == ["fwd_tape(3)", "bwd(3)", "free(2)", "prefetch(1)", "acquire(1)"]
+
+
+def test_simulator_rules_and_validation():
+    chain = Chain(t_fwd=[1.0, 1.0, 1.0], t_fwd_nograd=[2.0, 1.0, 1.0], t_bwd=[1.0, 1.0, 4.0],
+                  act_bytes=[8, 2, 1], grad_bytes=[1, 1, 1], tape_bytes=[9, 3, 2],
+                  fwd_nograd_extra=[0, 0, 0], fwd_grad_extra=[0, 0, 0], bwd_extra=[0, 0, 0])
+    link = Link(2.0, 4.0, 0.5)  # a_1: 4.5 ms out, 2.5 ms back
+    sched = policy_to_schedule(Checkpoint(1, Swap(2, Tape(None), Tape(None)), Tape(None)), 0, 3)
+    sim = simulate(chain, sched, link=link, trace=True)
+    # fwd1 2 | offload; fwd2 1; release waits to 2 + 4.5 | fwd_tape3 1 | prefetch; bwd3 4 (covers 2.5)
+    # | free, acquire | fwd_tape2 1, bwd2 1 | free | fwd_tape1 1, bwd1 1
+    assert sim.time_ms == 6.5 + 1 + 4 + 2 + 2
+    assert sim.memory_trace[3] == 1 + 2  # after release: grad a_3 and a_2; a_1 is gone
+    assert sim.memory_trace[5] == 1 + 2 + 2 + 8  # after prefetch: a_1 is held again
+    with pytest.raises(ScheduleError, match="needs a link"):
+        simulate(chain, sched)
+    bad = {
+        "not held as a plain checkpoint": [Op(OpKind.FWD_TAPE, 1), Op(OpKind.OFFLOAD, 1)],
+        "was not prefetched": [Op(OpKind.FWD_NOGRAD, 1, True), Op(OpKind.ACQUIRE, 1)],
+        "was not offloaded": [Op(OpKind.FWD_NOGRAD, 1, True), Op(OpKind.RELEASE, 1)],
+        "not on the host": [Op(OpKind.FWD_NOGRAD, 1, True), Op(OpKind.PREFETCH, 1)],
+        "in flight": [Op(OpKind.FWD_NOGRAD, 1, True), Op(OpKind.OFFLOAD, 1), Op(OpKind.FREE, 1)],
+        "not held": [Op(OpKind.FWD_NOGRAD, 1, True), Op(OpKind.OFFLOAD, 1), Op(OpKind.RELEASE, 1),
+                     Op(OpKind.FWD_NOGRAD, 2, True)],
+    }
+    for message, ops in bad.items():
+        with pytest.raises(ScheduleError, match=message):
+            simulate(chain, ops, link=link)
+    with pytest.raises(ScheduleError, match="on the host"):  # nothing may be left over
+        simulate(chain, [Op(OpKind.FWD_NOGRAD, 1, True), Op(OpKind.FWD_TAPE, 2), Op(OpKind.FWD_TAPE, 3),
+                         Op(OpKind.BWD, 3), Op(OpKind.BWD, 2), Op(OpKind.OFFLOAD, 1), Op(OpKind.RELEASE, 1),
+                         Op(OpKind.FWD_TAPE, 1), Op(OpKind.BWD, 1)], link=link)
+    # FIFO: the second offload waits for the first, the compute timeline for each release/acquire.
+    K = OpKind
+    fifo = [Op(K.FWD_NOGRAD, 1, True), Op(K.FWD_NOGRAD, 2, True), Op(K.OFFLOAD, 1), Op(K.OFFLOAD, 2),
+            Op(K.RELEASE, 1), Op(K.RELEASE, 2), Op(K.PREFETCH, 2), Op(K.ACQUIRE, 2), Op(K.PREFETCH, 1),
+            Op(K.ACQUIRE, 1), Op(K.FWD_TAPE, 3), Op(K.BWD, 3), Op(K.FREE, 2), Op(K.FWD_TAPE, 2), Op(K.BWD, 2),
+            Op(K.FREE, 1), Op(K.FWD_TAPE, 1), Op(K.BWD, 1)]
+    # forwards end at 3; d2h a_1 3 -> 7.5, d2h a_2 7.5 -> 9; h2d a_2 9 -> 10, h2d a_1 10 -> 12.5; then 9 ms
+    assert simulate(chain, fifo, link=link).time_ms == 12.5 + 9

@@ -1,0 +1,237 @@
+"""[O]'s offloading model and algorithms (gpusolve.offload.paper): hand cases, exhaustive search over
+offload subsets, Theorem 2, LB, the reductions of Theorems 1 and 3, bad input.
+
+Exhaustive references: for every subset of x_0..x_L, (a) ``relaxed_makespan`` -- eqs. (1)-(10)
+along those fixed decisions, the model Algorithm 1 optimises (not independent of the recurrences: it
+checks the DP's search, hash tables and backtracking); (b) ``simulate(fluid=True)`` -- an event
+simulation of the same ordered schedules with memory moving continuously, checked by ``validate``
+(independent of the recurrences); (c) ``simulate`` -- Problem 1 with (D).
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from fractions import Fraction as Fr
+
+import numpy as np
+import pytest
+
+from gpusolve.chain import Chain
+from gpusolve.offload.paper import (OffloadChain, dynprog, eager_amounts, fractional_optimum, greedy, lower_bound,
+                                    m_min, m_peak, relaxed_makespan, simulate, three_partition_instance,
+                                    two_partition_instance, validate, vdnn, vdnn_candidates)
+
+
+def _random_chain(rng, max_L=3):
+    L = rng.randint(0, max_L)
+    uF = [Fr(rng.randint(0, 3)) for _ in range(L + 1)]
+    uB = [Fr(rng.randint(0, 4)) for _ in range(L + 1)]
+    x = [Fr(rng.randint(0, 4)) for _ in range(L + 2)]
+    y = [Fr(rng.randint(0, 2)) for _ in range(L + 2)]
+    exF = [Fr(rng.randint(0, 2)) for _ in range(L + 1)]
+    exB = [Fr(rng.randint(0, 2)) for _ in range(L + 1)]
+    probe = OffloadChain(uF, uB, x, y, exF, exB, Fr(10 ** 6), Fr(rng.choice([1, 2])))
+    return probe.with_memory(Fr(rng.randint(int(m_min(probe)), int(m_peak(probe)))))
+
+
+def _subsets(c):
+    n = c.L + 1
+    return [s for r in range(n + 1) for s in itertools.combinations(range(n), r)]
+
+
+# ---------------------------------------------------------------------------- hand cases
+def _tiny():
+    # F_0, F_1 (1 each), B_1, B_0 (2 each); |x| = 2, 3, 1; no y, no workspace; B = 1
+    return OffloadChain([1, 1], [2, 2], [2, 3, 1], [0, 0, 0], [0, 0], [0, 0], M=6, B=1)
+
+
+def test_hand_bounds():
+    c = _tiny()
+    assert m_peak(c) == 6 and m_min(c) == 5          # m_F1 = 2+3+1, largest footprint x1 + x2 + ... = 3+1 / 2+3
+    assert lower_bound(c) == 6                        # Σu = 6; 2 (6 - 6) / 1 = 0
+    assert lower_bound(c.with_memory(5)) == 6         # max(6, 2 * 1 / 1)
+
+
+@pytest.mark.parametrize("offload,want", [((), 6.0), ((0,), 6.0), ((1,), 11.0), ((0, 1), 12.0)])
+def test_hand_makespans(offload, want):
+    # x_1 (3) offloaded from F_1's start (t = 1) to 4, prefetched 4..7 before B_1: B_1 7..9, B_0 9..11.
+    # x_0 (2) too: 0..2 off; x_1 2..5 off (F_1 starts at 1 but x_1 waits for the channel), x_1 back 5..8,
+    # x_0 back during B_1 8..10, B_0 10..12.
+    c = _tiny()
+    for fluid in (False, True):
+        r = simulate(c, offload, fluid=fluid)
+        assert r.feasible and r.makespan == pytest.approx(want, abs=1e-7)
+        assert validate(c, r.timeline, fluid)[0]
+    assert relaxed_makespan(c, offload) == want
+
+
+def test_hand_memory_pressure_forces_offload():
+    c = _tiny().with_memory(5)                        # store-all needs 6
+    assert not simulate(c, ()).feasible
+    # (D): x_0 offloaded 0..2 (F_0 is 0..1); F_1 needs 2 + 3 + 1 > 5 with x_0 held: waits until 2, runs 2..3.
+    # B_1 (3..5) holds x_1 + x_2 = 4: no room for x_0 (2) before it ends; prefetch 5..7, B_0 7..9.
+    r = simulate(c, (0,))
+    assert r.feasible and r.makespan == pytest.approx(9.0)
+    # relaxed (memory moves with the data): 1 unit of x_0 is gone at t = 1, F_1 runs 1..2, B_1 2..4 may
+    # end with 1 unit of x_0 reserved: prefetch 3..5, B_0 5..7.
+    assert simulate(c, (0,), fluid=True).makespan == pytest.approx(7.0)
+    assert greedy(c) == [0]
+    d = dynprog(c, None)
+    assert d.decisions == [0] and d.value == 7
+
+
+def test_dynprog_hand_states():
+    # Algorithm 1 by hand on the previous case: (M_F, Δ_F, Δ_B) = (2, 0, 0) -> offload x_0: ε_0 = 0,
+    # Δ_F1 = 0 + 2 - 1 = 1, M_F1 = 2 + 3 - min(2, 1) = 4, Δ_B1 = 2 + max(0, 0 - 2) = 2; op 1: ε_1^F = (4+1-5)/1 = 0,
+    # op 1 backward: M_B1 = y_1 + Δ_B1 + M_F1 - Δ_F1 = 0 + 2 + 4 - 1 = 5, ε_1^B = (5 + 0 + 1 + 0 - 5)/1 = 1;
+    # value = Σu (6) + idle 1 (= the fluid simulation's 7).
+    c = _tiny().with_memory(5)
+    assert relaxed_makespan(c, [0]) == 7
+    assert relaxed_makespan(c, []) == math.inf
+
+
+# ---------------------------------------------------------------------------- exhaustive
+def test_dynprog_exact_equals_exhaustive_relaxation():
+    rng = random.Random(7)
+    agree_fluid = total = 0
+    for _ in range(150):
+        c = _random_chain(rng)
+        d = dynprog(c, None)
+        values = {s: relaxed_makespan(c, s) for s in _subsets(c)}
+        assert d.value == min(values.values())
+        assert relaxed_makespan(c, d.decisions) == d.value      # backtracking returns an optimal path
+        fluid_best = min(simulate(c, s, fluid=True).makespan for s in _subsets(c))
+        integral_best = min(simulate(c, s).makespan for s in _subsets(c))
+        assert fluid_best <= integral_best + 1e-7              # the relaxation is easier
+        total += 1
+        agree_fluid += abs(fluid_best - d.value) < 1e-6
+    # eqs. (9)/(10) are conservative (module Note): the DP's optimum equals the simulated relaxation's
+    # optimum on most instances, never on fewer than 90 % here.
+    assert agree_fluid >= 0.9 * total
+
+
+def test_slots_equal_exact_on_unit_slots():
+    # with whole sizes, B = 1 and whole times every quantity is whole: S = M_GPU slots of 1 is exact
+    rng = random.Random(3)
+    for _ in range(60):
+        c = _random_chain(rng)
+        if c.B != 1 or c.M == 0:
+            continue
+        a, b = dynprog(c, None), dynprog(c, int(c.M))
+        assert a.value == pytest.approx(b.value)
+
+
+def test_slot_rounding_is_pessimistic():
+    rng = random.Random(5)
+    for _ in range(60):
+        c = _random_chain(rng)
+        if c.M == 0:
+            continue
+        exact = dynprog(c, None).value
+        coarse = dynprog(c, max(1, int(c.M) // 2)).value
+        assert coarse >= exact - 1e-9
+
+
+def test_relaxations_and_lower_bound_order():
+    rng = random.Random(11)
+    for _ in range(150):
+        c = _random_chain(rng)
+        lb = lower_bound(c)
+        frac = fractional_optimum(c)
+        assert frac.feasible
+        assert lb <= frac.makespan + 1e-7
+        # Theorem 2: no integral or partial decision does better in the fractional model
+        for s in _subsets(c):
+            f = simulate(c, s, fluid=True).makespan
+            assert frac.makespan <= f + 1e-7
+            assert lb <= simulate(c, s).makespan + 1e-7
+        # Lemma 2: offloading more (eagerly) is never better
+        q0 = float(m_peak(c) - c.M)
+        for extra in (0.5, 1.0, 3.0):
+            more = simulate(c, eager_amounts(c, q0 + extra), fluid=True)
+            assert frac.makespan <= more.makespan + 1e-7
+        g = simulate(c, greedy(c))
+        assert g.feasible and lb <= g.makespan + 1e-7
+
+
+def test_theorem2_against_random_partial_offloads():
+    rng = random.Random(13)
+    for _ in range(60):
+        c = _random_chain(rng)
+        frac = fractional_optimum(c).makespan
+        for _ in range(20):
+            amounts = [rng.random() * float(v) for v in c.x[:-1]]
+            r = simulate(c, amounts, fluid=True)
+            assert frac <= r.makespan + 1e-7
+
+
+def test_vdnn_candidates_and_choice():
+    c = OffloadChain([4, 1, 2], [1, 1, 1], [2, 2, 1, 1], [0] * 4, [0] * 3, [0] * 3, M=6, B=1)
+    # ratios u_F / |x|: 2, 0.5, 2 -> thresholds 2 ({0, 2} and every other: {0}), 0.5 ({0, 1, 2}, {0, 2})
+    assert vdnn_candidates(c) == [[0, 2], [0], [0, 1, 2], [0, 2]]
+    best, d = vdnn(c)
+    assert best == min(simulate(c, s).makespan for s in vdnn_candidates(c))
+
+
+# ---------------------------------------------------------------------------- reductions
+@pytest.mark.parametrize("u,V,yes", [([2, 2, 2, 1, 2, 3], 6, True), ([2, 2, 2, 2, 2, 2], 6, True),
+                                     ([1, 1, 4, 2, 2, 2], 6, True), ([3, 3, 3, 1, 1, 1], 6, False)])
+def test_theorem1_instance_under_the_stated_memory_rule(u, V, yes):
+    """Finding (report): the printed instance does not separate yes from no under §3.1's rule (an op
+    reserves its output at its start). F_{3m} must reserve x_{3m+1} = V while memory holds mV = M_GPU,
+    so one unit of idle precedes it; B_{3m} holds x_{3m+1} = V, so only (m-1)V can be prefetched during it.
+    Best ordered schedule over every transfer order: 2m + 2 on yes *and* no instances (m = 2)."""
+    c, T = three_partition_instance(u, V)
+    assert c.L == 5 * (len(u) // 3) and float(m_peak(c)) >= float(c.M)
+    idx = list(range(len(u)))
+    best = math.inf
+    for perm in itertools.permutations(idx):   # every offload order = every relabelling in index order
+        cc, _ = three_partition_instance([u[p] for p in perm], V)
+        best = min(best, simulate(cc, idx).makespan)
+    assert best == pytest.approx(T + 2)
+
+
+@pytest.mark.parametrize("u,yes", [([1, 2, 3], True), ([1, 1, 4], False), ([2, 3, 5], True), ([1, 1, 1, 5], False)])
+def test_theorem3_instance(u, yes):
+    c, T = two_partition_instance(u)
+    V = sum(u) // 2
+    assert m_peak(c) == 3 * V
+    d = dynprog(c, None)
+    rel = min(relaxed_makespan(c, s) for s in _subsets(c))
+    assert d.value == rel
+    if yes:
+        assert d.value == T
+    else:
+        assert d.value > T
+
+
+# ---------------------------------------------------------------------------- mapping and bad input
+def test_from_chain_mapping():
+    ch = Chain.load("resnet50_b128")
+    c = OffloadChain.from_chain(ch)
+    assert c.L == ch.n - 1 and c.x[0] == ch.input_bytes
+    assert np.array_equal(c.x[1:], ch.tape_bytes) and np.array_equal(c.y[1:], ch.grad_bytes)
+    assert np.array_equal(c.exF, ch.fwd_grad_extra) and np.array_equal(c.exB, ch.bwd_extra)
+    assert c.M == m_peak(c) and lower_bound(c) == pytest.approx(ch.t_fwd.sum() + ch.t_bwd.sum())
+    assert simulate(c, ()).makespan == pytest.approx(lower_bound(c))
+
+
+@pytest.mark.parametrize("field,value,match", [("x", [1, -1, 1], r"x\[1\] = -1;"), ("uF", [float("nan"), 1], r"uF\[0\] = nan"),
+                                               ("y", [0, 0, float("inf")], r"y\[2\] = inf")])
+def test_bad_values(field, value, match):
+    kw = dict(uF=[1, 1], uB=[1, 1], x=[1, 1, 1], y=[0, 0, 0], exF=[0, 0], exB=[0, 0], M=10, B=1)
+    kw[field] = value
+    with pytest.raises(ValueError, match=match):
+        OffloadChain(**kw)
+
+
+def test_bad_memory_and_bandwidth():
+    with pytest.raises(ValueError, match=r"M_GPU = 4 is below the minimum memory to run the chain, 5"):
+        _tiny().with_memory(4)
+    with pytest.raises(ValueError, match=r"B = 0"):
+        OffloadChain([1], [1], [1, 1], [0, 0], [0], [0], M=5, B=0)
+    with pytest.raises(ValueError, match=r"M = nan"):
+        OffloadChain([1], [1], [1, 1], [0, 0], [0], [0], M=float("nan"), B=1)
+    with pytest.raises(ValueError, match=r"offload index 5"):
+        simulate(_tiny(), [5])

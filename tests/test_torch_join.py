@@ -1,0 +1,412 @@
+"""torch_exec.CheckpointedJoin on the CPU: k branches meeting at a head, gradients against plain autograd
+(bitwise where the chain executor's tests are), BatchNorm, dropout, Siamese shared weights, an empty branch,
+measured peaks against the budget, errors."""
+from __future__ import annotations
+
+import copy
+import random
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+import torch_exec as te  # noqa: E402
+from gpusolve import InfeasibleBudgetError  # noqa: E402
+from gpusolve.join.bytesim import simulate_join, store_all_join_peak_bytes  # noqa: E402
+from gpusolve.join.network import BranchCheckpoint, BranchTape  # noqa: E402
+from gpusolve.schedule import OpKind  # noqa: E402
+from torch_exec.meter import measure_peak  # noqa: E402
+from _torch_helpers import DT, random_policy  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::torch_exec.CPUTimingWarning", "ignore::gpusolve.FallbackWarning")
+
+OPTS = dict(profile_passes=1, profile_warmup=0)
+
+
+# ---------------------------------------------------------------------------- models
+def tower(seed, width=12, depth=4, dropout=0.0, bn=False, inp=6):
+    torch.manual_seed(seed)
+    layers = [nn.Linear(inp, width)]
+    for d in range(depth):
+        layers += [nn.Tanh(), nn.Linear(width, width)]
+        if bn and d % 2 == 0:
+            layers += [nn.BatchNorm1d(width)]
+        if dropout and d % 2 == 1:
+            layers += [nn.Dropout(dropout)]
+    return nn.Sequential(*layers).to(DT)
+
+
+class Head(nn.Module):
+    """A head with parameters over k outputs: a weighted product of projections, squared."""
+
+    def __init__(self, k, width=12, seed=7):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.proj = nn.ModuleList([nn.Linear(width, 4) for _ in range(k)]).to(DT)
+
+    def forward(self, *outs):
+        z = self.proj[0](outs[0])
+        for p, o in zip(self.proj[1:], outs[1:], strict=True):
+            z = z * p(o)
+        return z.square().mean() + 0.1 * z.sum()
+
+
+def triplet(a, p, n):
+    """A parameter-free triplet loss."""
+    return torch.relu((a - p).square().sum(1) - (a - n).square().sum(1) + 1.0).mean()
+
+
+def random_join_policy(rng, net, p_ckpt=0.7):
+    """A random join policy: branch actions in random interleaving, tapes or checkpoints at random."""
+    pos, lengths, actions = [0] * net.k, net.lengths, []
+    while True:
+        open_ = [b for b in range(net.k) if pos[b] < lengths[b]]
+        if not open_:
+            return tuple(actions)
+        b = rng.choice(open_)
+        i = pos[b]
+        if rng.random() < p_ckpt:
+            k = rng.randint(i + 1, lengths[b])
+            actions.append(BranchCheckpoint(b, k, random_policy(rng, i, k, 0.6)))
+            pos[b] = k
+        else:
+            actions.append(BranchTape(b))
+            pos[b] = i + 1
+
+
+# ---------------------------------------------------------------------------- helpers
+def inputs(k, batch=5, inp=6, grad=True, seed=3):
+    torch.manual_seed(seed)
+    return [torch.randn(batch, inp, dtype=DT, requires_grad=grad) for _ in range(k)]
+
+
+def fresh(xs):
+    return [x.detach().clone().requires_grad_(x.requires_grad) for x in xs]
+
+
+def plain_step(branches, head, xs, seed=123):
+    torch.manual_seed(seed)
+    xs = fresh(xs)
+    head(*[b(x) if len(b) else x for b, x in zip(branches, xs, strict=True)]).backward()
+    return [x.grad for x in xs]
+
+
+def join_step(join, xs, seed=123):
+    torch.manual_seed(seed)
+    xs = fresh(xs)
+    join(*xs).backward()
+    return [x.grad for x in xs]
+
+
+def params_of(*modules):
+    seen, out = set(), []
+    for m in modules:
+        for name, p in m.named_parameters():
+            if id(p) not in seen:
+                seen.add(id(p))
+                out.append((name, p))
+    return out
+
+
+def assert_same(ref_mods, mods, ref_xg, xg, exact=True):
+    tol = dict(rtol=0, atol=0) if exact else dict(rtol=1e-6, atol=1e-9)
+    for (name, p), (_, q) in zip(params_of(*ref_mods), params_of(*mods), strict=True):
+        assert (p.grad is None) == (q.grad is None), name
+        if p.grad is not None:
+            torch.testing.assert_close(q.grad, p.grad, **tol, msg=f"grad of {name}")
+    for ref, mod in zip(ref_mods, mods, strict=True):
+        for (name, b), c in zip(ref.named_buffers(), mod.buffers(), strict=True):
+            torch.testing.assert_close(c, b, rtol=0, atol=0, msg=f"buffer {name}")
+    for a, b in zip(ref_xg, xg, strict=True):
+        assert (a is None) == (b is None)
+        if a is not None:
+            torch.testing.assert_close(b, a, **tol)
+
+
+def recomputes(plan) -> bool:
+    turn = next(i for i, op in enumerate(plan.schedule) if op.kind is OpKind.TURN)
+    return any(op.kind in (OpKind.FWD_NOGRAD, OpKind.FWD_TAPE) for op in plan.schedule[turn + 1:])
+
+
+def compare(make, xs, exact=True, budget="1GiB", **kwargs):
+    """make() -> (branches, head); the same model run plainly and through CheckpointedJoin."""
+    ref_branches, ref_head = make()
+    branches, head = make()
+    ref_xg = plain_step(ref_branches, ref_head, xs)
+    join = te.CheckpointedJoin([list(b) for b in branches], head, budget=budget, **OPTS, **kwargs)
+    xg = join_step(join, xs)
+    assert_same(list(ref_branches) + [ref_head], list(branches) + [head], ref_xg, xg, exact=exact)
+    return join
+
+
+def budgets_between(join, xs, fractions):
+    join.prepare(*xs)
+    lo, hi = join.min_budget_bytes, store_all_join_peak_bytes(join.net)
+    return [int(lo + f * (hi - lo)) for f in fractions]
+
+
+# ---------------------------------------------------------------------------- gradients
+@pytest.mark.parametrize("k", [2, 3])
+@pytest.mark.parametrize("fraction", [1.0, 0.4, 0.0])
+def test_two_tower_solved_plans_match_autograd_bitwise(k, fraction):
+    xs = inputs(k)
+
+    def make():
+        return [tower(seed, depth=3 + seed) for seed in range(k)], Head(k)
+    probe = te.CheckpointedJoin([list(b) for b in make()[0]], make()[1], budget="1GiB", **OPTS)
+    (budget,) = budgets_between(probe, xs, [fraction])
+    join = compare(make, xs, budget=budget, bucket=1)
+    assert join.plan.feasible and join.plan.predicted_peak_bytes <= budget
+    assert simulate_join(join.net, join.plan.schedule).peak_bytes == join.plan.predicted_peak_bytes
+    if fraction == 0.0:
+        assert recomputes(join.plan)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_join_policies_match_autograd_bitwise(seed):
+    rng = random.Random(seed)
+    k = 2 + seed % 2
+    xs = inputs(k, seed=seed)
+
+    def make():
+        return [tower(s, depth=2 + s) for s in range(k)], Head(k)
+    join = compare(make, xs, schedule_fn=lambda net: random_join_policy(rng, net))
+    kinds = {op.kind for op in join.plan.schedule}
+    assert {OpKind.FWD_NOGRAD, OpKind.FWD_TAPE, OpKind.BWD, OpKind.TURN} <= kinds
+
+
+def test_triplet_head_without_parameters_and_inputs_without_grad():
+    xs = inputs(3, grad=False)
+
+    def make():
+        return [tower(s, depth=3) for s in range(3)], triplet
+    ref_b, _ = make()
+    branches, _ = make()
+    plain_step(ref_b, triplet, xs)
+    join = te.CheckpointedJoin([list(b) for b in branches], triplet, budget="1GiB", **OPTS,
+                               schedule_fn=lambda net: random_join_policy(random.Random(1), net, 0.9))
+    xg = join_step(join, xs)
+    assert xg == [None, None, None]
+    assert_same(ref_b, branches, [None] * 3, xg)
+
+
+def test_siamese_shared_weights_accumulate_from_both_branches():
+    """The same module objects in two branches: gradients accumulate from both, bitwise as plain."""
+    xs = inputs(2)
+
+    def make():
+        t = tower(0, depth=4)
+        return [t, t], Head(2)
+    ref_b, ref_h = make()
+    branches, head = make()
+    ref_xg = plain_step(ref_b, ref_h, xs)
+    join = te.CheckpointedJoin([list(b) for b in branches], head, budget="1GiB", **OPTS)
+    join.prepare(*xs)
+    join.replan(budget=join.min_budget_bytes)
+    assert recomputes(join.plan)
+    xg = join_step(join, xs)
+    assert len(list(join.parameters())) == len(list(branches[0].parameters())) + len(list(head.parameters()))
+    assert_same([ref_b[0], ref_h], [branches[0], head], ref_xg, xg)
+
+
+@pytest.mark.parametrize("siamese", [False, True])
+def test_batchnorm_statistics_updated_once_per_branch_run(siamese):
+    xs = inputs(2, batch=6)
+
+    def make():
+        a = tower(0, depth=4, bn=True)
+        return [a, a if siamese else tower(1, depth=4, bn=True)], Head(2)
+    ref_b, ref_h = make()
+    branches, head = make()
+    ref_xg = plain_step(ref_b, ref_h, xs)
+    # Checkpoint everything: every BN stage runs again in the backward.
+    rng = random.Random(0)
+    join = te.CheckpointedJoin([list(b) for b in branches], head, budget="1GiB", **OPTS,
+                               schedule_fn=lambda net: random_join_policy(rng, net, 1.0))
+    xg = join_step(join, xs)
+    assert recomputes(join.plan)
+    assert_same(list(ref_b) + [ref_h], list(branches) + [head], ref_xg, xg, exact=True)
+    bn = [m for m in branches[0].modules() if isinstance(m, nn.BatchNorm1d)][0]
+    assert int(bn.num_batches_tracked) == (2 if siamese else 1)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_dropout_in_every_branch_replays_the_same_masks(seed):
+    """Random interleavings of the branches: the forward phase runs branch by branch (Note [Draw
+    order]) so the masks are plain autograd's; recomputations replay them."""
+    rng = random.Random(seed)
+    xs = inputs(2, seed=seed)
+
+    def make():
+        return [tower(0, depth=4, dropout=0.3), tower(1, depth=4, dropout=0.5)], Head(2)
+    join = compare(make, xs, exact=True, schedule_fn=lambda net: random_join_policy(rng, net, 0.8))
+    assert recomputes(join.plan)
+    turn = next(i for i, op in enumerate(join.plan.schedule) if op.kind is OpKind.TURN)
+    forward = [op.branch for op in join.plan.schedule[:turn]]
+    assert forward == sorted(forward)
+
+
+def test_siamese_dropout_and_batchnorm_solved_at_low_budget():
+    xs = inputs(2, batch=6)
+
+    def make():
+        t = tower(0, depth=4, dropout=0.3, bn=True)
+        return [t, t], Head(2)
+    probe = te.CheckpointedJoin([list(b) for b in make()[0]], make()[1], budget="1GiB", **OPTS)
+    (budget,) = budgets_between(probe, xs, [0.2])
+    join = compare(make, xs, exact=True, budget=budget, bucket=1)
+    assert recomputes(join.plan)
+
+
+def test_empty_branch_feeds_the_head_directly():
+    xs = inputs(1) + [torch.randn(5, 12, dtype=DT, requires_grad=True)]  # the head reads it as is
+
+    def make():
+        return [tower(0, depth=4), nn.Sequential()], Head(2)
+    ref_b, ref_h = make()
+    branches, head = make()
+    ref_xg = plain_step(ref_b, ref_h, xs)
+    join = te.CheckpointedJoin([list(branches[0]), []], head, budget="1GiB", **OPTS)
+    join.prepare(*xs)
+    assert join.net.lengths[1] == 0
+    join.replan(budget=join.min_budget_bytes)
+    xg = join_step(join, xs)
+    assert recomputes(join.plan)
+    assert xg[1] is not None
+    assert_same([ref_b[0], ref_h], [branches[0], head], ref_xg, xg)
+
+
+def test_head_output_structure_and_non_differentiable_parts():
+    xs = inputs(2)
+
+    def head(a, b):
+        loss = (a * b).sum()
+        return {"loss": loss, "metric": (a - b).abs().mean().detach(), "count": 3, "pair": (a.argmax(1), loss * 2)}
+    ta, tb = tower(0), tower(1)
+    ra, rb = copy.deepcopy(ta), copy.deepcopy(tb)
+    ref = head(ra(xs[0]), rb(xs[1]))
+    join = te.CheckpointedJoin([list(ta), list(tb)], head, budget="1GiB", **OPTS,
+                               schedule_fn=lambda net: random_join_policy(random.Random(2), net, 1.0))
+    out = join(*xs)
+    assert set(out) == {"loss", "metric", "count", "pair"} and out["count"] == 3
+    assert not out["metric"].requires_grad and not out["pair"][0].requires_grad
+    assert torch.equal(out["pair"][0], ref["pair"][0]) and torch.equal(out["loss"], ref["loss"])
+    (out["loss"] + out["pair"][1]).backward()
+    (ref["loss"] + ref["pair"][1]).backward()
+    for p, q in zip(list(ra.parameters()) + list(rb.parameters()), list(ta.parameters()) + list(tb.parameters()),
+                    strict=True):
+        torch.testing.assert_close(q.grad, p.grad, rtol=0, atol=0)
+
+
+# ---------------------------------------------------------------------------- training
+def test_two_sgd_steps_equal_plain():
+    def make():
+        return [tower(0, depth=4, dropout=0.2, bn=True), tower(1, depth=3)], Head(2)
+    ref_b, ref_h = make()
+    branches, head = make()
+    xs0 = inputs(2, batch=6)
+    probe = te.CheckpointedJoin([list(b) for b in make()[0]], make()[1], budget="1GiB", **OPTS)
+    (budget,) = budgets_between(probe, xs0, [0.1])
+    join = te.CheckpointedJoin([list(b) for b in branches], head, budget=budget, bucket=1, **OPTS)
+    ref_params = [p for _, p in params_of(*ref_b, ref_h)]
+    opt_r = torch.optim.SGD(ref_params, lr=0.1, momentum=0.9)
+    opt_j = torch.optim.SGD(join.parameters(), lr=0.1, momentum=0.9)
+    assert len(list(join.parameters())) == len(ref_params)
+    for step in range(2):
+        xs = inputs(2, batch=6, seed=10 + step)
+        for net, opt in ((lambda *x: ref_h(*[b(t) for b, t in zip(ref_b, x, strict=True)]), opt_r), (join, opt_j)):
+            opt.zero_grad()
+            torch.manual_seed(100 + step)
+            net(*xs).backward()
+            opt.step()
+    assert recomputes(join.plan)
+    for (name, p), (_, q) in zip(params_of(*ref_b, ref_h), params_of(*branches, head), strict=True):
+        torch.testing.assert_close(q, p, rtol=1e-6, atol=1e-9, msg=name)
+    for ref, mod in zip(ref_b, branches, strict=True):
+        for (name, b), c in zip(ref.named_buffers(), mod.buffers(), strict=True):
+            torch.testing.assert_close(c, b, rtol=1e-6, atol=1e-9, msg=name)
+
+
+def test_budget_none_is_plain_autograd():
+    xs = inputs(2)
+    join = compare(lambda: ([tower(0), tower(1)], Head(2)), xs, budget=None)
+    assert join.plan is None
+    out = join(*xs)
+    assert "JoinFunction" not in type(out.grad_fn).__name__
+    with torch.no_grad():
+        join(*xs)
+
+
+# ---------------------------------------------------------------------------- memory
+def _measured_peak(join, xs) -> int:
+    for p in join.parameters():
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+
+    def step():
+        join(*xs).backward()
+    step()  # warm: lazily allocated state exists before the measured step
+    _, reading = measure_peak(step)
+    return reading.peak
+
+
+def test_measured_peak_holds_the_budget_and_low_budgets_recompute():
+    torch.manual_seed(0)
+    xs = [torch.randn(64, 32, dtype=torch.float32) for _ in range(2)]
+
+    def wide(seed):
+        torch.manual_seed(seed)
+        layers = []
+        for _ in range(6):
+            layers += [nn.Linear(32, 128), nn.Tanh(), nn.Linear(128, 32), nn.Tanh()]
+        return nn.Sequential(*layers)
+    head = Head(2, width=32).float()
+    towers = [wide(0), wide(1)]
+    join = te.CheckpointedJoin([list(t) for t in towers], head, budget="1GiB", **OPTS)
+    join.prepare(*xs)
+    lo, hi = join.min_budget_bytes, store_all_join_peak_bytes(join.net)
+    plain = _measured_peak(te.CheckpointedJoin([list(t) for t in towers], head, budget=None), xs)
+    results = []
+    for budget in (hi, (lo + hi) // 2, (3 * lo + hi) // 4, lo):
+        join.replan(budget=budget)
+        measured = _measured_peak(join, xs)
+        results.append((budget, join.plan.predicted_peak_bytes, measured))
+        assert measured <= budget, results
+    assert recomputes(join.plan)  # at the minimum
+    assert results[-1][2] < 0.6 * plain, (results, plain)
+    print("budget, predicted, measured:", results, "plain:", plain)
+
+
+# ---------------------------------------------------------------------------- errors
+def test_bad_inputs_and_budget_below_minimum():
+    xs = inputs(2)
+    join = te.CheckpointedJoin([list(tower(0)), list(tower(1))], Head(2), budget=64, **OPTS)
+    with pytest.raises(TypeError, match="one input per branch"):
+        join(xs[0])
+    with pytest.raises(TypeError, match="branch 1"):
+        join(xs[0], "not a tensor")
+    with pytest.raises(InfeasibleBudgetError, match="minimum") as err:
+        join(*xs)
+    assert err.value.min_bytes > 64 and str(err.value.min_bytes) in str(err.value)
+    join.replan(budget="0.1%")
+    with pytest.raises(InfeasibleBudgetError, match=r"needs at least [\d.]+%"):
+        join(*xs)
+    with pytest.raises(ValueError, match="k >= 2"):
+        te.CheckpointedJoin([list(tower(0))], Head(1))
+    with pytest.raises(ValueError, match="every branch is empty"):
+        te.CheckpointedJoin([[], []], Head(2))
+
+
+def test_unsupported_backward_calls_are_refused_before_touching_grads():
+    xs = inputs(2)
+    join = te.CheckpointedJoin([list(tower(0)), list(tower(1))], Head(2), budget="1GiB", **OPTS,
+                               schedule_fn=lambda net: random_join_policy(random.Random(0), net, 1.0))
+    loss = join(*xs)
+    with pytest.raises(RuntimeError, match="autograd.grad"):
+        torch.autograd.grad(loss, xs[0])
+    with pytest.raises(RuntimeError, match="retain_graph"):
+        loss.backward(retain_graph=True)
+    assert all(p.grad is None for p in join.parameters())
+    loss.backward()  # the step is still intact
+    assert all(p.grad is not None for p in join.parameters())

@@ -1,0 +1,456 @@
+"""Plans that offload checkpoints to host memory, executed on the CPU (torch_exec/offload.py, the copy ops
+of torch_exec/executor.py's interpreter): gradients, losses and buffers bitwise equal to plain autograd and
+to the recompute-only executor, the host-copy handlers, the pool of host buffers, the ``offload=`` option.
+
+On the CPU the "host" copy is a second CPU tensor and the copies are synchronous: the ops run in the same
+order as on CUDA, so everything but the overlap and the device memory saved is checked here
+(tests/test_torch_offload_gpu.py measures those)."""
+from __future__ import annotations
+
+import copy
+import random
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+import torch_exec as te  # noqa: E402
+from gpusolve import InfeasibleBudgetError, store_all_peak_bytes  # noqa: E402
+from gpusolve.dp.minpeak import min_feasible_bytes  # noqa: E402
+from gpusolve.offload.dp import min_offload_bytes  # noqa: E402
+from gpusolve.offload.link import Link  # noqa: E402
+from gpusolve.schedule import Checkpoint, Op, OpKind, Swap, Tape, policy_to_schedule, tape_chain  # noqa: E402
+from gpusolve.simulate import simulate  # noqa: E402
+from torch_exec.executor import BWD, PREFETCH, TAPE, annotate, split_schedule  # noqa: E402
+from torch_exec.offload import HostCopies, measure_link  # noqa: E402
+from _torch_helpers import DT, Fork, Join, LinearStage, Mix, convnet, loss_of, mlp, random_policy, wrap  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::torch_exec.CPUTimingWarning",
+                                        "ignore::gpusolve.FallbackWarning")
+
+FAST = Link(float("inf"), float("inf"))  # copies cost nothing: the solver swaps wherever it saves memory
+
+
+# ---------------------------------------------------------------------------- helpers
+def without_swaps(policy):
+    """The same tree with every Swap(k) a Checkpoint(k): the recompute-only executor runs the very same
+    computations, so its results must be bitwise those of the swapping run."""
+    if isinstance(policy, Tape):
+        return Tape(None if policy.right is None else without_swaps(policy.right))
+    return Checkpoint(policy.k, right=without_swaps(policy.right), left=without_swaps(policy.left))
+
+
+def count_swaps(policy) -> int:
+    if isinstance(policy, Tape):
+        return 0 if policy.right is None else count_swaps(policy.right)
+    return int(isinstance(policy, Swap)) + count_swaps(policy.right) + count_swaps(policy.left)
+
+
+def step(net, x, seed=123):
+    """One forward and backward; returns (loss, input gradient)."""
+    torch.manual_seed(seed)
+    x = x.detach().clone().requires_grad_(x.requires_grad)
+    loss = loss_of(net(x))
+    loss.backward()
+    return loss.detach(), x.grad
+
+
+def assert_bitwise(ref_model, model, ref, got):
+    """Same loss, input gradient, parameter gradients and buffers, bit for bit."""
+    assert torch.equal(ref[0], got[0]), "loss"
+    assert (ref[1] is None) == (got[1] is None)
+    if ref[1] is not None:
+        assert torch.equal(ref[1], got[1]), "input gradient"
+    for (name, p), q in zip(ref_model.named_parameters(), model.parameters(), strict=True):
+        assert (p.grad is None) == (q.grad is None), name
+        if p.grad is not None:
+            assert torch.equal(p.grad, q.grad), f"gradient of {name}"
+    for (name, b), c in zip(ref_model.named_buffers(), model.buffers(), strict=True):
+        assert torch.equal(b, c), f"buffer {name}"
+
+
+def run_policy_three_ways(make, x, policy_of):
+    """Plain autograd, the recompute-only executor (Swap -> Checkpoint) and the offloading executor with
+    ``policy_of(chain)``: all three bitwise equal. Returns the offloading wrapper."""
+    ref_model, rec_model, off_model = make(), make(), make()
+    ref = step(ref_model, x)
+    box = {}
+
+    def swapping(chain):
+        box["policy"] = policy_of(chain)
+        return box["policy"]
+    off = wrap(off_model, offload=FAST, schedule_fn=swapping)
+    got = step(off, x)
+    rec = wrap(rec_model, schedule_fn=lambda chain: without_swaps(box["policy"]))
+    got_rec = step(rec, x)
+    assert_bitwise(ref_model, off_model, ref, got)
+    assert_bitwise(rec_model, off_model, got_rec, got)
+    return off, box["policy"]
+
+
+# ---------------------------------------------------------------------------- HostCopies
+def test_host_copies_round_trip_exact_and_keeps_layout():
+    copies = HostCopies("cpu")
+    assert copies.stream is None and not copies.cuda
+    st = copies.step()
+    a = torch.randn(2, 3, 4, 5, dtype=DT).to(memory_format=torch.channels_last)
+    b = torch.arange(7)
+    state = (a, b, None, torch.randn(3, dtype=torch.float32))
+    expect = tuple(None if t is None else t.clone() for t in state)
+    st.offload(4, state)
+    st.release(4, state)
+    assert st.host_bytes() == sum(t.numel() * t.element_size() for t in state if t is not None)
+    del state
+    st.prefetch(4)
+    back = st.acquire(4)
+    assert isinstance(back, tuple) and len(back) == 4 and back[2] is None
+    for got, want in zip(back, expect, strict=True):
+        if want is not None:
+            assert torch.equal(got, want) and got.dtype == want.dtype and got.stride() == want.stride()
+    assert back[0].is_contiguous(memory_format=torch.channels_last)
+    # a single tensor comes back as a tensor
+    t = torch.randn(5, 2, dtype=DT).t()  # not dense in its own order: any exact copy will do
+    st.offload(2, t)
+    st.release(2, t)
+    st.prefetch(2)
+    u = st.acquire(2)
+    assert isinstance(u, torch.Tensor) and torch.equal(u, t) and u.data_ptr() != t.data_ptr()
+
+
+def test_host_copies_errors():
+    st = HostCopies("cpu").step()
+    with pytest.raises(RuntimeError, match="acquire"):
+        st.acquire(3)
+    with pytest.raises(RuntimeError, match="prefetch"):
+        st.prefetch(3)
+    with pytest.raises(RuntimeError, match="release"):
+        st.release(3)
+    x = torch.randn(4)
+    st.offload(3, x)
+    with pytest.raises(RuntimeError, match="offload"):
+        st.offload(3, x)
+    with pytest.raises(RuntimeError, match="prefetch"):  # not released yet
+        st.prefetch(3)
+    st.release(3, x)
+    st.prefetch(3)
+    with pytest.raises(RuntimeError, match="prefetch"):  # prefetched already
+        st.prefetch(3)
+    assert torch.equal(st.acquire(3), x)
+    with pytest.raises(RuntimeError, match="acquire"):
+        st.acquire(3)
+
+
+def test_host_copies_pool_reuse_and_shared_storages():
+    copies = HostCopies("cpu")
+    x, y = torch.randn(8, dtype=DT), torch.randn(8, dtype=DT)
+    first = copies.step()
+    first.offload(1, x)
+    first.release(1, x)
+    first.close()
+    pool = copies.buffers()
+    assert len(pool) == 1 and copies.allocations == 1
+    second, third = copies.step(), copies.step()  # two steps alive at once
+    second.offload(1, y)
+    third.offload(1, x)
+    assert copies.allocations == 2 and not copies.buffers()
+    second.release(1, y)
+    third.release(1, x)
+    second.prefetch(1)
+    third.prefetch(1)
+    assert torch.equal(second.acquire(1), y) and torch.equal(third.acquire(1), x)
+    second.close()
+    third.close()
+    assert {id(b) for b in pool} <= {id(b) for b in copies.buffers()} and len(copies.buffers()) == 2
+    # a tensor another held state shares (pass-through) is not copied: it comes back as itself
+    st = copies.step()
+    held = te.executor.U.storages(x)
+    st.offload(5, (x, y), held=set(held))
+    st.release(5, (x, y))
+    st.prefetch(5)
+    back = st.acquire(5)
+    assert back[0] is x and back[1] is not y and torch.equal(back[1], y)
+    # ... also when the sharing starts after the offload (a later state passes it through)
+    st.offload(6, (x, y))
+    st.release(6, (x, y), held=set(te.executor.U.storages(y)))
+    st.prefetch(6)
+    back = st.acquire(6)
+    assert back[1] is y and back[0] is not x and torch.equal(back[0], x)
+
+
+def test_measure_link_needs_cuda():
+    with pytest.raises(ValueError, match="CUDA"):
+        measure_link("cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA"):
+            measure_link()
+
+
+# ---------------------------------------------------------------------------- schedule structure
+def test_prefetch_before_last_backward_and_tape_runs():
+    # Swap(1) at (1, 4) with k = 3 = N - 1, overlapping: prefetch(1) right before bwd(4), i.e. between
+    # FWD_TAPE(N) and BWD(N); the split puts it first in the backward.
+    policy = Checkpoint(1, right=Swap(3, right=Tape(None), left=Tape(Tape(None)), overlap=True), left=Tape(None))
+    schedule = policy_to_schedule(policy, 0, 4)
+    text = [str(op) for op in schedule]
+    at = text.index("fwd_tape(4)")
+    assert text[at + 1:at + 3] == ["prefetch(1)", "bwd(4)"]
+    assert split_schedule(schedule, 4) == at
+    with pytest.raises(ValueError):
+        split_schedule(schedule[:at + 1] + [Op(OpKind.FREE, 3)] + schedule[at + 1:], 4)
+    # The right part of an overlapping Swap is a tape run k+1..t: prefetch(i) before bwd(k+1) splits it,
+    # so bwd(k+1) is a segment of its own that runs after the prefetch; k+2..t stays one segment.
+    policy = Swap(2, right=Tape(Tape(Tape(None))), left=Tape(None), overlap=True)
+    schedule = policy_to_schedule(Checkpoint(1, right=policy, left=Tape(None)), 0, 5)
+    program = annotate(schedule)
+    text = [str(op) for op in schedule]
+    assert text[text.index("bwd(4)") + 1:text.index("bwd(4)") + 3] == ["prefetch(1)", "bwd(3)"]
+    tapes = {s: arg for code, s, arg, _ in program if code == TAPE}
+    bwds = {s: arg for code, s, arg, _ in program if code == BWD}
+    assert tapes[3] == 0 and tapes[4] == 0 and tapes[5] == 1  # 3 alone; 4..5 one segment
+    assert bwds[5] == 4 and bwds[4] == 0 and bwds[3] == 3
+    assert [code for code, *_ in program].count(PREFETCH) == 1
+
+
+# ---------------------------------------------------------------------------- solved plans
+@pytest.mark.parametrize("fraction", [0.0, 0.25, 0.5])
+def test_solved_offload_plans_match_autograd_and_recompute(fraction):
+    x = torch.randn(16, 4, dtype=DT, requires_grad=True)
+    probe = wrap(mlp(width=24, depth=8), offload=FAST)
+    probe.prepare(x)
+    chain = probe._last.exec_chain
+    lo, hi = min_offload_bytes(chain), store_all_peak_bytes(chain)
+    assert probe.min_budget_bytes == lo <= min_feasible_bytes(chain)
+    budget = int(lo + fraction * (hi - lo))
+    ref_model, off_model, rec_model = (mlp(width=24, depth=8) for _ in range(3))
+    ref = step(ref_model, x)
+    off = wrap(off_model, budget=budget, bucket=1, offload=FAST)
+    got = step(off, x)
+    plan = off.plan
+    assert plan.link == FAST and plan.swaps > 0 and plan.predicted_peak_bytes <= budget
+    assert any(op.kind is OpKind.OFFLOAD for op in plan.schedule)
+    assert simulate(off.chain, plan.schedule, link=FAST).peak_bytes == plan.predicted_peak_bytes
+    assert_bitwise(ref_model, off_model, ref, got)
+    if budget >= min_feasible_bytes(chain):
+        rec = wrap(rec_model, budget=budget, bucket=1)
+        got_rec = step(rec, x)
+        assert not any(op.kind is OpKind.OFFLOAD for op in rec.plan.schedule)
+        assert_bitwise(rec_model, off_model, got_rec, got)
+
+
+def test_offload_option_forms_and_replan():
+    x = torch.randn(16, 4, dtype=DT, requires_grad=True)
+    wrapped = wrap(mlp(width=24, depth=8), offload="1e6GB/s")
+    assert wrapped.offload == Link.parse("1e6GB/s") and "offload=" in repr(wrapped)
+    wrapped.prepare(x)
+    budget = (wrapped.min_budget_bytes + store_all_peak_bytes(wrapped._last.exec_chain)) // 3
+    wrapped.replan(budget=budget)
+    assert wrapped.plan.swaps > 0 and wrapped._last.copies is not None
+    assert any("same memory" in note for note in wrapped.plan.notes)  # offloading on the CPU: a test path
+    wrapped.replan(offload=None)  # recompute only
+    assert wrapped._last.copies is None and wrapped._last.link is None
+    assert not any(op.kind is OpKind.OFFLOAD for op in wrapped.plan.schedule)
+    wrapped.replan(offload=Link.useless())  # a link that cannot move data: the recompute DP's plan
+    assert not any(op.kind is OpKind.OFFLOAD for op in wrapped.plan.schedule)
+    assert wrapped.min_budget_bytes == min_feasible_bytes(wrapped._last.exec_chain)
+    wrapped.replan(offload=FAST.to_dict())
+    assert wrapped._last.link == FAST and wrapped.plan.swaps > 0
+    with pytest.raises(TypeError, match="offload"):
+        wrap(mlp(depth=6), offload=12)
+    with pytest.raises(ValueError):
+        wrap(mlp(depth=6), offload="fast please")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA"):
+            wrap(mlp(depth=6), offload="measure")
+
+
+def test_infeasible_budget_with_offload_names_minimum():
+    wrapped = wrap(mlp(depth=4), budget=64, offload=FAST)
+    with pytest.raises(InfeasibleBudgetError) as err:
+        wrapped(torch.randn(5, 4, dtype=DT, requires_grad=True))
+    assert err.value.min_bytes > 64
+
+
+def test_swap_schedule_needs_a_link():
+    def policy(chain):
+        assert chain.n >= 3
+        return Checkpoint(1, right=Swap(2, right=tape_chain(2, chain.n), left=Tape(None)), left=Tape(None))
+    wrapped = wrap(mlp(depth=4), schedule_fn=policy)
+    with pytest.raises(ValueError, match="link"):
+        wrapped(torch.randn(5, 4, dtype=DT, requires_grad=True))
+
+
+# ---------------------------------------------------------------------------- explicit Swap policies
+def test_random_swap_policies_match_autograd_and_recompute():
+    rng = random.Random(0)
+    x = torch.randn(5, 4, dtype=DT, requires_grad=True)
+    kinds, swaps, overlaps = set(), 0, set()
+    for trial in range(20):
+        off, policy = run_policy_three_ways(lambda t=trial: mlp(depth=6, seed=t), x,
+                                            lambda chain: random_policy(rng, 0, chain.n, 0.7, p_swap=0.6))
+        kinds |= {op.kind for op in off.plan.schedule}
+        swaps += count_swaps(policy)
+        assert off.plan.swaps == count_swaps(policy) and off.plan.link == FAST
+        schedule = off.plan.schedule
+        n = off.chain.n
+        at = [str(op) for op in schedule].index(f"fwd_tape({n})")
+        overlaps.add(schedule[at + 1].kind)
+    assert {OpKind.OFFLOAD, OpKind.RELEASE, OpKind.PREFETCH, OpKind.ACQUIRE} <= kinds and swaps >= 10
+    assert OpKind.PREFETCH in overlaps  # some plan prefetched right before BWD(N)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_dropout_batchnorm_swap_policies(seed):
+    rng = random.Random(seed)
+    x = torch.randn(4, 3, 8, 8, dtype=DT, requires_grad=True)
+    off, policy = run_policy_three_ways(lambda: convnet(seed=seed, dropout=0.3, conv_tanh=True), x,
+                                        lambda chain: random_policy(rng, 0, chain.n, 0.9, p_swap=0.9))
+    assert count_swaps(policy) > 0
+    bns = [m for m in off.modules() if isinstance(m, nn.BatchNorm2d)]
+    assert bns and all(int(m.num_batches_tracked) == 1 for m in bns)  # statistics updated once
+
+
+def test_batchnorm_stats_updated_once_with_swaps():
+    def every_stage(chain):  # Swap at every boundary: each stage re-runs, each checkpoint is moved out
+        def node(i, j):
+            if j == i + 1:
+                return Tape(None)
+            return (Swap if i > 0 else Checkpoint)(i + 1, right=node(i + 1, j), left=Tape(None))
+        return node(0, chain.n)
+    x = torch.randn(4, 3, 8, 8, dtype=DT)
+    off, policy = run_policy_three_ways(lambda: convnet(conv_tanh=True), x, every_stage)
+    assert count_swaps(policy) == off.chain.n - 2
+    assert int(off.stages[1].num_batches_tracked) == 1
+
+
+class Carry(LinearStage):
+    """Passes x through unchanged (a shared storage between consecutive states)."""
+
+    def forward(self, state):
+        x, h = state
+        return (x, torch.sin(self.lin(h)))
+
+
+def test_tuple_states_swap_policies():
+    rng = random.Random(3)
+
+    def make():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(4, 5), Fork(5), Mix(5), Carry(5), Carry(5), Mix(5), Join(),
+                             nn.Linear(5, 2)).to(DT)
+    x = torch.randn(3, 4, dtype=DT, requires_grad=True)
+    total = 0
+    for _ in range(10):
+        _, policy = run_policy_three_ways(make, x, lambda chain: random_policy(rng, 0, chain.n, 0.8, p_swap=0.8))
+        total += count_swaps(policy)
+    assert total > 0
+
+
+# ---------------------------------------------------------------------------- steps
+def test_two_sgd_steps_and_pinned_buffers_reused():
+    x0 = torch.randn(16, 4, dtype=DT)
+    ref_model = mlp(width=24, depth=8)
+    model = copy.deepcopy(ref_model)
+    wrapped = wrap(model, offload=FAST, bucket=1)
+    wrapped.prepare(x0)
+    budget = min_offload_bytes(wrapped._last.exec_chain)
+    wrapped.replan(budget=budget)
+    assert wrapped.plan.swaps > 0
+    opt_r = torch.optim.SGD(ref_model.parameters(), lr=0.1, momentum=0.9)
+    opt_w = torch.optim.SGD(wrapped.parameters(), lr=0.1, momentum=0.9)
+    copies = wrapped._last.copies
+    pools = []
+    for k in range(3):
+        x = torch.randn(16, 4, dtype=DT)
+        for net, opt in ((ref_model, opt_r), (wrapped, opt_w)):
+            opt.zero_grad()
+            torch.manual_seed(100 + k)
+            loss_of(net(x)).backward()
+            opt.step()
+        assert wrapped._last.copies is copies  # one HostCopies per plan
+        pools.append(({id(b) for b in copies.buffers()}, copies.allocations))
+    assert pools[0][0] and pools[0] == pools[1] == pools[2]  # the same host buffers, none allocated again
+    for (name, p), q in zip(ref_model.named_parameters(), model.parameters(), strict=True):
+        assert torch.equal(p, q), name
+    wrapped.replan(budget=budget + 1)  # a new plan builds new host copies
+    assert wrapped._last.copies is not copies
+
+
+def test_two_forwards_before_one_backward_and_retained_graph():
+    x1, x2 = torch.randn(16, 4, dtype=DT), torch.randn(16, 4, dtype=DT)
+    ref_model = mlp(width=24, depth=8)
+    model = copy.deepcopy(ref_model)
+    wrapped = wrap(model, offload=FAST, bucket=1)
+    wrapped.prepare(x1)
+    wrapped.replan(budget=min_offload_bytes(wrapped._last.exec_chain))
+    assert wrapped.plan.swaps > 0
+    # two steps alive at once: each holds its own host copies
+    (loss_of(ref_model(x1)) + loss_of(ref_model(x2))).backward()
+    (loss_of(wrapped(x1)) + loss_of(wrapped(x2))).backward()
+    for p, q in zip(ref_model.parameters(), model.parameters(), strict=True):
+        assert torch.equal(p.grad, q.grad)
+    # a kept graph: the second backward prefetches the forward's host copies again
+    for net in (ref_model, wrapped):
+        net.zero_grad()
+        y = loss_of(net(x1))
+        y.backward(retain_graph=True)
+        y.backward()
+    for p, q in zip(ref_model.parameters(), model.parameters(), strict=True):
+        assert torch.equal(p.grad, q.grad)
+    # autograd.grad naming the input and parameters
+    xa, xb = x1.clone().requires_grad_(), x1.clone().requires_grad_()
+    want = torch.autograd.grad(loss_of(ref_model(xa)), [xa] + list(ref_model.parameters()))
+    got = torch.autograd.grad(loss_of(wrapped(xb)), [xb] + list(model.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(want, got, strict=True))
+
+
+def test_measured_cpu_peak_holds_the_budget_after_the_first_step():
+    # On the CPU the host buffers are CPU memory too; from the second step on they exist before the
+    # step starts (pool), so the step's allocations are the device-side ones the plan counts.
+    x = torch.randn(64, 4, dtype=DT)
+    model = mlp(width=64, depth=8)
+    wrapped = wrap(model, offload=FAST, bucket=1)
+    wrapped.prepare(x)
+    chain = wrapped._last.exec_chain
+    budget = min_offload_bytes(chain) + (store_all_peak_bytes(chain) - min_offload_bytes(chain)) // 4
+    wrapped.replan(budget=budget)
+    assert wrapped.plan.swaps > 0
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    loss_of(wrapped(x)).backward()
+    wrapped.measure_memory(2)
+    for _ in range(2):
+        loss_of(wrapped(x)).backward()
+    records = wrapped.memory_report()[-2:]
+    assert len(records) == 2
+    for record in records:
+        assert record.measured_peak <= record.budget == budget, str(wrapped.memory_report())
+
+
+def test_retained_graph_random_swap_policies():
+    # Swaps nested in the backward (a Swap inside a recomputed left part offloads again in every
+    # backward) and the forward's host copies prefetched once per backward.
+    rng = random.Random(7)
+    x = torch.randn(5, 4, dtype=DT)
+    nested = 0
+    for trial in range(8):
+        ref_model, model = mlp(depth=6, seed=trial), mlp(depth=6, seed=trial)
+        box = {}
+
+        def policy(chain, box=box):
+            box["p"] = random_policy(rng, 0, chain.n, 0.8, p_swap=0.8)
+            return box["p"]
+        wrapped = wrap(model, offload=FAST, schedule_fn=policy)
+        for net in (ref_model, wrapped):
+            y = loss_of(net(x))
+            y.backward(retain_graph=True)
+            y.backward()
+        for p, q in zip(ref_model.parameters(), model.parameters(), strict=True):
+            assert torch.equal(p.grad, q.grad)
+        split = wrapped._last.split
+        nested += sum(op.kind is OpKind.OFFLOAD for op in wrapped.plan.schedule[split + 1:])
+        copies = wrapped._last.copies
+        assert (copies is None) == (count_swaps(box["p"]) == 0)
+        if copies is not None:  # every step gave its host buffers back
+            assert copies.buffers() and len(copies.buffers()) == copies.allocations
+    assert nested > 0

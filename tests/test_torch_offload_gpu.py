@@ -1,0 +1,133 @@
+"""Plans that offload checkpoints to pinned host memory, on a CUDA device: the measured peak holds the
+budget, gradients equal plain autograd's, the host link is measured, the copies run on their own stream.
+
+Skipped without a CUDA device. Memory is ``torch.cuda.max_memory_allocated`` above the bytes allocated
+just before the step (parameters, their already-allocated gradients and the input): what the budget
+counts. Pinned host buffers are host memory and do not count.
+"""
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device for torch"),
+              pytest.mark.filterwarnings("ignore::gpusolve.FallbackWarning")]
+
+import torch_exec as te  # noqa: E402
+from gpusolve import store_all_peak_bytes  # noqa: E402
+from gpusolve.offload.dp import min_offload_bytes  # noqa: E402
+from gpusolve.offload.link import Link  # noqa: E402
+from gpusolve.schedule import OpKind  # noqa: E402
+from torch_exec.offload import HostCopies, measure_link  # noqa: E402
+from _torch_helpers import assert_grads_close  # noqa: E402
+from _torch_helpers import cuda_net as net  # noqa: E402
+from _torch_helpers import measure_cuda_step as measure_step  # noqa: E402
+
+# Copies priced at nothing: the solver swaps wherever it saves memory (the memory checks do not depend on
+# the link's speed: a release waits for its copy, a prefetch holds its block from its issue).
+FAST = Link(float("inf"), float("inf"))
+
+
+@pytest.fixture(scope="module")
+def setup():
+    targets = torch.randint(0, 10, (64,), device="cuda")
+    x = torch.randn(64, 3, 64, 64, device="cuda")
+    probe = te.CheckpointedSequential(net(targets), budget="64GiB", profile_passes=3, offload=FAST)
+    probe.prepare(x)
+    return targets, x, probe._last.profile, probe._last.exec_chain
+
+
+def test_measure_link_positive():
+    result = measure_link(sizes=(1 << 20, 8 << 20, 32 << 20), repeats=3)
+    assert result["d2h_bytes_per_ms"] > 0 and result["h2d_bytes_per_ms"] > 0 and result["latency_ms"] >= 0
+    link = Link.from_dict(result)
+    assert link.d2h_ms(1 << 20) > 0 and not link.is_useless
+    assert len(result["points"]) == 6 and result["device"]
+
+
+def test_host_copies_round_trip_on_cuda():
+    copies = HostCopies("cuda")
+    assert copies.cuda and copies.stream is not None
+    st = copies.step()
+    a = torch.randn(8, 16, 12, 12, device="cuda").to(memory_format=torch.channels_last)
+    state = (a, torch.arange(5, device="cuda"))
+    want = tuple(t.clone() for t in state)
+    st.offload(2, state)
+    state = (a * 2, state[1])  # compute continues while the copy runs; a_2 stays readable
+    st.release(2)
+    st.prefetch(2)
+    back = st.acquire(2)
+    torch.cuda.synchronize()
+    assert all(torch.equal(g, w) for g, w in zip(back, want, strict=True))
+    assert back[0].is_cuda and back[0].is_contiguous(memory_format=torch.channels_last)
+    bufs = [slot.host for slot in st.slots[2][1]]
+    assert all(b.is_pinned() for b in bufs)
+    st.close()
+    assert {id(b) for b in bufs} == {id(b) for b in copies.buffers()}
+
+
+def low_budget(chain, where: float = 0.1) -> int:
+    """A budget ``where`` of the way from the least the combined class can run in to the store-all peak:
+    near the least, the plan offloads (copies cost nothing over FAST) and the 1024-bucket DP finds one."""
+    lo, hi = min_offload_bytes(chain), store_all_peak_bytes(chain)
+    return int(lo + where * (hi - lo))
+
+
+@pytest.mark.parametrize("where", [0.1, 0.4, 0.7])
+def test_measured_peak_within_budget_with_offloading(setup, where):
+    targets, x, profile, chain = setup
+    budget = low_budget(chain, where)
+    model = te.CheckpointedSequential(net(targets), budget=budget, offload=FAST)
+    model.prepare(x, profile=profile)
+    swaps = any(op.kind is OpKind.OFFLOAD for op in model.plan.schedule)
+    if where == 0.1:
+        assert swaps, "the plan does not offload"
+    copies = model._last.copies
+    assert (copies is not None) == swaps
+    measure_step(model, x)  # warm-up: allocator, cuDNN, the pinned host buffers of the plan
+    allocations = copies.allocations if swaps else 0
+    for p in model.parameters():
+        p.grad.zero_()
+    peak = measure_step(model, x)
+    if swaps:
+        assert copies.allocations == allocations and copies.buffers()  # pinned once per plan
+        assert all(b.is_pinned() for b in copies.buffers())
+    predicted = model.plan.predicted_peak_bytes
+    assert peak <= budget, f"measured peak {peak} B exceeds the budget {budget} B (predicted {predicted} B)"
+
+
+def test_gradients_match_plain_autograd_with_offloading(setup):
+    targets, x, profile, chain = setup
+    ref = net(targets)
+    model = copy.deepcopy(ref)
+    wrapped = te.CheckpointedSequential(model, budget=low_budget(chain), offload=FAST)
+    wrapped.prepare(x, profile=profile)
+    assert wrapped.plan.swaps > 0
+    for _ in range(2):  # two steps: the second reuses the pinned buffers
+        for p in list(ref.parameters()) + list(model.parameters()):
+            p.grad = None
+        torch.manual_seed(1)
+        ref(x).backward()
+        torch.manual_seed(1)
+        wrapped(x).backward()
+        assert_grads_close(ref, model)
+
+
+def test_measured_link_option(setup):
+    targets, x, profile, chain = setup
+    ref = net(targets)
+    model = copy.deepcopy(ref)
+    wrapped = te.CheckpointedSequential(model, budget=low_budget(chain, 0.4), offload="measure")
+    wrapped.prepare(x, profile=profile)
+    link = wrapped._last.link
+    assert link is not None and link.d2h_bytes_per_ms > 0 and link.h2d_bytes_per_ms > 0
+    assert wrapped.link_for(x.device) is link  # measured once per device
+    torch.manual_seed(1)
+    ref(x).backward()
+    torch.manual_seed(1)
+    wrapped(x).backward()
+    assert_grads_close(ref, model, buffers=False)

@@ -1,0 +1,532 @@
+"""Train a join network (k chains of stages meeting at one head) under a memory budget: :class:`CheckpointedJoin`.
+
+A join network (Siamese, two-tower, triplet) has k branches, each a chain of stages with its own input,
+whose outputs meet at a head (a loss, or any function of the k outputs). ``CheckpointedJoin(branches,
+head, budget)`` profiles every branch with the chain profiler (:func:`torch_exec.profile_dict`, one
+profile per branch) and the head as a one-stage chain over the k outputs, builds the byte model's
+:class:`gpusolve.join.JoinNet` and :class:`gpusolve.join.Turn`, solves it with
+:func:`gpusolve.join.solve.solve_join`, and runs the join schedule with the chain executor's one
+interpreter (:func:`torch_exec.executor.interpret`): every branch op runs on that branch's
+:class:`~torch_exec.executor.Runtime` (checkpoints, tapes, segment backwards, RNG replay, BatchNorm
+statistics updated once per step: all of it the chain executor's code), the ``TURN`` on the
+:class:`JoinRuntime` here.
+
+``auto_checkpoint`` does not detect joins (yet): it cuts the captured graph into a chain at points
+where at most one tensor carrying gradient crosses (``MAX_CROSSING = 1``), and inside a branch of a
+join the other branches' inputs or outputs always cross too, so a model whose k inputs meet once gets
+no cut inside its branches (its block fallback may still checkpoint one repeated block list). Wrap
+such a model with :class:`CheckpointedJoin` explicitly.
+
+Note [The head's graph]
+    The join schedule is a forward phase (each stage of each branch exactly once, no-grad or recorded),
+    the ``TURN`` (the head's forward and backward back to back), then the backward phase (branch ops
+    only: segment backwards, recomputations, frees). The user, however, gets the head's output and
+    calls ``.backward()`` on it later, maybe after using it. So the ``TURN`` is executed in two halves,
+    two entries of the annotated program (:func:`~torch_exec.executor.annotate`), exactly as a chain's
+    last stage is ``FWD_TAPE(N)`` at the end of its Function's forward and ``BWD(N)`` at the start of
+    its backward:
+
+    - :class:`_JoinFunction` ``forward``: interprets the forward phase, then the head's forward *with
+      recording*, on leaves made from the k branch outputs (``detach().requires_grad_()``; an empty
+      branch's leaf is its input, requiring grad as the input does). The head's graph stays inside
+      the runtime (its tape); the Function returns the head's output tensors detached, and the module
+      rebuilds the head's output structure (any pytree) around them.
+    - ``backward``: receives the gradient of the head's output from the engine (1.0 for a scalar loss,
+      or whatever the user's graph after the head sends), back-propagates it through the head's
+      recorded graph (the head's parameters accumulate their ``.grad``; each leaf's ``.grad`` is the
+      gradient of a branch output, handed to that branch's runtime), then interprets the backward
+      phase, and returns the gradient of every branch input.
+
+    Between the two halves nothing else of the schedule runs, so the memory held is the model's turn
+    (its tape and the branch outputs it reads). The gradient of the head's output is held by the engine
+    through the whole backward (Note [The gradient of a_N] in the executor): it is reserved in the
+    join's byte model (``JoinNet.reserved_bytes``); the branches' own output gradients are made and
+    freed inside the step (``executor_chain(..., output_grad_held=False)``).
+
+Note [Draw order]
+    The forward phase runs each branch's stages in order, but it may interleave the branches (the DP's
+    nesting decides), while plain autograd runs branch 0, then branch 1, ... A stage that draws random
+    numbers (dropout) or updates buffers (BatchNorm running statistics of a module shared by several
+    branches: Siamese) gives other results in another order. So when two branches have such stages
+    and the plan runs them out of branch order, the forward phase is re-ordered branch by branch (a
+    stable sort: each branch's ops keep their order; times are unchanged) and the re-ordered schedule
+    is simulated in exact bytes: it is used when it still fits the budget (a note on the plan says
+    so), else the plan is kept and a :class:`JoinOrderWarning` says that random numbers or shared
+    statistics follow the plan's order, not plain autograd's. Recomputations replay their RNG state
+    and update scratch copies of the buffers as in the chain executor, whatever the order.
+
+Limitations: ``torch.autograd.grad(...)``/``backward(inputs=...)``, ``retain_graph=True`` and double
+backward through a checkpointed step are refused with an error (run with ``budget=None`` for them; a
+``torch.autograd.grad`` naming only parameters gets torch's own "not used in the graph" error: no
+parameter tap as in the chain executor);
+a head that returns a tensor sharing storage with a branch output keeps that output alive past the
+``FREE`` the plan schedules after the turn; percentage budgets are of the byte model's store-all peak
+of the join (no measured plain join step); the join DP runs on the CPU (NumPy) only.
+"""
+from __future__ import annotations
+
+import types
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from gpusolve.errors import InfeasibleBudgetError
+from gpusolve.join.bytesim import simulate_join, store_all_join_peak_bytes
+from gpusolve.join.dp import min_peak_join
+from gpusolve.join.network import EmptyBranch, JoinNet, Turn, join_policy_to_schedule
+from gpusolve.join.solve import JoinPlan, solve_join
+from gpusolve.schedule import OpKind
+from gpusolve.solve import Curve
+from gpusolve.units import parse_budget
+
+from . import _util as U
+from .executor import (TURN, CheckpointedSequential, ProgramSplit, Runtime, _backward_runtime, _backward_segment,
+                       _budget_setting, _compiler_disable, _detached_results, _keep_graph, _needs_at_least,
+                       _PlannedModule, _standin_params, annotate, executor_chain, interpret)
+from .profiler import chain_from_profile, profile_dict, profiling
+
+
+class JoinOrderWarning(UserWarning):
+    """The plan draws random numbers or updates shared buffers in another branch order than plain
+    autograd (Note [Draw order])."""
+
+
+_TENSOR = object()  # placeholder of a tensor leaf in the head's flattened output
+
+_DOUBLE_BACKWARD_ERROR = (
+    "CheckpointedJoin: double backward (create_graph=True) is not supported through a checkpointed join: its "
+    "recomputations and segment backwards record no graph of the gradient. Run it with budget=None (plain autograd)")
+_TWICE_ERROR = (
+    "CheckpointedJoin: backward ran twice through the same step; a checkpointed join step supports one backward "
+    "(retain_graph=True is not supported: use budget=None for it)")
+_KEEP_GRAPH_ERROR = (
+    "CheckpointedJoin: backward(retain_graph=True) is not supported through a checkpointed join (its schedule "
+    "frees what the backward consumed); run it with budget=None (plain autograd)")
+_NAMED_ERROR = (
+    "CheckpointedJoin: torch.autograd.grad(...) and backward(inputs=...) are not supported through a checkpointed "
+    "join: its segment backwards accumulate into every parameter's .grad. Call .backward() on the output, or run "
+    "it with budget=None (plain autograd)")
+
+
+@dataclass
+class JoinEntry(ProgramSplit):
+    """Everything one input signature needs: the profiles, the byte model, the plan and the program."""
+
+    plan: JoinPlan
+    net: JoinNet                     # the join as the executor runs it (what it holds is counted)
+    plain_net: JoinNet               # the profiled join (plain autograd's costs)
+    branches: list                   # per branch: its executor Entry (an empty branch: a stand-in with n = 0)
+    structures: list                 # per branch: ("tensor", 1) or ("tuple", number of tensors)
+    head: object                     # the head callable
+    head_profile: dict = field(default_factory=dict)
+    program: list = field(default_factory=list)   # annotate(plan.schedule)
+    split: int = 0                   # index of the head's forward (the first TURN entry) in program
+
+
+# ---------------------------------------------------------------------------- runtime
+class JoinRuntime:
+    """The held state of one join step: a :class:`~torch_exec.executor.Runtime` per branch (what
+    :func:`~torch_exec.executor.interpret` runs a branch op on) and the head's tape (the ``TURN``)."""
+
+    def __init__(self, entry: JoinEntry, inputs: list, input_requires_grad: list[bool], autocast: dict,
+                 preserve_rng: bool):
+        self.entry = entry
+        self.branches: list[Runtime] = []
+        pos = 0
+        for branch, (structure, count) in zip(entry.branches, entry.structures, strict=True):
+            a0 = inputs[pos] if structure == "tensor" else tuple(inputs[pos:pos + count])
+            self.branches.append(Runtime(branch, a0, list(input_requires_grad[pos:pos + count]), autocast,
+                                         preserve_rng))
+            pos += count
+        self.head_tape = None    # [the head's input leaves (flat), its output tensors]
+        self.head_leaves = None  # per branch: the leaf state the head read
+        self.head_grads = None   # gradients of the head's output tensors (set when the backward starts)
+        self.output = None       # (the head's output, flattened, its pytree spec) after its forward
+
+    def start_backward(self) -> None:
+        for rt in self.branches:
+            rt.start_backward()
+
+    def turn(self, backward: int) -> None:
+        """The ``TURN``: its forward half (arg 0) or its backward half (arg 1); Note [The head's graph]."""
+        if backward:
+            self._head_backward()
+        else:
+            self._head_forward()
+
+    def _head_forward(self) -> None:
+        leaves = [U.make_leaf(rt.input_of(rt.n + 1), rt.rg0 if rt.n == 0 else True) for rt in self.branches]
+        with torch.enable_grad():
+            out = self.entry.head(*leaves)
+        flat, spec = tree_flatten(out)
+        del out
+        outs = tuple(t for t in flat if isinstance(t, torch.Tensor))
+        if not outs:
+            raise TypeError("CheckpointedJoin: the head returned no tensor; it must return a tensor (e.g. the loss) "
+                            "or a structure holding tensors")
+        self.output = (flat, spec)
+        self.head_leaves = leaves
+        self.head_tape = [tuple(t for leaf in leaves for t in U.tensors(leaf)), outs]
+
+    def _head_backward(self) -> None:
+        tape, leaves = self.head_tape, self.head_leaves
+        self.head_tape = self.head_leaves = None
+        _backward_segment(tape, self.head_grads)  # empties both: no reference left here
+        self.head_grads = None
+        for rt, leaf in zip(self.branches, leaves, strict=True):
+            rt.grads[rt.n] = [t.grad if t.requires_grad else None for t in U.tensors(leaf)]
+        del tape, leaves
+
+    def input_grads(self) -> list:
+        """The gradient of every branch input (flat, in input order); checks that nothing is left."""
+        out = []
+        for beta, rt in enumerate(self.branches):
+            grads = rt.grads.pop(0)
+            if set(rt.acts) - {0} or rt.tapes or rt.grads:
+                raise RuntimeError(f"internal error: the join schedule left state behind in branch {beta}")
+            rt.acts.clear()
+            out += [g if rg else None for g, rg in zip(grads, rt.rg0, strict=True)]
+        return out
+
+
+class _JoinFunction(torch.autograd.Function):
+    """forward: the forward phase and the head's forward, returns the head's output tensors (detached);
+    backward: the head's backward, then the backward phase; returns the gradients of the branch inputs.
+    Note [The head's graph]. ``tap`` is an empty leaf requiring grad: the backward runs even when no
+    input needs a gradient."""
+
+    @staticmethod
+    def forward(ctx, args, tap, *inputs):
+        entry, preserve_rng, box = args
+        ctx.set_materialize_grads(False)
+        rt = JoinRuntime(entry, [t.detach() for t in inputs], [t.requires_grad for t in inputs],
+                         U.autocast_state(), preserve_rng)
+        interpret(entry.forward_ops, rt)
+        flat, spec = rt.output
+        rt.output = None
+        box.append(([_TENSOR if isinstance(v, torch.Tensor) else v for v in flat], spec))
+        outs = [t for t in flat if isinstance(t, torch.Tensor)]
+        del flat
+        ctx.rt = rt
+        ctx.save_for_backward(*inputs)
+        return _detached_results(ctx, outs, grad_only=True)
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        # Every refusal comes first, before any state is consumed or any .grad touched.
+        rt = _backward_runtime(ctx, _DOUBLE_BACKWARD_ERROR, _TWICE_ERROR)
+        if _keep_graph():
+            raise RuntimeError(_KEEP_GRAPH_ERROR)
+        if not torch.autograd._is_checkpoint_valid():
+            raise RuntimeError(_NAMED_ERROR)
+        ctx.saved_tensors  # noqa: B018 - raises if the caller modified an input in place since forward
+        ctx.rt = None
+        rt.start_backward()
+        rt.head_grads = list(grad_outputs)
+        del grad_outputs
+        interpret(rt.entry.backward_ops, rt)
+        return (None, None, *rt.input_grads())
+
+
+# ---------------------------------------------------------------------------- the module
+def _is_empty(stages) -> bool:
+    if stages is None:
+        return True
+    if isinstance(stages, (list, tuple, nn.Sequential, nn.ModuleList)):
+        return len(stages) == 0
+    return False
+
+
+def _structure(x, beta: int):
+    if isinstance(x, torch.Tensor):
+        return ("tensor", 1)
+    if isinstance(x, (tuple, list)) and x and all(isinstance(t, torch.Tensor) for t in x):
+        return ("tuple", len(x))
+    raise TypeError(f"CheckpointedJoin: the input of branch {beta} is a {type(x).__name__}; each branch takes a "
+                    f"tensor or a tuple of tensors")
+
+
+def _rebuild(flat, structures):
+    out, pos = [], 0
+    for structure, count in structures:
+        out.append(flat[pos] if structure == "tensor" else tuple(flat[pos:pos + count]))
+        pos += count
+    return out
+
+
+class CheckpointedJoin(_PlannedModule):
+    """k branches of stages meeting at a head, trained under a memory budget with the join DP's plan.
+
+    ``branches``: a list of k >= 2 branches, each an ``nn.Sequential`` or a list of modules/callables (as
+    :class:`~torch_exec.CheckpointedSequential` takes), or an empty list/``None`` for an empty branch
+    (its input goes to the head directly). The same module objects may appear in several branches
+    (Siamese: shared weights, their gradients accumulate from every branch, as in plain autograd).
+    ``head``: a module or callable taking the k branch outputs, returning a tensor (the loss) or any
+    structure of tensors. Call the module with one input per branch (a tensor or a tuple of tensors):
+    ``loss = join(x_a, x_b); loss.backward()``.
+
+    ``budget``: bytes, a string such as ``"6GiB"``, or a percentage such as ``"50%"`` of the join's
+    plain autograd peak in the byte model; it counts everything but the branch inputs (parameters,
+    their gradients and the optimizer state are not counted either). ``None`` runs plain autograd.
+    ``bucket``: memory granularity of the join DP (default budget / 1024); ``backend``: the join DP's
+    backend (``"auto"``, ``"cpu"``, ``"cuda"``: :func:`gpusolve.join.solve_join`). ``schedule_fn(net) -> schedule
+    or JoinPolicy`` replaces the solver (tests, baselines). ``profile_passes``, ``profile_warmup``,
+    ``preserve_rng_state``, ``network``: as for :class:`~torch_exec.CheckpointedSequential`.
+
+    The first call with a new input signature profiles the branches and the head and solves (or call
+    :meth:`prepare`); plans are cached per signature. A budget below the join's minimum raises
+    :class:`gpusolve.InfeasibleBudgetError` naming the minimum. See the module docstring for the design
+    and its limitations.
+    """
+
+    def __init__(self, branches, head, budget="6GiB", bucket=None, backend: str = "auto", *, profile_passes: int = 3,
+                 profile_warmup: int = 1, schedule_fn=None, preserve_rng_state: bool = True,
+                 network: str | None = None):
+        super().__init__()
+        if isinstance(branches, (nn.Sequential, torch.Tensor)) or not isinstance(branches, (list, tuple,
+                                                                                             nn.ModuleList)):
+            raise TypeError(f"CheckpointedJoin: branches must be a list of k >= 2 branches (each a list of stages or "
+                            f"an nn.Sequential), got {type(branches).__name__}")
+        branches = list(branches)
+        if len(branches) < 2:
+            raise ValueError(f"CheckpointedJoin needs k >= 2 branches, got {len(branches)}; for a single chain use "
+                             f"CheckpointedSequential")
+        if not callable(head):
+            raise TypeError(f"CheckpointedJoin: head must be a module or a callable, got {type(head).__name__}")
+        self.empty = [_is_empty(stages) for stages in branches]
+        if all(self.empty):
+            raise ValueError("CheckpointedJoin: every branch is empty; at least one branch needs stages")
+        # Each non-empty branch is a CheckpointedSequential with no budget: its stage list, checks of
+        # callable stages, profiling and stage groups are the chain executor's (never its plan).
+        self.branches = nn.ModuleList([
+            nn.Identity() if empty else CheckpointedSequential(stages, budget=None, profile_passes=profile_passes,
+                                                               profile_warmup=profile_warmup,
+                                                               preserve_rng_state=preserve_rng_state, network=network)
+            for stages, empty in zip(branches, self.empty, strict=True)])
+        if isinstance(head, nn.Module):
+            self.head = head
+        else:
+            visible = [m for m in self.branches]
+            hidden = U.hidden_state(head, visible)
+            if hidden:
+                raise ValueError(f"CheckpointedJoin: the head is a plain callable that uses state the wrapper cannot "
+                                 f"see: {'; '.join(hidden)}. Pass the head as an nn.Module")
+            self._head_fn = head
+        self._set_solver(budget, bucket, backend, profile_passes, profile_warmup, schedule_fn, preserve_rng_state,
+                         network)
+
+    @property
+    def k(self) -> int:
+        return len(self.branches)
+
+    @property
+    def head_fn(self):
+        return self._modules["head"] if "head" in self._modules else self._head_fn
+
+    # ------------------------------------------------------------ plans
+    @property
+    def net(self) -> JoinNet | None:
+        """The byte model of the latest call's join, as the executor runs it."""
+        return None if self._last is None else self._last.net
+
+    @property
+    def min_budget_bytes(self) -> int | None:
+        """The least budget under which the latest input signature can run (bytes)."""
+        return None if self._last is None else min_peak_join(self._last.net).min_bytes
+
+    def prepare(self, *inputs) -> JoinPlan:
+        """Profile and solve for inputs like these now (otherwise the first call does it)."""
+        self._check_inputs(inputs)
+        self._last = self._entry(inputs)
+        return self._last.plan
+
+    def replan(self, budget="keep", schedule_fn="keep") -> None:
+        """Change the budget and/or ``schedule_fn`` and re-solve every cached signature from its profiles."""
+        if budget != "keep":
+            self.budget = _budget_setting(budget)
+        if schedule_fn != "keep":
+            self.schedule_fn = schedule_fn
+        self._replan_all()
+
+    def _key(self, inputs):
+        flat = [t for x in inputs for t in U.tensors(x)]
+        return (tuple((tuple(t.shape), t.dtype, t.device, t.requires_grad) for t in flat),
+                tuple(_structure(x, b) for b, x in enumerate(inputs)), self.training, U.autocast_key())
+
+    def _build(self, inputs) -> JoinEntry:
+        structures = [_structure(x, b) for b, x in enumerate(inputs)]
+        branch_entries, exec_chains, plain_chains = [], [], []
+        for x, seq, empty in zip(inputs, self.branches, self.empty, strict=True):
+            sample = U.make_leaf(x, [t.requires_grad for t in U.tensors(x)])
+            if empty:
+                grad = sum(t.numel() * t.element_size() for t in U.tensors(x) if t.requires_grad
+                           and U.differentiable(t))
+                branch = EmptyBranch(input_bytes=U.state_nbytes(x), input_grad_bytes=int(grad))
+                branch_entries.append(types.SimpleNamespace(chain=branch))
+                exec_chains.append(branch)
+                plain_chains.append(branch)
+                continue
+            entry = seq._build(sample)  # profiles the branch (its own plain plan is never used)
+            entry.exec_chain = executor_chain(entry.plain_chain, entry.rng, sample, self.preserve_rng_state,
+                                              entry.group_modules, output_grad_held=False)
+            entry.chain = entry.exec_chain
+            entry.plan = None
+            branch_entries.append(entry)
+            exec_chains.append(entry.exec_chain)
+            plain_chains.append(entry.plain_chain)
+        turn_grads = sum(int(chain.padded()["grad_bytes"][-1]) for chain in exec_chains)
+        head_profile, turn, out_grad = self._profile_head(inputs, turn_grads)
+        entry = JoinEntry(plan=None, net=JoinNet(exec_chains, turn, out_grad),
+                          plain_net=JoinNet(plain_chains, turn, out_grad), branches=branch_entries,
+                          structures=structures, head=self.head_fn, head_profile=head_profile)
+        self._plan_entry(entry)
+        return entry
+
+    def _profile_head(self, inputs, turn_grads: int):
+        """The head as a one-stage chain over the k branch outputs (flattened): its profile, the
+        :class:`Turn` and the bytes of the gradient of its output (held by the engine: reserved).
+        ``turn_grads``: the bytes of the k branch-output gradients as the join model counts them (the
+        head's measured backward peak, which includes them, is what the turn may hold at most)."""
+        fns = [fn for seq, empty in zip(self.branches, self.empty, strict=True) if not empty for fn in seq._fns]
+        snapshot = U.ModelSnapshot(*U.stage_state(fns))
+        try:  # sample branch outputs: their shapes are what the head reads
+            with torch.no_grad():
+                outs = [U.detach(x) if empty else seq._plain(U.clone(U.detach(x)))
+                        for x, seq, empty in zip(inputs, self.branches, self.empty, strict=True)]
+        finally:
+            snapshot.restore()
+        leaves = [U.make_leaf(out, [t.requires_grad for t in U.tensors(x)] if empty else True)
+                  for out, x, empty in zip(outs, inputs, self.empty, strict=True)]
+        out_structures = [("tensor", 1) if isinstance(o, torch.Tensor) else ("tuple", len(U.tensors(o)))
+                          for o in outs]
+        head = self.head_fn
+
+        def head_stage(flat):
+            flat = (flat,) if isinstance(flat, torch.Tensor) else flat
+            result = head(*_rebuild(list(flat), out_structures))
+            return tuple(t for t in tree_flatten(result)[0] if isinstance(t, torch.Tensor))
+        sample = tuple(t for leaf in leaves for t in U.tensors(leaf))
+        modules = [head] if isinstance(head, nn.Module) else []
+        with _standin_params([self]):  # Note [DistributedDataParallel] in the executor
+            data = profile_dict([head_stage], sample, passes=self.profile_passes, warmup=self.profile_warmup,
+                                network=f"{self.network or 'join'}:head", names=["head"], modules=modules)
+        arr = chain_from_profile(data, fuse_aliasing=False).padded()
+        tape, bwd_tape = int(arr["tape_bytes"][1]), int(arr["bwd_tape_bytes"][1])
+        turn = Turn(t_fwd=max(0.0, float(arr["t_fwd"][1])), t_bwd=max(0.0, float(arr["t_bwd"][1])), tape_bytes=tape,
+                    fwd_extra=int(arr["fwd_grad_extra"][1]), name="head",
+                    # the head's backward at its worst: what it keeps of its tape, the k input gradients
+                    # (counted by the join model from the branches) and its workspace
+                    bwd_extra=max(0, bwd_tape - tape + int(arr["bwd_extra"][1]) + int(arr["grad_bytes"][0])
+                                  - turn_grads))
+        return data, turn, int(arr["grad_bytes"][1])
+
+    def budget_bytes_for(self, entry: JoinEntry) -> int | None:
+        """The byte budget of one signature: bytes, or a percentage of the plain join's store-all peak
+        in the byte model."""
+        if self.budget is None:
+            return None
+        return parse_budget(self.budget, lambda: store_all_join_peak_bytes(entry.plain_net), "budget")
+
+    def _plan_entry(self, entry: JoinEntry) -> None:
+        net = entry.net
+        budget = self.budget_bytes_for(entry)
+        if self.schedule_fn is not None:
+            schedule = self.schedule_fn(net)
+            policy = schedule if isinstance(schedule, tuple) else None
+            if policy is not None:
+                schedule = join_policy_to_schedule(net, policy)
+            schedule = list(schedule)
+            sim = simulate_join(net, schedule)
+            budget = sim.peak_bytes if budget is None else budget
+            plan = JoinPlan(sim.peak_bytes <= budget, sim.time_ms, sim.peak_bytes, budget, 0, 0, 0.0,
+                            Curve(np.zeros(0, dtype=np.int64), np.zeros(0)), schedule, policy,
+                            net.store_all_time_ms(), 0, decided_by="schedule_fn", notes=["schedule given, not solved"],
+                            net=net)
+        else:
+            try:
+                plan = solve_join(net.branches, net.turn, budget, bucket=self.bucket, reserved_bytes=net.reserved_bytes,
+                                  backend=self.backend)
+            except InfeasibleBudgetError as err:
+                message = f"CheckpointedJoin: {err}"
+                if isinstance(self.budget, str):
+                    message += _needs_at_least(err, self.budget, store_all_join_peak_bytes(entry.plain_net),
+                                               " in the byte model")
+                raise InfeasibleBudgetError(message, err.min_bytes) from None
+        self._draw_order(entry, plan)
+        program = annotate(plan.schedule)
+        entry.split = next(i for i, (code, _, arg, _) in enumerate(program) if code == TURN and arg == 0)
+        entry.program = program
+        turn_at = next(i for i, op in enumerate(plan.schedule) if op.kind is OpKind.TURN)
+        for beta, branch in enumerate(entry.branches):
+            if isinstance(branch, types.SimpleNamespace):
+                continue
+            again = {op.stage for op in plan.schedule[turn_at + 1:]
+                     if op.branch == beta and op.kind in (OpKind.FWD_NOGRAD, OpKind.FWD_TAPE)}
+            branch.recomputed = [s in again for s in range(branch.chain.n + 1)]
+        entry.plan = plan
+
+    def _draw_order(self, entry: JoinEntry, plan: JoinPlan) -> None:
+        """Note [Draw order]: run the forward phase in branch order when stages draw random numbers or
+        update buffers in more than one branch and the re-ordered schedule still fits the budget."""
+        sensitive = [set() if isinstance(b, types.SimpleNamespace) else
+                     {s for s in range(1, b.chain.n + 1) if b.rng[s] or b.has_buffers[s]} for b in entry.branches]
+        turn_at = next(i for i, op in enumerate(plan.schedule) if op.kind is OpKind.TURN)
+        forward = plan.schedule[:turn_at]
+        order = [op.branch for op in forward if op.stage in sensitive[op.branch]]
+        if order == sorted(order):
+            return
+        reordered = sorted(forward, key=lambda op: op.branch) + list(plan.schedule[turn_at:])
+        sim = simulate_join(entry.net, reordered)
+        if sim.peak_bytes <= plan.budget_bytes:
+            plan.schedule = reordered
+            plan.predicted_peak_bytes = sim.peak_bytes
+            plan.notes.append(f"forward phase run branch by branch so that random numbers and shared buffers follow "
+                              f"plain autograd's order (peak {sim.peak_bytes} B, within the budget)")
+            return
+        message = (f"the plan's forward phase interleaves branches whose stages draw random numbers or update "
+                   f"buffers, and running it branch by branch would peak at {sim.peak_bytes} B, above the budget "
+                   f"{plan.budget_bytes} B: dropout masks (and statistics of BatchNorm modules shared by branches) "
+                   f"follow the plan's order, not plain autograd's (Note [Draw order] in torch_exec/join.py)")
+        plan.notes.append(message)
+        warnings.warn(f"CheckpointedJoin: {message}", JoinOrderWarning, stacklevel=4)
+
+    # ------------------------------------------------------------ forward
+    def _check_inputs(self, inputs) -> None:
+        if len(inputs) != self.k:
+            raise TypeError(f"CheckpointedJoin has {self.k} branches: call it with one input per branch "
+                            f"(join(x_0, ..., x_{self.k - 1})), got {len(inputs)} input(s)")
+        for beta, x in enumerate(inputs):
+            _structure(x, beta)
+
+    def _plain(self, inputs):
+        outs = [x if empty else seq._plain(x) for x, seq, empty in zip(inputs, self.branches, self.empty, strict=True)]
+        return self.head_fn(*outs)
+
+    def forward(self, *inputs):
+        self._check_inputs(inputs)
+        if (self.budget is None and self.schedule_fn is None) or not torch.is_grad_enabled() or profiling():
+            return self._plain(inputs)
+        return self._scheduled(inputs)
+
+    @_compiler_disable
+    def _scheduled(self, inputs):
+        """A step under a plan (never traced by torch.compile: Note [torch.compile] in the executor)."""
+        entry = self._entry(inputs)
+        self._last = entry
+        flat = [t for x in inputs for t in U.tensors(x)]
+        tap = torch.empty(0, requires_grad=True)
+        box: list = []
+        results = _JoinFunction.apply((entry, self.preserve_rng_state, box), tap, *flat)
+        results = iter(results if isinstance(results, tuple) else (results,))
+        leaves, spec = box.pop()
+        return tree_unflatten([next(results) if v is _TENSOR else v for v in leaves], spec)
+
+    def extra_repr(self) -> str:
+        return f"k={self.k}, budget={self._budget_repr()}"
+
+
+__all__ = ["CheckpointedJoin", "JoinEntry", "JoinOrderWarning", "JoinRuntime"]

@@ -105,7 +105,8 @@ def comparison_table(records: list[dict], budget_bytes: int) -> str:
 # ---------------------------------------------------------------------------- commands
 def offload_link(args):
     """The :class:`gpusolve.offload.Link` of ``--offload --bandwidth R [--h2d-bandwidth R] [--latency T]``,
-    or None without ``--offload`` (the link options then are an error)."""
+    or None without ``--offload`` (the link options then are an error); the one check of the offload
+    flags (and of ``--backend``, which the combined DP takes without "exact")."""
     from .offload.link import Link
     given = [name for name in ("bandwidth", "h2d_bandwidth", "latency") if getattr(args, name, None) is not None]
     if not getattr(args, "offload", False):
@@ -113,6 +114,8 @@ def offload_link(args):
             raise CliError(f"--{given[0].replace('_', '-')} describes the host link: add --offload (e.g. "
                            f"{OFFLOAD_EXAMPLE})")
         return None
+    if args.backend == "exact":  # before any solve (compare runs the chain DP first)
+        raise CliError("--offload: the combined DP has no exact backend; use --backend auto, cpu or cuda")
     if args.bandwidth is None:
         raise CliError(f"--offload needs --bandwidth (the device-host copy rate, e.g. 12GB/s; measure it with "
                        f"torch_exec.offload.measure_link()): {OFFLOAD_EXAMPLE}")
@@ -130,8 +133,6 @@ def cmd_solve(args) -> int:
     link = offload_link(args)
     if link is not None:
         from .offload.solver import solve_offload
-        if args.backend == "exact":
-            raise CliError("--offload: the combined DP has no exact backend; use --backend auto, cpu or cuda")
         plan = solve_offload(chain, budget, link, bucket=bucket, backend=args.backend)
     else:
         plan = solve(chain, budget, bucket=bucket, backend=args.backend)
@@ -154,8 +155,6 @@ def cmd_compare(args) -> int:
     records = compare(chain, budget, bucket=bucket, backend=args.backend)
     if link is not None:  # the combined DP first, the paper's offload-only algorithms after the recompute rows
         from .offload.compare import offload_records
-        if args.backend == "exact":
-            raise CliError("--offload: the combined DP has no exact backend; use --backend auto, cpu or cuda")
         extra = offload_records(chain, budget, link, bucket=bucket, backend=args.backend, recompute=False)
         records[0]["name"] = "recompute only (gpusolve)"
         records = extra[:1] + records + extra[1:]
@@ -177,8 +176,6 @@ def cmd_curve(args) -> int:
     link = offload_link(args)
     if link is not None:
         from .offload.compare import offload_curve_data, plot_offload_curves
-        if args.backend == "exact":
-            raise CliError("--offload: the combined DP has no exact backend; use --backend auto, cpu or cuda")
         data = offload_curve_data(chain, link, top, bucket=bucket, backend=args.backend)
         out = plot_offload_curves(data, args.out)
         summary = (f"wrote {out} (recompute only, recompute + offload, and offload only at "

@@ -1079,12 +1079,9 @@ class CheckpointedSequential(_PlannedModule):
 
     def _solve(self, chain: Chain, budget: int, link: Link | None) -> Plan:
         """The one place that picks the solver: the chain DP, or with a link the combined recompute +
-        offload DP (backends "auto", "cpu" and "cuda"; it has no "exact" backend)."""
+        offload DP (backends "auto", "cpu" and "cuda": ``solve_offload`` refuses "exact" and names them)."""
         if link is None:
             return solve(chain, budget, bucket=self.bucket, backend=self.backend)
-        if self.backend == "exact":
-            raise ValueError("CheckpointedSequential: backend='exact' has no offload DP; with offload= use "
-                             "backend='auto', 'cpu' or 'cuda'")
         return solve_offload(chain, budget, link, bucket=self.bucket, backend=self.backend)
 
     def _plan_entry(self, entry: Entry) -> None:

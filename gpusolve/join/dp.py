@@ -155,6 +155,24 @@ def host_bytes_for(net: JoinNet, buckets: int, itemsize: int = 4) -> int:
 
 # ---------------------------------------------------------------------------- the candidates
 
+def _at_turn(jp: JoinProblem, s: np.ndarray) -> np.ndarray:
+    """Indices of the states (rows of ``s``) whose every branch is done: only the turn is left."""
+    return np.flatnonzero((s == np.array(jp.lengths)[None, :]).all(axis=1))
+
+
+def _open_branches(jp: JoinProblem, s: np.ndarray, rows: np.ndarray):
+    """Per non-empty branch b with stages left in some of the states ``rows`` (starts ``s``): yields
+    ``(b, length, problem, sel, here, i)``: ``sel`` indexes those states, ``here = rows[sel]``,
+    ``i`` their start positions in b. The state walk of both DPs over one hyperplane."""
+    for b, length in enumerate(jp.lengths):
+        problem = jp.problems[b]
+        if problem is None:
+            continue
+        sel = np.flatnonzero(s[:, b] < length)
+        if len(sel):
+            yield b, length, problem, sel, rows[sel], s[sel, b]
+
+
 def _candidates(jp: JoinProblem, table: np.ndarray, ctables: list, rows: np.ndarray, m: np.ndarray):
     """Yield ``(label, sel, values)`` for the states ``rows``: ``values[q, m]`` is the candidate's
     time at column m for state ``rows[sel[q]]`` (+inf where not allowed). Labels, in tie-break
@@ -163,20 +181,12 @@ def _candidates(jp: JoinProblem, table: np.ndarray, ctables: list, rows: np.ndar
     dtype, bucket, top = jp.dtype, jp.bucket_bytes, jp.buckets
     inf = dtype(INF)
     s = jp.s[rows]
-    at_turn = np.flatnonzero((s == np.array(jp.lengths)[None, :]).all(axis=1))
+    at_turn = _at_turn(jp, s)
     if len(at_turn):
         need = int(ceil_div(jp.turn_need, bucket))
         vals = np.where(m[None, :] >= need, dtype(jp.t_turn), inf).astype(dtype)
         yield ("turn",), at_turn, np.repeat(vals, len(at_turn), axis=0)
-    for b, length in enumerate(jp.lengths):
-        problem = jp.problems[b]
-        if problem is None:
-            continue
-        sel = np.flatnonzero(s[:, b] < length)
-        if not len(sel):
-            continue
-        here = rows[sel]
-        i = s[sel, b]
+    for b, length, problem, sel, here, i in _open_branches(jp, s, rows):
         release = jp.release[here][:, None]
         others = jp.others[here, b]
         if problem.multi_tape:
@@ -327,7 +337,6 @@ def min_peak_join(net: JoinNet) -> MinPeak:
     cost = np.full(jp.rows, INF)
     choice: list = [None] * jp.rows
     chain_tables = [None if net.dp_chain(b) is None else min_peak_tables(net.dp_chain(b)) for b in range(net.k)]
-    lengths = np.array(jp.lengths)
     for d in range(len(jp.planes) - 1, -1, -1):
         rows = jp.planes[d]
         s = jp.s[rows]
@@ -336,17 +345,10 @@ def min_peak_join(net: JoinNet) -> MinPeak:
         best_l: list = [None] * len(rows)
         best = (best_p, best_t, best_l)
 
-        at_turn = np.flatnonzero((s == lengths[None, :]).all(axis=1))
+        at_turn = _at_turn(jp, s)
         _offer(best, at_turn, np.full(len(at_turn), jp.turn_need), np.full(len(at_turn), jp.t_turn),
                lambda q: ("turn",))
-        for b, length in enumerate(jp.lengths):
-            problem = jp.problems[b]
-            if problem is None:
-                continue
-            sel = np.flatnonzero(s[:, b] < length)
-            if not len(sel):
-                continue
-            here, i = rows[sel], s[sel, b]
+        for b, length, problem, sel, here, i in _open_branches(jp, s, rows):
             reach = jp.others[here, b] - jp.release_bytes[here]
             a = net.padded(b)
             if problem.multi_tape:

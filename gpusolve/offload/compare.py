@@ -89,7 +89,7 @@ def offload_records(chain: Chain, budget, link: Link, bucket=None, backend: str 
     Nothing raises for an infeasible budget: rows say feasible=False."""
     from ..baselines import Record
     from ..solve import solve
-    from .solver import solve_offload
+    from .solver import OffloadPlan, solve_offload
     budget_bytes = budget_bytes_of(chain, budget)
     base = store_all_time_ms(chain)
     rows = []
@@ -100,7 +100,7 @@ def offload_records(chain: Chain, budget, link: Link, bucket=None, backend: str 
                                                          strict=False)))
     for name, plan in plans:
         detail = {"backend": plan.backend, "buckets": plan.buckets}
-        if getattr(plan, "swaps", None) is not None and name.startswith("combined"):
+        if isinstance(plan, OffloadPlan):
             detail["swaps"] = plan.swaps
         if plan.feasible:
             rows.append(Record(name, float(plan.predicted_time_ms), int(plan.predicted_peak_bytes),
@@ -131,7 +131,7 @@ def offload_curve_data(chain: Chain, link: Link, max_budget=None, bucket=None, b
     from .solver import solve_offload
     top = store_all_peak_bytes(chain) if max_budget is None else budget_bytes_of(chain, max_budget, "max budget")
     combined = solve_offload(chain, top, link, bucket=bucket, backend=backend)
-    recompute = solve(chain, top, bucket=combined.bucket_bytes, backend="cpu" if backend == "exact" else backend)
+    recompute = solve(chain, top, bucket=combined.bucket_bytes, backend=backend)
     low = min_offload_bytes(chain) if not link.is_useless else recompute.min_feasible_bytes
     grid = np.unique(np.linspace(low, top, points).astype(np.int64)).tolist()
     paper = {name: [] for name in PAPER_METHODS}

@@ -124,7 +124,7 @@ class Meter:
         for _ in range(warmup):
             run()
         times, peak = [], None
-        for i in range(steps):
+        for _ in range(steps):
             gc.collect()
             self.sync()
             if self.cuda:
@@ -261,7 +261,7 @@ def bench_network(name, args, meter, records, errors):
         sim = simulate(chain, te.plan_from_schedule(chain, segments_policy(bounds, chain.n)).schedule) \
             if bounds is not None else None
         try:
-            def step():
+            def step(segments=segments):
                 loss = checkpoint_sequential(stages, segments, x, use_reentrant=False)
                 loss.backward()
             peak, ms = meter.step(step, params, args.steps, args.warmup)
@@ -275,7 +275,7 @@ def bench_network(name, args, meter, records, errors):
                    predicted_step_ms=None if sim is None else float(sim.time_ms))
         records.append(row)
         _free()
-    del stages, x, wrapped
+    stages = x = wrapped = None  # drop the network before the next one (the closures above read these cells)
     _free()
 
 

@@ -287,12 +287,12 @@ def run_model(name: str, args, device) -> list[dict]:
 
 
 def write(rows: list[dict], args, device) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    args.out.mkdir(parents=True, exist_ok=True)
     tag = "cpu" if device.type == "cpu" else "gpu"
     desc = (cpu_description() if device.type == "cpu" else torch.cuda.get_device_name(device))
     meta = {"device": desc, "date": _dt.date.today().isoformat(), "torch": torch.__version__,
             "command": "python " + " ".join(sys.argv), "threads": torch.get_num_threads()}
-    path = RESULTS / f"fidelity_{tag}.json"
+    path = args.out / f"fidelity_{tag}.json"
     path.write_text(json.dumps({"meta": meta, "records": rows}, indent=1))
     lines = [f"# Fidelity: predicted vs measured ({tag.upper()})", "",
              f"Device: {meta['device']} ({meta['threads']} threads), torch {meta['torch']}, {meta['date']}.",
@@ -337,6 +337,7 @@ def main(argv=None) -> int:
                         help="torch intra-op threads on the CPU (1: steadier step times on a shared machine)")
     parser.add_argument("--no-sequential", dest="sequential", action="store_false",
                         help="skip the checkpoint_sequential search (faster)")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="folder of the results (default bench/results)")
     args = parser.parse_args(argv)
     args.fractions = [float(f) for f in args.fractions.split(",")]
     device = torch.device(args.device)

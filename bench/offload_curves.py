@@ -12,6 +12,10 @@ VDNN; their own model, Note [One budget, two models] in ``gpusolve/offload/compa
 - unlimited bandwidth, no latency: free copies, the most ``Swap k`` can give (not a real machine;
   the paper's model has no meaning there).
 
+On the finite links each row also gets the any-window bound (Note [Any-window bound] in
+``gpusolve/offload/dp.py``): the least time any widening of Swap k's copy windows (spec phase 2) could
+reach, i.e. whether building wider windows can pay.
+
     python bench/offload_curves.py [--out bench/results] [--profiles resnet50_b128,...]
 """
 from __future__ import annotations
@@ -33,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import cpu_description  # noqa: E402
 from gpusolve import Chain  # noqa: E402
 from gpusolve.offload import Link  # noqa: E402
+from gpusolve.offload.dp import window_bound  # noqa: E402
 from gpusolve.offload.compare import PAPER_METHODS, offload_curve_data, offload_records, plot_offload_curves  # noqa: E402
 from gpusolve.simulate import store_all_peak_bytes  # noqa: E402
 
@@ -61,7 +66,8 @@ def run(profile: str, key: str, out: Path) -> dict:
         by = {r["name"]: r for r in recs}
         paper = [by[n] for n in PAPER_METHODS if by[n]["feasible"] and by[n]["time_ms"] is not None]
         best = min(paper, key=lambda r: r["time_ms"]) if paper else None
-        rows.append({"percent": pct, "budget_bytes": budget, "seconds": time.perf_counter() - t,
+        bound = None if key == "free" else window_bound(chain, budget, link)
+        rows.append({"window_bound_ms": bound, "percent": pct, "budget_bytes": budget, "seconds": time.perf_counter() - t,
                      "combined": by["combined (gpusolve)"], "recompute": by["recompute only (gpusolve)"],
                      "offload_only_best": best, "paper": {n: by[n] for n in PAPER_METHODS}})
     return {"profile": profile, "link": key, "link_note": why, "link_dict": link.to_dict(),
@@ -76,6 +82,11 @@ def _cell(rec: dict | None) -> str:
     return f"{rec['time_ms']:.2f} ({100 * rec['overhead']:+.1f} %)"
 
 
+def _bound(row: dict) -> str:
+    b = row["window_bound_ms"]
+    return "= combined" if b is None else "infeasible" if not math.isfinite(b) else f"{b:.2f}"
+
+
 def write_md(doc: dict, path: Path) -> None:
     lines = ["# Recompute only vs offload only vs combined (simulated)", "",
              f"- device: {doc['device']} (solvers on the CPU; times are *simulated* step times on the bundled "
@@ -85,20 +96,23 @@ def write_md(doc: dict, path: Path) -> None:
              "(the chain DP), offload only = best of [O]'s GREEDY, DYNPROG (S = 500), VDNN in [O]'s model "
              "(store-all, whole tapes offloaded; Note [One budget, two models] in gpusolve/offload/compare.py)",
              "- bucket: budget / 1024 for both DPs; every combined plan re-simulated on two timelines, peak <= budget",
-             "- links: " + "; ".join(f"{k}: {v[1]}" for k, v in LINKS.items()), ""]
+             "- links: " + "; ".join(f"{k}: {v[1]}" for k, v in LINKS.items()),
+             "- any-window bound: the least time any wider copy window for Swap k could reach (Note [Any-window "
+             "bound] in gpusolve/offload/dp.py; bucket budget / 1024; a bound, not a plan; over a free link it "
+             "equals combined)", ""]
     for profile in dict.fromkeys(r["profile"] for r in doc["results"]):
         runs = [r for r in doc["results"] if r["profile"] == profile]
         first = runs[0]
         lines += [f"## {profile}", "",
                   f"store-all {first['store_all_time_ms']:.2f} ms, peak {first['store_all_peak_bytes'] / 2**30:.2f} GiB", "",
-                  "| link | budget | combined | swaps | recompute only | offload only (best of [O]) | "
-                  "combined min budget |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+                  "| link | budget | combined | swaps | any-window bound | recompute only | offload only (best of [O]) | "
+                  "combined min budget |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for r in runs:
             for row in r["rows"]:
                 best = row["offload_only_best"]
                 name = "" if best is None else f" {best['name'].replace(' [O]', '')}"
                 lines.append(f"| {r['link']} | {row['percent']} % | {_cell(row['combined'])} | "
-                             f"{row['combined']['detail'].get('swaps', '-')} | {_cell(row['recompute'])} | "
+                             f"{row['combined']['detail'].get('swaps', '-')} | {_bound(row)} | {_cell(row['recompute'])} | "
                              f"{_cell(best)}{name} | {r['combined_min_bytes'] / 2**30:.2f} GiB |")
         lines += [""] + [f"![{profile} {r['link']}]({r['plot']})" for r in runs] + [""]
     lines += ["## Findings", ""] + [f"- {f}" for f in doc["findings"]] + [""]
@@ -126,6 +140,14 @@ def findings(results: list[dict]) -> list[str]:
         top = max(free, key=lambda g: g[0])
         out.append(f"with free copies (upper bound of Swap k): up to {top[0]:.2f} ms ({top[1]}, {top[3]} %: "
                    f"{top[5]['time_ms']:.2f} -> {top[4]['time_ms']:.2f} ms)")
+    room = [(row["combined"]["time_ms"] - row["window_bound_ms"], r["profile"], r["link"], row["percent"], row)
+            for r in results for row in r["rows"] if row["window_bound_ms"] is not None
+            and math.isfinite(row["window_bound_ms"]) and row["combined"]["feasible"]]
+    if room:
+        top = max(room, key=lambda g: g[0])
+        out.append(f"wider copy windows (phase 2) could gain at most {top[0]:.2f} ms over Swap k on a finite link "
+                   f"({top[1]}, {top[2]}, {top[3]} %: combined {top[4]['combined']['time_ms']:.2f} ms, any-window "
+                   f"bound {top[4]['window_bound_ms']:.2f} ms)")
     wins = sum(1 for r in results for row in r["rows"] if row["offload_only_best"] is not None
                and row["combined"]["feasible"] and row["offload_only_best"]["time_ms"] < row["combined"]["time_ms"])
     total = sum(1 for r in results for row in r["rows"] if row["offload_only_best"] is not None)

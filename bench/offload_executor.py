@@ -209,7 +209,8 @@ def main(argv=None):
             print(f"== {name} failed: {_error(err)}", flush=True)
             traceback.print_exc()
         chain_bench._free()
-    write_report(link_data, records, errors, args, command_line("offload_executor.py", argv))
+        # after every network: a run killed at its time limit keeps what it measured
+        write_report(link_data, records, errors, args, command_line("offload_executor.py", argv))
 
 
 if __name__ == "__main__":

@@ -385,52 +385,62 @@ def main(argv=None) -> int:
         chain = load_instance(name)
         budget = budget_of(chain)
         for backend in backends:
-            if backend == "cuda":
-                cuda_warmup(chain, budget)  # compile + first-launch costs out of the timings
-            probe_s, _, _ = measure(backend, chain, budget, args.probe_buckets)
-            rate = probe_s / (args.probe_buckets + 1)  # seconds per bucket column (linear in M)
-            last = None  # (buckets, seconds) of the largest measured M
-            for m in bucket_list:
-                rec = {"instance": name, "stages": chain.n, "fused_aliasing": False if name != SYNTHETIC else None,
-                       "budget_bytes": int(budget), "buckets": m, "bucket_bytes": int(-(-budget // m)),
-                       "backend": backend, "device": device, "date": date}
-                predicted = rate * (m + 1)
-                if predicted <= args.max_seconds and fits(backend, chain.n, m):
-                    timings: dict = {}
-                    seconds, opt, extra = measure(backend, chain, budget, m, timings)
-                    rec.update(solve_seconds=seconds, optimal_ms=opt if np.isfinite(opt) else None)
-                    if backend == "cuda":
-                        repeat: dict = {}  # the same solve again: table and side arrays already on the device
-                        rec.update(solve_seconds_repeat=measure(backend, chain, budget, m, repeat)[0],
-                                   cuda_timings=timings, cuda_timings_repeat=repeat)
-                        rec.update(cuda_bandwidth_fraction(extra, seconds))
-                    if backend == "rotor-c":
-                        rec.update(rotor_plan_record(chain, budget, extra))
-                    last = (m, seconds)
-                    rate = seconds / (m + 1)
-                else:
-                    if last is None:  # measure at the largest power-of-two M that is predicted to fit
-                        mp = args.probe_buckets
-                        while (mp * 2 < m and rate * (2 * mp + 1) <= args.max_seconds
-                               and fits(backend, chain.n, 2 * mp)):
-                            mp *= 2
-                        seconds = probe_s if mp == args.probe_buckets else measure(backend, chain, budget, mp)[0]
-                        last = (mp, seconds)
-                    m0, s0 = last
-                    rec.update(solve_seconds=s0 * (m + 1) / (m0 + 1), optimal_ms=None,
-                               extrapolated_from_buckets=m0,
-                               note=f"extrapolated linearly in M from a measured solve at M={m0} "
-                                    f"({s0:.3f} s); optimal time not computed at this M")
+            try:
+                if backend == "cuda":
+                    cuda_warmup(chain, budget)  # compile + first-launch costs out of the timings
+                probe_s, _, _ = measure(backend, chain, budget, args.probe_buckets)
+                rate = probe_s / (args.probe_buckets + 1)  # seconds per bucket column (linear in M)
+                last = None  # (buckets, seconds) of the largest measured M
+                for m in bucket_list:
+                    rec = {"instance": name, "stages": chain.n, "fused_aliasing": False if name != SYNTHETIC else None,
+                           "budget_bytes": int(budget), "buckets": m, "bucket_bytes": int(-(-budget // m)),
+                           "backend": backend, "device": device, "date": date}
+                    predicted = rate * (m + 1)
+                    if predicted <= args.max_seconds and fits(backend, chain.n, m):
+                        timings: dict = {}
+                        seconds, opt, extra = measure(backend, chain, budget, m, timings)
+                        rec.update(solve_seconds=seconds, optimal_ms=opt if np.isfinite(opt) else None)
+                        if backend == "cuda":
+                            repeat: dict = {}  # the same solve again: table and side arrays already on the device
+                            rec.update(solve_seconds_repeat=measure(backend, chain, budget, m, repeat)[0],
+                                       cuda_timings=timings, cuda_timings_repeat=repeat)
+                            rec.update(cuda_bandwidth_fraction(extra, seconds))
+                        if backend == "rotor-c":
+                            rec.update(rotor_plan_record(chain, budget, extra))
+                        last = (m, seconds)
+                        rate = seconds / (m + 1)
+                    else:
+                        if last is None:  # measure at the largest power-of-two M that is predicted to fit
+                            mp = args.probe_buckets
+                            while (mp * 2 < m and rate * (2 * mp + 1) <= args.max_seconds
+                                   and fits(backend, chain.n, 2 * mp)):
+                                mp *= 2
+                            seconds = probe_s if mp == args.probe_buckets else measure(backend, chain, budget, mp)[0]
+                            last = (mp, seconds)
+                        m0, s0 = last
+                        rec.update(solve_seconds=s0 * (m + 1) / (m0 + 1), optimal_ms=None,
+                                   extrapolated_from_buckets=m0,
+                                   note=f"extrapolated linearly in M from a measured solve at M={m0} "
+                                        f"({s0:.3f} s); optimal time not computed at this M")
+                    print(json.dumps(rec), flush=True)
+                    records.append(rec)
+            except Exception as err:  # e.g. Rotor's C DP does not build there: the other backends go on
+                rec = {"instance": name, "stages": chain.n, "backend": backend, "device": device, "date": date,
+                       "error": f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"}
                 print(json.dumps(rec), flush=True)
                 records.append(rec)
+        write(records, args, device, date, argv)  # after every instance: a killed run keeps what it did
+    return 0
+
+
+def write(records, args, device, date, argv) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = f"solver_speed_{slug(device)}" + (f"_{slug(args.tag)}" if args.tag else "")
     (out / f"{stem}.json").write_text(json.dumps(records, indent=1) + "\n")
     command = "python bench/solver_speed.py " + " ".join(sys.argv[1:] if argv is None else argv)
     (out / f"{stem}.md").write_text(markdown(records, device, date, command))
-    print(f"wrote {out / stem}.json and .md")
-    return 0
+    print(f"wrote {out / stem}.json and .md", flush=True)
 
 
 def markdown(records, device, date, command) -> str:
@@ -445,6 +455,9 @@ def markdown(records, device, date, command) -> str:
              "| instance | stages | M | backend | solve s | optimal ms | Rotor plan peak (budget) |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for r in records:
+        if "error" in r:
+            lines.append(f"| {r['instance']} | {r['stages']} | | {r['backend']} | failed: {r['error']} | | |")
+            continue
         t = f"{r['solve_seconds']:.3f}"
         if "extrapolated_from_buckets" in r:
             t = f"~{r['solve_seconds']:.1f} (M={r['extrapolated_from_buckets']})"

@@ -30,7 +30,7 @@ import numpy as np
 from .chain import ALL_BYTE_FIELDS, TIME_FIELDS, Chain
 from .dp.buckets import uniform_buckets
 from .schedule import Checkpoint, Op, Policy, Tape, policy_to_schedule, segments_policy, tape_chain
-from .simulate import SimResult, budget_bytes_of, simulate, store_all_schedule, store_all_time_ms
+from .simulate import SimResult, budget_bytes_of, overhead, simulate, store_all_schedule, store_all_time_ms
 from .units import parse_bytes
 
 # Retries of the uniform-cost solver: budget x 0.95^r, r = 0..UNIFORM_RETRIES.
@@ -322,8 +322,7 @@ class Record:
 def _record(name: str, sim: SimResult | None, budget_bytes: int, base_ms: float, detail=None) -> Record:
     if sim is None:
         return Record(name, None, None, None, False, dict(detail or {}))
-    overhead = sim.time_ms / base_ms - 1.0 if base_ms else 0.0
-    return Record(name, float(sim.time_ms), int(sim.peak_bytes), float(overhead),
+    return Record(name, float(sim.time_ms), int(sim.peak_bytes), float(overhead(sim.time_ms, base_ms)),
                   sim.peak_bytes <= budget_bytes, dict(detail or {}))
 
 

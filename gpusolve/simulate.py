@@ -237,6 +237,11 @@ def store_all_time_ms(chain: Chain) -> float:
     return float(np.sum(chain.t_fwd) + np.sum(chain.t_bwd))
 
 
+def overhead(time_ms: float, store_all_ms: float) -> float:
+    """A step's time over plain autograd's, minus 1 (0.16 = 16 % slower); 0 when there is no base time."""
+    return time_ms / store_all_ms - 1.0 if store_all_ms else 0.0
+
+
 def store_all_peak_bytes(chain: Chain) -> int:
     """Peak bytes of plain autograd under the model (every stage taped, then every backward)."""
     return simulate(chain, store_all_schedule(chain)).peak_bytes

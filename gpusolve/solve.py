@@ -39,7 +39,7 @@ from .dp.segments import SegmentEvaluator
 from .errors import BackendUnavailableError, FallbackWarning, InfeasibleBudgetError
 from .progress import pair_progress, table_work
 from .schedule import Op, Policy, policy_to_schedule, schedule_to_json, segments_policy
-from .simulate import budget_bytes_of, simulate, store_all_time_ms
+from .simulate import budget_bytes_of, overhead, simulate, store_all_time_ms
 from .units import format_bytes, parse_bytes
 
 BACKENDS = ("auto", "cpu", "cuda", "exact")
@@ -105,7 +105,7 @@ class Plan:
     @property
     def overhead(self) -> float:
         """Predicted time over plain autograd's, minus 1 (0.16 = 16 % slower)."""
-        return self.predicted_time_ms / self.store_all_time_ms - 1.0 if self.store_all_time_ms else 0.0
+        return overhead(self.predicted_time_ms, self.store_all_time_ms)
 
     def summary(self) -> str:
         """A few human-readable lines."""

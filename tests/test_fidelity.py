@@ -104,3 +104,28 @@ def test_meter_regions_and_marks():
     first = meter.between(a, b)
     assert first.peak == (1 << 20) + (1 << 19) and first.delta == 1 << 20
     assert region.delta == -(1 << 20) and region.peak == 0
+
+
+def test_cuda_meter_leaves_the_callers_peak_counter(monkeypatch):
+    """The CUDA branch of MemoryMeter on a stand-in allocator (counters only): marks inside the meter
+    reset CUDA's peak counter (they measure the peak between marks), the last one must not, so that
+    a caller who reset it before a metered step reads the step's peak afterwards. The readings are
+    the stand-in's: between the first and last mark the peak is 700 above the start."""
+    state = {"allocated": 100, "peak": 100}
+
+    def allocate(nbytes):
+        state["allocated"] += nbytes
+        state["peak"] = max(state["peak"], state["allocated"])
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: state["allocated"])
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: state["peak"])
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats",
+                        lambda device=None: state.update(peak=state["allocated"]))
+    with MemoryMeter("cuda") as meter:
+        allocate(500)
+        middle = meter.mark()
+        allocate(200)
+        allocate(-600)
+    assert state["peak"] == 800  # the caller's counter still holds the step's peak
+    assert meter.total.peak == 700 and meter.between(middle, middle + 1).peak == 200

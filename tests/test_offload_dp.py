@@ -13,7 +13,7 @@ from gpusolve import Chain, Checkpoint, InfeasibleBudgetError, Op, OpKind, Sched
 from gpusolve.dp import cpu
 from gpusolve.dp.minpeak import min_feasible_bytes
 from gpusolve.dp.problem import Problem
-from gpusolve.offload.dp import SWAP, SwapArrays, choose, fill, min_offload_bytes
+from gpusolve.offload.dp import SWAP, SwapArrays, choose, fill, min_offload_bytes, solve_tables, window_bound
 from gpusolve.offload.link import Link, parse_rate
 from gpusolve.offload.solver import solve_offload
 from gpusolve.schedule import Swap, policy_to_schedule, schedule_from_json, schedule_to_json
@@ -46,6 +46,9 @@ def test_link_parsing_and_validation():
     assert parse_rate("1GiB/s") == 2**30 / 1000
     assert parse_rate("4MB/ms") == 4e6
     assert parse_rate(2.5) == 2.5 and parse_rate("0.5/ms") == 0.5 and parse_rate("inf") == math.inf
+    assert parse_rate("0") == 0.0 and Link.parse("0").is_useless  # zero needs no unit (--bandwidth 0)
+    with pytest.raises(ValueError, match="12GB/s"):
+        parse_rate("12")  # any other bare number is ambiguous
     link = Link.parse("12GB/s", "10GB/s", latency_ms=0.01)
     assert link.d2h_ms(12e6) == pytest.approx(1.01) and link.h2d_ms(10e6) == pytest.approx(1.01)
     assert Link.parse("8GB/s").h2d_bytes_per_ms == 8e6
@@ -257,6 +260,89 @@ def test_swap_is_used_and_beneficial_on_random_chains():
                 used += offloads(policy_to_schedule(policy, 0, chain.n)) > 0
                 better += bool(table.curve[m] < ref[m])
     assert used > 20 and better > 10
+
+
+# ------------------------------------------------------------- Note [Any-window bound]
+def bound_by_recursion(chain: Chain, link: Link, budget: int) -> float:
+    """The any-window bound written directly as a memoised recursion in exact bytes and float64 (a
+    second implementation of the Note's recurrence, not the vectorised fill)."""
+    from functools import lru_cache
+    problem = Problem.build(chain, 1, budget, dtype=np.float64)
+    act = chain.padded()["act_bytes"]
+    tau = [link.d2h_ms(int(x)) + link.h2d_ms(int(x)) for x in act]
+
+    @lru_cache(maxsize=None)
+    def c(i, j, m, s):
+        if m < 0:
+            return math.inf
+        best = math.inf
+        if m >= int(problem.thr_tape(i, j)):
+            if j == i + 1:
+                best = float(problem.t_tape[i + 1])
+            elif chain.multi_tape:
+                best = float(problem.t_tape[i + 1]) + c(i + 1, j, m - int(problem.tape_b[i + 1]), 0)
+        for k in range(i + 1, j):
+            if m < int(problem.thr_ckpt(i, j, k)):
+                continue
+            sfn = float(problem.sfn(i, k))
+            best = min(best, sfn + c(k, j, m - int(act[k]), 1) + c(i, k, m, s))
+            if s:
+                right = c(k, j, min(budget, m - int(act[k]) + int(act[i])), 1)
+                best = min(best, max(sfn + right, tau[i]) + c(i, k, m, 1))
+        return best
+
+    return c(0, chain.n, budget, 0)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_any_window_bound_against_a_recursion_and_the_exact_table(seed):
+    rng = np.random.default_rng(300 + seed)
+    chain = dyadic_chain(rng, int(rng.integers(2, 7)))
+    link = dyadic_link(rng)
+    problem = Problem.build(chain, 1, 90)
+    swap = SwapArrays.build(problem, chain, link)
+    exact = solve_tables(problem, swap)
+    bound = solve_tables(problem, swap, windows="any")
+    for plane in (0, 1):  # a bound of the exact class, state by state
+        assert np.all(bound[plane] <= exact[plane])
+    for m in (0, 20, 45, 90):
+        top = float(bound[0][problem.row(0, chain.n), m])
+        assert top == bound_by_recursion(chain, link, m)  # dyadic times: exact in float32 and float64
+        assert window_bound(chain, m, link, bucket_bytes=1) == top if m else True
+
+
+def test_any_window_bound_limits():
+    rng = np.random.default_rng(7)
+    chain = random_chain(rng, 6)
+    problem = Problem.build(chain, 1, 120)
+    ref = cpu.fill(problem).table
+    useless = solve_tables(problem, SwapArrays.build(problem, chain, Link.useless()), windows="any")
+    assert np.array_equal(useless[0], ref) and np.array_equal(useless[1], ref)
+    free = SwapArrays.build(problem, chain, Link(math.inf, math.inf))  # tau = 0: the windows do not matter
+    assert all(np.array_equal(a, b) for a, b in zip(solve_tables(problem, free, windows="any"),
+                                                      solve_tables(problem, free)))
+    with pytest.raises(ValueError, match="windows"):
+        solve_tables(problem, free, windows="all")
+
+
+def test_any_window_bound_by_hand():
+    """At (1, 3, m = 5, 1) only Swap 2 fits: a_1 (4 B) is copied in 3 ms each way (latency), sfn(1, 2)
+    = 2 ms, the right part (Tape of stage 3, at 5 - 2 + 4 = 7 B) takes 2 ms, the left (Tape of stage 2)
+    2 ms. No room to overlap the prefetch (5 - act[2] = 3 < pre_b[3] = 4): Swap costs
+    max(2, 3) + 2 + 3 + 2 = 10. The bound lets both copies (6 ms) overlap sfn and the right part
+    (4 ms): max(2 + 2, 6) + 2 = 8. From m = 6 Checkpoint 2 fits and both give 6."""
+    chain = Chain(t_fwd=[1.0, 1.0, 1.0], t_fwd_nograd=[1.0, 2.0, 1.0], t_bwd=[1.0, 1.0, 1.0],
+                  act_bytes=[4, 2, 1], grad_bytes=[1, 1, 1], tape_bytes=[5, 3, 2],
+                  fwd_nograd_extra=[0, 0, 0], fwd_grad_extra=[0, 0, 0], bwd_extra=[0, 0, 0], input_bytes=1)
+    link = Link(math.inf, math.inf, latency_ms=3.0)
+    problem = Problem.build(chain, 1, 40, dtype=np.float64)
+    swap = SwapArrays.build(problem, chain, link)
+    assert int(swap.pre_b[3]) == 4
+    exact, bound = solve_tables(problem, swap), solve_tables(problem, swap, windows="any")
+    row = problem.row(1, 3)
+    assert exact[1][row, 5] == 10.0 and bound[1][row, 5] == 8.0
+    assert exact[0][row, 5] == bound[0][row, 5] == math.inf  # sigma = 0: no swap, Checkpoint 2 needs 6
+    assert exact[1][row, 6] == bound[1][row, 6] == 6.0
 
 
 # ------------------------------------------------------------------------------------- front end

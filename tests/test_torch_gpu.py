@@ -101,3 +101,17 @@ def test_auto_checkpoint_torchvision_models(name):
     assert measured <= wrapped.plan.budget_bytes + loss_bytes, (measured, wrapped.plan.budget_bytes)
     for (key, p), (_, q) in zip(model.named_parameters(), reference.named_parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-3, atol=1e-4, msg=key)
+
+
+def test_own_step_meter_leaves_the_callers_peak_counter(setup):
+    """On CUDA the wrapper measures its first steps itself (allocator counters, reset at each mark);
+    its last mark must not reset the counter, or a caller's max_memory_allocated() after the step
+    reads about 0 (the measurement of every test above would be void)."""
+    targets, x, chain = setup
+    budget = int(0.5 * store_all_peak_bytes(chain))
+    model = te.CheckpointedSequential(net(targets), budget=budget)
+    model.prepare(x)
+    assert model._meter.cuda_steps > 0  # the next step is metered by the wrapper
+    peak = measure_step(model, x)
+    assert peak >= 0.5 * model.plan.predicted_peak_bytes, f"caller read {peak} B after a metered step"
+    assert peak <= budget

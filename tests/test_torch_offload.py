@@ -454,3 +454,16 @@ def test_retained_graph_random_swap_policies():
         if copies is not None:  # every step gave its host buffers back
             assert copies.buffers() and len(copies.buffers()) == copies.allocations
     assert nested > 0
+
+
+def test_auto_checkpoint_passes_the_link_on():
+    """``auto_checkpoint(model, budget, offload=...)``: the one-call route solves the combined DP too;
+    gradients bitwise plain autograd's, and the plan moves checkpoints to the 'host'."""
+    x = torch.randn(16, 4, dtype=DT, requires_grad=True)
+    ref_model, auto_model = mlp(width=24, depth=8), mlp(width=24, depth=8)
+    ref = step(ref_model, x)
+    wrapped = te.auto_checkpoint(auto_model, "50%", bucket=1, offload=FAST, sample=(x,))
+    got = step(wrapped, x)
+    plan = wrapped.plan
+    assert plan.link == FAST and plan.swaps > 0 and plan.predicted_peak_bytes <= plan.budget_bytes
+    assert_bitwise(ref_model, auto_model, ref, got)

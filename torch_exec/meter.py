@@ -80,7 +80,9 @@ class MemoryMeter:
         try:
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
-            last = self.mark()
+            # The last mark leaves CUDA's peak counter alone, so a caller who reset it before the step
+            # still reads the step's peak from torch.cuda.max_memory_allocated() afterwards.
+            last = self._mark(reset=False)
             if self.device.type == "cpu":
                 self._prof.__exit__(*exc)
             if exc[0] is None:
@@ -100,6 +102,9 @@ class MemoryMeter:
     # ------------------------------------------------------------ marks
     def mark(self) -> int:
         """A moment of the run; returns its index for :meth:`between`."""
+        return self._mark(reset=True)
+
+    def _mark(self, reset: bool) -> int:
         if not self._active:
             raise RuntimeError("MemoryMeter.mark() must be called inside the meter's `with` block")
         index = self._count
@@ -107,7 +112,8 @@ class MemoryMeter:
         if self.device.type == "cuda":
             now = torch.cuda.memory_allocated(self.device)
             peak = torch.cuda.max_memory_allocated(self.device)
-            torch.cuda.reset_peak_memory_stats(self.device)
+            if reset:
+                torch.cuda.reset_peak_memory_stats(self.device)
             self._cuda_marks.append((now, max(peak, now)))
         else:
             with torch.profiler.record_function(_MARK):

@@ -25,6 +25,7 @@ import numpy as np
 from ..dp.buckets import HOST_MEMORY_FRACTION, available_host_bytes, check_user_bucket
 from ..errors import InfeasibleBudgetError
 from ..schedule import Op
+from ..simulate import overhead
 from ..solve import Curve, exact_bytes, pick_kernel_backend, plan_dict, plan_summary
 from ..units import format_bytes, parse_budget
 from .baselines import equiv_chain, split_budget, store_all
@@ -62,7 +63,7 @@ class JoinPlan:
     @property
     def overhead(self) -> float:
         """Predicted time over plain autograd's, minus 1."""
-        return self.predicted_time_ms / self.store_all_time_ms - 1.0 if self.store_all_time_ms else 0.0
+        return overhead(self.predicted_time_ms, self.store_all_time_ms)
 
     def summary(self) -> str:
         return plan_summary(self, f"join of {self.net.k if self.net else '?'} branches, budget "

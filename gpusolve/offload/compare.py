@@ -23,7 +23,7 @@ import math
 import numpy as np
 
 from ..chain import Chain
-from ..simulate import budget_bytes_of, store_all_peak_bytes, store_all_time_ms
+from ..simulate import budget_bytes_of, overhead, store_all_peak_bytes, store_all_time_ms
 from .link import Link
 
 # The paper's algorithms shown as "offload only" (label, function of an OffloadChain -> makespan, peak).
@@ -113,7 +113,7 @@ def offload_records(chain: Chain, budget, link: Link, bucket=None, backend: str 
             rows.append(Record(name, None, None, None, False, {"reason": result}))
         else:
             ms, peak = result
-            rows.append(Record(name, ms, int(round(peak)), ms / base - 1.0 if base else 0.0, peak <= budget_bytes,
+            rows.append(Record(name, ms, int(round(peak)), overhead(ms, base), peak <= budget_bytes,
                                {"model": "[O]"}))
     if any(r.name in PAPER_METHODS for r in rows):
         rows[-1].detail["note"] = note

@@ -34,6 +34,22 @@ them, so the clamp never changes a plan; it keeps every value an upper bound of 
 Memory: three tables (plane 0, plane 1 and plane 1 pre-shifted by act_b[k] for the Checkpoint
 right read, as in :mod:`gpusolve.dp.cpu`); the Swap right read shifts by act_b[k] - act_b[i] and
 is a gather.
+
+Note [Any-window bound]
+~~~~~~~~~~~~~~~~~~~~~~~
+``Swap k`` copies a_i out during the no-grad forwards sfn(i, k) and back during the one backward
+bwd(k+1) (the windows the DP can price exactly). Wider windows (spec phase 2: prefetch over more of the
+right part's tail) need a look-ahead state. Before building that, :func:`window_bound` measures what it
+could give: ``solve_tables(..., windows="any")`` replaces the Swap candidate by
+
+  max(sfn(i, k) + C(k, j, m - act_b[k] + act_b[i], 1), tau_d2h(act[i]) + tau_h2d(act[i])) + C(i, k, m, 1)
+
+i.e. both copies may overlap the forwards *and the whole right part*, a_i's block is not charged while
+they run, and nested copies do not compete for the channel. Every real schedule of the class "a_i on the
+host while the right part runs" costs at least that (the right part ends with bwd(k+1), so right >=
+t_bwd[k+1] and the bound is <= the exact candidate term by term), so the bound table is <= the exact
+one everywhere, equal to it over a free link and to the chain DP's over a useless one. It is a bound,
+not a plan: nothing is recovered from it.
 """
 from __future__ import annotations
 
@@ -62,6 +78,7 @@ class SwapArrays:
     e_full: np.ndarray    # [N+1]: tau_h2d(act[i])
     pre_b: np.ndarray     # int64[N+2]: buckets the right part needs at bwd(s) with a_i prefetched
     pre_bytes: np.ndarray  # int64[N+1]: the same in bytes
+    tau_both: np.ndarray | None = None  # [N+1]: tau_d2h(act[i]) + tau_h2d(act[i]) (Note [Any-window bound])
 
     @classmethod
     def build(cls, problem: Problem, chain: Chain, link: Link) -> "SwapArrays":
@@ -79,12 +96,16 @@ class SwapArrays:
         pre[1:] = np.maximum(problem.tape_need[1:], a["tape_bytes"][1:] + a["grad_bytes"][1:] + chain.reserved_bytes)
         pre_b = np.zeros(n + 2, dtype=np.int64)
         pre_b[:n + 1] = ceil_div(pre, problem.bucket_bytes)
-        return cls(w_off=w_off, e_overlap=e_overlap, e_full=tau_h2d.astype(dtype), pre_b=pre_b, pre_bytes=pre)
+        return cls(w_off=w_off, e_overlap=e_overlap, e_full=tau_h2d.astype(dtype), pre_b=pre_b, pre_bytes=pre,
+                   tau_both=(tau_d2h + tau_h2d).astype(dtype))
 
 
-def solve_tables(problem: Problem, swap: SwapArrays, progress=None) -> tuple[np.ndarray, np.ndarray]:
+def solve_tables(problem: Problem, swap: SwapArrays, progress=None, windows: str = "bwd") -> tuple[np.ndarray, np.ndarray]:
     """Fill both planes (rows x (M+1), ``problem.dtype``) diagonal by diagonal; returns (plane 0,
-    plane 1). ``progress``, if given, is called with the number of pairs finished after each block."""
+    plane 1). ``progress``, if given, is called with the number of pairs finished after each block.
+    ``windows``: "bwd" (the Swap k above, exact) or "any" (the bound of Note [Any-window bound])."""
+    if windows not in ("bwd", "any"):
+        raise ValueError(f"windows must be 'bwd' or 'any', got {windows!r}")
     width, big_m = problem.buckets + 1, problem.buckets
     dtype = problem.dtype
     inf = dtype(np.inf)
@@ -113,9 +134,13 @@ def solve_tables(problem: Problem, swap: SwapArrays, progress=None) -> tuple[np.
             # Swap k: the right part gets a_i's bucket back; the shift depends on i and k.
             room = m[None, :] - act_b[k][:, None]
             cols = np.clip(room + act_b[i][:, None], 0, big_m)
-            cand = swap.w_off[i, k][:, None] + np.take_along_axis(t1[right_rows], cols, axis=1)
-            cand += np.where(room >= swap.pre_b[k + 1][:, None], swap.e_overlap[i, k][:, None],
-                             swap.e_full[i][:, None])
+            right = np.take_along_axis(t1[right_rows], cols, axis=1)
+            if windows == "any":
+                cand = np.maximum(problem.sfn(i, k)[:, None] + right, swap.tau_both[i][:, None])
+            else:
+                cand = swap.w_off[i, k][:, None] + right
+                cand += np.where(room >= swap.pre_b[k + 1][:, None], swap.e_overlap[i, k][:, None],
+                                 swap.e_full[i][:, None])
             cand += left1
             np.copyto(cand, inf, where=closed)
             np.minimum(best1, cand, out=best1)
@@ -210,6 +235,16 @@ def fill(problem: Problem, chain: Chain, link: Link, progress=None, timings: dic
     if timings is not None:
         timings["dp"] = timings.get("dp", 0.0) + time.perf_counter() - started
     return OffloadTable(problem, swap, t0, t1)
+
+
+def window_bound(chain: Chain, budget_bytes: int, link: Link, bucket_bytes: int | None = None) -> float:
+    """Note [Any-window bound]: the least step time (ms) any widening of Swap k's copy windows could
+    reach for ``chain`` within ``budget_bytes`` over ``link``, at ``bucket_bytes`` (default: the budget
+    over 1024 buckets, as :func:`~gpusolve.offload.solve_offload`). ``inf`` where no plan fits."""
+    bucket_bytes = bucket_bytes or max(1, budget_bytes // 1024)
+    problem = Problem.build(chain, bucket_bytes, budget_bytes // bucket_bytes)
+    t0, _ = solve_tables(problem, SwapArrays.build(problem, chain, link), windows="any")
+    return float(t0[problem.row(0, problem.n), problem.buckets])  # the top state (0, N, M, 0)
 
 
 def host_bytes(problem: Problem) -> int:

@@ -33,6 +33,12 @@ def parse_rate(value, what: str = "bandwidth") -> float:
         if text.lower() in ("inf", "infinity"):
             return math.inf
         match = _RATE.match(text)
+        try:
+            bare = float(text)
+        except ValueError:
+            bare = None
+        if bare == 0.0:
+            return 0.0  # a zero rate needs no unit: a useless link
         if not match:
             raise ValueError(f"{what} {value!r} is not a rate: use bytes/ms or a size per second such as '12GB/s'")
         size, unit = match.group(1), match.group(2).lower()

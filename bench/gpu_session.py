@@ -11,7 +11,9 @@ fresh machine and writes everything under ``--out`` (the device tool's ``$OUT``)
 Stages (``--list`` prints the steps and their time limits):
 
 1. correctness: ``pytest -m gpu``, every kernel under ``compute-sanitizer`` (memcheck, racecheck) on
-   small instances (``bench/gpu_sanitize.py``), the host link (``torch_exec.offload.measure_link``);
+   small instances (``bench/gpu_sanitize.py``), the host link (``torch_exec.offload.measure_link``) and
+   what it makes of offloading (``bench/offload_curves.py --link-json``: whether wider copy windows,
+   Note [Any-window bound], can pay on this machine);
 2. solver: ``bench/solver_speed.py`` (cuda, cpu, rotor-c; M = 1024 ... 65536), ``ncu`` on ``dp_bulk``
    and ``dp_diag`` (densenet121_fine_b32, M = 8192), ``bench/bucket_study.py``, ``bench/join_speed.py``;
 3. executor: ``bench/executor.py`` on DenseNet-121 and ResNet-50, ``bench/offload_executor.py``;
@@ -88,6 +90,8 @@ STEPS = [
     Step("env", 1, 60, 10, ENV),
     Step("install", 1, 120, 30, INSTALL),
     Step("link", 1, 60, 20, LINK),
+    Step("offload-bound", 1, 90, 30, "{PY} bench/offload_curves.py --link-json {R}/link_measured.json "
+                                     "--profiles resnet50_b128,densenet121_b64 --out {R}"),
     Step("pytest-gpu", 1, 330, 120,
          "{PY} -m pytest -m gpu -q -rfEs -p no:cacheprovider --junitxml={R}/pytest_gpu.xml 2>&1 "
          "| tee {R}/pytest_gpu.txt; exit ${{PIPESTATUS[0]}}"),

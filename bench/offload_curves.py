@@ -17,6 +17,7 @@ On the finite links each row also gets the any-window bound (Note [Any-window bo
 reach, i.e. whether building wider windows can pay.
 
     python bench/offload_curves.py [--out bench/results] [--profiles resnet50_b128,...]
+    python bench/offload_curves.py --link-json link_measured.json --profiles resnet50_b128,densenet121_b64
 """
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import cpu_description  # noqa: E402
 from gpusolve import Chain  # noqa: E402
-from gpusolve.offload import Link  # noqa: E402
+from gpusolve.offload import Link, solve_offload  # noqa: E402
+from gpusolve.schedule import OpKind  # noqa: E402
 from gpusolve.offload.dp import window_bound  # noqa: E402
 from gpusolve.offload.compare import PAPER_METHODS, offload_curve_data, offload_records, plot_offload_curves  # noqa: E402
 from gpusolve.simulate import store_all_peak_bytes  # noqa: E402
@@ -48,10 +50,15 @@ LINKS = {"12.2GB/s": ("12.2GB/s", "[O]'s measured V100-PCIE device-to-host figur
 PERCENTS = (50, 35, 25)
 
 
+def link_of(spec) -> Link:
+    """A link from a rate string ("12.2GB/s", "inf") or a dict (``measure_link``'s JSON)."""
+    return Link.from_dict(spec) if isinstance(spec, dict) else Link.parse(spec)
+
+
 def run(profile: str, key: str, out: Path) -> dict:
     chain = Chain.load(profile)
-    rate, why = LINKS[key]
-    link = Link.parse(rate)
+    spec, why = LINKS[key]
+    link = link_of(spec)
     top = store_all_peak_bytes(chain)
     t = time.perf_counter()
     data = offload_curve_data(chain, link, backend="cpu")
@@ -66,8 +73,8 @@ def run(profile: str, key: str, out: Path) -> dict:
         by = {r["name"]: r for r in recs}
         paper = [by[n] for n in PAPER_METHODS if by[n]["feasible"] and by[n]["time_ms"] is not None]
         best = min(paper, key=lambda r: r["time_ms"]) if paper else None
-        bound = None if key == "free" else window_bound(chain, budget, link)
-        rows.append({"window_bound_ms": bound, "percent": pct, "budget_bytes": budget, "seconds": time.perf_counter() - t,
+        swap_k, bound = (None, None) if key == "free" else window_bound(chain, budget, link)
+        rows.append({"window_bound_ms": bound, "swap_k_dp_ms": swap_k, "percent": pct, "budget_bytes": budget, "seconds": time.perf_counter() - t,
                      "combined": by["combined (gpusolve)"], "recompute": by["recompute only (gpusolve)"],
                      "offload_only_best": best, "paper": {n: by[n] for n in PAPER_METHODS}})
     return {"profile": profile, "link": key, "link_note": why, "link_dict": link.to_dict(),
@@ -83,8 +90,10 @@ def _cell(rec: dict | None) -> str:
 
 
 def _bound(row: dict) -> str:
-    b = row["window_bound_ms"]
-    return "= combined" if b is None else "infeasible" if not math.isfinite(b) else f"{b:.2f}"
+    b, k = row["window_bound_ms"], row["swap_k_dp_ms"]
+    if b is None:
+        return "= combined"
+    return "infeasible" if not math.isfinite(b) else f"{b:.2f} ({b - k:+.2f})"
 
 
 def write_md(doc: dict, path: Path) -> None:
@@ -98,14 +107,16 @@ def write_md(doc: dict, path: Path) -> None:
              "- bucket: budget / 1024 for both DPs; every combined plan re-simulated on two timelines, peak <= budget",
              "- links: " + "; ".join(f"{k}: {v[1]}" for k, v in LINKS.items()),
              "- any-window bound: the least time any wider copy window for Swap k could reach (Note [Any-window "
-             "bound] in gpusolve/offload/dp.py; bucket budget / 1024; a bound, not a plan; over a free link it "
-             "equals combined)", ""]
+             "bound] in gpusolve/offload/dp.py; a bound, not a plan; over a free link it equals combined). In "
+             "parentheses its difference from the Swap k DP on the same discretised problem (bucket budget / "
+             "1024): what wider windows could gain. The combined column is the front end's plan (exact-byte "
+             "candidates), so it can differ from that DP value by the rounding", ""]
     for profile in dict.fromkeys(r["profile"] for r in doc["results"]):
         runs = [r for r in doc["results"] if r["profile"] == profile]
         first = runs[0]
         lines += [f"## {profile}", "",
                   f"store-all {first['store_all_time_ms']:.2f} ms, peak {first['store_all_peak_bytes'] / 2**30:.2f} GiB", "",
-                  "| link | budget | combined | swaps | any-window bound | recompute only | offload only (best of [O]) | "
+                  "| link | budget | combined | swaps | any-window bound (vs Swap k) | recompute only | offload only (best of [O]) | "
                   "combined min budget |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for r in runs:
             for row in r["rows"]:
@@ -117,6 +128,21 @@ def write_md(doc: dict, path: Path) -> None:
         lines += [""] + [f"![{profile} {r['link']}]({r['plot']})" for r in runs] + [""]
     lines += ["## Findings", ""] + [f"- {f}" for f in doc["findings"]] + [""]
     path.write_text("\n".join(lines))
+
+
+def traffic_check(profile: str, budget: int, link: Link) -> str:
+    """Is the any-window bound within the link's capacity? The bound ignores that nested copies share the
+    channel; the free-copies plan (the swaps the bound would need) must at least move its bytes within
+    the step."""
+    chain = Chain.load(profile)
+    plan = solve_offload(chain, budget, Link.parse("inf"), backend="cpu")
+    act = chain.padded()["act_bytes"]
+    moved = sum(int(act[op.stage]) for op in plan.schedule if op.kind is OpKind.OFFLOAD)
+    d2h, h2d = moved / link.d2h_bytes_per_ms, moved / link.h2d_bytes_per_ms
+    return (f"check of that bound: the free-copies plan ({profile}, budget {budget} B) swaps {plan.swaps} "
+            f"checkpoints, {moved / 1e9:.2f} GB each way: {d2h:.1f} ms out and {h2d:.1f} ms back on this link, in a "
+            f"{plan.predicted_time_ms:.2f} ms step (one copy channel busy {(d2h + h2d) / plan.predicted_time_ms:.0%} "
+            f"of it)")
 
 
 def findings(results: list[dict]) -> list[str]:
@@ -140,14 +166,18 @@ def findings(results: list[dict]) -> list[str]:
         top = max(free, key=lambda g: g[0])
         out.append(f"with free copies (upper bound of Swap k): up to {top[0]:.2f} ms ({top[1]}, {top[3]} %: "
                    f"{top[5]['time_ms']:.2f} -> {top[4]['time_ms']:.2f} ms)")
-    room = [(row["combined"]["time_ms"] - row["window_bound_ms"], r["profile"], r["link"], row["percent"], row)
+    room = [(row["swap_k_dp_ms"] - row["window_bound_ms"], r["profile"], r["link"], row["percent"], row)
             for r in results for row in r["rows"] if row["window_bound_ms"] is not None
             and math.isfinite(row["window_bound_ms"]) and row["combined"]["feasible"]]
     if room:
         top = max(room, key=lambda g: g[0])
         out.append(f"wider copy windows (phase 2) could gain at most {top[0]:.2f} ms over Swap k on a finite link "
-                   f"({top[1]}, {top[2]}, {top[3]} %: combined {top[4]['combined']['time_ms']:.2f} ms, any-window "
+                   f"({top[1]}, {top[2]}, {top[3]} %: Swap k DP {top[4]['swap_k_dp_ms']:.2f} ms, any-window "
                    f"bound {top[4]['window_bound_ms']:.2f} ms)")
+        out.append(traffic_check(top[1], top[4]["budget_bytes"], link_of(LINKS[top[2]][0])))
+        for key in dict.fromkeys(g[2] for g in room):
+            best = max((g for g in room if g[2] == key), key=lambda g: g[0])
+            out.append(f"on {key}: wider windows could gain at most {best[0]:.2f} ms ({best[1]}, {best[3]} %)")
     wins = sum(1 for r in results for row in r["rows"] if row["offload_only_best"] is not None
                and row["combined"]["feasible"] and row["offload_only_best"]["time_ms"] < row["combined"]["time_ms"])
     total = sum(1 for r in results for row in r["rows"] if row["offload_only_best"] is not None)
@@ -159,7 +189,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     ap.add_argument("--profiles", default=",".join(PROFILES))
+    ap.add_argument("--link-json", type=Path,
+                    help="only this link: the JSON of torch_exec.offload.measure_link (e.g. from bench/gpu_session.py "
+                         "stage 1); results go to offload_curves_measured.{json,md}")
     args = ap.parse_args()
+    stem = "offload_curves"
+    if args.link_json is not None:
+        data = json.loads(args.link_json.read_text())
+        LINKS.clear()
+        LINKS["measured"] = (data, f"measured by measure_link on {data.get('device', 'the GPU')} "
+                                   f"({args.link_json.name})")
+        stem = "offload_curves_measured"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     warnings.simplefilter("ignore")
@@ -175,9 +215,9 @@ def main() -> None:
            "percents": list(PERCENTS), "results": results}
     doc["findings"] = findings(results)
     doc["seconds"] = time.perf_counter() - t0
-    (out / "offload_curves.json").write_text(json.dumps(doc, indent=1, default=lambda v: None if isinstance(v, float)
+    (out / f"{stem}.json").write_text(json.dumps(doc, indent=1, default=lambda v: None if isinstance(v, float)
                                                         and not math.isfinite(v) else str(v)))
-    write_md(doc, out / "offload_curves.md")
+    write_md(doc, out / f"{stem}.md")
     for f in doc["findings"]:
         print(f)
     print(f"total {doc['seconds']:.1f} s")

@@ -237,14 +237,16 @@ def fill(problem: Problem, chain: Chain, link: Link, progress=None, timings: dic
     return OffloadTable(problem, swap, t0, t1)
 
 
-def window_bound(chain: Chain, budget_bytes: int, link: Link, bucket_bytes: int | None = None) -> float:
-    """Note [Any-window bound]: the least step time (ms) any widening of Swap k's copy windows could
-    reach for ``chain`` within ``budget_bytes`` over ``link``, at ``bucket_bytes`` (default: the budget
-    over 1024 buckets, as :func:`~gpusolve.offload.solve_offload`). ``inf`` where no plan fits."""
+def window_bound(chain: Chain, budget_bytes: int, link: Link, bucket_bytes: int | None = None) -> tuple[float, float]:
+    """Note [Any-window bound] for ``chain`` within ``budget_bytes`` over ``link``, at ``bucket_bytes``
+    (default: the budget over 1024 buckets, as :func:`~gpusolve.offload.solve_offload`): (the DP value
+    with Swap k's windows, the least any widening of them could reach), in ms, both from the same
+    discretised problem so that their difference is the windows' alone (``inf`` where nothing fits)."""
     bucket_bytes = bucket_bytes or max(1, budget_bytes // 1024)
     problem = Problem.build(chain, bucket_bytes, budget_bytes // bucket_bytes)
-    t0, _ = solve_tables(problem, SwapArrays.build(problem, chain, link), windows="any")
-    return float(t0[problem.row(0, problem.n), problem.buckets])  # the top state (0, N, M, 0)
+    swap = SwapArrays.build(problem, chain, link)
+    top = problem.row(0, problem.n), problem.buckets  # the state (0, N, M, 0)
+    return tuple(float(solve_tables(problem, swap, windows=w)[0][top]) for w in ("bwd", "any"))
 
 
 def host_bytes(problem: Problem) -> int:

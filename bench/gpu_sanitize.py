@@ -22,6 +22,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from conftest import random_chain  # noqa: E402
 from gpusolve import solve  # noqa: E402
+from gpusolve.dp import cuda as dp_cuda  # noqa: E402
+from gpusolve.errors import BackendUnavailableError  # noqa: E402
 from gpusolve.join import Turn, solve_join  # noqa: E402
 from gpusolve.offload import Link, solve_offload  # noqa: E402
 from gpusolve.simulate import store_all_peak_bytes  # noqa: E402
@@ -35,9 +37,14 @@ def agree(what: str, cpu: float, other: float, device: str) -> bool:
 
 def main() -> int:
     device = "cpu" if "--smoke" in sys.argv[1:] else "cuda"
-    if device == "cuda":  # plain cudaMalloc per array: memcheck cannot see overruns inside a pool's blocks
+    if device == "cuda":
+        try:
+            dp_cuda.ensure_available()
+        except BackendUnavailableError as err:
+            print(f"gpu_sanitize: {err} (--smoke runs both sides on the CPU)", file=sys.stderr)
+            return 2
         import cupy
-        cupy.cuda.set_allocator(None)
+        cupy.cuda.set_allocator(None)  # plain cudaMalloc per array: memcheck cannot see overruns inside a pool
     rng = np.random.default_rng(2026)
     ok = True
     chain = random_chain(rng, 40, scale=1000)

@@ -137,7 +137,7 @@ def run_stage(stage: int, out: Path, seconds: float, dry_run: bool, only: set[st
     started = time.monotonic()
     results = out / f"stage{stage}_results"
     results.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, PYTHONUNBUFFERED="1", XDG_CACHE_HOME=str(Path("/tmp/gpu_session_cache")))
+    env = dict(os.environ, PYTHONUNBUFFERED="1", XDG_CACHE_HOME="/tmp/gpu_session_cache")
     backends = prepare_rotor(env)
     summary = {"stage": stage, "seconds_allowed": seconds, "steps": []}
     log_path = out / f"stage{stage}.log"

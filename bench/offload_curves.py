@@ -74,9 +74,10 @@ def run(profile: str, key: str, out: Path) -> dict:
         paper = [by[n] for n in PAPER_METHODS if by[n]["feasible"] and by[n]["time_ms"] is not None]
         best = min(paper, key=lambda r: r["time_ms"]) if paper else None
         swap_k, bound = (None, None) if key == "free" else window_bound(chain, budget, link)
-        rows.append({"window_bound_ms": bound, "swap_k_dp_ms": swap_k, "percent": pct, "budget_bytes": budget, "seconds": time.perf_counter() - t,
+        rows.append({"percent": pct, "budget_bytes": budget, "seconds": time.perf_counter() - t,
                      "combined": by["combined (gpusolve)"], "recompute": by["recompute only (gpusolve)"],
-                     "offload_only_best": best, "paper": {n: by[n] for n in PAPER_METHODS}})
+                     "offload_only_best": best, "paper": {n: by[n] for n in PAPER_METHODS},
+                     "swap_k_dp_ms": swap_k, "window_bound_ms": bound})
     return {"profile": profile, "link": key, "link_note": why, "link_dict": link.to_dict(),
             "store_all_peak_bytes": top, "store_all_time_ms": data["store_all_time_ms"],
             "combined_min_bytes": data["min_feasible_bytes"], "bucket_bytes": data["bucket_bytes"],

@@ -361,6 +361,49 @@ def measure(backend, chain, budget, buckets, timings=None):
     return solve_gpusolve(backend, chain, budget, buckets, timings)
 
 
+def measure_backend(name, chain, budget, backend, bucket_list, args, device, date, records) -> None:
+    """Every M of ``bucket_list`` for one instance and backend, appended to ``records`` as measured
+    (or extrapolated linearly in M beyond ``args.max_seconds``)."""
+    if backend == "cuda":
+        cuda_warmup(chain, budget)  # compile + first-launch costs out of the timings
+    probe_s, _, _ = measure(backend, chain, budget, args.probe_buckets)
+    rate = probe_s / (args.probe_buckets + 1)  # seconds per bucket column (linear in M)
+    last = None  # (buckets, seconds) of the largest measured M
+    for m in bucket_list:
+        rec = {"instance": name, "stages": chain.n, "fused_aliasing": False if name != SYNTHETIC else None,
+               "budget_bytes": int(budget), "buckets": m, "bucket_bytes": int(-(-budget // m)),
+               "backend": backend, "device": device, "date": date}
+        predicted = rate * (m + 1)
+        if predicted <= args.max_seconds and fits(backend, chain.n, m):
+            timings: dict = {}
+            seconds, opt, extra = measure(backend, chain, budget, m, timings)
+            rec.update(solve_seconds=seconds, optimal_ms=opt if np.isfinite(opt) else None)
+            if backend == "cuda":
+                repeat: dict = {}  # the same solve again: table and side arrays already on the device
+                rec.update(solve_seconds_repeat=measure(backend, chain, budget, m, repeat)[0],
+                           cuda_timings=timings, cuda_timings_repeat=repeat)
+                rec.update(cuda_bandwidth_fraction(extra, seconds))
+            if backend == "rotor-c":
+                rec.update(rotor_plan_record(chain, budget, extra))
+            last = (m, seconds)
+            rate = seconds / (m + 1)
+        else:
+            if last is None:  # measure at the largest power-of-two M that is predicted to fit
+                mp = args.probe_buckets
+                while (mp * 2 < m and rate * (2 * mp + 1) <= args.max_seconds
+                       and fits(backend, chain.n, 2 * mp)):
+                    mp *= 2
+                seconds = probe_s if mp == args.probe_buckets else measure(backend, chain, budget, mp)[0]
+                last = (mp, seconds)
+            m0, s0 = last
+            rec.update(solve_seconds=s0 * (m + 1) / (m0 + 1), optimal_ms=None,
+                       extrapolated_from_buckets=m0,
+                       note=f"extrapolated linearly in M from a measured solve at M={m0} "
+                            f"({s0:.3f} s); optimal time not computed at this M")
+        print(json.dumps(rec), flush=True)
+        records.append(rec)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backends", default="cuda,cpu,rotor-c")
@@ -386,44 +429,7 @@ def main(argv=None) -> int:
         budget = budget_of(chain)
         for backend in backends:
             try:
-                if backend == "cuda":
-                    cuda_warmup(chain, budget)  # compile + first-launch costs out of the timings
-                probe_s, _, _ = measure(backend, chain, budget, args.probe_buckets)
-                rate = probe_s / (args.probe_buckets + 1)  # seconds per bucket column (linear in M)
-                last = None  # (buckets, seconds) of the largest measured M
-                for m in bucket_list:
-                    rec = {"instance": name, "stages": chain.n, "fused_aliasing": False if name != SYNTHETIC else None,
-                           "budget_bytes": int(budget), "buckets": m, "bucket_bytes": int(-(-budget // m)),
-                           "backend": backend, "device": device, "date": date}
-                    predicted = rate * (m + 1)
-                    if predicted <= args.max_seconds and fits(backend, chain.n, m):
-                        timings: dict = {}
-                        seconds, opt, extra = measure(backend, chain, budget, m, timings)
-                        rec.update(solve_seconds=seconds, optimal_ms=opt if np.isfinite(opt) else None)
-                        if backend == "cuda":
-                            repeat: dict = {}  # the same solve again: table and side arrays already on the device
-                            rec.update(solve_seconds_repeat=measure(backend, chain, budget, m, repeat)[0],
-                                       cuda_timings=timings, cuda_timings_repeat=repeat)
-                            rec.update(cuda_bandwidth_fraction(extra, seconds))
-                        if backend == "rotor-c":
-                            rec.update(rotor_plan_record(chain, budget, extra))
-                        last = (m, seconds)
-                        rate = seconds / (m + 1)
-                    else:
-                        if last is None:  # measure at the largest power-of-two M that is predicted to fit
-                            mp = args.probe_buckets
-                            while (mp * 2 < m and rate * (2 * mp + 1) <= args.max_seconds
-                                   and fits(backend, chain.n, 2 * mp)):
-                                mp *= 2
-                            seconds = probe_s if mp == args.probe_buckets else measure(backend, chain, budget, mp)[0]
-                            last = (mp, seconds)
-                        m0, s0 = last
-                        rec.update(solve_seconds=s0 * (m + 1) / (m0 + 1), optimal_ms=None,
-                                   extrapolated_from_buckets=m0,
-                                   note=f"extrapolated linearly in M from a measured solve at M={m0} "
-                                        f"({s0:.3f} s); optimal time not computed at this M")
-                    print(json.dumps(rec), flush=True)
-                    records.append(rec)
+                measure_backend(name, chain, budget, backend, bucket_list, args, device, date, records)
             except Exception as err:  # e.g. Rotor's C DP does not build there: the other backends go on
                 rec = {"instance": name, "stages": chain.n, "backend": backend, "device": device, "date": date,
                        "error": f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"}

@@ -33,13 +33,9 @@ def parse_rate(value, what: str = "bandwidth") -> float:
         if text.lower() in ("inf", "infinity"):
             return math.inf
         match = _RATE.match(text)
-        try:
-            bare = float(text)
-        except ValueError:
-            bare = None
-        if bare == 0.0:
-            return 0.0  # a zero rate needs no unit: a useless link
         if not match:
+            if _is_zero(text):
+                return 0.0  # a zero rate needs no unit: a useless link
             raise ValueError(f"{what} {value!r} is not a rate: use bytes/ms or a size per second such as '12GB/s'")
         size, unit = match.group(1), match.group(2).lower()
         try:
@@ -117,6 +113,13 @@ class Link:
         return cls(parse_rate(data["d2h_bytes_per_ms"], "d2h_bytes_per_ms"),
                    parse_rate(data["h2d_bytes_per_ms"], "h2d_bytes_per_ms"),
                    float(data.get("latency_ms", 0.0)), int(data.get("channels", 1)))
+
+
+def _is_zero(text: str) -> bool:
+    try:
+        return float(text) == 0.0
+    except ValueError:
+        return False
 
 
 def _tau(latency: float, nbytes, rate: float) -> float:

@@ -253,8 +253,12 @@ def test_profiles_json_and_counts():
     for r in records.values():
         assert r["stages"] + r["merged_in_place"] + r["merged_unsaved"] == r["profiled_stages"]
         assert r["device"] and r["store_all_peak_bytes"] > 0 and Path(r["path"]).is_file()
+    for name, r in records.items():
+        reference = json.loads(Path(r["path"]).read_text())["reference"]["store_all_peak_bytes"]
+        assert r["measured_store_all_peak_bytes"] == reference
     human = run("profiles")
     assert "25 stages (40 profiled; 15 in-place stages merged)" in human.stdout
+    assert "model +27.5 %" in human.stdout and "read conservatively" in human.stdout  # densenet121_b64
 
 
 def test_thesis_defaults_to_the_bundled_cases(tmp_path):

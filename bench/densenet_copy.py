@@ -20,7 +20,12 @@ reference (``retained_after_forward_bytes``, ``store_all_peak_bytes``). This scr
 Part 2 is an estimate from one measured profile and stated rules, not a GPU measurement: it says what
 ``torch_exec``'s own profiler would hand the DP for DenseNet-121 before and after the fix.
 
-    python bench/densenet_copy.py [--out bench/results]
+3. with torch installed: ``torch_exec.auto_checkpoint`` on ``examples/models.py``'s ``TVDenseNet``
+   (torchvision's DenseNet layout and forward; small, and DenseNet-121's widths and depths on 64 x 64
+   inputs), profiled on this machine's CPU, with and without Note [Running concatenation]: chain
+   stages and the least budget as a fraction of plain autograd's measured peak.
+
+    python bench/densenet_copy.py [--out bench/results] [--no-auto]
 """
 from __future__ import annotations
 
@@ -127,9 +132,52 @@ def solve_rows(chain: Chain, measured_peak: int) -> list[dict]:
     return rows
 
 
+AUTO_CASES = {  # name: (TVDenseNet keyword arguments, batch, image side)
+    "small (blocks 3, 2)": (dict(), 4, 16),
+    "DenseNet-121 widths": (dict(growth=32, blocks=(6, 12, 24, 16), init=64, classes=1000, bn_size=4), 2, 64),
+}
+
+
+def auto_rows() -> list[dict]:
+    """Part 3: auto_checkpoint's chain on TVDenseNet, with and without the running-concatenation rewrite."""
+    import warnings
+
+    import torch
+
+    sys.path.insert(0, str(ROOT / "examples"))
+    import torch_exec as te
+    import torch_exec.auto as auto
+    from models import TVDenseNet
+    from torch_exec.executor import plain_peak_bytes
+
+    rewrite = auto._running_concatenation
+    rows = []
+    try:
+        for name, (kwargs, batch, side) in AUTO_CASES.items():
+            for enabled in (False, True):
+                auto._running_concatenation = rewrite if enabled else (lambda gm: 0)
+                torch.manual_seed(0)
+                model = TVDenseNet(**kwargs)
+                x = torch.randn(batch, 3, side, side)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    wrapped = te.auto_checkpoint(model, "100%", backend="cpu", sample=(x,))
+                ex = wrapped.executor
+                plain = plain_peak_bytes(ex._last)
+                rows.append({"model": name, "batch": batch, "side": side, "rewrite": enabled, "stages": ex.chain.n,
+                             "min_budget_bytes": ex.min_budget_bytes, "plain_peak_bytes": plain,
+                             "min_fraction": ex.min_budget_bytes / plain, "notes": wrapped.capture.notes})
+                print(f"{name}, rewrite {enabled}: {ex.chain.n} stages, least budget "
+                      f"{ex.min_budget_bytes / plain:.3f} of plain autograd's peak", file=sys.stderr)
+    finally:
+        auto._running_concatenation = rewrite
+    return rows
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    parser.add_argument("--no-auto", action="store_true", help="skip part 3 (needs torch)")
     args = parser.parse_args(argv)
     b64, fine = load("densenet121_b64"), load("densenet121_fine_b32")
     result = {"device": f"CPU: {cpu_description()}",
@@ -141,6 +189,8 @@ def main(argv=None) -> None:
     for name, direct in (("as profiled (copy)", False), ("DenseStage without the copy", True)):
         result["variants"][name] = variant(Chain.from_profile(annotated(b64, direct)), measured)
     result["variants"]["bundled (no saved-bytes fields)"] = variant(Chain.load("densenet121_b64"), measured)
+    if not args.no_auto:
+        result["auto"] = auto_rows()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "densenet_copy.json").write_text(json.dumps(result, indent=1) + "\n")
@@ -182,6 +232,17 @@ def markdown(result: dict) -> str:
             cells += [pct(row["optimal_overhead"]), seq]
         lines.append(f"| {name} | {v['stages']} | {v['model_store_all_peak_bytes'] / GB:.3f} GB | "
                      f"{v['min_feasible_bytes'] / GB:.3f} GB | " + " | ".join(cells) + " |")
+    if result.get("auto"):
+        lines += ["", "## 3. `auto_checkpoint` on a torchvision-layout DenseNet, with and without Note [Running "
+                  "concatenation] (measured on this CPU)", "",
+                  "`examples/models.py`'s `TVDenseNet`, float32, profiled by `torch_exec` on the CPU (its allocator's "
+                  "bytes); the least budget is the exact minimum of the chain found, over plain autograd's measured peak.", "",
+                  "| model | batch, image | rewrite | chain stages | least budget | plain autograd's peak | fraction |",
+                  "|---|---|---|---|---|---|---|"]
+        for r in result["auto"]:
+            lines.append(f"| {r['model']} | {r['batch']}, {r['side']} x {r['side']} | {'yes' if r['rewrite'] else 'no'} "
+                         f"| {r['stages']} | {r['min_budget_bytes'] / 2**20:.2f} MiB | {r['plain_peak_bytes'] / 2**20:.2f} MiB "
+                         f"| {100 * r['min_fraction']:.1f} % |")
     return "\n".join(lines) + "\n"
 
 

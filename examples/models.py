@@ -2,6 +2,8 @@
 any-model tests (``tests/test_auto.py``) check ``auto_checkpoint`` on."""
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -84,6 +86,73 @@ class DenseNet(nn.Module):
         return self.classifier(torch.flatten(x, 1))
 
 
+# ---------------------------------------------------------------------------- torchvision's DenseNet, restated
+class TVDenseLayer(nn.Module):
+    """torchvision.models.densenet._DenseLayer (``memory_efficient=False``): it concatenates the list of
+    earlier feature maps itself, so on one tensor its ``torch.cat`` is a copy."""
+
+    def __init__(self, cin: int, growth: int, bn_size: int = 2, drop_rate: float = 0.0,
+                 memory_efficient: bool = False):
+        super().__init__()
+        self.norm1, self.relu1 = nn.BatchNorm2d(cin), nn.ReLU(inplace=True)
+        self.conv1 = nn.Conv2d(cin, bn_size * growth, 1, bias=False)
+        self.norm2, self.relu2 = nn.BatchNorm2d(bn_size * growth), nn.ReLU(inplace=True)
+        self.conv2 = nn.Conv2d(bn_size * growth, growth, 3, padding=1, bias=False)
+        self.drop_rate, self.memory_efficient = float(drop_rate), memory_efficient
+
+    def bn_function(self, inputs):
+        return self.conv1(self.relu1(self.norm1(torch.cat(inputs, 1))))
+
+    def forward(self, input):
+        prev = [input] if isinstance(input, torch.Tensor) else input
+        new = self.conv2(self.relu2(self.norm2(self.bn_function(prev))))
+        if self.drop_rate > 0:
+            new = F.dropout(new, p=self.drop_rate, training=self.training)
+        return new
+
+
+class TVDenseBlock(nn.ModuleDict):
+    """torchvision's _DenseBlock: every layer reads the list of all earlier feature maps."""
+
+    def forward(self, init):
+        features = [init]
+        for layer in self.values():
+            features.append(layer(features))
+        return torch.cat(features, 1)
+
+
+class TVDenseNet(nn.Module):
+    """torchvision's DenseNet layout (``features`` with stem, dense blocks, transitions and ``norm5``; a
+    Linear ``classifier``; the same forward), small by default; DenseNet-121 is
+    ``TVDenseNet(growth=32, blocks=(6, 12, 24, 16), init=64, classes=1000, bn_size=4)`` (torchvision's
+    stem is a 7x7 stride-2 convolution; here a 3x3 one keeps small inputs usable)."""
+
+    def __init__(self, growth: int = 4, blocks=(3, 2), init: int = 8, classes: int = 10, drop_rate: float = 0.0,
+                 bn_size: int = 2):
+        super().__init__()
+        feats = OrderedDict(conv0=nn.Conv2d(3, init, 3, padding=1, bias=False), norm0=nn.BatchNorm2d(init),
+                            relu0=nn.ReLU(inplace=True), pool0=nn.MaxPool2d(3, 2, 1))
+        c = init
+        for b, n in enumerate(blocks):
+            block = TVDenseBlock()
+            for i in range(n):
+                block[f"denselayer{i + 1}"] = TVDenseLayer(c, growth, bn_size, drop_rate)
+                c += growth
+            feats[f"denseblock{b + 1}"] = block
+            if b < len(blocks) - 1:
+                feats[f"transition{b + 1}"] = nn.Sequential(OrderedDict(
+                    norm=nn.BatchNorm2d(c), relu=nn.ReLU(inplace=True), conv=nn.Conv2d(c, c // 2, 1, bias=False),
+                    pool=nn.AvgPool2d(2, 2)))
+                c //= 2
+        feats["norm5"] = nn.BatchNorm2d(c)
+        self.features = nn.Sequential(feats)
+        self.classifier = nn.Linear(c, classes)
+
+    def forward(self, x):
+        out = F.relu(self.features(x), inplace=True)
+        return self.classifier(torch.flatten(F.adaptive_avg_pool2d(out, (1, 1)), 1))
+
+
 # ---------------------------------------------------------------------------- transformer with a ModuleList
 class Transformer(nn.Module):
     """Token ids in; ``{"logits", "loss"}`` out (the loss when ``targets`` are given)."""
@@ -160,6 +229,11 @@ def make(name: str, batch: int = 4, seed: int = 0):
         x = torch.randn(batch, 3, 16, 16)
         y = torch.randint(0, 10, (batch,))
         return model, (x,), {}, lambda out: F.cross_entropy(out, y)
+    if name == "tvdensenet":
+        model = TVDenseNet()
+        x = torch.randn(batch, 3, 16, 16)
+        y = torch.randint(0, 10, (batch,))
+        return model, (x,), {}, lambda out: F.cross_entropy(out, y)
     if name == "transformer":
         model = Transformer()
         ids = torch.randint(0, 97, (batch, 24))
@@ -172,7 +246,7 @@ def make(name: str, batch: int = 4, seed: int = 0):
         model = gpt2()
         ids = torch.randint(0, 101, (batch, 24))
         return model, (ids,), {"labels": ids, "use_cache": False}, lambda out: out.loss
-    raise KeyError(f"unknown test model {name!r}; one of resnet, densenet, transformer, gated, gpt2")
+    raise KeyError(f"unknown test model {name!r}; one of resnet, densenet, tvdensenet, transformer, gated, gpt2")
 
 
-NAMES = ("resnet", "densenet", "transformer", "gpt2")
+NAMES = ("resnet", "densenet", "tvdensenet", "transformer", "gpt2")

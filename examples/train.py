@@ -4,7 +4,7 @@
     python examples/train.py --model gpt2 --budget 60% --steps 5  # transformers' GPT-2 (small config)
     python examples/train.py --model tv:resnet50 --batch 64 --size 224 --budget 8GiB --device cuda
 
-``--model``: one of the models in ``examples/models.py`` (resnet, densenet, transformer, gated, gpt2)
+``--model``: one of the models in ``examples/models.py`` (resnet, densenet, tvdensenet, transformer, gated, gpt2)
 or ``tv:<name>`` for a torchvision model (needs torchvision). The model is wrapped with ONE call,
 ``torch_exec.auto_checkpoint(model, budget)``, and trained as usual; the first step captures the
 graph, profiles the stages and solves the plan (printed); later steps reuse it.
@@ -29,7 +29,7 @@ from gpusolve import InfeasibleBudgetError, format_bytes  # noqa: E402
 from gpusolve.cli import attach_dash_values  # noqa: E402
 from gpusolve.units import parse_bytes, parse_percentage  # noqa: E402
 
-MODELS = ("resnet", "densenet", "transformer", "gated", "gpt2")
+MODELS = ("resnet", "densenet", "tvdensenet", "transformer", "gated", "gpt2")
 
 
 class Parser(argparse.ArgumentParser):

@@ -66,13 +66,21 @@ class Curve:
 
 
 @dataclass
-class Plan:
-    """The result of :func:`solve`. Times in ms, sizes in bytes, ``solve_seconds`` wall-clock seconds.
+class PlanBase:
+    """The fields and the ``overhead`` of every solver's plan: :class:`Plan` (and the offload solver's
+    subclass) and :class:`gpusolve.join.JoinPlan`, which re-declares ``policy``, ``store_all_time_ms``
+    and ``backend`` (Note [Plan fields]). Each subclass has ``min_feasible_bytes``, ``summary()`` and
+    ``to_dict()`` (through :func:`plan_summary` and :func:`plan_dict`).
 
-    ``timings``: seconds per phase of the solve (``"dp"`` table fill, ``"recover"`` policy
-    recovery, ``"setup"`` backend/bucket/problem, ``"schedule"`` schedules and exact checks,
-    ``"minimum"`` when the minimum budget was computed, backend-specific keys). ``notes``: what
-    decided the plan and anything the user should know.
+    Note [Plan fields]
+        The fields are declared here as :class:`Plan` has them, in its positional order. ``notes``
+        and ``timings`` are keyword-only, so that a subclass may add a required field after them
+        (``JoinPlan.min_feasible_bytes``, passed positionally right after ``store_all_time_ms``). A
+        join plan's ``policy`` is a :data:`gpusolve.join.JoinPolicy`, its ``policy`` and
+        ``store_all_time_ms`` have no default and its ``backend`` is keyword-only with default
+        ``"cpu"``; tests/test_plan_fields.py pins these and fails on any other divergence. Both
+        classes take their first 13 arguments positionally (``Plan`` up to ``bytes_per_state``,
+        ``JoinPlan`` up to ``decided_by``) and the rest by keyword only.
     """
 
     feasible: bool
@@ -87,11 +95,30 @@ class Plan:
     schedule: list[Op]
     policy: Policy | None = None
     store_all_time_ms: float = 0.0
+    notes: list[str] = field(default_factory=list, kw_only=True)
+    timings: dict = field(default_factory=dict, kw_only=True)
+
+    @property
+    def overhead(self) -> float:
+        """Predicted time over plain autograd's, minus 1 (0.16 = 16 % slower)."""
+        return overhead(self.predicted_time_ms, self.store_all_time_ms)
+
+
+@dataclass
+class Plan(PlanBase):
+    """The result of :func:`solve`. Times in ms, sizes in bytes, ``solve_seconds`` wall-clock seconds.
+
+    ``timings``: seconds per phase of the solve (``"dp"`` table fill, ``"recover"`` policy
+    recovery, ``"setup"`` backend/bucket/problem, ``"schedule"`` schedules and exact checks,
+    ``"minimum"`` when the minimum budget was computed, backend-specific keys). ``notes``: what
+    decided the plan and anything the user should know. The fields of :class:`PlanBase`, then
+    ``bytes_per_state`` (table bytes per DP state) and the ``chain`` and ``known_min_bytes`` behind
+    :attr:`min_feasible_bytes`.
+    """
+
     bytes_per_state: int = BYTES_PER_STATE
-    notes: list[str] = field(default_factory=list)
-    timings: dict = field(default_factory=dict)
-    chain: Chain | None = field(default=None, repr=False, compare=False)
-    known_min_bytes: int | None = field(default=None, repr=False)
+    chain: Chain | None = field(default=None, repr=False, compare=False, kw_only=True)
+    known_min_bytes: int | None = field(default=None, repr=False, kw_only=True)
 
     @property
     def min_feasible_bytes(self) -> int:
@@ -101,11 +128,6 @@ class Plan:
                 raise ValueError("this plan has no chain to compute its minimum feasible budget from")
             self.known_min_bytes = min_feasible_bytes(self.chain)
         return self.known_min_bytes
-
-    @property
-    def overhead(self) -> float:
-        """Predicted time over plain autograd's, minus 1 (0.16 = 16 % slower)."""
-        return overhead(self.predicted_time_ms, self.store_all_time_ms)
 
     def summary(self) -> str:
         """A few human-readable lines."""

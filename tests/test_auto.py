@@ -22,7 +22,7 @@ from torch_exec.meter import measure_peak  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::torch_exec.CPUTimingWarning", "ignore::gpusolve.FallbackWarning")
 
-MODELS = ["resnet", "densenet", "transformer",
+MODELS = ["resnet", "densenet", "tvdensenet", "transformer",
           pytest.param("gpt2", marks=pytest.mark.skipif(
               __import__("importlib").util.find_spec("transformers") is None, reason="transformers not installed"))]
 

@@ -253,7 +253,7 @@ def test_profiles_json_and_counts():
     for r in records.values():
         assert r["stages"] + r["merged_in_place"] + r["merged_unsaved"] == r["profiled_stages"]
         assert r["device"] and r["store_all_peak_bytes"] > 0 and Path(r["path"]).is_file()
-    for name, r in records.items():
+    for r in records.values():
         reference = json.loads(Path(r["path"]).read_text())["reference"]["store_all_peak_bytes"]
         assert r["measured_store_all_peak_bytes"] == reference
     human = run("profiles")

@@ -1,14 +1,17 @@
-"""Note [Dense layers without the copy] (torch_exec/split.py) and the bundled DenseNet profiles' excess.
+"""Note [Dense layers without the copy] (torch_exec/split.py), Note [Running concatenation]
+(torch_exec/auto.py) and the bundled DenseNet profiles' excess.
 
-``TVDenseLayer`` restates torchvision's ``_DenseLayer`` (``memory_efficient=False``): it concatenates its
-list input itself, so on one tensor its ``torch.cat`` is a copy of the input. Called that way inside a
-chain stage, no backward saves the stage's input, and the profile fuses whole dense blocks.
+``examples/models.py``'s ``TVDenseLayer`` restates torchvision's ``_DenseLayer`` (``memory_efficient=False``):
+it concatenates its list input itself, so on one tensor its ``torch.cat`` is a copy of the input. Called
+that way inside a chain stage, no backward saves the stage's input, and the profile fuses whole dense
+blocks. ``TVDenseNet`` is torchvision's layout and forward (torchvision is not a test dependency).
 """
 from __future__ import annotations
 
 import copy
 import json
-from collections import OrderedDict
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -16,59 +19,17 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+from models import TVDenseLayer, TVDenseNet  # noqa: E402  (examples/models.py)
+
 import torch_exec as te  # noqa: E402
 from conftest import PROFILES  # noqa: E402
 from gpusolve import Chain, store_all_peak_bytes  # noqa: E402
 from gpusolve.schedule import OpKind, segments_policy  # noqa: E402
+from torch_exec.executor import plain_peak_bytes  # noqa: E402
 from torch_exec.split import DenseStage, split_model  # noqa: E402
 
 DT = torch.float64
-
-
-class TVDenseLayer(nn.Module):
-    """torchvision.models.densenet._DenseLayer, restated (torchvision is not a test dependency)."""
-
-    def __init__(self, cin, growth, bn_size=2, drop_rate=0.0, memory_efficient=False):
-        super().__init__()
-        self.norm1, self.relu1 = nn.BatchNorm2d(cin), nn.ReLU(inplace=True)
-        self.conv1 = nn.Conv2d(cin, bn_size * growth, 1, bias=False)
-        self.norm2, self.relu2 = nn.BatchNorm2d(bn_size * growth), nn.ReLU(inplace=True)
-        self.conv2 = nn.Conv2d(bn_size * growth, growth, 3, padding=1, bias=False)
-        self.drop_rate, self.memory_efficient = float(drop_rate), memory_efficient
-
-    def bn_function(self, inputs):
-        return self.conv1(self.relu1(self.norm1(torch.cat(inputs, 1))))
-
-    def forward(self, input):
-        prev = [input] if isinstance(input, torch.Tensor) else input
-        new = self.conv2(self.relu2(self.norm2(self.bn_function(prev))))
-        if self.drop_rate > 0:
-            new = F.dropout(new, p=self.drop_rate, training=self.training)
-        return new
-
-
-class TVDenseNet(nn.Module):
-    """torchvision's DenseNet layout (features with dense blocks and transitions, a Linear classifier)."""
-
-    def __init__(self, growth=4, blocks=(3, 2), init=8, classes=5, drop_rate=0.0):
-        super().__init__()
-        feats = OrderedDict(conv0=nn.Conv2d(3, init, 3, padding=1, bias=False), norm0=nn.BatchNorm2d(init),
-                            relu0=nn.ReLU(inplace=True), pool0=nn.MaxPool2d(3, 2, 1))
-        c = init
-        for b, n in enumerate(blocks):
-            block = nn.ModuleDict()
-            for i in range(n):
-                block[f"denselayer{i + 1}"] = TVDenseLayer(c, growth, drop_rate=drop_rate)
-                c += growth
-            feats[f"denseblock{b + 1}"] = block
-            if b < len(blocks) - 1:
-                feats[f"transition{b + 1}"] = nn.Sequential(OrderedDict(
-                    norm=nn.BatchNorm2d(c), relu=nn.ReLU(inplace=True), conv=nn.Conv2d(c, c // 2, 1, bias=False),
-                    pool=nn.AvgPool2d(2, 2)))
-                c //= 2
-        feats["norm5"] = nn.BatchNorm2d(c)
-        self.features = nn.Sequential(feats)
-        self.classifier = nn.Linear(c, classes)
 
 
 def _step(fn, layer, x):
@@ -95,6 +56,15 @@ def test_dense_stage_equals_calling_the_layer_bit_for_bit(drop_rate):
         assert torch.equal(a, b)
     for a, b in zip(layer.buffers(), twin.buffers()):  # BatchNorm statistics updated alike
         assert torch.equal(a, b)
+
+
+def test_dense_stage_calls_a_layer_with_hooks_of_its_own():
+    layer = TVDenseLayer(4, 2).to(DT)
+    seen = []
+    layer.register_forward_hook(lambda mod, args, out: seen.append(args[0]))
+    x = torch.randn(1, 4, 3, 3, dtype=DT)
+    DenseStage(layer)(x)
+    assert len(seen) == 1 and seen[0] is x
 
 
 def test_dense_stage_calls_layers_it_does_not_recognise():
@@ -158,3 +128,73 @@ def test_bundled_densenet_excess_is_the_boundaries_no_backward_saves():
         assert abs(excess - explained) <= 0.005 * excess, name
         model = store_all_peak_bytes(Chain.from_profile(data))
         assert model > 1.25 * data["reference"]["store_all_peak_bytes"]  # documented, conservative
+
+
+# ---------------------------------------------------------------------------- auto_checkpoint on dense connectivity
+def _auto(model, x):
+    wrapped = te.auto_checkpoint(model, "1GiB", backend="cpu", sample=(x,))
+    return wrapped, wrapped.executor.chain
+
+
+def test_running_concatenation_gives_a_cut_between_dense_layers():
+    """Without the rewrite every earlier feature map crosses each point of a block: the 5 dense layers
+    of TVDenseNet(blocks=(3, 2)) sit inside 2 stages and the least budget is most of plain autograd's
+    peak; with it, each dense layer gets a cut (bench/results/densenet_copy.md, part 3)."""
+    torch.manual_seed(0)
+    model = TVDenseNet(blocks=(3, 2)).to(DT)
+    x = torch.randn(4, 3, 16, 16, dtype=DT)
+    wrapped, chain = _auto(model, x)
+    assert any("5 concatenation(s) extend the one before" in note for note in wrapped.capture.notes)
+    dense_stages = [name for name in chain.names if "denselayer" in name or "denseblock" in name]
+    assert len(dense_stages) >= 5, chain.names
+    assert wrapped.executor.min_budget_bytes < 0.7 * plain_peak_bytes(wrapped.executor._last)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_running_concatenation_trains_like_plain_autograd_bit_for_bit(dtype):
+    torch.manual_seed(0)
+    model = TVDenseNet(blocks=(4, 3), drop_rate=0.2).to(dtype)
+    reference = copy.deepcopy(model)
+    x = torch.randn(4, 3, 16, 16, dtype=dtype)
+    y = torch.randint(0, 10, (4,))
+    wrapped, chain = _auto(model, x)
+    lo, hi = wrapped.executor.min_budget_bytes, plain_peak_bytes(wrapped.executor._last)
+    wrapped.replan(int(lo + 0.3 * (hi - lo)))
+    assert sum(op.kind in (OpKind.FWD_NOGRAD, OpKind.FWD_TAPE) for op in wrapped.plan.schedule) > chain.n
+    for step in range(2):
+        torch.manual_seed(step)
+        loss = F.cross_entropy(wrapped(x), y)
+        loss.backward()
+        torch.manual_seed(step)
+        ref_loss = F.cross_entropy(reference(x), y)
+        ref_loss.backward()
+        assert torch.equal(loss, ref_loss)
+    for (name, p), (_, q) in zip(model.named_parameters(), reference.named_parameters()):
+        assert torch.equal(p.grad, q.grad), name
+    for (name, a), (_, b) in zip(model.named_buffers(), reference.named_buffers()):
+        assert torch.equal(a, b), name
+
+
+class WritesIntoAFeature(nn.Module):
+    """A concatenation that must not be rewritten: the shared feature map changes in between, through a
+    view (export rewires a whole-tensor write's later uses to its result, but not a view's)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = nn.Conv2d(2, 2, 1), nn.Conv2d(2, 2, 1), nn.Conv2d(4, 2, 1)
+
+    def forward(self, x):
+        f0 = self.a(x)
+        first = torch.cat([f0], 1)
+        g = self.b(first)
+        f0[:, :1].mul_(2.0)
+        return self.c(torch.cat([f0, g], 1)).sum() + first.sum()
+
+
+def test_running_concatenation_skips_a_list_written_in_between():
+    torch.manual_seed(0)
+    model = WritesIntoAFeature().to(DT)
+    x = torch.randn(2, 2, 4, 4, dtype=DT)
+    wrapped, _ = _auto(model, x)
+    assert not any("concatenation" in note for note in wrapped.capture.notes)
+    assert torch.equal(wrapped(x), model(x))

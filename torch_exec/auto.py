@@ -22,6 +22,17 @@ Note [Cut points]
     The last stage returns every carrying tensor of the model's output; the output's structure
     (tuple, dict, a ``CausalLMOutput``) is rebuilt around them.
 
+Note [Running concatenation]
+    Dense connectivity (torchvision's DenseNet: each layer reads ``torch.cat(features)`` of every
+    earlier feature map, and the block returns the ``cat`` of all of them) leaves all earlier
+    feature maps crossing every point inside a block, so no cut exists there and a whole block
+    becomes one stage. Before the cuts are found, a ``cat`` whose tensor list extends the list of an
+    earlier ``cat`` (same dimension) is rewritten to concatenate that earlier result with the new
+    tensors: ``cat([f0, f1, f2]) -> cat([cat([f0, f1]), f2])``. The values are the same bit for bit
+    (a ``cat`` copies), the gradients sum the same terms in the same order, and only the latest
+    concatenation then crosses between two layers: one tensor, a valid cut. A rewrite is skipped
+    when anything writes in place into the earlier result or into one of the shared tensors.
+
 Note [Sharing the model's state]
     The wrapper shares the model's ``_parameters``, ``_buffers`` and ``_modules`` dictionaries, so
     ``parameters()``, ``named_parameters()``, ``state_dict()`` and ``load_state_dict()`` see exactly
@@ -178,6 +189,52 @@ def _module_path(node: fx.Node) -> str:
 
 def _node_inputs(node: fx.Node) -> list[fx.Node]:
     return list(node.all_input_nodes)
+
+
+def _cat_parts(node: fx.Node):
+    """(tensor list, dimension) of an ``aten.cat`` node with a normalised dimension, else None."""
+    if node.op != "call_function" or node.target is not torch.ops.aten.cat.default:
+        return None
+    tensors = node.args[0]
+    if not isinstance(tensors, (list, tuple)) or not all(isinstance(t, fx.Node) for t in tensors):
+        return None
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+    val = node.meta.get("val")
+    if isinstance(val, torch.Tensor) and isinstance(dim, int) and dim < 0:
+        dim += val.dim()
+    return list(tensors), dim
+
+
+def _running_concatenation(gm: fx.GraphModule) -> int:
+    """Note [Running concatenation]: rewrite every ``cat`` that extends an earlier one; the count."""
+    nodes = list(gm.graph.nodes)
+    base = {}
+    for n in nodes:
+        ins = _node_inputs(n)
+        base[n] = base.get(ins[0], ins[0]) if _is_view(n) and ins else n
+    written = {base.get(t, t) for n in nodes for t in _written_args(n)}
+    earlier: list[tuple[fx.Node, list, object]] = []  # (cat node, its original list, dim)
+    rewritten = 0
+    for n in nodes:
+        parts = _cat_parts(n)
+        if parts is None:
+            continue
+        tensors, dim = parts
+        best = None
+        for node, prefix, pdim in earlier:
+            if (pdim == dim and len(prefix) < len(tensors) and tensors[:len(prefix)] == prefix
+                    and (best is None or len(prefix) > len(best[1]))
+                    and base[node] not in written and not any(base[t] in written for t in prefix)):
+                best = (node, prefix)
+        earlier.append((n, tensors, dim))
+        if best is not None:
+            node, prefix = best
+            n.args = ([node] + tensors[len(prefix):], *n.args[1:])
+            rewritten += 1
+    if rewritten:
+        gm.graph.lint()
+        gm.recompile()
+    return rewritten
 
 
 class _Graph:
@@ -341,6 +398,7 @@ def _subgraph(gm: fx.GraphModule, nodes: list, inputs: list, outputs: list, sing
 def _capture_export(model: nn.Module, args: tuple, kwargs: dict, max_stages: int) -> Capture:
     ep = _export(model, args, kwargs)
     gm = ep.module()
+    concatenations = _running_concatenation(gm)
     in_spec = ep.call_spec.in_spec
     kw_order = list(in_spec.child(1).context) if in_spec.num_children == 2 else []
     flat = pytree.tree_leaves((args, {k: kwargs[k] for k in kw_order}))
@@ -414,6 +472,8 @@ def _capture_export(model: nn.Module, args: tuple, kwargs: dict, max_stages: int
         stages[0].n_carried = 0
     notes = [(f"captured with torch.export: {len(g.main)} operations carry gradient, {len(positions)} valid cuts, "
               f"{len(stages)} stages kept (max_stages={max_stages})")]
+    if concatenations:
+        notes.append(f"{concatenations} concatenation(s) extend the one before (Note [Running concatenation])")
     return Capture(method="export", prologue=prologue, stages=stages, side=side, chain_input=chain_input,
                    outputs=outputs, out_spec=ep.call_spec.out_spec, kw_order=kw_order,
                    tensors=_model_tensors(model), notes=notes)

@@ -24,9 +24,7 @@ import numpy as np
 
 from ..dp.buckets import HOST_MEMORY_FRACTION, available_host_bytes, check_user_bucket
 from ..errors import InfeasibleBudgetError
-from ..schedule import Op
-from ..simulate import overhead
-from ..solve import Curve, exact_bytes, pick_kernel_backend, plan_dict, plan_summary
+from ..solve import Curve, PlanBase, exact_bytes, pick_kernel_backend, plan_dict, plan_summary
 from ..units import format_bytes, parse_budget
 from .baselines import equiv_chain, split_budget, store_all
 from .bytesim import simulate_join, store_all_join_peak_bytes
@@ -39,31 +37,19 @@ JOIN_BACKENDS = ("cpu", "cuda", "auto")
 
 
 @dataclass
-class JoinPlan:
-    """The result of :func:`solve_join` (times ms, sizes bytes), like :class:`gpusolve.Plan`."""
+class JoinPlan(PlanBase):
+    """The result of :func:`solve_join` (times ms, sizes bytes), like :class:`gpusolve.Plan`: the
+    fields of :class:`gpusolve.solve.PlanBase`, three of them re-declared (Note [Plan fields]), then
+    its own. Positionally: the six sizes, ``solve_seconds``, ``curve``, ``schedule``, ``policy``,
+    ``store_all_time_ms``, ``min_feasible_bytes``, ``decided_by``; the rest by keyword."""
 
-    feasible: bool
-    predicted_time_ms: float
-    predicted_peak_bytes: int
-    budget_bytes: int
-    bucket_bytes: int
-    buckets: int
-    solve_seconds: float
-    curve: Curve
-    schedule: list[Op]
-    policy: JoinPolicy | None
-    store_all_time_ms: float
+    # Re-declared (Note [Plan fields]); field(), as a bare annotation would keep PlanBase's default.
+    policy: JoinPolicy | None = field()
+    store_all_time_ms: float = field()
+    backend: str = field(default="cpu", kw_only=True)
     min_feasible_bytes: int
     decided_by: str = ""
-    notes: list[str] = field(default_factory=list)
-    timings: dict = field(default_factory=dict)
-    net: JoinNet | None = field(default=None, repr=False, compare=False)
-    backend: str = "cpu"
-
-    @property
-    def overhead(self) -> float:
-        """Predicted time over plain autograd's, minus 1."""
-        return overhead(self.predicted_time_ms, self.store_all_time_ms)
+    net: JoinNet | None = field(default=None, repr=False, compare=False, kw_only=True)
 
     def summary(self) -> str:
         return plan_summary(self, f"join of {self.net.k if self.net else '?'} branches, budget "

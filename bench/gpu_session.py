@@ -31,6 +31,9 @@ the git-ignored ``.whl/`` and carry that folder::
 Without it the solver stage runs cuda and cpu only, and its log says so. ``--dry-run`` prints each
 step's command without running it. Nothing here decides a figure: the bench scripts record theirs
 (device, date, command) and the results still have to be read and copied to ``bench/results/``.
+Back here, ``python bench/profile_reference.py <the profile_*.json of stages 3-4> --name
+profile_reference_<gpu>`` puts ``torch_exec``'s own profiles beside their whole-chain references (the
+bundled DenseNet profiles' summed no-grad forward is 25-30 % above theirs: is ours?).
 """
 from __future__ import annotations
 

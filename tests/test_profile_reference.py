@@ -1,0 +1,35 @@
+"""bench/profile_reference.py: the model beside each profile's whole-chain reference."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+import profile_reference as bench  # noqa: E402
+
+from gpusolve import Chain, profiles, store_all_peak_bytes  # noqa: E402
+
+
+def test_bundled_rows_pair_the_model_with_the_measured_reference(tmp_path):
+    bench.main(["--out", str(tmp_path)])
+    result = json.loads((tmp_path / "profile_reference.json").read_text())
+    assert [r["profile"] for r in result["profiles"]] == profiles.names()
+    for r in result["profiles"]:
+        chain = Chain.load(r["profile"])
+        assert r["peak_bytes"] == [store_all_peak_bytes(chain), chain.provenance["reference"]["store_all_peak_bytes"]]
+        assert r["nograd_forward_ms"][0] == pytest.approx(float(chain.t_fwd_nograd.sum()))
+    text = (tmp_path / "profile_reference.md").read_text()
+    assert "| densenet121_b64 | NVIDIA H100 80GB HBM3 | 67 |" in text and "(+27.5 %)" in text
+
+
+def test_a_profile_without_a_reference_is_refused(tmp_path):
+    data = json.loads((profiles.DIRECTORY / "resnet50_b128.json").read_text())
+    del data["reference"]["nograd_forward_ms"]
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(SystemExit, match="lacks nograd_forward_ms"):
+        bench.main([str(path), "--out", str(tmp_path), "--name", "x"])

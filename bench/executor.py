@@ -5,8 +5,9 @@
     python bench/executor.py --quick --device cpu --out /tmp/bench   # tiny smoke run of every code path
 
 Networks (float32, training mode): torchvision DenseNet-121 (batch 64), ResNet-50 (batch 128),
-VGG-16 (batch 64), all 224x224, and a GPT-2-small-like stack written in plain torch (batch 8, 1024
-tokens). Budgets: 100 %, 70 %, 50 %, 35 % of the measured store-all activation peak, and 1.1x the
+VGG-16 (batch 64), all 224x224, and transformers' GPT-2 small (``GPT2LMHeadModel``, batch 8, 1024
+tokens, cut by ``torch_exec.split.gpt2_hf_stages``); ``--networks gpt2-like`` runs the same stack
+written in plain torch instead. Budgets: 100 %, 70 %, 50 %, 35 % of the measured store-all activation peak, and 1.1x the
 minimum feasible budget of the profiled chain. Methods:
 - ``gpusolve``: :class:`torch_exec.CheckpointedSequential` with the solved plan;
 - ``checkpoint_sequential``: ``torch.utils.checkpoint.checkpoint_sequential`` for several segment
@@ -44,14 +45,15 @@ from torch import nn  # noqa: E402
 
 import torch_exec as te  # noqa: E402
 from gpusolve import Chain, solve  # noqa: E402
-from gpusolve.chain import BYTE_FIELDS, TIME_FIELDS  # noqa: E402
+from gpusolve.chain import ALL_BYTE_FIELDS, TIME_FIELDS  # noqa: E402
 from gpusolve.dp.minpeak import min_feasible_bytes  # noqa: E402
 from gpusolve.schedule import segments_policy  # noqa: E402
 from gpusolve.simulate import simulate, store_all_peak_bytes  # noqa: E402
-from torch_exec.split import gpt2_stages, split_model  # noqa: E402
+from torch_exec.split import gpt2_hf_stages, gpt2_stages, split_model  # noqa: E402
 from _common import command_line, slug  # noqa: E402  (same folder)
 
-NETWORKS = ("densenet121", "resnet50", "vgg16", "gpt2")
+NETWORKS = ("densenet121", "resnet50", "vgg16", "gpt2", "gpt2-like")
+DEFAULT_NETWORKS = NETWORKS[:4]
 FRACTIONS = (1.0, 0.7, 0.5, 0.35)
 COST_MODELS = ("profiled", "uniform_memory", "uniform_compute", "uniform")
 
@@ -71,6 +73,13 @@ def build(name: str, device, quick: bool):
     """(stages, input, description) of a network; quick: tiny sizes for a smoke run."""
     g = torch.Generator().manual_seed(0)
     if name == "gpt2":
+        batch, tokens = (2, 64) if quick else (8, 1024)
+        model = _gpt2_small(quick)
+        x = torch.randint(0, model.config.vocab_size, (batch, tokens), generator=g).to(device)
+        stages = gpt2_hf_stages(model.to(device), labels=x)
+        c = model.config
+        return stages, x, f"transformers GPT2LMHeadModel {c.n_layer}x{c.n_embd}, batch {batch}, {tokens} tokens"
+    if name == "gpt2-like":
         batch, tokens, vocab = (2, 64, 512) if quick else (8, 1024, 50257)
         layers, width, heads = (2, 64, 4) if quick else (12, 768, 12)
         x = torch.randint(0, vocab, (batch, tokens), generator=g).to(device)
@@ -88,6 +97,21 @@ def build(name: str, device, quick: bool):
     y = torch.randint(0, 1000 if not quick else 10, (batch,), generator=g).to(device)
     stages = split_model(model, targets=y).to(device)
     return stages, x, f"{name}, batch {batch}, {size}x{size}"
+
+
+def _gpt2_small(quick: bool):
+    """transformers' GPT2LMHeadModel with GPT-2 small's configuration (124 M parameters, context 1024,
+    dropout 0.1, sdpa attention), random weights; quick: a tiny one."""
+    try:
+        from transformers import GPT2Config, GPT2LMHeadModel
+        from transformers.utils import logging
+    except Exception as err:
+        raise SystemExit(f"bench/executor.py needs transformers for gpt2 ({type(err).__name__}: {err}); install it, "
+                         f"or run --networks gpt2-like (the same stack in plain torch)") from None
+    logging.set_verbosity_error()
+    torch.manual_seed(0)
+    config = GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=512, n_positions=64) if quick else GPT2Config()
+    return GPT2LMHeadModel(config)
 
 
 def _quick_cnn(name):
@@ -166,7 +190,7 @@ def with_cost_model(chain: Chain, kind: str) -> Chain:
         for key in TIME_FIELDS:
             data[key] = [float(np.mean(data[key]))] * chain.n
     if kind in ("uniform_memory", "uniform"):
-        for key in BYTE_FIELDS:
+        for key in ALL_BYTE_FIELDS:  # bwd_tape <= tape per stage, so their means (rounded alike) keep it
             data[key] = [int(round(np.mean(data[key])))] * chain.n
     return Chain.from_dict(data)
 
@@ -310,7 +334,9 @@ def write_report(records, errors, args, command):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--networks", nargs="+", default=list(NETWORKS), choices=NETWORKS)
+    parser.add_argument("--networks", nargs="+", default=list(DEFAULT_NETWORKS), choices=NETWORKS,
+                        help="gpt2: transformers' GPT2LMHeadModel (GPT-2 small); gpt2-like: the same stack in plain "
+                             "torch (torch_exec.split.gpt2_stages); default: all but gpt2-like")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)

@@ -63,8 +63,8 @@ def markdown(result: dict) -> str:
     lines += ["", "The DenseNet memory excess is the tensors no backward saves, which profiles without saved-bytes "
               "fields count as held (`bench/results/densenet_copy.md`). The DenseNets' summed `t_fwd_nograd` exceeds "
               "the measured whole no-grad forward by a quarter or more, on ResNet-50 and VGG-16 by about 1 %: in "
-              "the model every recomputation on these two profiles likely costs more than it does, so their plans' "
-              "predicted overheads are likely upper bounds. Finding the cause needs a GPU: `torch_exec`'s profiler records "
+              "the model every recomputation on these two profiles costs more than the whole pass suggests, so their "
+              "plans' predicted overheads are likely upper bounds. Finding the cause needs a GPU: `torch_exec`'s profiler records "
               "the same reference, so `python bench/profile_reference.py <its profile files>` checks it."]
     return "\n".join(lines) + "\n"
 

@@ -7,6 +7,7 @@ from collections import OrderedDict
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from torch_exec.split import Block
 
@@ -87,9 +88,10 @@ class DenseNet(nn.Module):
 
 
 # ---------------------------------------------------------------------------- torchvision's DenseNet, restated
-class TVDenseLayer(nn.Module):
-    """torchvision.models.densenet._DenseLayer (``memory_efficient=False``): it concatenates the list of
-    earlier feature maps itself, so on one tensor its ``torch.cat`` is a copy."""
+class _DenseLayer(nn.Module):
+    """torchvision.models.densenet._DenseLayer, restated under its own name (``DenseStage`` recognises
+    the class by it): it concatenates the list of earlier feature maps itself, so on one tensor its
+    ``torch.cat`` is a copy; ``memory_efficient`` checkpoints that concatenation and ``conv1``."""
 
     def __init__(self, cin: int, growth: int, bn_size: int = 2, drop_rate: float = 0.0,
                  memory_efficient: bool = False):
@@ -105,10 +107,17 @@ class TVDenseLayer(nn.Module):
 
     def forward(self, input):
         prev = [input] if isinstance(input, torch.Tensor) else input
-        new = self.conv2(self.relu2(self.norm2(self.bn_function(prev))))
+        if self.memory_efficient and any(t.requires_grad for t in prev):
+            bottleneck = checkpoint(lambda *inputs: self.bn_function(list(inputs)), *prev, use_reentrant=False)
+        else:
+            bottleneck = self.bn_function(prev)
+        new = self.conv2(self.relu2(self.norm2(bottleneck)))
         if self.drop_rate > 0:
             new = F.dropout(new, p=self.drop_rate, training=self.training)
         return new
+
+
+TVDenseLayer = _DenseLayer
 
 
 class TVDenseBlock(nn.ModuleDict):
@@ -147,6 +156,14 @@ class TVDenseNet(nn.Module):
         feats["norm5"] = nn.BatchNorm2d(c)
         self.features = nn.Sequential(feats)
         self.classifier = nn.Linear(c, classes)
+        for m in self.modules():  # torchvision's initialisation
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight)
+            elif isinstance(m, nn.BatchNorm2d):
+                nn.init.constant_(m.weight, 1)
+                nn.init.constant_(m.bias, 0)
+            elif isinstance(m, nn.Linear):
+                nn.init.constant_(m.bias, 0)
 
     def forward(self, x):
         out = F.relu(self.features(x), inplace=True)

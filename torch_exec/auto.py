@@ -29,9 +29,13 @@ Note [Running concatenation]
     becomes one stage. Before the cuts are found, a ``cat`` whose tensor list extends the list of an
     earlier ``cat`` (same dimension) is rewritten to concatenate that earlier result with the new
     tensors: ``cat([f0, f1, f2]) -> cat([cat([f0, f1]), f2])``. The values are the same bit for bit
-    (a ``cat`` copies), the gradients sum the same terms in the same order, and only the latest
-    concatenation then crosses between two layers: one tensor, a valid cut. A rewrite is skipped
-    when anything writes in place into the earlier result or into one of the shared tensors.
+    (a ``cat`` copies) and only the latest concatenation then crosses between two layers: one tensor,
+    a valid cut. The gradients sum the same terms; where each shared tensor is read only by the
+    concatenations (DenseNet) they also sum them in the same order, so they are bitwise equal, and
+    otherwise equal up to the order of summation. A rewrite is skipped when the two results' dtypes
+    differ (promotion could round the shared tensors differently) and when anything may write in
+    place into the earlier result or a shared tensor (through a view, a list argument, or inside an
+    exported ``no_grad``/autocast region, whose inputs all count as written).
 
 Note [Sharing the model's state]
     The wrapper shares the model's ``_parameters``, ``_buffers`` and ``_modules`` dictionaries, so
@@ -146,8 +150,12 @@ def _schema(node: fx.Node):
     return getattr(node.target, "_schema", None) if node.op == "call_function" else None
 
 
-def _written_args(node: fx.Node) -> list[fx.Node]:
-    """Input nodes an ATen op writes into (in-place and out= arguments)."""
+def _written_args(node: fx.Node, opaque: bool = False) -> list[fx.Node]:
+    """Input nodes an ATen op writes into (in-place and out= arguments, single tensors or lists). With
+    ``opaque``, every tensor input of a higher-order op (export's ``no_grad``/autocast regions, whose
+    sub-graph may write into them) counts as written too."""
+    if opaque and node.op == "call_function" and isinstance(node.target, torch._ops.HigherOrderOperator):
+        return [a for a in _node_inputs(node) if _is_tensor_value(a)]
     schema = _schema(node)
     if schema is None:
         return []
@@ -157,8 +165,8 @@ def _written_args(node: fx.Node) -> list[fx.Node]:
         if info is None or not info.is_write:
             continue
         value = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
-        if isinstance(value, fx.Node):
-            out.append(value)
+        values = value if isinstance(value, (list, tuple)) else [value]
+        out += [v for v in values if isinstance(v, fx.Node)]
     return out
 
 
@@ -212,21 +220,22 @@ def _running_concatenation(gm: fx.GraphModule) -> int:
     for n in nodes:
         ins = _node_inputs(n)
         base[n] = base.get(ins[0], ins[0]) if _is_view(n) and ins else n
-    written = {base.get(t, t) for n in nodes for t in _written_args(n)}
-    earlier: list[tuple[fx.Node, list, object]] = []  # (cat node, its original list, dim)
+    written = {base.get(t, t) for n in nodes for t in _written_args(n, opaque=True)}
+    earlier: list[tuple[fx.Node, list, object, object]] = []  # (cat node, its original list, dim, dtype)
     rewritten = 0
     for n in nodes:
         parts = _cat_parts(n)
         if parts is None:
             continue
         tensors, dim = parts
+        dtype = getattr(n.meta.get("val"), "dtype", None)
         best = None
-        for node, prefix, pdim in earlier:
-            if (pdim == dim and len(prefix) < len(tensors) and tensors[:len(prefix)] == prefix
-                    and (best is None or len(prefix) > len(best[1]))
+        for node, prefix, pdim, pdtype in earlier:
+            if (pdim == dim and pdtype == dtype is not None and len(prefix) < len(tensors)
+                    and tensors[:len(prefix)] == prefix and (best is None or len(prefix) > len(best[1]))
                     and base[node] not in written and not any(base[t] in written for t in prefix)):
                 best = (node, prefix)
-        earlier.append((n, tensors, dim))
+        earlier.append((n, tensors, dim, dtype))
         if best is not None:
             node, prefix = best
             n.args = ([node] + tensors[len(prefix):], *n.args[1:])
@@ -304,7 +313,7 @@ class _Graph:
             base[n] = base[ins[0]] if _is_view(n) and ins else n
         written_after = {}  # base -> index of the last node writing into it
         for i, n in enumerate(main):
-            for target in _written_args(n):
+            for target in _written_args(n, opaque=True):
                 if target in base:
                     written_after[base[target]] = i
         positions, crossing = [], []

@@ -23,14 +23,26 @@ from torch import nn
 # that ``cat`` of a single tensor is a copy: ``norm1`` saves the copy, so no backward saves the stage's
 # input. The profiler then sees every boundary inside a dense block saved by no backward, and
 # ``Chain.from_profile`` rightly fuses the whole block into one stage (Note [Tensors no backward
-# saves]): DenseNet-121 would keep about 9 of its 67 boundaries as checkpoint candidates, and every
-# dense layer would allocate a copy of its input. ``DenseStage`` therefore runs such a layer's ops on
-# its input itself: ``norm1`` saves ``x``, the boundaries stay, and the values are the copy's, bit for
-# bit. Layers it does not recognise, ``memory_efficient`` ones (they checkpoint inside) and layers with
-# forward hooks of their own (the hooks must see the call) are called as they are.
-# Measured on the bundled profile, where the copy explains the model's store-all excess over the
-# measured peak to 0.4 % (bench/results/densenet_copy.md).
-_DENSE_LAYER_OPS = ("norm1", "relu1", "conv1", "norm2", "relu2", "conv2")
+# saves]): DenseNet-121's chain would have 7 stages, and every dense layer would allocate a copy of
+# its input. ``DenseStage`` therefore runs such a layer's ops on its input itself: ``norm1`` saves
+# ``x``, the boundaries stay, and the values are the copy's, bit for bit. It does so only for a class
+# named ``_DenseLayer`` (torchvision's; a subclass may change ``forward``) whose six ops have the
+# expected types (BatchNorm first: an in-place ReLU on the input itself would overwrite it), that is
+# not ``memory_efficient`` (it checkpoints inside) and while no hook, the layer's own or a global
+# module hook, would miss the call; any other layer is called as it is. Measured on the bundled
+# profile, where the copy explains the model's store-all excess over the measured peak to 0.4 %
+# (bench/results/densenet_copy.md).
+_DENSE_LAYER_OPS = {"norm1": nn.modules.batchnorm._BatchNorm, "relu1": nn.ReLU, "conv1": nn.Conv2d,
+                    "norm2": nn.modules.batchnorm._BatchNorm, "relu2": nn.ReLU, "conv2": nn.Conv2d}
+
+
+def _module_hooks(module: nn.Module) -> bool:
+    """Whether a call of ``module`` would run a hook of its own or a global module hook."""
+    from torch.nn.modules import module as M
+    own = (module._forward_hooks, module._forward_pre_hooks, module._backward_hooks, module._backward_pre_hooks)
+    shared = (M._global_forward_hooks, M._global_forward_pre_hooks, M._global_backward_hooks,
+              M._global_backward_pre_hooks)
+    return any(bool(hooks) for hooks in own + shared)
 
 
 class DenseStage(nn.Module):
@@ -40,13 +52,19 @@ class DenseStage(nn.Module):
     def __init__(self, layer: nn.Module):
         super().__init__()
         self.layer = layer
-        self.direct = (all(isinstance(getattr(layer, op, None), nn.Module) for op in _DENSE_LAYER_OPS)
-                       and not getattr(layer, "memory_efficient", False))
+
+    @property
+    def direct(self) -> bool:
+        """Whether the next call runs the layer's ops without its input copy."""
+        layer = self.layer
+        return (type(layer).__name__ == "_DenseLayer"
+                and all(isinstance(getattr(layer, op, None), kind) for op, kind in _DENSE_LAYER_OPS.items())
+                and not getattr(layer, "memory_efficient", False) and not _module_hooks(layer))
 
     def new_features(self, x):
         layer = self.layer
-        if not self.direct or layer._forward_hooks or layer._forward_pre_hooks:
-            return layer(x)  # a hook on the layer itself must see its call
+        if not self.direct:
+            return layer(x)
         new = layer.conv2(layer.relu2(layer.norm2(layer.conv1(layer.relu1(layer.norm1(x))))))
         drop = float(getattr(layer, "drop_rate", 0.0))
         if drop > 0:
@@ -175,6 +193,65 @@ class LMHead(nn.Module):
 
     def forward(self, x):
         return self.lm(self.ln(x))
+
+
+# ---------------------------------------------------------------------------- transformers' GPT-2
+class HFEmbedding(nn.Module):
+    """GPT-2's token and position embeddings and their dropout (``model.transformer``'s first ops)."""
+
+    def __init__(self, transformer: nn.Module):
+        super().__init__()
+        self.wte, self.wpe, self.drop = transformer.wte, transformer.wpe, transformer.drop
+
+    def forward(self, ids):
+        return self.drop(self.wte(ids) + self.wpe(torch.arange(ids.shape[1], device=ids.device))[None])
+
+
+class HFBlock(nn.Module):
+    """One ``GPT2Block`` on the hidden states alone (no mask, no cache); its hidden states out."""
+
+    def __init__(self, block: nn.Module):
+        super().__init__()
+        self.block = block
+
+    def forward(self, x):
+        out = self.block(x)
+        return out[0] if isinstance(out, tuple) else out
+
+
+class CausalLMLoss(nn.Module):
+    """Final norm, LM head and the model's own next-token loss for ``labels`` (``model.loss_function``,
+    as ``GPT2LMHeadModel.forward`` computes it)."""
+
+    def __init__(self, model: nn.Module, labels: torch.Tensor | None = None):
+        super().__init__()
+        self.ln_f, self.lm_head = model.transformer.ln_f, model.lm_head
+        self.loss_function, self.vocab_size = model.loss_function, model.config.vocab_size
+        self.labels = labels
+
+    def forward(self, x):
+        return self.loss_function(self.lm_head(self.ln_f(x)), self.labels, vocab_size=self.vocab_size)
+
+
+def gpt2_hf_stages(model: nn.Module, labels: torch.Tensor) -> nn.Sequential:
+    """transformers' ``GPT2LMHeadModel`` as a chain: embeddings, each block, then norm + head + loss.
+
+    The stages run the model's own modules, so ``stages(ids)`` is ``model(ids, labels=labels,
+    use_cache=False).loss`` bit for bit, gradients included (no attention mask: every sequence is full
+    length; no key/value cache, which training does not use). A block alone builds no causal mask, so the model
+    must use an attention that is causal without one (``sdpa``, transformers' default); eager
+    attention would silently attend to later tokens and is refused."""
+    config = getattr(model, "config", None)
+    if not hasattr(model, "loss_function"):
+        raise ValueError("gpt2_hf_stages needs transformers >= 4.46 (the model's loss_function)")
+    attention = getattr(config, "_attn_implementation", None)
+    if attention not in ("sdpa", "flash_attention_2", "flash_attention_3"):
+        raise ValueError(f"gpt2_hf_stages: the model's attention is {attention!r}; a block run alone is causal only "
+                         f"with 'sdpa' (the default) or flash attention: load it with attn_implementation='sdpa'")
+    items = [("embed", HFEmbedding(model.transformer))]
+    items += [(f"h{i}", HFBlock(block)) for i, block in enumerate(model.transformer.h)]
+    items.append(("loss", CausalLMLoss(model, labels)))
+    return nn.Sequential(OrderedDict(items))
 
 
 def gpt2_stages(layers: int = 12, width: int = 768, heads: int = 12, vocab: int = 50257, context: int = 1024,

@@ -25,21 +25,19 @@ import statistics
 import sys
 import time
 import warnings
-from collections import OrderedDict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.utils.checkpoint import checkpoint_sequential  # noqa: E402
 
 import torch_exec as te  # noqa: E402
 from gpusolve import format_bytes  # noqa: E402
 from torch_exec.meter import measure_peak  # noqa: E402
-from torch_exec.split import CrossEntropyStage, gpt2_stages  # noqa: E402
+from torch_exec.split import CrossEntropyStage, gpt2_hf_stages, gpt2_stages  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import cpu_description  # noqa: E402  (same folder)
@@ -127,47 +125,14 @@ def gpt2_style(batch=4, context=128, layers=6, width=128, vocab=2000):
         torch.randint(0, vocab, (batch, context))
 
 
-class _HFEmbed(nn.Module):
-    def __init__(self, tr):
-        super().__init__()
-        self.wte, self.wpe, self.drop = tr.wte, tr.wpe, tr.drop
-
-    def forward(self, ids):
-        return self.drop(self.wte(ids) + self.wpe(torch.arange(ids.shape[1], device=ids.device)))
-
-
-class _HFBlock(nn.Module):
-    def __init__(self, block):
-        super().__init__()
-        self.block = block
-
-    def forward(self, x):
-        out = self.block(x)
-        return out[0] if isinstance(out, tuple) else out
-
-
-class _HFHead(nn.Module):
-    def __init__(self, model, targets):
-        super().__init__()
-        self.ln_f, self.lm_head = model.transformer.ln_f, model.lm_head
-        self.register_buffer("targets", targets, persistent=False)
-
-    def forward(self, x):
-        logits = self.lm_head(self.ln_f(x))
-        return F.cross_entropy(logits[:, :-1].flatten(0, 1), self.targets[:, 1:].flatten())
-
-
 def gpt2_hf(batch=4, context=128, layers=4, width=128, vocab=2000):
-    """transformers' GPT2LMHeadModel (random weights, small config), cut by hand into its blocks."""
+    """transformers' GPT2LMHeadModel (random weights, small config, sdpa attention), cut into its blocks
+    by ``torch_exec.split.gpt2_hf_stages`` (its loss is the model's, bit for bit)."""
     from transformers import GPT2Config, GPT2LMHeadModel
-    config = GPT2Config(n_layer=layers, n_embd=width, n_head=4, vocab_size=vocab, n_positions=context,
-                        attn_implementation="eager")
+    config = GPT2Config(n_layer=layers, n_embd=width, n_head=4, vocab_size=vocab, n_positions=context)
     model = GPT2LMHeadModel(config)
     ids = torch.randint(0, vocab, (batch, context))
-    stages = [("embed", _HFEmbed(model.transformer))]
-    stages += [(f"h{i}", _HFBlock(b)) for i, b in enumerate(model.transformer.h)]
-    stages.append(("head", _HFHead(model, ids)))
-    return nn.Sequential(OrderedDict(stages)), ids
+    return gpt2_hf_stages(model, ids), ids
 
 
 MODELS = {"resnet50_style": resnet50_style, "densenet_style": densenet_style, "vgg16_style": vgg16_style,

@@ -112,13 +112,13 @@ def annotated(data: dict, direct: bool) -> dict:
 
 
 def variant(chain: Chain, measured_peak: int) -> dict:
-    return {"stages": chain.n, "model_store_all_peak_bytes": store_all_peak_bytes(chain),
-            "min_feasible_bytes": min_feasible_bytes(chain), "store_all_ms": store_all_time_ms(chain),
-            "rows": solve_rows(chain, measured_peak)}
-
-
-def solve_rows(chain: Chain, measured_peak: int) -> list[dict]:
     base = store_all_time_ms(chain)
+    return {"stages": chain.n, "model_store_all_peak_bytes": store_all_peak_bytes(chain),
+            "min_feasible_bytes": min_feasible_bytes(chain), "store_all_ms": base,
+            "rows": solve_rows(chain, measured_peak, base)}
+
+
+def solve_rows(chain: Chain, measured_peak: int, base: float) -> list[dict]:
     rows = []
     for fraction in FRACTIONS:
         budget = int(fraction * measured_peak)

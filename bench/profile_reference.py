@@ -31,7 +31,10 @@ GB = 1e9
 
 
 def record(name: str) -> dict:
-    chain = Chain.load(name)
+    try:
+        chain = Chain.load(name)
+    except (FileNotFoundError, ValueError) as err:
+        raise SystemExit(f"bench/profile_reference.py: {err}") from None
     ref = chain.provenance.get("reference") or {}
     missing = [k for k in ("store_all_step_ms", "store_all_peak_bytes", "retained_after_forward_bytes",
                            "nograd_forward_ms") if not ref.get(k)]

@@ -102,7 +102,7 @@ def test_trains_like_plain_autograd_while_recomputing(case):
         torch.testing.assert_close(p, ref_p, rtol=1e-5, atol=1e-6, msg=f"{name}: parameter {key}")
 
 
-@pytest.mark.parametrize("name", ["resnet", "transformer"])
+@pytest.mark.parametrize("name", ["resnet", "tvdensenet", "transformer"])
 def test_measured_peak_holds_the_budget(name):
     model, args, kwargs, loss_of = A.make(name)
     wrapped = te.auto_checkpoint(model, "1GiB")

@@ -199,6 +199,17 @@ def _node_inputs(node: fx.Node) -> list[fx.Node]:
     return list(node.all_input_nodes)
 
 
+def _view_bases(nodes: list, among=None) -> dict:
+    """Each node's base: what a view (or an in-place op returning its input) aliases, followed
+    through chains of views; with ``among``, only inputs in it are followed (the others are not
+    tracked). ``nodes`` in program order."""
+    base = {}
+    for n in nodes:
+        ins = [a for a in _node_inputs(n) if among is None or a in among]
+        base[n] = base[ins[0]] if _is_view(n) and ins else n
+    return base
+
+
 def _cat_parts(node: fx.Node):
     """(tensor list, dimension) of an ``aten.cat`` node with a normalised dimension, else None."""
     if node.op != "call_function" or node.target is not torch.ops.aten.cat.default:
@@ -216,11 +227,8 @@ def _cat_parts(node: fx.Node):
 def _running_concatenation(gm: fx.GraphModule) -> int:
     """Note [Running concatenation]: rewrite every ``cat`` that extends an earlier one; the count."""
     nodes = list(gm.graph.nodes)
-    base = {}
-    for n in nodes:
-        ins = _node_inputs(n)
-        base[n] = base.get(ins[0], ins[0]) if _is_view(n) and ins else n
-    written = {base.get(t, t) for n in nodes for t in _written_args(n, opaque=True)}
+    base = _view_bases(nodes)
+    written = {base[t] for n in nodes for t in _written_args(n, opaque=True)}
     earlier: list[tuple[fx.Node, list, object, object]] = []  # (cat node, its original list, dim, dtype)
     rewritten = 0
     for n in nodes:
@@ -307,10 +315,7 @@ class _Graph:
             if a in index:
                 last[a] = end
         # Views: a write into a view writes its base; track the base of every carrying value.
-        base = {}
-        for n in list(self.grad_inputs) + main:
-            ins = [a for a in _node_inputs(n) if a in index]
-            base[n] = base[ins[0]] if _is_view(n) and ins else n
+        base = _view_bases(list(self.grad_inputs) + main, among=index)
         written_after = {}  # base -> index of the last node writing into it
         for i, n in enumerate(main):
             for target in _written_args(n, opaque=True):

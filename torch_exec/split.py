@@ -15,6 +15,7 @@ from collections import OrderedDict
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.modules import module as M
 
 
 # Note [Dense layers without the copy]
@@ -38,7 +39,6 @@ _DENSE_LAYER_OPS = {"norm1": nn.modules.batchnorm._BatchNorm, "relu1": nn.ReLU, 
 
 def _module_hooks(module: nn.Module) -> bool:
     """Whether a call of ``module`` would run a hook of its own or a global module hook."""
-    from torch.nn.modules import module as M
     own = (module._forward_hooks, module._forward_pre_hooks, module._backward_hooks, module._backward_pre_hooks)
     shared = (M._global_forward_hooks, M._global_forward_pre_hooks, M._global_backward_hooks,
               M._global_backward_pre_hooks)

@@ -3,6 +3,7 @@
     python bench/executor.py                       # all networks, on the GPU
     python bench/executor.py --networks resnet50 --steps 5
     python bench/executor.py --quick --device cpu --out /tmp/bench   # tiny smoke run of every code path
+    python bench/executor.py --networks densenet121 --device cpu --batch 2 --size 64 --out /tmp/bench
 
 Networks (float32, training mode): torchvision DenseNet-121 (batch 64), ResNet-50 (batch 128),
 VGG-16 (batch 64), all 224x224, and transformers' GPT-2 small (``GPT2LMHeadModel``, batch 8, 1024
@@ -69,27 +70,28 @@ def _torchvision():
     return models
 
 
-def build(name: str, device, quick: bool):
-    """(stages, input, description) of a network; quick: tiny sizes for a smoke run."""
+def build(name: str, device, quick: bool, batch: int | None = None, size: int | None = None):
+    """(stages, input, description) of a network; quick: tiny stand-ins for a smoke run; ``batch`` and
+    ``size`` (image side, or tokens for the GPT-2s) override the defaults."""
     g = torch.Generator().manual_seed(0)
     if name == "gpt2":
-        batch, tokens = (2, 64) if quick else (8, 1024)
+        batch, tokens = batch or (2 if quick else 8), size or (64 if quick else 1024)
         model = _gpt2_small(quick)
         x = torch.randint(0, model.config.vocab_size, (batch, tokens), generator=g).to(device)
         stages = gpt2_hf_stages(model.to(device), labels=x)
         c = model.config
         return stages, x, f"transformers GPT2LMHeadModel {c.n_layer}x{c.n_embd}, batch {batch}, {tokens} tokens"
     if name == "gpt2-like":
-        batch, tokens, vocab = (2, 64, 512) if quick else (8, 1024, 50257)
+        vocab = 512 if quick else 50257
+        batch, tokens = batch or (2 if quick else 8), size or (64 if quick else 1024)
         layers, width, heads = (2, 64, 4) if quick else (12, 768, 12)
         x = torch.randint(0, vocab, (batch, tokens), generator=g).to(device)
         y = torch.randint(0, vocab, (batch, tokens), generator=g).to(device)
         stages = gpt2_stages(layers, width, heads, vocab, context=tokens, targets=y).to(device)
         return stages, x, f"GPT-2-like {layers}x{width}, batch {batch}, {tokens} tokens"
-    batch = {"densenet121": 64, "resnet50": 128, "vgg16": 64}[name]
-    size = 224
+    batch = batch or (2 if quick else {"densenet121": 64, "resnet50": 128, "vgg16": 64}[name])
+    size = size or (64 if quick else 224)
     if quick:
-        batch, size = 2, 64
         model = _quick_cnn(name)
     else:
         model = getattr(_torchvision(), name)(weights=None)
@@ -215,7 +217,7 @@ def to_chain_boundaries(chain: Chain, measured: list[int]) -> list[int] | None:
 # ---------------------------------------------------------------------------- one network
 def bench_network(name, args, meter, records, errors):
     device = args.device
-    stages, x, desc = build(name, device, args.quick)
+    stages, x, desc = build(name, device, args.quick, args.batch, args.size)
     params = [p for p in stages.parameters()]
     print(f"== {name}: {desc}, {len(stages)} measured stages", flush=True)
     common = dict(network=name, device=args.device_name, date=args.date)
@@ -345,6 +347,8 @@ def main(argv=None):
     parser.add_argument("--no-cost-models", dest="cost_models", action="store_false",
                         help="skip the four-way cost-model experiment")
     parser.add_argument("--quick", action="store_true", help="tiny networks and sizes (smoke test)")
+    parser.add_argument("--batch", type=int, help="batch size instead of the network's default")
+    parser.add_argument("--size", type=int, help="image side (CNNs) or tokens (GPT-2s) instead of the default")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
@@ -352,7 +356,8 @@ def main(argv=None):
         raise SystemExit("no CUDA device: use --device cpu (with --quick) for a smoke run")
     args.out.mkdir(parents=True, exist_ok=True)
     args.device_name = torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else "cpu"
-    args.gpu_tag = slug(args.device_name) + ("_quick" if args.quick else "")
+    args.gpu_tag = (slug(args.device_name) + ("_quick" if args.quick else "")
+                    + (f"_b{args.batch}" if args.batch else "") + (f"_s{args.size}" if args.size else ""))
     args.date = _dt.date.today().isoformat()
     if args.device.startswith("cuda"):
         torch.backends.cudnn.benchmark = False

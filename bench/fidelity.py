@@ -2,6 +2,7 @@
 
     python bench/fidelity.py                      # CPU: the allocator's events measure every peak
     python bench/fidelity.py --models gpt2_hf --fractions 1.0,0.5
+    python bench/fidelity.py --models densenet121_tv,resnet50_tv,vgg16_tv --name fidelity_cpu_torchvision
 
 For each model (larger than the test suite's, and different ones: the tests are not the
 definition) and each budget (fractions of plain autograd's measured step peak, and the minimum
@@ -37,7 +38,7 @@ from torch.utils.checkpoint import checkpoint_sequential  # noqa: E402
 import torch_exec as te  # noqa: E402
 from gpusolve import format_bytes  # noqa: E402
 from torch_exec.meter import measure_peak  # noqa: E402
-from torch_exec.split import CrossEntropyStage, gpt2_hf_stages, gpt2_stages  # noqa: E402
+from torch_exec.split import CrossEntropyStage, gpt2_hf_stages, gpt2_stages, split_model  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import cpu_description  # noqa: E402  (same folder)
@@ -135,8 +136,33 @@ def gpt2_hf(batch=4, context=128, layers=4, width=128, vocab=2000):
     return gpt2_hf_stages(model, ids), ids
 
 
+def _torchvision(name: str, batch: int, size: int):
+    """torchvision's own ``name`` (random weights), cut by ``torch_exec.split.split_model``; ImportError
+    when torchvision is missing or does not load beside this torch."""
+    try:
+        from torchvision import models
+    except Exception as err:  # PyPI's torchvision beside a CPU-only torch raises RuntimeError
+        raise ImportError(f"torchvision does not load ({type(err).__name__}: {str(err).splitlines()[0]})") from None
+    targets = torch.randint(0, 1000, (batch,))
+    return split_model(getattr(models, name)(weights=None), targets=targets), torch.randn(batch, 3, size, size)
+
+
+def densenet121_tv(batch=4, size=64):
+    return _torchvision("densenet121", batch, size)
+
+
+def resnet50_tv(batch=8, size=96):
+    return _torchvision("resnet50", batch, size)
+
+
+def vgg16_tv(batch=4, size=96):
+    return _torchvision("vgg16", batch, size)
+
+
 MODELS = {"resnet50_style": resnet50_style, "densenet_style": densenet_style, "vgg16_style": vgg16_style,
           "gpt2_style": gpt2_style, "gpt2_hf": gpt2_hf}
+# torchvision's own networks at sizes a CPU runs in minutes: only when asked for (--models)
+TORCHVISION = {"densenet121_tv": densenet121_tv, "resnet50_tv": resnet50_tv, "vgg16_tv": vgg16_tv}
 
 
 # ---------------------------------------------------------------------------- measurement
@@ -209,7 +235,7 @@ def best_checkpoint_sequential(stages, x, budget: int, steps: int, device) -> di
 
 def run_model(name: str, args, device) -> list[dict]:
     torch.manual_seed(0)
-    stages, x = MODELS[name]()
+    stages, x = (MODELS | TORCHVISION)[name]()
     stages, x = stages.to(device), x.to(device)
     wrapped = te.CheckpointedSequential(stages, budget="1TiB", backend=args.backend, profile_passes=args.passes,
                                         network=name, measure_steps=0)
@@ -257,7 +283,7 @@ def write(rows: list[dict], args, device) -> Path:
     desc = (cpu_description() if device.type == "cpu" else torch.cuda.get_device_name(device))
     meta = {"device": desc, "date": _dt.date.today().isoformat(), "torch": torch.__version__,
             "command": "python " + " ".join(sys.argv), "threads": torch.get_num_threads()}
-    path = args.out / f"fidelity_{tag}.json"
+    path = args.out / f"{args.name or 'fidelity_' + tag}.json"
     path.write_text(json.dumps({"meta": meta, "records": rows}, indent=1))
     lines = [f"# Fidelity: predicted vs measured ({tag.upper()})", "",
              f"Device: {meta['device']} ({meta['threads']} threads), torch {meta['torch']}, {meta['date']}.",
@@ -292,7 +318,8 @@ def write(rows: list[dict], args, device) -> Path:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=",".join(MODELS), help=f"comma list of {', '.join(MODELS)}")
+    parser.add_argument("--models", default=",".join(MODELS),
+                        help=f"comma list of {', '.join(MODELS | TORCHVISION)} (default: all but the torchvision ones)")
     parser.add_argument("--fractions", default=",".join(map(str, FRACTIONS)))
     parser.add_argument("--steps", type=int, default=5, help="timed steps per measurement (median)")
     parser.add_argument("--passes", type=int, default=3, help="profiling passes")
@@ -303,6 +330,7 @@ def main(argv=None) -> int:
     parser.add_argument("--no-sequential", dest="sequential", action="store_false",
                         help="skip the checkpoint_sequential search (faster)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder of the results (default bench/results)")
+    parser.add_argument("--name", help="file name of the results without suffix (default fidelity_<cpu|gpu>)")
     args = parser.parse_args(argv)
     args.fractions = [float(f) for f in args.fractions.split(",")]
     device = torch.device(args.device)
@@ -311,8 +339,8 @@ def main(argv=None) -> int:
     warnings.simplefilter("ignore", te.CPUTimingWarning)
     rows = []
     for name in args.models.split(","):
-        if name not in MODELS:
-            parser.error(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
+        if name not in MODELS | TORCHVISION:
+            parser.error(f"unknown model {name!r}; choose from {', '.join(MODELS | TORCHVISION)}")
         try:
             rows += run_model(name, args, device)
         except ImportError as err:

@@ -23,3 +23,24 @@ def test_cost_models_keep_a_valid_chain_when_the_backward_holds_less_tape(kind):
     assert np.all(model.bwd_tape_bytes <= model.tape_bytes)
     if kind in ("uniform_memory", "uniform"):
         assert len(set(model.tape_bytes)) == 1 and len(set(model.bwd_tape_bytes)) == 1
+
+
+@pytest.mark.parametrize("name", ["densenet121", "gpt2-like"])
+def test_batch_and_size_override_the_network_defaults(name):
+    # --batch/--size: a CPU run of the real networks at sizes it can take (stand-ins here: --quick)
+    stages, x, desc = bench.build(name, "cpu", quick=True, batch=3, size=32)
+    assert x.shape[:2] == ((3, 32) if name == "gpt2-like" else (3, 3)) and "batch 3" in desc
+    if name == "densenet121":
+        assert x.shape[2:] == (32, 32)
+    stages(x).backward()
+    default, x_default, _ = bench.build(name, "cpu", quick=True)
+    assert x_default.shape[0] == 2 and x_default.shape[-1] == 64
+
+
+def test_batch_and_size_name_the_result_files(tmp_path, monkeypatch):
+    seen = {}
+    monkeypatch.setattr(bench, "bench_network", lambda name, args, *rest: seen.setdefault("tag", args.gpu_tag))
+    bench.main(["--networks", "gpt2-like", "--device", "cpu", "--quick", "--batch", "3", "--size", "16",
+                "--out", str(tmp_path)])
+    assert seen["tag"].endswith("_quick_b3_s16")
+    assert (tmp_path / f"executor_{seen['tag']}.json").exists()

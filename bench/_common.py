@@ -34,3 +34,14 @@ def slug(text: str) -> str:
     """``text`` (a device name) as part of a results file name: lower case, every run of characters
     other than a-z and 0-9 one ``_``, none at either end."""
     return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")
+
+
+def torchvision_models():
+    """``torchvision.models``, or ImportError saying in one line why torchvision does not load (PyPI's
+    torchvision beside a CPU-only torch raises RuntimeError: ``operator torchvision::nms does not exist``)."""
+    try:
+        from torchvision import models
+    except Exception as err:
+        raise ImportError(f"torchvision does not load ({type(err).__name__}: {str(err).splitlines()[0]}); install "
+                          f"the torchvision built for your torch") from None
+    return models

@@ -3,6 +3,8 @@ measured step peak (CPU allocator events) against the plan's prediction and its 
 budgets between the least feasible one and plain autograd's measured peak.
 
     python bench/auto_models.py [--out bench/results/auto_models_cpu]
+    python bench/auto_models.py --models tv_densenet121,tv_resnet50,tv_vgg16,tv_gpt2 \
+        --out bench/results/auto_models_cpu_torchvision   # torchvision's and transformers' own models
 
 The measured step is the wrapper's forward and backward plus the caller's loss where the model
 returns logits (resnet, densenet): that loss is outside the model and the budget (a few hundred bytes).
@@ -24,23 +26,50 @@ import torch  # noqa: E402
 
 import models  # noqa: E402
 import torch_exec as te  # noqa: E402
-from bench._common import cpu_description  # noqa: E402
+from bench._common import cpu_description, torchvision_models  # noqa: E402
 from torch_exec.executor import plain_peak_bytes  # noqa: E402
 from torch_exec.meter import measure_peak  # noqa: E402
 
+DEFAULT_MODELS = "resnet,densenet,transformer,gated,gpt2"
 FRACTIONS = (1.0, 0.5, 0.25, 0.0)  # of the way from the least feasible budget to plain autograd's peak
+# torchvision's own networks (random weights) at sizes a CPU runs in minutes: (batch, image side)
+TORCHVISION = {"tv_densenet121": (4, 64), "tv_resnet50": (8, 96), "tv_vgg16": (4, 96)}
+
+
+def make(name: str):
+    """``examples/models.make``'s (model, args, kwargs, loss_of), plus torchvision's own networks
+    (``tv_<name>``, cross-entropy on random labels) and GPT-2 small's width and depth (``tv_gpt2``:
+    transformers' GPT2LMHeadModel, 4 sequences of 128 tokens)."""
+    if name == "tv_gpt2":
+        model = models.gpt2(layers=12, width=768, heads=12, vocab=50257, context=128)
+        ids = torch.randint(0, 50257, (4, 128))
+        return model, (), {"input_ids": ids, "labels": ids, "use_cache": False}, lambda out: out.loss
+    if name not in TORCHVISION:
+        return models.make(name)
+    try:
+        tv = torchvision_models()
+    except ImportError as err:
+        raise SystemExit(f"{name} needs torchvision: {err}") from None
+    torch.manual_seed(0)
+    batch, size = TORCHVISION[name]
+    x, y = torch.randn(batch, 3, size, size), torch.randint(0, 1000, (batch,))
+    return getattr(tv, name[3:])(weights=None), (x,), {}, lambda out: torch.nn.functional.cross_entropy(out, y)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "auto_models_cpu"))
-    parser.add_argument("--models", default="resnet,densenet,transformer,gated,gpt2")
+    parser.add_argument("--models", default=DEFAULT_MODELS,
+                        help=f"comma list of examples/models.py's names and {', '.join(TORCHVISION)}, tv_gpt2")
+    parser.add_argument("--hold-outputs", action="store_true",
+                        help="keep the model's outputs through the backward, as `outputs = model(...); "
+                             "outputs.loss.backward()` does (default: only the loss is kept)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
     rows = []
     for name in args.models.split(","):
-        model, a, kw, loss_of = models.make(name)
+        model, a, kw, loss_of = make(name)
         model.train()
         wrapped = te.auto_checkpoint(model, "1TiB", backend="cpu")
         wrapped.prepare(*a, **kw)
@@ -50,7 +79,11 @@ def main(argv=None):
             p.grad = torch.zeros_like(p)
 
         def step():
-            loss_of(wrapped(*a, **kw)).backward()
+            out = wrapped(*a, **kw)
+            loss = loss_of(out)
+            if not args.hold_outputs:
+                del out  # the caller drops the model's outputs before the backward
+            loss.backward()
         for f in FRACTIONS:
             budget = int(lo + f * (hi - lo))
             wrapped.replan(budget)
@@ -70,12 +103,14 @@ def main(argv=None):
               "command": command.strip(), "torch": torch.__version__, "threads": 1, "rows": rows}
     out = Path(args.out)
     out.with_suffix(".json").write_text(json.dumps(record, indent=1) + "\n")
-    lines = ["# auto_checkpoint on the example models (CPU)", "",
+    lines = [f"# auto_checkpoint on {'the example models' if args.models == DEFAULT_MODELS else args.models} (CPU)", "",
              f"Device: {record['device']}; torch {torch.__version__}, 1 thread; date {record['date']}.",
              f"Command: `{record['command']}`. Budgets at a fraction f of the way from the least feasible",
              "budget (f = 0) to plain autograd's measured peak (f = 1). Measured: the CPU allocator's peak of",
              "one step (forward, the caller's loss where the model returns logits, backward) above the bytes",
-             "before it, parameter gradients allocated. `gated` cannot be captured (data-dependent control",
+             "before it, the model's outputs " + ("held through the backward" if args.hold_outputs else
+                                                  "dropped before the backward (only the loss kept)") + ",",
+             "parameter gradients allocated. `gated` cannot be captured (data-dependent control",
              "flow): its chain is the model's blocks (the fallback), the budget counts those blocks only, and",
              "the rest of the model (embeddings, head, loss) runs as plain autograd beside it; its measured",
              "step therefore exceeds the budget by that part, as documented. Every captured model holds its",

@@ -51,7 +51,7 @@ from gpusolve.dp.minpeak import min_feasible_bytes  # noqa: E402
 from gpusolve.schedule import segments_policy  # noqa: E402
 from gpusolve.simulate import simulate, store_all_peak_bytes  # noqa: E402
 from torch_exec.split import gpt2_hf_stages, gpt2_stages, split_model  # noqa: E402
-from _common import command_line, slug  # noqa: E402  (same folder)
+from _common import command_line, slug, torchvision_models  # noqa: E402  (same folder)
 
 NETWORKS = ("densenet121", "resnet50", "vgg16", "gpt2", "gpt2-like")
 DEFAULT_NETWORKS = NETWORKS[:4]
@@ -62,12 +62,9 @@ COST_MODELS = ("profiled", "uniform_memory", "uniform_compute", "uniform")
 # ---------------------------------------------------------------------------- networks
 def _torchvision():
     try:
-        import torchvision  # noqa: F401
-        from torchvision import models
-    except Exception as err:  # ImportError, or a torchvision built for another torch
-        raise SystemExit(f"bench/executor.py needs torchvision for the CNNs ({type(err).__name__}: {err}); "
-                         f"install the torchvision matching your torch, or run --networks gpt2") from None
-    return models
+        return torchvision_models()
+    except ImportError as err:
+        raise SystemExit(f"bench/executor.py needs torchvision for the CNNs: {err}, or run --networks gpt2") from None
 
 
 def build(name: str, device, quick: bool, batch: int | None = None, size: int | None = None):

@@ -41,7 +41,7 @@ from torch_exec.meter import measure_peak  # noqa: E402
 from torch_exec.split import CrossEntropyStage, gpt2_hf_stages, gpt2_stages, split_model  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import cpu_description  # noqa: E402  (same folder)
+from _common import cpu_description, torchvision_models  # noqa: E402  (same folder)
 
 RESULTS = ROOT / "bench" / "results"
 FRACTIONS = (1.0, 0.7, 0.5, 0.35)
@@ -139,10 +139,7 @@ def gpt2_hf(batch=4, context=128, layers=4, width=128, vocab=2000):
 def _torchvision(name: str, batch: int, size: int):
     """torchvision's own ``name`` (random weights), cut by ``torch_exec.split.split_model``; ImportError
     when torchvision is missing or does not load beside this torch."""
-    try:
-        from torchvision import models
-    except Exception as err:  # PyPI's torchvision beside a CPU-only torch raises RuntimeError
-        raise ImportError(f"torchvision does not load ({type(err).__name__}: {str(err).splitlines()[0]})") from None
+    models = torchvision_models()
     targets = torch.randint(0, 1000, (batch,))
     return split_model(getattr(models, name)(weights=None), targets=targets), torch.randn(batch, 3, size, size)
 

@@ -44,3 +44,10 @@ def test_batch_and_size_name_the_result_files(tmp_path, monkeypatch):
                 "--out", str(tmp_path)])
     assert seen["tag"].endswith("_quick_b3_s16")
     assert (tmp_path / f"executor_{seen['tag']}.json").exists()
+
+
+def test_a_torchvision_that_does_not_load_is_one_line(monkeypatch):
+    # PyPI's torchvision beside a CPU-only torch raises RuntimeError at import; missing: ImportError
+    monkeypatch.setitem(sys.modules, "torchvision", None)
+    with pytest.raises(SystemExit, match="needs torchvision for the CNNs: torchvision does not load"):
+        bench.build("resnet50", "cpu", quick=False)

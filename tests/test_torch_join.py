@@ -378,6 +378,36 @@ def test_measured_peak_holds_the_budget_and_low_budgets_recompute():
     print("budget, predicted, measured:", results, "plain:", plain)
 
 
+def test_measured_peak_holds_the_budget_when_the_caller_keeps_the_heads_output():
+    # Note [The caller holds a_N]: a head returning a large tensor (the loss computed outside), kept
+    # by the caller through the backward, is reserved with its gradient.
+    torch.manual_seed(0)
+    xs = [torch.randn(64, 32, dtype=torch.float32) for _ in range(2)]
+
+    class Wide(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(32, 512), nn.Linear(32, 512)
+
+        def forward(self, u, v):
+            return self.a(u) * self.b(v)  # 64 x 512 floats: 128 KiB
+    towers = [nn.Sequential(*[m for _ in range(4) for m in (nn.Linear(32, 32), nn.Tanh())]) for _ in range(2)]
+    join = te.CheckpointedJoin([list(t) for t in towers], Wide(), budget="1GiB", **OPTS)
+    join.prepare(*xs)
+    for p in join.parameters():
+        p.grad = torch.zeros_like(p)
+
+    def step():
+        out = join(*xs)
+        out.sum().backward()  # a loss that allocates nothing of out's size (its gradient is a view)
+        del out  # only after the backward
+    for budget in (join.min_budget_bytes, (join.min_budget_bytes + store_all_join_peak_bytes(join.net)) // 2):
+        join.replan(budget=budget)
+        step()
+        _, reading = measure_peak(step)
+        assert reading.peak <= budget, (budget, reading.peak, join.plan.predicted_peak_bytes)
+
+
 # ---------------------------------------------------------------------------- errors
 def test_bad_inputs_and_budget_below_minimum():
     xs = inputs(2)

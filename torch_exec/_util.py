@@ -236,6 +236,21 @@ def state_nbytes(state) -> int:
     return sum(t.numel() * t.element_size() for t in tensors(state))
 
 
+def held_nbytes(state) -> int:
+    """Bytes a holder of ``state`` keeps allocated: every distinct storage behind its tensors, whole
+    (a view keeps its base's storage), in the allocator's blocks (512 B on CUDA, exact on the CPU;
+    :func:`gpusolve.chain.allocator_bytes`)."""
+    from gpusolve.chain import ALLOCATOR_GRANULE, allocator_bytes
+    seen, total = set(), 0
+    for t in tensors(state):
+        key = storage_key(t)
+        if key is None or key in seen:
+            continue
+        seen.add(key)
+        total += allocator_bytes(key[2], 1 if t.device.type == "cpu" else ALLOCATOR_GRANULE)
+    return total
+
+
 def grad_nbytes(state) -> int:
     return sum(t.numel() * t.element_size() for t in tensors(state) if differentiable(t))
 

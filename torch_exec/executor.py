@@ -53,6 +53,26 @@ Note [The gradient of a_N]
     reference until that ``backward`` returns, i.e. for the whole backward part of the step. The
     cost model says so (``Chain.output_grad_held``), so plans count it.
 
+Note [The caller holds a_N]
+    The usual training step keeps the model's output through the backward::
+
+        out = model(x)
+        loss = criterion(out, y)
+        loss.backward()     # `out` is still referenced here
+
+    So a_N lives from the forward of stage N to the end of the step, whatever the plan: it is
+    reserved for the whole step and taken out of stage N's tape (and out of the part of it that
+    its backward holds, where the backward saves a_N). Before a_N exists, the reserve over-counts
+    by act[N]. That only matters where the forward is what binds, and there the plan stays within
+    the budget. A caller that drops the output before the backward uses less than planned. Without
+    this reserve, holding the output went over the budget by up to a_N's size. An example is
+    auto_checkpoint on a transformer returning logits: +15 % at its least budget
+    (``bench/results/auto_models_cpu_hold.md``). What is reserved is every storage behind the
+    output (the profile's ``held_nbytes``). That includes tensors the last stage passes through
+    from its input, such as a language model's logits returned beside its loss. Those are then
+    counted twice while their own stage holds them. The branches of a join are the exception: the
+    head consumes their outputs inside the step.
+
 Note [Autograd calls that name tensors]
     The segment backwards are nested engine calls. In a plain ``backward()`` (no tensor named:
     ``torch.autograd._is_checkpoint_valid()``) they accumulate into every ``.grad``, as plain
@@ -265,9 +285,14 @@ def plan_from_schedule(chain: Chain, schedule, budget=None, link: Link | None = 
 
 
 def executor_chain(chain: Chain, rng: list, sample, preserve_rng: bool, group_modules: list,
-                   output_grad_held: bool = True) -> Chain:
+                   output_grad_held: bool = True, output_bytes: int | None = None) -> Chain:
     """The chain as the executor runs it: what it holds beyond the stages' tensors is reserved.
 
+    - a_N, which the caller may hold through the backward (Note [The caller holds a_N]):
+      ``output_bytes`` (the profile's ``held_nbytes`` of the last stage: every storage behind the
+      output, those it shares with the stage's input included; default ``act_bytes[N]``) are
+      reserved, and a_N's own bytes leave stage N's tape. Not for a join's branches
+      (``output_grad_held=False``): the head consumes their outputs inside the step.
     - The gradient of a_N: autograd's engine keeps it until the Function's backward returns, i.e.
       for the whole backward (Note [The gradient of a_N]); so it is reserved, not freed by BWD(N).
       Not so for a branch of a join (``output_grad_held=False``): the head's backward makes that
@@ -282,6 +307,12 @@ def executor_chain(chain: Chain, rng: list, sample, preserve_rng: bool, group_mo
     reserved = int(grads[-1]) if output_grad_held else 0
     if output_grad_held:
         grads[-1] = 0
+    tape, bwd_tape = chain.tape_bytes.copy(), chain.bwd_tape_bytes.copy()
+    output = (int(chain.act_bytes[-1]) if output_bytes is None else int(output_bytes)) if output_grad_held else 0
+    if output:
+        reserved += output
+        tape[-1] = max(0, int(tape[-1]) - int(chain.act_bytes[-1]))
+        bwd_tape[-1] = min(int(bwd_tape[-1]), int(tape[-1]))
     device_type = U.tensors(sample)[0].device.type
     # Buffer clones (U.scratch_buffers) of each stage, counted for every run (the first does not
     # clone; a few hundred bytes).
@@ -291,12 +322,13 @@ def executor_chain(chain: Chain, rng: list, sample, preserve_rng: bool, group_mo
     if preserve_rng and drawing:
         state = U.RngState.capture(U.cuda_devices(sample)).nbytes(device_type)
         reserved += (drawing + 1) * state
-    held = "the gradient of a_N, held by autograd's engine through the backward, and " if output_grad_held else ""
+    held = "the gradient of a_N, held by autograd's engine through the backward, " if output_grad_held else ""
+    held += f"a_N ({output} B), which the caller may hold through the backward, " if output else ""
     notes = list(chain.provenance.get("notes", [])) + [
         f"executor: {reserved} B reserved for the step ({held}{drawing} recorded RNG state(s))"]
     return replace(chain, grad_bytes=grads, reserved_bytes=chain.reserved_bytes + reserved,
-                   fwd_nograd_extra=chain.fwd_nograd_extra + scratch, tape_bytes=chain.tape_bytes + scratch,
-                   bwd_tape_bytes=chain.bwd_tape_bytes + scratch,
+                   fwd_nograd_extra=chain.fwd_nograd_extra + scratch, tape_bytes=tape + scratch,
+                   bwd_tape_bytes=bwd_tape + scratch,
                    provenance=dict(chain.provenance, notes=notes))
 
 
@@ -1037,7 +1069,8 @@ class CheckpointedSequential(_PlannedModule):
                       device=U.tensors(state)[0].device,
                       group_modules=group_modules,
                       clone_input=clone_input, split=0, rng=rng, has_buffers=has_buffers, plain_chain=chain,
-                      exec_chain=executor_chain(chain, rng, sample, self.preserve_rng_state, group_modules))
+                      exec_chain=executor_chain(chain, rng, sample, self.preserve_rng_state, group_modules,
+                                                output_bytes=data["stages"][-1].get("held_nbytes")))
         self._plan_entry(entry)
         return entry
 

@@ -39,9 +39,10 @@ Note [The head's graph]
 
     Between the two halves nothing else of the schedule runs, so the memory held is the model's turn
     (its tape and the branch outputs it reads). The gradient of the head's output is held by the engine
-    through the whole backward (Note [The gradient of a_N] in the executor): it is reserved in the
-    join's byte model (``JoinNet.reserved_bytes``); the branches' own output gradients are made and
-    freed inside the step (``executor_chain(..., output_grad_held=False)``).
+    through the whole backward (Note [The gradient of a_N] in the executor), and the head's output may
+    be held by the caller (Note [The caller holds a_N]): both are reserved in the join's byte model
+    (``JoinNet.reserved_bytes``), and the output leaves the head's tape. The branches' own outputs and
+    their gradients are made and freed inside the step (``executor_chain(..., output_grad_held=False)``).
 
 Note [Draw order]
     The forward phase runs each branch's stages in order, but it may interleave the branches (the DP's
@@ -388,7 +389,8 @@ class CheckpointedJoin(_PlannedModule):
 
     def _profile_head(self, inputs, turn_grads: int):
         """The head as a one-stage chain over the k branch outputs (flattened): its profile, the
-        :class:`Turn` and the bytes of the gradient of its output (held by the engine: reserved).
+        :class:`Turn` and the bytes reserved for the whole step: the head's output, which the caller
+        may hold, and its gradient, which the engine holds (Note [The caller holds a_N]).
         ``turn_grads``: the bytes of the k branch-output gradients as the join model counts them (the
         head's measured backward peak, which includes them, is what the turn may hold at most)."""
         fns = [fn for seq, empty in zip(self.branches, self.empty, strict=True) if not empty for fn in seq._fns]
@@ -415,14 +417,18 @@ class CheckpointedJoin(_PlannedModule):
             data = profile_dict([head_stage], sample, passes=self.profile_passes, warmup=self.profile_warmup,
                                 network=f"{self.network or 'join'}:head", names=["head"], modules=modules)
         arr = chain_from_profile(data, fuse_aliasing=False).padded()
-        tape, bwd_tape = int(arr["tape_bytes"][1]), int(arr["bwd_tape_bytes"][1])
+        # The caller may hold the head's output through the backward (Note [The caller holds a_N] in
+        # the executor): reserved with its gradient, and out of the head's tape.
+        held = int(data["stages"][-1].get("held_nbytes", arr["act_bytes"][1]))
+        tape = max(0, int(arr["tape_bytes"][1]) - int(arr["act_bytes"][1]))
+        bwd_tape = min(int(arr["bwd_tape_bytes"][1]), tape)
         turn = Turn(t_fwd=max(0.0, float(arr["t_fwd"][1])), t_bwd=max(0.0, float(arr["t_bwd"][1])), tape_bytes=tape,
                     fwd_extra=int(arr["fwd_grad_extra"][1]), name="head",
                     # the head's backward at its worst: what it keeps of its tape, the k input gradients
                     # (counted by the join model from the branches) and its workspace
                     bwd_extra=max(0, bwd_tape - tape + int(arr["bwd_extra"][1]) + int(arr["grad_bytes"][0])
                                   - turn_grads))
-        return data, turn, int(arr["grad_bytes"][1])
+        return data, turn, int(arr["grad_bytes"][1]) + held
 
     def budget_bytes_for(self, entry: JoinEntry) -> int | None:
         """The byte budget of one signature: bytes, or a percentage of the plain join's store-all peak

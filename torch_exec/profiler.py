@@ -34,8 +34,8 @@ import torch
 
 from gpusolve.chain import PROFILE_FORMAT, Chain
 
-from ._util import (ModelSnapshot, RngState, aliases, buffers_of, clone, cuda_devices, make_leaf, params_of,
-                    stage_list, stage_state, state_nbytes, storage_key, storages, tensors)
+from ._util import (ModelSnapshot, RngState, aliases, buffers_of, clone, cuda_devices, held_nbytes, make_leaf,
+                    params_of, stage_list, stage_state, state_nbytes, storage_key, storages, tensors)
 from .meter import MemoryMeter
 
 
@@ -251,7 +251,8 @@ class _Passes:
                     alias = aliases(out, state)
                     # Does the stage draw random numbers? Only such stages get their RNG state
                     # recorded by the executor (and counted in its reserved bytes).
-                    mem[s].update(x_nbytes=state_nbytes(out), aliases=bool(alias),
+                    # held_nbytes: what a caller holding the output keeps (Note [The caller holds a_N])
+                    mem[s].update(x_nbytes=state_nbytes(out), held_nbytes=held_nbytes(out), aliases=bool(alias),
                                   rng=not rng_before.equals(RngState.capture(devices)))
                     del rng_before
                     if versions != _versions(state) and not alias:

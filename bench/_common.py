@@ -36,6 +36,10 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")
 
 
+# torchvision's networks at sizes a CPU runs in minutes (batch, image side): bench/fidelity.py, bench/auto_models.py
+TORCHVISION_CPU_SIZES = {"densenet121": (4, 64), "resnet50": (8, 96), "vgg16": (4, 96)}
+
+
 def torchvision_models():
     """``torchvision.models``, or ImportError saying in one line why torchvision does not load (PyPI's
     torchvision beside a CPU-only torch raises RuntimeError: ``operator torchvision::nms does not exist``)."""

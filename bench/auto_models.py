@@ -26,14 +26,14 @@ import torch  # noqa: E402
 
 import models  # noqa: E402
 import torch_exec as te  # noqa: E402
-from bench._common import cpu_description, torchvision_models  # noqa: E402
+from bench._common import TORCHVISION_CPU_SIZES, cpu_description, torchvision_models  # noqa: E402
 from torch_exec.executor import plain_peak_bytes  # noqa: E402
 from torch_exec.meter import measure_peak  # noqa: E402
 
 DEFAULT_MODELS = "resnet,densenet,transformer,gated,gpt2"
 FRACTIONS = (1.0, 0.5, 0.25, 0.0)  # of the way from the least feasible budget to plain autograd's peak
 # torchvision's own networks (random weights) at sizes a CPU runs in minutes: (batch, image side)
-TORCHVISION = {"tv_densenet121": (4, 64), "tv_resnet50": (8, 96), "tv_vgg16": (4, 96)}
+TORCHVISION = {f"tv_{name}": shape for name, shape in TORCHVISION_CPU_SIZES.items()}
 
 
 def make(name: str):

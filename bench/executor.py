@@ -331,6 +331,14 @@ def write_report(records, errors, args, command):
     print(f"wrote {path_json} and {path_md}")
 
 
+def _positive(text: str) -> int:
+    """An argparse type: an integer >= 1 (``--batch 0`` would otherwise mean the default)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
+    return value
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--networks", nargs="+", default=list(DEFAULT_NETWORKS), choices=NETWORKS,
@@ -344,8 +352,8 @@ def main(argv=None):
     parser.add_argument("--no-cost-models", dest="cost_models", action="store_false",
                         help="skip the four-way cost-model experiment")
     parser.add_argument("--quick", action="store_true", help="tiny networks and sizes (smoke test)")
-    parser.add_argument("--batch", type=int, help="batch size instead of the network's default")
-    parser.add_argument("--size", type=int, help="image side (CNNs) or tokens (GPT-2s) instead of the default")
+    parser.add_argument("--batch", type=_positive, help="batch size instead of the network's default")
+    parser.add_argument("--size", type=_positive, help="image side (CNNs) or tokens (GPT-2s) instead of the default")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)

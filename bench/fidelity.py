@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import functools
 import json
 import math
 import statistics
@@ -41,7 +42,7 @@ from torch_exec.meter import measure_peak  # noqa: E402
 from torch_exec.split import CrossEntropyStage, gpt2_hf_stages, gpt2_stages, split_model  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import cpu_description, torchvision_models  # noqa: E402  (same folder)
+from _common import TORCHVISION_CPU_SIZES, cpu_description, torchvision_models  # noqa: E402  (same folder)
 
 RESULTS = ROOT / "bench" / "results"
 FRACTIONS = (1.0, 0.7, 0.5, 0.35)
@@ -144,22 +145,10 @@ def _torchvision(name: str, batch: int, size: int):
     return split_model(getattr(models, name)(weights=None), targets=targets), torch.randn(batch, 3, size, size)
 
 
-def densenet121_tv(batch=4, size=64):
-    return _torchvision("densenet121", batch, size)
-
-
-def resnet50_tv(batch=8, size=96):
-    return _torchvision("resnet50", batch, size)
-
-
-def vgg16_tv(batch=4, size=96):
-    return _torchvision("vgg16", batch, size)
-
-
 MODELS = {"resnet50_style": resnet50_style, "densenet_style": densenet_style, "vgg16_style": vgg16_style,
           "gpt2_style": gpt2_style, "gpt2_hf": gpt2_hf}
 # torchvision's own networks at sizes a CPU runs in minutes: only when asked for (--models)
-TORCHVISION = {"densenet121_tv": densenet121_tv, "resnet50_tv": resnet50_tv, "vgg16_tv": vgg16_tv}
+TORCHVISION = {f"{name}_tv": functools.partial(_torchvision, name, *shape) for name, shape in TORCHVISION_CPU_SIZES.items()}
 
 
 # ---------------------------------------------------------------------------- measurement

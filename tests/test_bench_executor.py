@@ -51,3 +51,10 @@ def test_a_torchvision_that_does_not_load_is_one_line(monkeypatch):
     monkeypatch.setitem(sys.modules, "torchvision", None)
     with pytest.raises(SystemExit, match="needs torchvision for the CNNs: torchvision does not load"):
         bench.build("resnet50", "cpu", quick=False)
+
+
+@pytest.mark.parametrize("option", ["--batch", "--size"])
+def test_batch_and_size_must_be_positive(option, capsys):
+    with pytest.raises(SystemExit) as err:
+        bench.main(["--networks", "gpt2-like", "--device", "cpu", "--quick", option, "0"])
+    assert err.value.code == 2 and "0 is not a positive integer" in capsys.readouterr().err

@@ -241,14 +241,8 @@ def held_nbytes(state) -> int:
     (a view keeps its base's storage), in the allocator's blocks (512 B on CUDA, exact on the CPU;
     :func:`gpusolve.chain.allocator_bytes`)."""
     from gpusolve.chain import ALLOCATOR_GRANULE, allocator_bytes
-    seen, total = set(), 0
-    for t in tensors(state):
-        key = storage_key(t)
-        if key is None or key in seen:
-            continue
-        seen.add(key)
-        total += allocator_bytes(key[2], 1 if t.device.type == "cpu" else ALLOCATOR_GRANULE)
-    return total
+    return sum(allocator_bytes(nbytes, 1 if device == "cpu" else ALLOCATOR_GRANULE)
+               for (device, _, _), nbytes in storages(state).items())
 
 
 def grad_nbytes(state) -> int:

@@ -284,6 +284,13 @@ def plan_from_schedule(chain: Chain, schedule, budget=None, link: Link | None = 
                 store_all_time_ms=store_all_time_ms(chain), notes=notes)
 
 
+def output_out_of_tape(tape: int, bwd_tape: int, act: int) -> tuple[int, int]:
+    """(tape, bwd_tape) of the last stage without its output's own ``act`` bytes, which are reserved
+    instead (Note [The caller holds a_N]); the backward's part drops them too where it saved them."""
+    tape = max(0, int(tape) - int(act))
+    return tape, min(int(bwd_tape), tape)
+
+
 def executor_chain(chain: Chain, rng: list, sample, preserve_rng: bool, group_modules: list,
                    output_grad_held: bool = True, output_bytes: int | None = None) -> Chain:
     """The chain as the executor runs it: what it holds beyond the stages' tensors is reserved.
@@ -311,8 +318,7 @@ def executor_chain(chain: Chain, rng: list, sample, preserve_rng: bool, group_mo
     output = (int(chain.act_bytes[-1]) if output_bytes is None else int(output_bytes)) if output_grad_held else 0
     if output:
         reserved += output
-        tape[-1] = max(0, int(tape[-1]) - int(chain.act_bytes[-1]))
-        bwd_tape[-1] = min(int(bwd_tape[-1]), int(tape[-1]))
+        tape[-1], bwd_tape[-1] = output_out_of_tape(tape[-1], bwd_tape[-1], chain.act_bytes[-1])
     device_type = U.tensors(sample)[0].device.type
     # Buffer clones (U.scratch_buffers) of each stage, counted for every run (the first does not
     # clone; a few hundred bytes).

@@ -87,7 +87,8 @@ from gpusolve.units import parse_budget
 from . import _util as U
 from .executor import (TURN, CheckpointedSequential, ProgramSplit, Runtime, _backward_runtime, _backward_segment,
                        _budget_setting, _compiler_disable, _detached_results, _keep_graph, _needs_at_least,
-                       _PlannedModule, _standin_params, annotate, executor_chain, interpret)
+                       _PlannedModule, _standin_params, annotate, executor_chain, interpret,
+                       output_out_of_tape)
 from .profiler import chain_from_profile, profile_dict, profiling
 
 
@@ -420,8 +421,7 @@ class CheckpointedJoin(_PlannedModule):
         # The caller may hold the head's output through the backward (Note [The caller holds a_N] in
         # the executor): reserved with its gradient, and out of the head's tape.
         held = int(data["stages"][-1].get("held_nbytes", arr["act_bytes"][1]))
-        tape = max(0, int(arr["tape_bytes"][1]) - int(arr["act_bytes"][1]))
-        bwd_tape = min(int(arr["bwd_tape_bytes"][1]), tape)
+        tape, bwd_tape = output_out_of_tape(arr["tape_bytes"][1], arr["bwd_tape_bytes"][1], arr["act_bytes"][1])
         turn = Turn(t_fwd=max(0.0, float(arr["t_fwd"][1])), t_bwd=max(0.0, float(arr["t_bwd"][1])), tape_bytes=tape,
                     fwd_extra=int(arr["fwd_grad_extra"][1]), name="head",
                     # the head's backward at its worst: what it keeps of its tape, the k input gradients

@@ -78,7 +78,7 @@ def main(argv=None):
         for p in wrapped.parameters():
             p.grad = torch.zeros_like(p)
 
-        def step():
+        def step(wrapped=wrapped, a=a, kw=kw, loss_of=loss_of):  # this iteration's model (ruff B023)
             out = wrapped(*a, **kw)
             loss = loss_of(out)
             if not args.hold_outputs:

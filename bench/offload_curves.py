@@ -179,6 +179,15 @@ def findings(results: list[dict]) -> list[str]:
         for key in dict.fromkeys(g[2] for g in room):
             best = max((g for g in room if g[2] == key), key=lambda g: g[0])
             out.append(f"on {key}: wider windows could gain at most {best[0]:.2f} ms ({best[1]}, {best[3]} %)")
+    # Note [Never slower than recompute only]: what the reference solve costs, and where it is the plan
+    cost = [row["combined"]["detail"]["timings"]["recompute_only"] / row["combined"]["detail"]["timings"]["dp"]
+            for r in results for row in r["rows"] if "recompute_only" in row["combined"]["detail"].get("timings", {})]
+    if cost:
+        taken = [f"{r['profile']} {r['link']} {row['percent']} %" for r in results for row in r["rows"]
+                 if row["combined"]["detail"].get("is_recompute_only_plan")]
+        out.append(f"the recompute-only reference solve took {min(cost):.2f}-{max(cost):.2f} x the offload fill's "
+                   f"time (Note [Never slower than recompute only]); its plan was the faster one in exact bytes in "
+                   f"{len(taken)} of {len(cost)} rows" + (f" ({', '.join(taken)})" if taken else ""))
     wins = sum(1 for r in results for row in r["rows"] if row["offload_only_best"] is not None
                and row["combined"]["feasible"] and row["offload_only_best"]["time_ms"] < row["combined"]["time_ms"])
     total = sum(1 for r in results for row in r["rows"] if row["offload_only_best"] is not None)

@@ -193,7 +193,7 @@ def solve(chain: Chain, budget, bucket=None, backend: str = "auto", strict: bool
         raise TypeError(f"solve() needs a gpusolve.Chain, got {type(chain).__name__}")
     budget_bytes = budget_bytes_of(chain, budget)
     notes: list[str] = []
-    if backend == "exact" or (backend == "auto" and bucket is None and chain.n <= EXACT_AUTO_STAGES):
+    if backend == "exact" or auto_is_exact(backend, bucket, chain.n):
         if backend == "auto":
             notes.append(f"exact DP (no buckets): the chain has {chain.n} <= {EXACT_AUTO_STAGES} stages, where the "
                          f"exact optimum is cheap")
@@ -211,10 +211,7 @@ def solve(chain: Chain, budget, bucket=None, backend: str = "auto", strict: bool
     slack = slack_buckets(chain.n, buckets) if bucket is None else 0
     problem = Problem.build(chain, bucket_bytes, buckets + slack)
     timings["setup"] = time.perf_counter() - started
-    work = table_work(problem.n, problem.buckets + 1)
-    show = progress if progress is not None else work >= PROGRESS_THRESHOLD
-    with pair_progress(problem.n, problem.buckets + 1, f"solving {chain.n} stages x {problem.buckets + 1} buckets "
-                       f"({name})", show) as callback:
+    with table_progress(problem, name, progress) as callback:
         table = filler(problem, callback, timings)
     full_curve = np.asarray(table.curve, dtype=np.float64)
     curve = Curve(np.arange(buckets + 1, dtype=np.int64) * bucket_bytes, full_curve[:buckets + 1].copy())
@@ -263,6 +260,21 @@ def solve(chain: Chain, budget, bucket=None, backend: str = "auto", strict: bool
                 solve_seconds=time.perf_counter() - started, curve=curve, schedule=schedule, policy=policy,
                 store_all_time_ms=store_all_time_ms(chain), bytes_per_state=_bytes_per_state(name, problem),
                 notes=notes, timings=timings, chain=chain, known_min_bytes=known_min)
+
+
+def auto_is_exact(backend: str, bucket, n: int) -> bool:
+    """Whether ``backend`` "auto" takes the exact, bucket-free DP: no bucket given and at most
+    :data:`EXACT_AUTO_STAGES` stages."""
+    return backend == "auto" and bucket is None and n <= EXACT_AUTO_STAGES
+
+
+def table_progress(problem: Problem, what: str, progress: bool | None):
+    """The progress context of one table fill (:func:`gpusolve.progress.pair_progress`): ``progress``
+    None shows it for a table of at least :data:`PROGRESS_THRESHOLD` candidate evaluations (after
+    :data:`~gpusolve.progress.PROGRESS_DELAY_S`), True always, False never. ``what`` names the fill."""
+    columns = problem.buckets + 1
+    show = progress if progress is not None else table_work(problem.n, columns) >= PROGRESS_THRESHOLD
+    return pair_progress(problem.n, columns, f"solving {problem.n} stages x {columns} buckets ({what})", show)
 
 
 def exact_candidates(chain: Chain, problem: Problem, table, full_curve: np.ndarray, buckets: int, budget_bytes: int,

@@ -137,7 +137,7 @@ def test_sequential_boundaries_against_torch():
                 self.idx = idx
                 self.w = torch.nn.Parameter(torch.ones(()))
 
-            def forward(self, x):
+            def forward(self, x, calls=calls):  # this iteration's list (ruff B023)
                 calls.append((self.idx, torch.is_grad_enabled()))
                 return x * self.w
 

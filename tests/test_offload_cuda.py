@@ -66,8 +66,10 @@ def test_cuda_wiring_on_a_stand_in_device(monkeypatch):
     chain_solve = sys.modules["gpusolve.solve"]  # the module (gpusolve.solve is the function)
     monkeypatch.setitem(sys.modules, "cupy", fake_cupy())
     calls = []
-    monkeypatch.setattr(chain_solve, "_pick_backend",
-                        lambda backend, notes: calls.append(backend) or ("cpu" if backend == "cpu" else "cuda", None))
+    # the chain DP's fill stands in for its kernels too (the recompute-only reference of Note [Never
+    # slower than recompute only] goes through the same rule)
+    monkeypatch.setattr(chain_solve, "_pick_backend", lambda backend, notes: calls.append(backend) or
+                        ("cpu" if backend == "cpu" else "cuda", cpu.fill))
     monkeypatch.setattr(offload_cuda, "ensure_available", lambda geometry=None: None)
 
     def stand_in_fill(problem, chain, link, progress=None, timings=None):
@@ -86,7 +88,10 @@ def test_cuda_wiring_on_a_stand_in_device(monkeypatch):
         assert plan_g.predicted_peak_bytes <= plan_g.budget_bytes
     plan_a = solve_offload(chain, "50%", FAST, backend="auto")
     assert plan_a.backend == "cuda" and any("backend auto: the offload DP runs on CUDA" in n for n in plan_a.notes)
-    assert calls == ["cuda", "cpu", "cuda", "cpu", "auto"]  # every backend name goes through the one rule
+    # every backend name goes through the one rule, the reference's after the offload DP's; "auto" on
+    # this 21-stage chain takes the exact DP for the reference, as gpusolve.solve would
+    assert calls == ["cuda", "cuda", "cpu", "cpu"] * 2 + ["auto"]
+    assert plan_a.recompute_only.backend == "exact"
 
 
 # ---------------------------------------------------------------------------- on a device

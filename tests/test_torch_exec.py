@@ -135,10 +135,10 @@ def test_random_policies_match_autograd():
     for trial in range(25):
         policy_box = {}
 
-        def schedule_fn(chain):
+        def schedule_fn(chain, policy_box=policy_box):  # this trial's box (ruff B023)
             policy_box["p"] = random_policy(rng, 0, chain.n, p_ckpt=rng.choice([0.3, 0.6, 0.9]))
             return policy_box["p"]
-        wrapped = compare(lambda: mlp(depth=6, seed=trial), x, exact=True, schedule_fn=schedule_fn)
+        wrapped = compare(lambda trial=trial: mlp(depth=6, seed=trial), x, exact=True, schedule_fn=schedule_fn)
         kinds |= {(op.kind, op.keep_input) for op in wrapped.plan.schedule}
     assert kinds >= {(OpKind.FWD_TAPE, False), (OpKind.BWD, False), (OpKind.FREE, False),
                      (OpKind.FWD_NOGRAD, True), (OpKind.FWD_NOGRAD, False)}
@@ -214,7 +214,7 @@ def test_checkpoint_before_inplace_relu():
                              nn.Linear(6, 6), Bump(), nn.Linear(6, 2)).to(DT)
     x = torch.randn(3, 4, dtype=DT, requires_grad=True)
     for boundaries in ([1], [1, 2], [2, 3], [1, 2, 3]):
-        wrapped = compare(make, x, exact=True, schedule_fn=lambda chain: segments_policy(boundaries, chain.n))
+        wrapped = compare(make, x, exact=True, schedule_fn=lambda chain, b=boundaries: segments_policy(b, chain.n))
     assert wrapped.chain.provenance["members"] == [["0", "1", "2"], ["3", "4"], ["5", "6"], ["7"]]
 
 

@@ -128,7 +128,7 @@ def reachable_state(fn) -> list[tuple[str, object]]:
             attrs = getattr(f, "__dict__", None)  # a callable object: its attributes, and its __call__'s
             for key, item in (attrs.items() if isinstance(attrs, dict) else ()):
                 visit(item, f"{where} > attribute {key!r}", depth, True)
-            call = getattr(type(f), "__call__", None)
+            call = getattr(type(f), "__call__", None)  # noqa: B004 (the class's function, not callability)
             if isinstance(call, types.FunctionType):
                 callee(call, f"{where} > __call__", depth + 1)
 

@@ -93,15 +93,18 @@ def offload_records(chain: Chain, budget, link: Link, bucket=None, backend: str 
     budget_bytes = budget_bytes_of(chain, budget)
     base = store_all_time_ms(chain)
     rows = []
-    plans = [("combined (gpusolve)", solve_offload(chain, budget_bytes, link, bucket=bucket, backend=backend,
-                                                   strict=False))]
-    if recompute:
-        plans.append(("recompute only (gpusolve)", solve(chain, budget_bytes, bucket=bucket, backend=backend,
-                                                         strict=False)))
+    combined = solve_offload(chain, budget_bytes, link, bucket=bucket, backend=backend, strict=False)
+    plans = [("combined (gpusolve)", combined)]
+    if recompute:  # the combined solve ran it (Note [Never slower than recompute only]) unless the link is useless
+        other = combined.recompute_only
+        plans.append(("recompute only (gpusolve)", other if other is not None else
+                      solve(chain, budget_bytes, bucket=bucket, backend=backend, strict=False)))
     for name, plan in plans:
         detail = {"backend": plan.backend, "buckets": plan.buckets}
         if isinstance(plan, OffloadPlan):
-            detail["swaps"] = plan.swaps
+            other = plan.recompute_only
+            detail |= {"swaps": plan.swaps, "timings": dict(plan.timings),
+                       "is_recompute_only_plan": other is not None and plan.policy is other.policy}
         if plan.feasible:
             rows.append(Record(name, float(plan.predicted_time_ms), int(plan.predicted_peak_bytes),
                                float(plan.predicted_time_ms / base - 1.0) if base else 0.0, True, detail))

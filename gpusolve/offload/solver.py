@@ -6,7 +6,7 @@ number, as in the tests)."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -16,10 +16,23 @@ from ..dp.minpeak import min_feasible_bytes, min_peak_policy
 from ..dp.problem import Problem
 from ..schedule import OpKind, policy_to_schedule
 from ..simulate import budget_bytes_of, simulate, store_all_time_ms
-from ..solve import Curve, Plan, _infeasible, exact_candidates, pick_kernel_backend, slack_buckets
+from ..solve import (Curve, Plan, _infeasible, auto_is_exact, exact_candidates, pick_kernel_backend, slack_buckets,
+                     solve, table_progress)
 from ..units import format_bytes
 from . import dp as offload_dp
 from .link import Link
+
+# Note [Never slower than recompute only]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# The combined class contains every recompute-only policy, and at one bucket the combined table is
+# <= the chain DP's column by column. The plan, though, is chosen in exact bytes among a few
+# candidates (Note [Exact candidates] in gpusolve/solve.py): the slack band's binary search walks the
+# combined table's plateaus, not the chain's, and can land on a slower one. Measured: 82.911 against
+# 82.909 ms (densenet121_b64, 35 %, 50 GB/s; bench/results/offload_curves.md before this note). So
+# over a link that can carry anything, solve_offload also runs gpusolve.solve with the same budget,
+# bucket and backend (the chain DP; exact where "auto" would take it) and keeps the faster plan,
+# the combined one on a tie. Cost: one chain fill, about a seventh of the offload fill on the CPU.
+# Over a useless link the two tables are equal bit for bit and nothing more is solved.
 
 # |simulated - DP| allowed, relative: float32 sums of up to ~1e4 terms (an internal check, not a tolerance
 # the user sees: the plan's time is the simulated one).
@@ -35,13 +48,19 @@ class OffloadPlan(Plan):
     link: Link | None = None
     dp_time_ms: float = float("nan")
     swaps: int = 0
+    # gpusolve.solve's plan at the same budget, bucket and backend (Note [Never slower than recompute
+    # only]); None over a useless link or where it is infeasible.
+    recompute_only: Plan | None = field(default=None, kw_only=True, compare=False, repr=False)
 
     def to_dict(self) -> dict:
+        other = self.recompute_only
         return super().to_dict() | {"link": None if self.link is None else self.link.to_dict(),
-                                    "dp_time_ms": self.dp_time_ms, "swaps": self.swaps}
+                                    "dp_time_ms": self.dp_time_ms, "swaps": self.swaps,
+                                    "recompute_only_time_ms": None if other is None else other.predicted_time_ms}
 
 
-def solve_offload(chain: Chain, budget, link, bucket=None, backend: str = "auto", strict: bool = True) -> OffloadPlan:
+def solve_offload(chain: Chain, budget, link, bucket=None, backend: str = "auto", strict: bool = True,
+                  progress: bool | None = None) -> OffloadPlan:
     """Optimal plan of the combined class (recompute + ``Swap k``) for ``chain`` within ``budget`` (bytes,
     a size string or a percentage of the store-all peak) over ``link`` (a :class:`Link`, or a rate
     string such as ``"12GB/s"`` for both directions). ``bucket`` as in :func:`gpusolve.solve` (default:
@@ -49,7 +68,9 @@ def solve_offload(chain: Chain, budget, link, bucket=None, backend: str = "auto"
     run, else the CPU with a :class:`~gpusolve.FallbackWarning`), "cpu" or "cuda" (kernels/offload.cu;
     the device planes equal the CPU's bit for bit). Below the exact minimum budget of the
     combined class (:func:`gpusolve.offload.dp.min_offload_bytes`) raises
-    :class:`~gpusolve.InfeasibleBudgetError` (``strict``) or returns ``feasible=False``."""
+    :class:`~gpusolve.InfeasibleBudgetError` (``strict``) or returns ``feasible=False``. The plan is
+    never slower than :func:`gpusolve.solve`'s with the same arguments (Note [Never slower than
+    recompute only]). ``progress`` as in :func:`gpusolve.solve`."""
     started = time.perf_counter()
     if not isinstance(chain, Chain):
         raise TypeError(f"solve_offload() needs a gpusolve.Chain, got {type(chain).__name__}")
@@ -87,7 +108,8 @@ def solve_offload(chain: Chain, budget, link, bucket=None, backend: str = "auto"
                           f"used: give a coarser bucket")
     problem = Problem.build(chain, bucket_bytes, buckets + slack)
     timings["setup"] = time.perf_counter() - started
-    table = filler(problem, chain, link, timings=timings)
+    with table_progress(problem, f"offload DP, {name}", progress) as callback:
+        table = filler(problem, chain, link, progress=callback, timings=timings)
     full_curve = np.asarray(table.curve, dtype=np.float64)
     curve = Curve(np.arange(buckets + 1, dtype=np.int64) * bucket_bytes, full_curve[:buckets + 1].copy())
     clock = time.perf_counter()
@@ -99,6 +121,18 @@ def solve_offload(chain: Chain, budget, link, bucket=None, backend: str = "auto"
     # table's optimum, the slack band's plateaus, the segment policies (all in the combined class).
     best = exact_candidates(chain, problem, table, full_curve, buckets, budget_bytes, peak_of)
     timings["recover"] = time.perf_counter() - clock
+    reference = None
+    if not link.is_useless:  # Note [Never slower than recompute only]
+        clock = time.perf_counter()
+        reference = solve(chain, budget_bytes, bucket=bucket, strict=False, progress=progress,
+                          backend="exact" if auto_is_exact(backend, bucket, chain.n) else name)
+        timings["recompute_only"] = time.perf_counter() - clock
+        if not reference.feasible:
+            reference = None
+    if best is None and reference is not None:
+        best = (reference.predicted_time_ms, None, reference.policy,
+                f"at bucket {format_bytes(bucket_bytes)} the rounded sizes fit no combined plan; the plan is "
+                f"gpusolve.solve's (recompute only)")
     if best is None:
         least = minimum()
         if budget_bytes < least:
@@ -111,11 +145,17 @@ def solve_offload(chain: Chain, budget, link, bucket=None, backend: str = "auto"
                 f"at bucket {format_bytes(bucket_bytes)} the rounded sizes fit no plan; the plan is the "
                 f"least-peak recompute policy (a finer bucket may find a faster one)")
     dp_time, _, policy, note = best
-    if note:
-        notes.append(note)
     clock = time.perf_counter()
     schedule = policy_to_schedule(policy, 0, chain.n)
     sim = simulate(chain, schedule, link=link)
+    if reference is not None and reference.policy is not policy and reference.predicted_time_ms < sim.time_ms:
+        note = (f"gpusolve.solve's recompute-only plan is faster in exact bytes than the combined table's "
+                f"({reference.predicted_time_ms:.4f} vs {sim.time_ms:.4f} ms): it is the plan")
+        dp_time, policy = reference.predicted_time_ms, reference.policy
+        schedule = policy_to_schedule(policy, 0, chain.n)
+        sim = simulate(chain, schedule, link=link)
+    if note:
+        notes.append(note)
     if sim.peak_bytes > budget_bytes:
         raise AssertionError(f"internal error: offload plan peak {sim.peak_bytes} B exceeds budget {budget_bytes} B")
     if np.isfinite(dp_time) and abs(sim.time_ms - dp_time) > FLOAT32_REL * max(1.0, abs(dp_time)):
@@ -129,7 +169,8 @@ def solve_offload(chain: Chain, budget, link, bucket=None, backend: str = "auto"
                        solve_seconds=time.perf_counter() - started, curve=curve, schedule=schedule, policy=policy,
                        store_all_time_ms=store_all_time_ms(chain),
                        bytes_per_state=4 * (offload_dp.TABLES if name == "cpu" else 2),
-                       notes=notes, timings=timings, chain=chain, link=link, dp_time_ms=dp_time, swaps=swaps)
+                       notes=notes, timings=timings, chain=chain, link=link, dp_time_ms=dp_time, swaps=swaps,
+                       recompute_only=reference)
 
 
 def _as_offload(plan: Plan, link: Link) -> OffloadPlan:

@@ -1,0 +1,98 @@
+"""The README's examples run as written: every ``gpusolve`` command of its shell blocks (optional
+``[...]`` parts dropped) and every Python block, in order, in one namespace (a block that does not
+start with an import continues the one before it). Two names are the user's own and get small
+stand-ins here: ``MyModel`` (GPT-2 from transformers, two tiny layers) and ``loader``. A README edit
+that breaks an example fails here."""
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from gpusolve.cli import main
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = README.parent
+# Names a Python block may take from the user's program: the test supplies them (stand_ins()).
+USER_NAMES = ("MyModel", "loader")
+
+
+def shell_commands() -> list[str]:
+    """The ``gpusolve`` command lines of the README's shell blocks (comments, continuations and
+    optional ``[...]`` parts resolved); the profile the Python example writes later is left out."""
+    text = README.read_text()
+    commands = []
+    for lang, body in re.findall(r"```(\w*)\n(.*?)```", text, re.S):
+        if lang not in ("bash", ""):
+            continue
+        for line in body.replace("\\\n", " ").splitlines():
+            line = line.split("  #")[0].strip()
+            if not re.match(r"gpusolve(\s|$)", line) or "my_profile.json" in line:
+                continue
+            commands.append(re.sub(r"\s*\[[^\]]*\]", "", line))
+    return commands
+
+
+def python_blocks() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+
+
+def test_the_readme_has_examples():
+    commands, blocks = shell_commands(), python_blocks()
+    assert "gpusolve demo" in commands and any("--offload" in c for c in commands) and len(commands) >= 12
+    assert len(blocks) >= 5 and any("auto_checkpoint" in b for b in blocks)
+
+
+@pytest.mark.parametrize("command", shell_commands())
+def test_shell_command(command, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # --out files land here
+    argv = [str(ROOT / a) if a.startswith("bench/") else a for a in shlex.split(command)[1:]]
+    with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.redirect_stderr(io.StringIO()):
+        try:
+            code = main(argv)
+        except SystemExit as exc:  # argparse's own exits
+            code = exc.code
+    assert code == (2 if not argv else 0), command  # `gpusolve` alone lists the commands, exit 2
+    if "--json" in argv:
+        import json
+        json.loads(out.getvalue())
+
+
+def stand_ins() -> dict:
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=97, n_positions=16)
+
+    def my_model():
+        torch.manual_seed(0)
+        return transformers.GPT2LMHeadModel(config)
+
+    ids = torch.randint(0, 97, (2, 16), generator=torch.Generator().manual_seed(0))
+    return {"MyModel": my_model, "loader": [{"input_ids": ids, "labels": ids}] * 2}
+
+
+def test_python_blocks(tmp_path, monkeypatch):
+    """In order, sharing one namespace; the first block (a one-line teaser on an undefined
+    ``model``) is shown again in full later and is skipped."""
+    monkeypatch.chdir(tmp_path)  # the profile example writes my_profile.json
+    namespace: dict = {}
+    ran, previous = [], False
+    for block in python_blocks():
+        first = block.lstrip().splitlines()[0]
+        if not (first.startswith(("import ", "from ")) or previous):
+            previous = False
+            continue
+        if any(name in block for name in USER_NAMES):
+            namespace.update(stand_ins())
+        elif "torch" in block:
+            pytest.importorskip("torch")
+        with contextlib.redirect_stdout(io.StringIO()):
+            exec(compile(block, f"README.md block {len(ran)}", "exec"), namespace)
+        ran.append(first)
+        previous = True
+    assert len(ran) == len(python_blocks()) - 1
+    assert (tmp_path / "my_profile.json").exists()

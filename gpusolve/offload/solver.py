@@ -28,10 +28,11 @@ from .link import Link
 # <= the chain DP's column by column. The plan, though, is chosen in exact bytes among a few
 # candidates (Note [Exact candidates] in gpusolve/solve.py): the slack band's binary search walks the
 # combined table's plateaus, not the chain's, and can land on a slower one. Measured: 82.911 against
-# 82.909 ms (densenet121_b64, 35 %, 50 GB/s; bench/results/offload_curves.md before this note). So
+# 82.909 ms (densenet121_b64, 35 %, 50 GB/s; bench/results/offload_curves.md of 89f92b7). So
 # over a link that can carry anything, solve_offload also runs gpusolve.solve with the same budget,
 # bucket and backend (the chain DP; exact where "auto" would take it) and keeps the faster plan,
-# the combined one on a tie. Cost: one chain fill, about a seventh of the offload fill on the CPU.
+# the combined one on a tie. Cost: one chain solve, 0.14-0.54 x the offload fill's time on the CPU
+# (more on the short chains; bench/results/offload_curves.md), where it gave the plan in 1 of 27 rows.
 # Over a useless link the two tables are equal bit for bit and nothing more is solved.
 
 # |simulated - DP| allowed, relative: float32 sums of up to ~1e4 terms (an internal check, not a tolerance

@@ -152,9 +152,8 @@ def solve_offload(chain: Chain, budget, link, bucket=None, backend: str = "auto"
     if reference is not None and reference.policy is not policy and reference.predicted_time_ms < sim.time_ms:
         note = (f"gpusolve.solve's recompute-only plan is faster in exact bytes than the combined table's "
                 f"({reference.predicted_time_ms:.4f} vs {sim.time_ms:.4f} ms): it is the plan")
-        dp_time, policy = reference.predicted_time_ms, reference.policy
-        schedule = policy_to_schedule(policy, 0, chain.n)
-        sim = simulate(chain, schedule, link=link)
+        dp_time, policy, schedule = reference.predicted_time_ms, reference.policy, reference.schedule
+        sim = simulate(chain, schedule, link=link)  # over the link, for the checks below
     if note:
         notes.append(note)
     if sim.peak_bytes > budget_bytes:

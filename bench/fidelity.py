@@ -137,6 +137,46 @@ def gpt2_hf(batch=4, context=128, layers=4, width=128, vocab=2000):
     return gpt2_hf_stages(model, ids), ids
 
 
+class _Down(nn.Module):
+    """U-Net encoder stage: the state is (x, skips...); it returns (pooled y, skips..., y). The skips
+    made by earlier stages pass through (Note [Outputs passed through] in gpusolve/chain.py)."""
+
+    def __init__(self, cin, cout):
+        super().__init__()
+        self.conv = nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU())
+
+    def forward(self, state):
+        x, *skips = (state,) if isinstance(state, torch.Tensor) else state
+        y = self.conv(x)
+        return (nn.functional.max_pool2d(y, 2), *skips, y)
+
+
+class _Up(nn.Module):
+    """U-Net decoder stage: upsamples x, joins the last skip, and passes the other skips on."""
+
+    def __init__(self, cin, cskip, cout):
+        super().__init__()
+        self.conv = nn.Sequential(nn.Conv2d(cin + cskip, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU())
+
+    def forward(self, state):
+        x, *skips, skip = state
+        y = self.conv(torch.cat([nn.functional.interpolate(x, scale_factor=2.0), skip], dim=1))
+        return (y, *skips) if skips else y
+
+
+def unet_style(batch=4, size=64, widths=(16, 32, 64, 128), classes=8):
+    """A U-Net as a chain of stages: every checkpoint between its encoder and decoder holds the skips."""
+    layers, c = [], 3
+    for w in widths:
+        layers.append(_Down(c, w))
+        c = w
+    for w in reversed(widths):
+        layers.append(_Up(c, w, w))
+        c = w
+    layers += [nn.Conv2d(c, classes, 1), CrossEntropyStage(torch.randint(0, classes, (batch, size, size)))]
+    return nn.Sequential(*layers), torch.randn(batch, 3, size, size)
+
+
 def _torchvision(name: str, batch: int, size: int):
     """torchvision's own ``name`` (random weights), cut by ``torch_exec.split.split_model``; ImportError
     when torchvision is missing or does not load beside this torch."""
@@ -149,6 +189,8 @@ MODELS = {"resnet50_style": resnet50_style, "densenet_style": densenet_style, "v
           "gpt2_style": gpt2_style, "gpt2_hf": gpt2_hf}
 # torchvision's own networks at sizes a CPU runs in minutes: only when asked for (--models)
 TORCHVISION = {f"{name}_tv": functools.partial(_torchvision, name, *shape) for name, shape in TORCHVISION_CPU_SIZES.items()}
+# only when asked for (--models): the default set is the one bench/results/fidelity_cpu.md records
+EXTRA = {"unet_style": unet_style, **TORCHVISION}
 
 
 # ---------------------------------------------------------------------------- measurement
@@ -221,7 +263,7 @@ def best_checkpoint_sequential(stages, x, budget: int, steps: int, device) -> di
 
 def run_model(name: str, args, device) -> list[dict]:
     torch.manual_seed(0)
-    stages, x = (MODELS | TORCHVISION)[name]()
+    stages, x = (MODELS | EXTRA)[name]()
     stages, x = stages.to(device), x.to(device)
     wrapped = te.CheckpointedSequential(stages, budget="1TiB", backend=args.backend, profile_passes=args.passes,
                                         network=name, measure_steps=0)
@@ -305,7 +347,7 @@ def write(rows: list[dict], args, device) -> Path:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS),
-                        help=f"comma list of {', '.join(MODELS | TORCHVISION)} (default: all but the torchvision ones)")
+                        help=f"comma list of {', '.join(MODELS | EXTRA)} (default: {', '.join(MODELS)})")
     parser.add_argument("--fractions", default=",".join(map(str, FRACTIONS)))
     parser.add_argument("--steps", type=int, default=5, help="timed steps per measurement (median)")
     parser.add_argument("--passes", type=int, default=3, help="profiling passes")
@@ -325,8 +367,8 @@ def main(argv=None) -> int:
     warnings.simplefilter("ignore", te.CPUTimingWarning)
     rows = []
     for name in args.models.split(","):
-        if name not in MODELS | TORCHVISION:
-            parser.error(f"unknown model {name!r}; choose from {', '.join(MODELS | TORCHVISION)}")
+        if name not in MODELS | EXTRA:
+            parser.error(f"unknown model {name!r}; choose from {', '.join(MODELS | EXTRA)}")
         try:
             rows += run_model(name, args, device)
         except ImportError as err:

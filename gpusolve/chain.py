@@ -16,6 +16,19 @@ Memory model (every size in bytes; see DESIGN in README for the recurrences):
 - ``reserved_bytes`` (one number): held through the whole step besides the chain's tensors, inside
   the budget; every moment of every plan counts it. The executor uses it for what it holds beyond
   the stages' tensors (see ``torch_exec.executor``, Note [The gradient of a_N]).
+
+Note [Outputs passed through]
+    A stage may return, beside what it makes, tensors made by stages before it: a language model's
+    last stage returns its loss and the logits its head made. When such stages are fused into one
+    (:meth:`Chain.from_profile`), the storages an earlier member made and the last member passes
+    on belong to the fused stage's output: they count in ``act_bytes`` (a checkpoint holds them),
+    they stay in its tape (a member's output is freed only where the next member does not pass it
+    on), and at the backward they go with the output unless their maker saved them. The profile
+    says which member made which storage of a stage's output (``held_from``, written by
+    ``torch_exec.profile``); profiles without it keep the earlier reading, which leaves such
+    storages out of ``act_bytes``. The executor reserves the whole last output for a caller who
+    holds it (Note [The caller holds a_N]) and takes ``act_bytes[N]`` out of the last tape, so
+    passed-on storages are no longer counted twice there.
 """
 from __future__ import annotations
 
@@ -260,14 +273,24 @@ class Chain:
             notes.append("stage 1 aliases the chain input: the executor clones the input before it")
         input_bytes = int(data.get("input_bytes", 0))
         fields: dict[str, list] = {name: [] for name in TIME_FIELDS + ALL_BYTE_FIELDS}
+        passed: list[int] = []  # per stage: bytes of act_bytes made before it (Note [Outputs passed through])
         names: list[str] = []
         members: list[list[str]] = []
         granule = profile_granule(data)
         grad_in = allocator_bytes(input_bytes, granule)
-        for group in groups:
-            merged = _merge_group(group, grad_in, notes, granule)
+        first = 1  # the measured stage number of each group's first member
+        group_of: dict[int, int] = {}  # measured stage number -> its group's index
+        shared = [False] * len(groups)  # the group's output shares a storage with another group's
+        for g, group in enumerate(groups):
+            merged = _merge_group(group, grad_in, notes, granule, first=first)
+            group_of.update(dict.fromkeys(range(first, first + len(group)), g))
+            for origin, _ in group[-1].get("held_from", ()):
+                if 1 <= int(origin) < first:
+                    shared[g] = shared[group_of[int(origin)]] = True
+            first += len(group)
             for name in TIME_FIELDS + ALL_BYTE_FIELDS:
                 fields[name].append(merged[name])
+            passed.append(merged["passed_bytes"])
             names.append("+".join(stage["name"] for stage in group))
             members.append([stage["name"] for stage in group])
             grad_in = merged["grad_bytes"]
@@ -275,7 +298,8 @@ class Chain:
                                            "param_bytes") if k in data}
         provenance.update(source=str(source), format=PROFILE_FORMAT, measured_stages=len(stages),
                           merged_in_place=joined["in_place"], merged_unsaved=joined["unsaved"],
-                          fused_aliasing=fuse_aliasing, members=members, notes=notes)
+                          fused_aliasing=fuse_aliasing, members=members, notes=notes, passed_bytes=passed,
+                          shared_storage=shared)
         # The profiler records whether the input needed a gradient; without one, none is allocated.
         input_grad = 0 if data.get("input_requires_grad") is False else allocator_bytes(input_bytes, granule)
         return cls(**fields, input_bytes=input_bytes, input_grad_bytes=input_grad,
@@ -363,6 +387,24 @@ class Chain:
             why = f"{merged} merged"
         return f"{count} ({self.profiled_stages} profiled; {why})"
 
+    def made_bytes(self, s: int) -> int:
+        """Bytes of ``act_bytes`` of stage ``s`` (1-based) that the stage itself made: less the storages
+        made before it that its output passes on (Note [Outputs passed through]; the profile's
+        ``held_from``, 0 where it does not say)."""
+        passed = self.provenance.get("passed_bytes") or ()
+        return int(self.act_bytes[s - 1]) - (int(passed[s - 1]) if len(passed) == self.n else 0)
+
+    def swappable(self) -> np.ndarray:
+        """bool[N + 1]: whether a_s may be moved to the host (index 0, the input: never). Not where a_s
+        shares a storage with another stage's output (Note [Outputs passed through]): moving it out
+        would not free that storage while the other holds it."""
+        out = np.ones(self.n + 1, dtype=bool)
+        out[0] = False
+        shared = self.provenance.get("shared_storage") or ()
+        if len(shared) == self.n:
+            out[1:] &= ~np.asarray(shared, dtype=bool)
+        return out
+
     def summary(self) -> str:
         """One line: stage count (and the profiled count, :meth:`stages_text`) and totals."""
         return (f"{self.stages_text()}, forward {self.t_fwd.sum():.2f} ms, backward {self.t_bwd.sum():.2f} ms, "
@@ -422,14 +464,23 @@ def _output_saved_bytes(group: list[dict]) -> int | None:
     return max(int(st["out_saved_bytes"]) for st in tail)
 
 
-def _merge_group(group: list[dict], grad_in: int, notes: list[str], granule: int = ALLOCATOR_GRANULE) -> dict:
+def _made_by(stage: dict, numbers: range) -> int:
+    """Bytes of ``stage``'s output held in storages that the measured stages ``numbers`` made (the
+    profile's ``held_from``; 0 without it). Note [Outputs passed through]."""
+    return sum(int(nbytes) for origin, nbytes in stage.get("held_from", ()) if int(origin) in numbers)
+
+
+def _merge_group(group: list[dict], grad_in: int, notes: list[str], granule: int = ALLOCATOR_GRANULE,
+                 first: int = 1) -> dict:
     """Costs of one executor stage made of several measured stages run back to back.
 
     Members are a base stage, the aliasing stages after it, and stages joined because the tensor
-    before them is saved by no backward (:func:`_output_unsaved`). ``grad_in`` is the gradient size
+    before them is saved by no backward (:func:`_output_unsaved`); ``first`` is the first member's
+    number among the measured stages. ``grad_in`` is the gradient size
     of the group's input. The forward peaks compose exactly: each member's measured peak sits on
     what the members before it left allocated, and a member's output is freed once the next member
-    has run when neither saved it (and the next does not alias it). The backward runs the members
+    has run when neither saved it, the next does not alias it and does not pass it on in its own
+    output (Note [Outputs passed through]). The backward runs the members
     last to first: when every member has ``bwd_delta`` (the change of allocated bytes over its
     backward; our profiler records it), the group's backward peak above its start is composed
     exactly, each member's peak offset by what the members before it in the backward left (freed
@@ -442,14 +493,16 @@ def _merge_group(group: list[dict], grad_in: int, notes: list[str], granule: int
         nxt = group[m + 1]
         if int(nxt["x"]) > 0 and "out_saved_bytes" in group[m] and "in_saved_bytes" in nxt:
             saved = int(group[m]["out_saved_bytes"]) + int(nxt["in_saved_bytes"])
-            freed[m] = max(0, int(group[m]["x"]) - saved)
+            passed = _made_by(nxt, range(first + m, first + m + 1))  # member m's storages in nxt's output
+            freed[m] = max(0, int(group[m]["x"]) - saved - passed)
     current = 0  # bytes of the state inside the group in a no-grad pass (the group's input is outside)
     held_grad = 0
     peak_nograd = peak_grad = peak_bwd = 0
     for m, st in enumerate(group):
         peak_nograd = max(peak_nograd, current + int(st["fwd_peak_nograd"]))
         if int(st["x"]) > 0:
-            current = int(st["x"])  # the input (the previous member's output) is no longer referenced
+            # the input is no longer referenced, except storages earlier members made that it passes on
+            current = int(st["x"]) + _made_by(st, range(first, first + m))
         if m >= 2:
             held_grad -= freed[m - 2]  # member m - 1 has run: the output before it is gone
         peak_grad = max(peak_grad, held_grad + int(st["fwd_peak_grad"]))
@@ -463,7 +516,11 @@ def _merge_group(group: list[dict], grad_in: int, notes: list[str], granule: int
         peak_bwd = max(peak_bwd, member_grad + member_peak)
     if len(group) >= 2:
         held_grad -= freed[len(group) - 2]  # the last member has run: the output before it is gone
-    act = current
+    # Storages made before the group that its output passes on (Note [Outputs passed through]): a
+    # checkpoint of the output holds them; its tape does not need them (the group's input holds them
+    # while the tape lives).
+    before = _made_by(group[-1], range(1, first))
+    act = current + before
     tape = held_grad
     last_nbytes = int(group[-1]["x_nbytes"])
     grad_out = act if 0 < last_nbytes <= act else allocator_bytes(last_nbytes, granule)
@@ -475,9 +532,17 @@ def _merge_group(group: list[dict], grad_in: int, notes: list[str], granule: int
             level += int(st["bwd_delta"])
         bwd_extra = max(0, above - grad_in)
     # The group's output is released before its backward unless a member's backward saved it
-    # (profiles that do not say so keep it: the tape stays whole).
+    # (profiles that do not say so keep it: the tape stays whole). Of the storages earlier members
+    # made and the output passes on, count each as saved where its maker (or an alias after it) saved
+    # its output.
     saved = _output_saved_bytes(group)
-    bwd_tape = tape if saved is None else tape - act + min(act, saved)
+    last = group[-1]
+    for m in range(_producer(group) if saved is not None else 0):
+        if int(group[m]["x"]) > 0 and (passed := _made_by(last, range(first + m, first + m + 1))):
+            end = next((k for k in range(m + 1, len(group)) if int(group[k]["x"]) > 0), len(group))
+            kept = _output_saved_bytes(group[:end])
+            saved += passed if kept is None else min(passed, kept)
+    bwd_tape = tape if saved is None else tape - current + min(current, saved)
     return dict(times, act_bytes=act, grad_bytes=grad_out, tape_bytes=tape,
                 fwd_nograd_extra=max(0, peak_nograd - act), fwd_grad_extra=max(0, peak_grad - tape),
-                bwd_extra=bwd_extra, bwd_tape_bytes=min(tape, max(0, bwd_tape)))
+                bwd_extra=bwd_extra, bwd_tape_bytes=min(tape, max(0, bwd_tape)), passed_bytes=before)

@@ -16,7 +16,8 @@
 // the host from the exact bytes and rounded once there: the kernel only adds them); pre_b is SwapArrays'
 // pre_b as int32, clamped to W (it is compared with m - act_b[k] <= M only, so the clamp keeps every
 // comparison). A useless link gives w_off = e = +inf: every Swap candidate is +inf, never NaN (no
-// value is ever subtracted on the device).
+// value is ever subtracted on the device). So does a row i whose a_i may not be swapped (w_off[i][*]
+// = +inf: Chain.swappable, an output sharing a storage with another).
 //
 // Tie-break (Tape, then the smallest checkpoint k, then the smallest swap k) is recovery's, on the host
 // (gpusolve.offload.dp.choose over on-demand reads of the device planes): the fill only needs values.

@@ -1,4 +1,4 @@
-"""Small models of four styles for the fidelity tests (CPU): each an ``nn.Sequential`` whose last
+"""Small models of five styles for the fidelity tests (CPU): each an ``nn.Sequential`` whose last
 stage is the loss, and a sample input. ``bench/fidelity.py`` measures other (larger) models, so
 these tests do not become the definition of what works."""
 from __future__ import annotations
@@ -121,4 +121,44 @@ def transformer(batch=4, context=48, width=48, vocab=300, layers=4, seed=0):
     return model, torch.randint(0, vocab, (batch, context))
 
 
-MODELS = {"resnet": resnet, "densenet": densenet, "vgg": vgg, "transformer": transformer}
+class Widen(nn.Module):
+    """A wide tensor that its own backward keeps (ReLU saves its output)."""
+
+    def __init__(self, width, wide):
+        super().__init__()
+        self.fc = nn.Linear(width, wide)
+
+    def forward(self, x):
+        return torch.relu(self.fc(x))
+
+
+class Narrow(nn.Module):
+    """Returns a new narrow tensor and passes on the wide one it read (Note [Outputs passed through])."""
+
+    def __init__(self, wide, width):
+        super().__init__()
+        self.fc = nn.Linear(wide, width)
+
+    def forward(self, h):
+        return self.fc(h), h
+
+
+class Merge(nn.Module):
+    """Consumes the pair: the narrow tensor plus a slice of the wide one."""
+
+    def forward(self, pair):
+        s, h = pair
+        return torch.tanh(s + h[:, :s.shape[1]])
+
+
+def passthrough(batch=16, width=32, wide=512, layers=8, classes=10, seed=0):
+    """Stages whose output holds a tensor an earlier stage made: a checkpoint of it holds that too."""
+    torch.manual_seed(seed)
+    targets = torch.randint(0, classes, (batch,))
+    blocks = [m for _ in range(layers) for m in (Widen(width, wide), Narrow(wide, width), Merge())]
+    model = nn.Sequential(*blocks, nn.Linear(width, classes), CrossEntropyStage(targets))
+    return model, torch.randn(batch, width)
+
+
+MODELS = {"resnet": resnet, "densenet": densenet, "vgg": vgg, "transformer": transformer,
+          "passthrough": passthrough}

@@ -164,6 +164,56 @@ def test_stages_joined_when_no_backward_saves_the_tensor_between_them():
     assert Chain.from_profile(data).n == 2
 
 
+def test_fused_stage_whose_output_passes_on_what_an_earlier_member_made():
+    """Note [Outputs passed through], hand-computed: a language model's head makes the logits (4000 B,
+    saved by nobody) and its loss returns (loss, logits). The logits belong to the fused stage's output:
+    in its checkpoint and its tape, gone at its backward. Without ``held_from`` (older profiles) the
+    logits were freed from the tape once the loss had run, and counted nowhere."""
+    head = dict(name="head", t_fwd=1.0, t_fwd_nograd=0.9, t_bwd=2.0, x=4000, x_nbytes=4000, xbar=4000 + 300,
+                fwd_peak_nograd=4200, fwd_peak_grad=4500, bwd_peak=700, bwd_delta=-300,
+                out_saved_bytes=0, in_saved_bytes=1000, held_from=[[1, 4000]])
+    loss = dict(name="loss", t_fwd=0.5, t_fwd_nograd=0.4, t_bwd=0.5, x=8, x_nbytes=4008, xbar=8 + 2000,
+                fwd_peak_nograd=2100, fwd_peak_grad=2100, bwd_peak=4000, bwd_delta=-2000,
+                out_saved_bytes=0, in_saved_bytes=0, held_from=[[1, 4000], [2, 8]])
+    data = {"format": "measured-chain/1", "device": "cpu", "input_bytes": 1000, "stages": [head, loss]}
+    chain = Chain.from_profile(data)
+    assert chain.n == 1
+    assert chain.act_bytes[0] == 8 + 4000                    # loss and logits
+    assert chain.tape_bytes[0] == 4300 + 2008                # nothing freed: the output holds the logits
+    assert chain.bwd_tape_bytes[0] == 4300 + 2008 - 4008     # neither is saved: both go before the backward
+    assert chain.fwd_nograd_extra[0] == max(4200, 4000 + 2100) - 4008
+    assert chain.made_bytes(1) == 4008 and chain.provenance["passed_bytes"] == [0]
+    assert chain.swappable().tolist() == [False, True]
+    old = Chain.from_profile(data | {"stages": [{k: v for k, v in st.items() if k != "held_from"}
+                                                for st in (head, loss)]})
+    assert (old.act_bytes[0], old.tape_bytes[0]) == (8, 4300 + 2008 - 4000)
+
+
+def test_stage_whose_output_passes_on_an_earlier_stages_storage():
+    """Note [Outputs passed through], hand-computed: ``widen`` makes h (1000 B; its ReLU saves it),
+    ``narrow`` returns (fc(h), h), ``merge`` consumes both. A checkpoint of narrow's output holds h
+    too; its tape does not count h again (narrow's input, held while that tape lives, holds it); the
+    two outputs share h, so neither may be moved to the host."""
+    base = dict(t_fwd=1.0, t_fwd_nograd=1.0, t_bwd=1.0, fwd_peak_nograd=0, fwd_peak_grad=0, bwd_peak=0,
+                bwd_delta=0)
+    widen = base | dict(name="widen", x=1000, x_nbytes=1000, xbar=1000, fwd_peak_nograd=1000, fwd_peak_grad=1000,
+                        out_saved_bytes=1000, in_saved_bytes=0, held_from=[[1, 1000]])
+    narrow = base | dict(name="narrow", x=100, x_nbytes=1100, xbar=100, fwd_peak_nograd=100, fwd_peak_grad=100,
+                         out_saved_bytes=1000, in_saved_bytes=1000, held_from=[[1, 1000], [2, 100]])
+    merge = base | dict(name="merge", x=100, x_nbytes=100, xbar=100, fwd_peak_nograd=100, fwd_peak_grad=100,
+                        out_saved_bytes=100, in_saved_bytes=0, held_from=[[3, 100]])
+    data = {"format": "measured-chain/1", "device": "cpu", "input_bytes": 1000, "stages": [widen, narrow, merge]}
+    chain = Chain.from_profile(data)
+    assert chain.n == 3
+    assert chain.act_bytes.tolist() == [1000, 1100, 100]
+    assert chain.tape_bytes.tolist() == [1000, 100, 100]
+    assert [chain.made_bytes(s) for s in (1, 2, 3)] == [1000, 100, 100]
+    assert chain.provenance["shared_storage"] == [True, True, False]
+    assert chain.swappable().tolist() == [False, False, False, True]
+    # FWD_NOGRAD of narrow, dropping a_1, changes the held bytes by exactly what is made: 100
+    assert chain.act_bytes[1] - chain.act_bytes[0] == 100
+
+
 # ---------------------------------------------------------------------------- bundled names, stage counts
 def test_load_accepts_a_bundled_profile_name_from_any_directory(tmp_path, monkeypatch):
     from gpusolve import profiles

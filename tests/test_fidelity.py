@@ -1,7 +1,8 @@
 """Predicted = measured (CPU): the executor's step peak, measured by the CPU allocator's events,
-never exceeds the budget and is within 5 % of the plan's prediction, on four model styles at
-100 / 50 / 30 % of plain autograd's measured peak and at the minimum budget. The profiler's own
-figures are checked against the same meter: the model's store-all peak equals plain autograd's."""
+never exceeds the budget and is within 5 % of the plan's prediction, on five model styles (one
+whose stages pass on tensors made before them) at 100 / 50 / 30 % of plain autograd's measured
+peak and at the minimum budget. The profiler's own figures are checked against the same meter: the
+model's store-all peak equals plain autograd's."""
 from __future__ import annotations
 
 import pytest

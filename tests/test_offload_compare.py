@@ -98,8 +98,14 @@ def test_free_copies_help_on_resnet(resnet):
     assert combined.swaps > 0 and combined.predicted_time_ms < plain.predicted_time_ms - 1.0
 
 
-def test_curve_data(resnet):
+def test_curve_data(resnet, monkeypatch):
+    import gpusolve.offload.solver as solver
+    solves = []
+    monkeypatch.setattr(solver, "solve", lambda *a, **k: solves.append(a) or solve(*a, **k))
     data = offload_curve_data(resnet, Link.parse("12.2GB/s"), backend="cpu", points=6)
+    assert solves == []  # only the combined table's curve is used: no recompute-only reference inside
+    plan = solver.solve_offload(resnet, "40%", "12.2GB/s", backend="cpu", reference=False)
+    assert plan.recompute_only is None and "recompute_only" not in plan.timings and solves == []
     assert data["grid_bytes"][-1] == store_all_peak_bytes(resnet)
     assert data["offload_only"]["best"][-1] == pytest.approx(store_all_time_ms(resnet), rel=1e-12)
     # pointwise: the combined curve is never above the recompute curve (same bucket, superset class)

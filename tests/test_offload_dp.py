@@ -424,3 +424,42 @@ def test_simulator_rules_and_validation():
             Op(K.FREE, 1), Op(K.FWD_TAPE, 1), Op(K.BWD, 1)]
     # forwards end at 3; d2h a_1 3 -> 7.5, d2h a_2 7.5 -> 9; h2d a_2 9 -> 10, h2d a_1 10 -> 12.5; then 9 ms
     assert simulate(chain, fifo, link=link).time_ms == 12.5 + 9
+
+
+def _passthrough_profile(blocks: int, stripped: bool = False) -> dict:
+    """Blocks of widen (makes h, 8000 B, slow), narrow (returns (fc(h), h)), merge (consumes both):
+    narrow's output shares h with widen's (Note [Outputs passed through] in gpusolve/chain.py)."""
+    stages = []
+    for b in range(blocks):
+        n = 3 * b
+        base = dict(t_bwd=2.0, bwd_peak=0, bwd_delta=0, fwd_peak_nograd=0, fwd_peak_grad=0)
+        stages += [
+            base | dict(name=f"widen{b}", t_fwd=5.0, t_fwd_nograd=5.0, x=8000, x_nbytes=8000, xbar=8000,
+                        out_saved_bytes=8000, in_saved_bytes=0, held_from=[[n + 1, 8000]]),
+            base | dict(name=f"narrow{b}", t_fwd=0.5, t_fwd_nograd=0.5, x=100, x_nbytes=8100, xbar=100,
+                        out_saved_bytes=8000, in_saved_bytes=8000, held_from=[[n + 1, 8000], [n + 2, 100]]),
+            base | dict(name=f"merge{b}", t_fwd=0.5, t_fwd_nograd=0.5, x=100, x_nbytes=100, xbar=100,
+                        out_saved_bytes=100, in_saved_bytes=0, held_from=[[n + 3, 100]])]
+    if stripped:
+        stages = [{k: v for k, v in st.items() if k != "held_from"} for st in stages]
+    return {"format": "measured-chain/1", "device": "cpu", "input_bytes": 100, "stages": stages}
+
+
+def test_outputs_sharing_a_storage_are_never_swapped():
+    """Moving a_s to the host frees nothing of a storage another output shares (the executor keeps it,
+    Note [Shared storages] in torch_exec/offload.py). The profile's held_from says which outputs share;
+    those are never swapped, and the least budget is the one such plans reach. Without held_from the
+    solver swaps them (which is what this test would catch)."""
+    link = Link(1e6, 1e6)  # 1 TB/s: swapping is nearly free
+    stripped = Chain.from_profile(_passthrough_profile(4, stripped=True))
+    chain = Chain.from_profile(_passthrough_profile(4))
+    never = np.flatnonzero(~chain.swappable()[1:]) + 1
+    assert never.tolist() == [s for s in range(1, 13) if s % 3 != 0]
+    budget = int(0.55 * store_all_peak_bytes(chain))
+    swapped_before = {op.stage for op in solve_offload(stripped, budget, link, bucket=1, backend="cpu").schedule
+                      if op.kind is OpKind.OFFLOAD}
+    assert swapped_before & set(never.tolist())
+    for m in (budget, min_offload_bytes(chain)):
+        plan = solve_offload(chain, m, link, bucket=1, backend="cpu")
+        swapped = {op.stage for op in plan.schedule if op.kind is OpKind.OFFLOAD}
+        assert plan.feasible and not swapped & set(never.tolist()), (m, swapped)

@@ -346,6 +346,31 @@ def test_tuple_states_swap_policies():
     assert total > 0
 
 
+def test_solved_plans_never_swap_outputs_that_share_a_storage():
+    """Fork and Carry pass x on, so their outputs share x's storage with the states before and after
+    them: the profiler's held_from says so, and the solver never moves those to the host (Note
+    [Outputs passed through] in gpusolve/chain.py), at any budget; gradients stay plain autograd's."""
+    def make():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(4, 16), Fork(16), Carry(16), Carry(16), Mix(16), Carry(16), Join(),
+                             nn.Linear(16, 2)).to(DT)
+    x = torch.randn(8, 4, dtype=DT, requires_grad=True)
+    probe = wrap(make(), offload=FAST)
+    probe.prepare(x)
+    chain = probe._last.exec_chain
+    never = {s for s in range(1, chain.n + 1) if not chain.swappable()[s]}
+    assert never == {1, 2, 3, 4, 5, 6}, never  # Linear's output to Carry's: x passed on, then x + h passed on
+    lo, hi = min_offload_bytes(chain), store_all_peak_bytes(chain)
+    for fraction in (0.0, 0.3, 0.6):
+        ref_model, off_model = make(), make()
+        ref = step(ref_model, x)
+        off = wrap(off_model, budget=int(lo + fraction * (hi - lo)), bucket=1, offload=FAST)
+        got = step(off, x)
+        swapped = {op.stage for op in off.plan.schedule if op.kind is OpKind.OFFLOAD}
+        assert not swapped & never, (fraction, swapped)
+        assert_bitwise(ref_model, off_model, ref, got)
+
+
 # ---------------------------------------------------------------------------- steps
 def test_two_sgd_steps_and_pinned_buffers_reused():
     x0 = torch.randn(16, 4, dtype=DT)

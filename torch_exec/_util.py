@@ -236,13 +236,27 @@ def state_nbytes(state) -> int:
     return sum(t.numel() * t.element_size() for t in tensors(state))
 
 
+def _block_bytes(key) -> int:
+    """Bytes of one storage (its :func:`storage_key`) in the allocator's blocks (512 B on CUDA, exact
+    on the CPU; :func:`gpusolve.chain.allocator_bytes`)."""
+    from gpusolve.chain import ALLOCATOR_GRANULE, allocator_bytes
+    device, _, nbytes = key
+    return allocator_bytes(nbytes, 1 if device == "cpu" else ALLOCATOR_GRANULE)
+
+
 def held_nbytes(state) -> int:
     """Bytes a holder of ``state`` keeps allocated: every distinct storage behind its tensors, whole
-    (a view keeps its base's storage), in the allocator's blocks (512 B on CUDA, exact on the CPU;
-    :func:`gpusolve.chain.allocator_bytes`)."""
-    from gpusolve.chain import ALLOCATOR_GRANULE, allocator_bytes
-    return sum(allocator_bytes(nbytes, 1 if device == "cpu" else ALLOCATOR_GRANULE)
-               for (device, _, _), nbytes in storages(state).items())
+    (a view keeps its base's storage), in the allocator's blocks."""
+    return sum(map(_block_bytes, storages(state)))
+
+
+def held_from(state, origin: dict) -> list[list[int]]:
+    """:func:`held_nbytes` of ``state`` split by where each storage was made: ``[[stage, bytes], ...]``
+    in stage order, ``origin`` mapping a storage key to its stage (0 for the chain's input)."""
+    by_stage: dict[int, int] = {}
+    for key in storages(state):
+        by_stage[origin[key]] = by_stage.get(origin[key], 0) + _block_bytes(key)
+    return [[stage, nbytes] for stage, nbytes in sorted(by_stage.items())]
 
 
 def grad_nbytes(state) -> int:

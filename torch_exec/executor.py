@@ -68,10 +68,12 @@ Note [The caller holds a_N]
     this reserve, holding the output went over the budget by up to a_N's size. An example is
     auto_checkpoint on a transformer returning logits: +15 % at its least budget
     (``bench/results/auto_models_cpu_hold.md``). What is reserved is every storage behind the
-    output (the profile's ``held_nbytes``). That includes tensors the last stage passes through
-    from its input, such as a language model's logits returned beside its loss. Those are then
-    counted twice while their own stage holds them. The branches of a join are the exception: the
-    head consumes their outputs inside the step.
+    output (the profile's ``held_nbytes``), such as a language model's logits returned beside its
+    loss. What stage N made of them (``Chain.made_bytes``: the logits too, where the head and the
+    loss are fused into stage N; Note [Outputs passed through] in ``gpusolve/chain.py``) leaves
+    its tape. Storages made before stage N and passed on to a_N are counted twice while their own
+    stage holds them. The branches of a join are the exception: the head consumes their outputs
+    inside the step.
 
 Note [Autograd calls that name tensors]
     The segment backwards are nested engine calls. In a plain ``backward()`` (no tensor named:
@@ -285,8 +287,9 @@ def plan_from_schedule(chain: Chain, schedule, budget=None, link: Link | None = 
 
 
 def output_out_of_tape(tape: int, bwd_tape: int, act: int) -> tuple[int, int]:
-    """(tape, bwd_tape) of the last stage without its output's own ``act`` bytes, which are reserved
-    instead (Note [The caller holds a_N]); the backward's part drops them too where it saved them."""
+    """(tape, bwd_tape) of the last stage without the ``act`` bytes of its output that it made itself
+    (``Chain.made_bytes``), which are reserved instead (Note [The caller holds a_N]); the backward's
+    part drops them too where it saved them."""
     tape = max(0, int(tape) - int(act))
     return tape, min(int(bwd_tape), tape)
 
@@ -298,7 +301,7 @@ def executor_chain(chain: Chain, rng: list, sample, preserve_rng: bool, group_mo
     - a_N, which the caller may hold through the backward (Note [The caller holds a_N]):
       ``output_bytes`` (the profile's ``held_nbytes`` of the last stage: every storage behind the
       output, those it shares with the stage's input included; default ``act_bytes[N]``) are
-      reserved, and a_N's own bytes leave stage N's tape. Not for a join's branches
+      reserved, and the bytes of a_N that stage N made leave its tape. Not for a join's branches
       (``output_grad_held=False``): the head consumes their outputs inside the step.
     - The gradient of a_N: autograd's engine keeps it until the Function's backward returns, i.e.
       for the whole backward (Note [The gradient of a_N]); so it is reserved, not freed by BWD(N).
@@ -318,7 +321,7 @@ def executor_chain(chain: Chain, rng: list, sample, preserve_rng: bool, group_mo
     output = (int(chain.act_bytes[-1]) if output_bytes is None else int(output_bytes)) if output_grad_held else 0
     if output:
         reserved += output
-        tape[-1], bwd_tape[-1] = output_out_of_tape(tape[-1], bwd_tape[-1], chain.act_bytes[-1])
+        tape[-1], bwd_tape[-1] = output_out_of_tape(tape[-1], bwd_tape[-1], chain.made_bytes(chain.n))
     device_type = U.tensors(sample)[0].device.type
     # Buffer clones (U.scratch_buffers) of each stage, counted for every run (the first does not
     # clone; a few hundred bytes).

@@ -417,11 +417,12 @@ class CheckpointedJoin(_PlannedModule):
         with _standin_params([self]):  # Note [DistributedDataParallel] in the executor
             data = profile_dict([head_stage], sample, passes=self.profile_passes, warmup=self.profile_warmup,
                                 network=f"{self.network or 'join'}:head", names=["head"], modules=modules)
-        arr = chain_from_profile(data, fuse_aliasing=False).padded()
+        head_chain = chain_from_profile(data, fuse_aliasing=False)
+        arr = head_chain.padded()
         # The caller may hold the head's output through the backward (Note [The caller holds a_N] in
         # the executor): reserved with its gradient, and out of the head's tape.
         held = int(data["stages"][-1].get("held_nbytes", arr["act_bytes"][1]))
-        tape, bwd_tape = output_out_of_tape(arr["tape_bytes"][1], arr["bwd_tape_bytes"][1], arr["act_bytes"][1])
+        tape, bwd_tape = output_out_of_tape(arr["tape_bytes"][1], arr["bwd_tape_bytes"][1], head_chain.made_bytes(1))
         turn = Turn(t_fwd=max(0.0, float(arr["t_fwd"][1])), t_bwd=max(0.0, float(arr["t_bwd"][1])), tape_bytes=tape,
                     fwd_extra=int(arr["fwd_grad_extra"][1]), name="head",
                     # the head's backward at its worst: what it keeps of its tape, the k input gradients

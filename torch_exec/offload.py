@@ -47,10 +47,11 @@ Note [Shared storages]
     A tuple state may pass a tensor through from an earlier state (``(x, f(h))``). A tensor of a_s whose
     storage another held state also holds (an earlier checkpoint, the input, a tape) when a_s is offloaded
     or released is not copied: releasing a_s would not free it, and re-allocating it at the prefetch would
-    hold it twice. It stays referenced and comes back as itself. The chain model counts a pass-through
-    tensor in the stage that made it; if that is a_s itself and a later state shares it (a_s = (x, ..),
-    a_k = (x, ..)), the model frees x at ``release(s)`` although a_k still holds it: such a plan's real
-    peak can exceed its prediction by x's bytes (a limit of the per-stage byte model, not of this code).
+    hold it twice. It stays referenced and comes back as itself. The plans never ask for that: the
+    profile says which outputs share a storage (``held_from``), and the solver never moves those to
+    the host (``Chain.swappable``; Note [Outputs passed through] in ``gpusolve/chain.py``), since the
+    byte model would count the shared storage as freed. This rule still guards a hand-written
+    schedule, or a chain read from a profile without ``held_from``.
 """
 from __future__ import annotations
 

@@ -34,8 +34,8 @@ import torch
 
 from gpusolve.chain import PROFILE_FORMAT, Chain
 
-from ._util import (ModelSnapshot, RngState, aliases, buffers_of, clone, cuda_devices, held_nbytes, make_leaf,
-                    params_of, stage_list, stage_state, state_nbytes, storage_key, storages, tensors)
+from ._util import (ModelSnapshot, RngState, aliases, buffers_of, clone, cuda_devices, held_from, held_nbytes,
+                    make_leaf, params_of, stage_list, stage_state, state_nbytes, storage_key, storages, tensors)
 from .meter import MemoryMeter
 
 
@@ -241,6 +241,7 @@ class _Passes:
             # forward without grad: x, the output's new bytes; the peak above the bytes before it
             state = clone(make_leaf(self.sample, False))  # an in-place first stage must not touch the sample
             devices = cuda_devices(state)
+            origin = dict.fromkeys(storages(state), 0)  # storage -> the stage that made it (0: the input)
             with torch.no_grad():
                 for s, fn in enumerate(self.fns):
                     versions = _versions(state)
@@ -252,7 +253,10 @@ class _Passes:
                     # Does the stage draw random numbers? Only such stages get their RNG state
                     # recorded by the executor (and counted in its reserved bytes).
                     # held_nbytes: what a caller holding the output keeps (Note [The caller holds a_N])
+                    # held_from: those storages by the stage that made them (Note [Outputs passed through])
+                    origin = {key: origin.get(key, s + 1) for key in storages(out)}
                     mem[s].update(x_nbytes=state_nbytes(out), held_nbytes=held_nbytes(out), aliases=bool(alias),
+                                  held_from=held_from(out, origin),
                                   rng=not rng_before.equals(RngState.capture(devices)))
                     del rng_before
                     if versions != _versions(state) and not alias:

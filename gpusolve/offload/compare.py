@@ -133,7 +133,7 @@ def offload_curve_data(chain: Chain, link: Link, max_budget=None, bucket=None, b
     from .dp import min_offload_bytes
     from .solver import solve_offload
     top = store_all_peak_bytes(chain) if max_budget is None else budget_bytes_of(chain, max_budget, "max budget")
-    combined = solve_offload(chain, top, link, bucket=bucket, backend=backend)
+    combined = solve_offload(chain, top, link, bucket=bucket, backend=backend, reference=False)  # its curve only
     recompute = solve(chain, top, bucket=combined.bucket_bytes, backend=backend)
     low = min_offload_bytes(chain) if not link.is_useless else recompute.min_feasible_bytes
     grid = np.unique(np.linspace(low, top, points).astype(np.int64)).tolist()

@@ -89,6 +89,10 @@ class SwapArrays:
         tau_h2d = np.array([link.h2d_ms(x) for x in act], dtype=np.float64)
         sfn64 = problem.fwd_prefix[None, :] - problem.fwd_prefix[:, None]  # [i, k]
         w_off = np.maximum(sfn64, tau_d2h[:, None]).astype(dtype)
+        never = ~chain.swappable()  # a_i shares a storage with another output: never swapped
+        w_off[never] = np.inf
+        tau_both = tau_d2h + tau_h2d
+        tau_both[never] = np.inf
         t_bwd_next = np.zeros(n + 1)
         t_bwd_next[:n] = a["t_bwd"][1:]  # t_bwd[k+1] at index k
         e_overlap = np.maximum(0.0, tau_h2d[:, None] - t_bwd_next[None, :]).astype(dtype)
@@ -97,7 +101,7 @@ class SwapArrays:
         pre_b = np.zeros(n + 2, dtype=np.int64)
         pre_b[:n + 1] = ceil_div(pre, problem.bucket_bytes)
         return cls(w_off=w_off, e_overlap=e_overlap, e_full=tau_h2d.astype(dtype), pre_b=pre_b, pre_bytes=pre,
-                   tau_both=(tau_d2h + tau_h2d).astype(dtype))
+                   tau_both=tau_both.astype(dtype))
 
 
 def solve_tables(problem: Problem, swap: SwapArrays, progress=None, windows: str = "bwd") -> tuple[np.ndarray, np.ndarray]:
@@ -265,6 +269,7 @@ def min_offload_bytes(chain: Chain) -> int:
     n = problem.n
     a = chain.padded()
     act, tape = a["act_bytes"], a["tape_bytes"]
+    swappable = chain.swappable()
     big = np.iinfo(np.int64).max // 4
     peak = np.full((2, n + 1, n + 1), big, dtype=np.int64)
     for d in range(1, n + 1):
@@ -279,7 +284,7 @@ def min_offload_bytes(chain: Chain) -> int:
                     thr_k = problem.thr_ckpt_bytes(i, j, ks)
                     ck = np.maximum(thr_k, np.maximum(act[ks] + peak[1, ks, j], peak[s, i, ks]))
                     best = min(best, int(ck.min()))
-                    if s:
+                    if s and swappable[i]:
                         sw = np.maximum(thr_k, np.maximum(act[ks] - act[i] + peak[1, ks, j], peak[1, i, ks]))
                         best = min(best, int(sw.min()))
                 peak[s, i, j] = best

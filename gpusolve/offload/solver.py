@@ -33,7 +33,10 @@ from .link import Link
 # bucket and backend (the chain DP; exact where "auto" would take it) and keeps the faster plan,
 # the combined one on a tie. Cost: one chain solve, 0.14-0.54 x the offload fill's time on the CPU
 # (more on the short chains; bench/results/offload_curves.md), where it gave the plan in 1 of 27 rows.
-# Over a useless link the two tables are equal bit for bit and nothing more is solved.
+# Over a useless link the two tables are equal bit for bit and nothing more is solved; nor where
+# only the table's curve is read (offload_curve_data: reference=False; at 50-25 % on
+# densenet121_fine_b32 that solve took 17-22 s on the CPU, timings.recompute_only in
+# bench/results/offload_curves.json).
 
 # |simulated - DP| allowed, relative: float32 sums of up to ~1e4 terms (an internal check, not a tolerance
 # the user sees: the plan's time is the simulated one).
@@ -61,7 +64,7 @@ class OffloadPlan(Plan):
 
 
 def solve_offload(chain: Chain, budget, link, bucket=None, backend: str = "auto", strict: bool = True,
-                  progress: bool | None = None) -> OffloadPlan:
+                  progress: bool | None = None, reference: bool = True) -> OffloadPlan:
     """Optimal plan of the combined class (recompute + ``Swap k``) for ``chain`` within ``budget`` (bytes,
     a size string or a percentage of the store-all peak) over ``link`` (a :class:`Link`, or a rate
     string such as ``"12GB/s"`` for both directions). ``bucket`` as in :func:`gpusolve.solve` (default:
@@ -71,7 +74,8 @@ def solve_offload(chain: Chain, budget, link, bucket=None, backend: str = "auto"
     combined class (:func:`gpusolve.offload.dp.min_offload_bytes`) raises
     :class:`~gpusolve.InfeasibleBudgetError` (``strict``) or returns ``feasible=False``. The plan is
     never slower than :func:`gpusolve.solve`'s with the same arguments (Note [Never slower than
-    recompute only]). ``progress`` as in :func:`gpusolve.solve`."""
+    recompute only]); ``reference=False`` skips that comparison (and its solve) where only the
+    table is wanted, e.g. its curve. ``progress`` as in :func:`gpusolve.solve`."""
     started = time.perf_counter()
     if not isinstance(chain, Chain):
         raise TypeError(f"solve_offload() needs a gpusolve.Chain, got {type(chain).__name__}")
@@ -122,8 +126,8 @@ def solve_offload(chain: Chain, budget, link, bucket=None, backend: str = "auto"
     # table's optimum, the slack band's plateaus, the segment policies (all in the combined class).
     best = exact_candidates(chain, problem, table, full_curve, buckets, budget_bytes, peak_of)
     timings["recover"] = time.perf_counter() - clock
-    reference = None
-    if not link.is_useless:  # Note [Never slower than recompute only]
+    compare, reference = reference, None
+    if compare and not link.is_useless:  # Note [Never slower than recompute only]
         clock = time.perf_counter()
         reference = solve(chain, budget_bytes, bucket=bucket, strict=False, progress=progress,
                           backend="exact" if auto_is_exact(backend, bucket, chain.n) else name)

@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import command_line, cpu_description  # noqa: E402  (same folder)
 
-from gpusolve.chain import Chain  # noqa: E402
+from gpusolve.chain import PER_STAGE_PROVENANCE, Chain  # noqa: E402
 from gpusolve.join.baselines import equiv_chain, split_budget, store_all  # noqa: E402
 from gpusolve.join.bytesim import simulate_join, store_all_join_peak_bytes  # noqa: E402
 from gpusolve.join.dp import min_peak_join  # noqa: E402
@@ -81,7 +81,8 @@ def without_loss(chain: Chain) -> tuple[Chain, dict]:
     dropped = {"name": chain.names[-1], "t_fwd": float(chain.t_fwd[-1]), "t_bwd": float(chain.t_bwd[-1])}
     branch = Chain(**{f: getattr(chain, f)[:n] for f in CHAIN_FIELDS}, input_bytes=chain.input_bytes,
                    input_grad_bytes=chain.input_grad_bytes, names=chain.names[:n], multi_tape=chain.multi_tape,
-                   provenance=dict(chain.provenance) | {"dropped_last_stage": "loss"})
+                   provenance={k: v[:n] if k in PER_STAGE_PROVENANCE else v for k, v in chain.provenance.items()}
+                   | {"dropped_last_stage": "loss"})
     return branch, dropped
 
 

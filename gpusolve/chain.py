@@ -19,16 +19,26 @@ Memory model (every size in bytes; see DESIGN in README for the recurrences):
 
 Note [Outputs passed through]
     A stage may return, beside what it makes, tensors made by stages before it: a language model's
-    last stage returns its loss and the logits its head made. When such stages are fused into one
-    (:meth:`Chain.from_profile`), the storages an earlier member made and the last member passes
-    on belong to the fused stage's output: they count in ``act_bytes`` (a checkpoint holds them),
-    they stay in its tape (a member's output is freed only where the next member does not pass it
-    on), and at the backward they go with the output unless their maker saved them. The profile
-    says which member made which storage of a stage's output (``held_from``, written by
-    ``torch_exec.profile``); profiles without it keep the earlier reading, which leaves such
-    storages out of ``act_bytes``. The executor reserves the whole last output for a caller who
-    holds it (Note [The caller holds a_N]) and takes ``act_bytes[N]`` out of the last tape, so
-    passed-on storages are no longer counted twice there.
+    loss stage returns the logits its head made; a U-Net's encoder stages pass the skips on. The
+    profile says which measured stage made each storage of an output (``held_from``, written by
+    ``torch_exec.profile``), and :meth:`Chain.from_profile` reads it so:
+    - Within a fused stage, the storages an earlier member made and the output passes on belong to
+      the fused stage's output: they count in ``act_bytes``, they stay in its tape (a member's output
+      is freed only where the next member does not pass it on), and at the backward they go with the
+      output (the fusion rule joins a member only where nothing saved the output before it).
+      ``made_bytes`` is what the output holds of what the stage made; the backward releases that
+      much, and the executor takes it out of the last tape when it reserves the output the caller
+      holds (Note [The caller holds a_N]: GPT-2's logits were counted twice before).
+    - Storages made by earlier stages count in ``act_bytes`` too (a checkpoint of the output holds
+      them; without this, plans went over the budget by them), not in the tape: the stage's input,
+      which holds them, is held while the tape lives. Two checkpoints held at once that pass on the
+      same storage count it twice (an over-count; exact counting would need act(i, k)).
+    - Two outputs that share a storage are never moved to the host (``swappable``): releasing one
+      would not free what the other holds.
+    - The executor clones the input for an in-place first stage (:func:`clones_input`); the clone
+      is stage 1's output (before, it was counted nowhere).
+    Profiles without ``held_from`` keep the earlier reading of passed-on storages: each counts only in
+    the stage that made it (the clone is counted either way, at the input's size).
 """
 from __future__ import annotations
 
@@ -51,6 +61,8 @@ ALL_BYTE_FIELDS = BYTE_FIELDS + tuple(OPTIONAL_BYTE_FIELDS)
 CHAIN_FORMAT = "gpusolve-chain/1"
 PROFILE_FORMAT = "measured-chain/1"
 THESIS_FORMAT = "thesis-reference/1"
+# Provenance lists with one entry per stage (Chain.from_profile): a chain cut from another slices them
+PER_STAGE_PROVENANCE = ("members", "made_bytes", "shared_storage")
 
 # A missing backward time (t_bwd: null) is estimated as this multiple of the stage's forward time
 # (a backward usually costs one to two forwards: the upper end).
@@ -261,6 +273,11 @@ class Chain:
             for key in ("x", "x_nbytes", "xbar", "fwd_peak_nograd", "fwd_peak_grad"):
                 if stage[key] < 0:
                     raise ValueError(f"{source}: stage {s + 1} ({stage['name']}): {key} = {stage[key]} bytes is negative")
+        input_bytes = int(data.get("input_bytes", 0))
+        granule = profile_granule(data)
+        in_place_first = stages[0]["x"] == 0
+        if clones_input(stages[0]):
+            stages = _with_input_clone(stages, input_bytes, granule)
         groups: list[list[dict]] = []
         joined = {"in_place": 0, "unsaved": 0}  # stages joined to the one before, by reason
         for stage in stages:
@@ -269,14 +286,12 @@ class Chain:
                 groups[-1].append(stage)
             else:
                 groups.append([stage])
-        if fuse_aliasing and stages[0]["x"] == 0:
+        if fuse_aliasing and in_place_first:
             notes.append("stage 1 aliases the chain input: the executor clones the input before it")
-        input_bytes = int(data.get("input_bytes", 0))
         fields: dict[str, list] = {name: [] for name in TIME_FIELDS + ALL_BYTE_FIELDS}
-        passed: list[int] = []  # per stage: bytes of act_bytes made before it (Note [Outputs passed through])
+        made: list[int] = []  # per stage: what its output holds that it made (Note [Outputs passed through])
         names: list[str] = []
         members: list[list[str]] = []
-        granule = profile_granule(data)
         grad_in = allocator_bytes(input_bytes, granule)
         first = 1  # the measured stage number of each group's first member
         group_of: dict[int, int] = {}  # measured stage number -> its group's index
@@ -290,7 +305,7 @@ class Chain:
             first += len(group)
             for name in TIME_FIELDS + ALL_BYTE_FIELDS:
                 fields[name].append(merged[name])
-            passed.append(merged["passed_bytes"])
+            made.append(merged["made_bytes"])
             names.append("+".join(stage["name"] for stage in group))
             members.append([stage["name"] for stage in group])
             grad_in = merged["grad_bytes"]
@@ -298,7 +313,7 @@ class Chain:
                                            "param_bytes") if k in data}
         provenance.update(source=str(source), format=PROFILE_FORMAT, measured_stages=len(stages),
                           merged_in_place=joined["in_place"], merged_unsaved=joined["unsaved"],
-                          fused_aliasing=fuse_aliasing, members=members, notes=notes, passed_bytes=passed,
+                          fused_aliasing=fuse_aliasing, members=members, notes=notes, made_bytes=made,
                           shared_storage=shared)
         # The profiler records whether the input needed a gradient; without one, none is allocated.
         input_grad = 0 if data.get("input_requires_grad") is False else allocator_bytes(input_bytes, granule)
@@ -387,23 +402,30 @@ class Chain:
             why = f"{merged} merged"
         return f"{count} ({self.profiled_stages} profiled; {why})"
 
+    def _per_stage(self, key: str, default) -> list:
+        """A per-stage list of the provenance (written by :meth:`from_profile`); ``default`` for every
+        stage where there is none. A list of another length with a non-default entry means the chain
+        was derived from a profiled one without slicing it: refused, as its entries would be misread."""
+        values = self.provenance.get(key)
+        if values is None or (len(values) != self.n and not any(values)):
+            return [default] * self.n
+        if len(values) != self.n:
+            raise ValueError(f"chain provenance {key!r} has {len(values)} entries for {self.n} stages: a chain "
+                             f"derived from a profiled one must slice it with the stages (or drop it)")
+        return list(values)
+
     def made_bytes(self, s: int) -> int:
-        """Bytes of ``act_bytes`` of stage ``s`` (1-based) that the stage itself made: less the storages
-        made before it that its output passes on (Note [Outputs passed through]; the profile's
-        ``held_from``, 0 where it does not say)."""
-        passed = self.provenance.get("passed_bytes") or ()
-        return int(self.act_bytes[s - 1]) - (int(passed[s - 1]) if len(passed) == self.n else 0)
+        """Bytes of the output of stage ``s`` (1-based) that the stage itself made and its output holds:
+        not the storages made before it that the output passes on (Note [Outputs passed through]; the
+        profile's ``held_from``). ``act_bytes`` where the chain does not say."""
+        made = self._per_stage("made_bytes", None)[s - 1]
+        return int(self.act_bytes[s - 1]) if made is None else int(made)
 
     def swappable(self) -> np.ndarray:
         """bool[N + 1]: whether a_s may be moved to the host (index 0, the input: never). Not where a_s
         shares a storage with another stage's output (Note [Outputs passed through]): moving it out
         would not free that storage while the other holds it."""
-        out = np.ones(self.n + 1, dtype=bool)
-        out[0] = False
-        shared = self.provenance.get("shared_storage") or ()
-        if len(shared) == self.n:
-            out[1:] &= ~np.asarray(shared, dtype=bool)
-        return out
+        return np.array([False] + [not shared for shared in self._per_stage("shared_storage", False)], dtype=bool)
 
     def summary(self) -> str:
         """One line: stage count (and the profiled count, :meth:`stages_text`) and totals."""
@@ -435,6 +457,30 @@ def read_json_object(path_or_dict):
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a JSON object at the top level")
     return data, path
+
+
+def clones_input(first: dict) -> bool:
+    """Whether the executor clones the chain's input before stage 1 (profile entry ``first``): when
+    stage 1's output aliases its input (in place, a view), so that it never writes the caller's
+    tensor. The clone is then stage 1's to count (:func:`_with_input_clone`)."""
+    return bool(first.get("aliases") or first["x"] == 0)
+
+
+def _with_input_clone(stages: list[dict], input_bytes: int, granule: int) -> list[dict]:
+    """The profile's stages as the executor runs them when it clones the input (:func:`clones_input`):
+    stage 1 makes the clone (the profiler measured it on a tensor it had cloned itself, outside the
+    stage), so the clone counts in its output and tape and under its forward peaks, and the storages
+    a later output passes on from the input were made by stage 1 (``held_from``). Without this, the
+    clone held as a_1 was counted nowhere: plans went over the budget by the input's size."""
+    whole = allocator_bytes(input_bytes, granule)  # every tensor of the input is cloned
+    first = stages[0]
+    held = (sum(int(b) for origin, b in first["held_from"] if int(origin) == 0) if "held_from" in first
+            else whole)  # what of the clone the output keeps
+    out = [dict(first, x=int(first["x"]) + held, xbar=int(first["xbar"]) + held,
+                fwd_peak_nograd=int(first["fwd_peak_nograd"]) + max(held, whole),
+                fwd_peak_grad=int(first["fwd_peak_grad"]) + max(held, whole))] + stages[1:]
+    return [dict(st, held_from=[[1 if int(o) == 0 else int(o), int(b)] for o, b in st["held_from"]])
+            if "held_from" in st else st for st in out]
 
 
 def _output_unsaved(group: list[dict], stage: dict) -> bool:
@@ -520,7 +566,10 @@ def _merge_group(group: list[dict], grad_in: int, notes: list[str], granule: int
     # checkpoint of the output holds them; its tape does not need them (the group's input holds them
     # while the tape lives).
     before = _made_by(group[-1], range(1, first))
-    act = current + before
+    # What the group made that its output holds: by storage where the profile says (an alias member
+    # may drop from the output what the member before it returned), else the last producer's state.
+    own = _made_by(group[-1], range(first, first + len(group))) if "held_from" in group[-1] else current
+    act = max(own, current) + before  # a checkpoint: the larger reading (a stage may leave more allocated)
     tape = held_grad
     last_nbytes = int(group[-1]["x_nbytes"])
     grad_out = act if 0 < last_nbytes <= act else allocator_bytes(last_nbytes, granule)
@@ -532,17 +581,11 @@ def _merge_group(group: list[dict], grad_in: int, notes: list[str], granule: int
             level += int(st["bwd_delta"])
         bwd_extra = max(0, above - grad_in)
     # The group's output is released before its backward unless a member's backward saved it
-    # (profiles that do not say so keep it: the tape stays whole). Of the storages earlier members
-    # made and the output passes on, count each as saved where its maker (or an alias after it) saved
-    # its output.
+    # (profiles that do not say so keep it: the tape stays whole). The storages earlier members made
+    # and the output passes on were saved by no backward: a member is joined to the one before only
+    # where that one's output is unsaved (_output_unsaved).
     saved = _output_saved_bytes(group)
-    last = group[-1]
-    for m in range(_producer(group) if saved is not None else 0):
-        if int(group[m]["x"]) > 0 and (passed := _made_by(last, range(first + m, first + m + 1))):
-            end = next((k for k in range(m + 1, len(group)) if int(group[k]["x"]) > 0), len(group))
-            kept = _output_saved_bytes(group[:end])
-            saved += passed if kept is None else min(passed, kept)
-    bwd_tape = tape if saved is None else tape - current + min(current, saved)
+    bwd_tape = tape if saved is None else tape - own + min(own, saved)
     return dict(times, act_bytes=act, grad_bytes=grad_out, tape_bytes=tape,
                 fwd_nograd_extra=max(0, peak_nograd - act), fwd_grad_extra=max(0, peak_grad - tape),
-                bwd_extra=bwd_extra, bwd_tape_bytes=min(tape, max(0, bwd_tape)), passed_bytes=before)
+                bwd_extra=bwd_extra, bwd_tape_bytes=min(tape, max(0, bwd_tape)), made_bytes=own)

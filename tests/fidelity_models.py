@@ -1,4 +1,4 @@
-"""Small models of five styles for the fidelity tests (CPU): each an ``nn.Sequential`` whose last
+"""Small models of six styles for the fidelity tests (CPU): each an ``nn.Sequential`` whose last
 stage is the loss, and a sample input. ``bench/fidelity.py`` measures other (larger) models, so
 these tests do not become the definition of what works."""
 from __future__ import annotations
@@ -160,5 +160,14 @@ def passthrough(batch=16, width=32, wide=512, layers=8, classes=10, seed=0):
     return model, torch.randn(batch, width)
 
 
+def inplace_input(batch=512, width=64, layers=6, classes=10, seed=0):
+    """An in-place first stage: the executor clones the input for it, and the clone is a_1."""
+    torch.manual_seed(seed)
+    targets = torch.randint(0, classes, (batch,))
+    body = [m for _ in range(layers) for m in (nn.Linear(width, width), nn.Tanh())]
+    model = nn.Sequential(nn.ReLU(inplace=True), *body, nn.Linear(width, classes), CrossEntropyStage(targets))
+    return model, torch.randn(batch, width)
+
+
 MODELS = {"resnet": resnet, "densenet": densenet, "vgg": vgg, "transformer": transformer,
-          "passthrough": passthrough}
+          "passthrough": passthrough, "inplace_input": inplace_input}

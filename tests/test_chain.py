@@ -182,11 +182,28 @@ def test_fused_stage_whose_output_passes_on_what_an_earlier_member_made():
     assert chain.tape_bytes[0] == 4300 + 2008                # nothing freed: the output holds the logits
     assert chain.bwd_tape_bytes[0] == 4300 + 2008 - 4008     # neither is saved: both go before the backward
     assert chain.fwd_nograd_extra[0] == max(4200, 4000 + 2100) - 4008
-    assert chain.made_bytes(1) == 4008 and chain.provenance["passed_bytes"] == [0]
+    assert chain.made_bytes(1) == 4008 and chain.provenance["made_bytes"] == [4008]
     assert chain.swappable().tolist() == [False, True]
     old = Chain.from_profile(data | {"stages": [{k: v for k, v in st.items() if k != "held_from"}
                                                 for st in (head, loss)]})
     assert (old.act_bytes[0], old.tape_bytes[0]) == (8, 4300 + 2008 - 4000)
+
+
+def test_fused_stage_whose_last_member_drops_what_an_earlier_member_made():
+    """Hand-computed: A makes S (1000 B), B returns (S, T) with T new (500 B), C works in place on T
+    and returns T alone, saving S for its backward. The output holds T only (made_bytes); a
+    checkpoint counts the larger reading (the state after B); at the backward, only what the output
+    holds is taken as released, so S stays counted (the output's bytes by state would drop it)."""
+    base = dict(t_fwd=1.0, t_fwd_nograd=1.0, t_bwd=1.0, fwd_peak_nograd=0, fwd_peak_grad=0, bwd_peak=0,
+                bwd_delta=0, out_saved_bytes=0)
+    a = base | dict(name="A", x=1000, x_nbytes=1000, xbar=1000, in_saved_bytes=0, held_from=[[1, 1000]])
+    b = base | dict(name="B", x=500, x_nbytes=1500, xbar=500, in_saved_bytes=0, held_from=[[1, 1000], [2, 500]])
+    c = base | dict(name="C", x=0, x_nbytes=500, xbar=0, in_saved_bytes=1500, held_from=[[2, 500]])
+    chain = Chain.from_profile({"format": "measured-chain/1", "device": "cpu", "input_bytes": 100,
+                                "stages": [a, b, c]})
+    assert chain.n == 1 and chain.names == ["A+B+C"]
+    assert (chain.act_bytes[0], chain.tape_bytes[0], chain.made_bytes(1)) == (1500, 1500, 500)
+    assert chain.bwd_tape_bytes[0] == 1500 - 500
 
 
 def test_stage_whose_output_passes_on_an_earlier_stages_storage():
@@ -208,6 +225,11 @@ def test_stage_whose_output_passes_on_an_earlier_stages_storage():
     assert chain.act_bytes.tolist() == [1000, 1100, 100]
     assert chain.tape_bytes.tolist() == [1000, 100, 100]
     assert [chain.made_bytes(s) for s in (1, 2, 3)] == [1000, 100, 100]
+    cut = Chain(**{f: getattr(chain, f)[:2] for f in ("t_fwd", "t_fwd_nograd", "t_bwd", "act_bytes", "grad_bytes",
+                                                      "tape_bytes", "fwd_nograd_extra", "fwd_grad_extra", "bwd_extra")},
+                provenance=chain.provenance)  # derived by hand without slicing the per-stage lists
+    with pytest.raises(ValueError, match="'made_bytes' has 3 entries for 2 stages"):
+        cut.made_bytes(1)
     assert chain.provenance["shared_storage"] == [True, True, False]
     assert chain.swappable().tolist() == [False, False, False, True]
     # FWD_NOGRAD of narrow, dropping a_1, changes the held bytes by exactly what is made: 100

@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch")
 import torch_exec as te  # noqa: E402
 from fidelity_models import MODELS  # noqa: E402
 from gpusolve import store_all_peak_bytes  # noqa: E402
+from gpusolve.chain import clones_input  # noqa: E402
 from torch_exec.meter import MemoryMeter, measure_peak  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::torch_exec.CPUTimingWarning", "ignore::gpusolve.FallbackWarning")
@@ -51,7 +52,9 @@ def test_model_store_all_peak_is_plain_autograds(profiled):
     # The profiler seeds the backward with a gradient made before its step; a plain step makes it inside.
     assert abs(reference - plain) <= 64, (name, reference, plain)
     model_peak = store_all_peak_bytes(entry.plain_chain)
-    assert abs(model_peak - plain) <= TOLERANCE * plain, (name, model_peak, plain)
+    # The executor clones the input for an in-place first stage (plain autograd overwrites it): a_1
+    clone = entry.profile["input_bytes"] if clones_input(entry.profile["stages"][0]) else 0
+    assert abs(model_peak - (plain + clone)) <= TOLERANCE * plain, (name, model_peak, plain, clone)
 
 
 @pytest.mark.parametrize("fraction", FRACTIONS, ids=str)

@@ -108,6 +108,31 @@ def test_profile_xbar_counts_saved_intermediates_not_params():
     assert te.chain_from_profile(data).input_grad_bytes == 0
 
 
+def test_backward_of_a_stage_that_passes_its_input_on_is_its_own():
+    """A stage returning (g(t), t): t's gradient is complete only after this stage's backward, so a hook
+    on it marked the stage's start too late; its backward (a 4-wide temporary per element of t) read
+    as empty and was charged to the next stage. Only the tensors the stage made are hooked now."""
+    class PassOn(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.v = nn.Parameter(torch.randn(32, 64, dtype=DT))
+
+        def forward(self, t):
+            return (t.unsqueeze(-1) * self.v).sum(-1), t
+
+    class Merge(nn.Module):
+        def forward(self, pair):
+            return pair[0] + pair[1]
+    torch.manual_seed(0)
+    stages = [nn.Linear(32, 32).to(DT), PassOn(), Merge(), nn.Linear(32, 2).to(DT)]
+    x = torch.randn(128, 32, dtype=DT)
+    st = te.profile_dict(stages, x, passes=1)["stages"]
+    temporary = 128 * 32 * 64 * 8  # PassOn's backward: the broadcast product's gradient, float64
+    assert st[1]["bwd_peak"] >= temporary, st[1]["bwd_peak"]
+    assert st[2]["bwd_peak"] < temporary, st[2]["bwd_peak"]
+    assert st[1]["t_bwd"] > 0
+
+
 def test_profiling_leaves_model_untouched():
     model = convnet(dropout=0.3)
     for p in model.parameters():

@@ -160,7 +160,7 @@ import torch
 from torch import nn
 
 from gpusolve.baselines import store_all
-from gpusolve.chain import Chain
+from gpusolve.chain import Chain, clones_input
 from gpusolve.errors import InfeasibleBudgetError
 from gpusolve.offload.link import Link
 from gpusolve.offload.solver import OffloadPlan, solve_offload
@@ -1070,7 +1070,7 @@ class CheckpointedSequential(_PlannedModule):
             idx = [by_name[m] for m in members]
             groups.append([self._fns[i] for i in idx])
             group_modules.append(self._group_modules([self._fns[i] for i in idx]))
-        clone_input = bool(data["stages"][0].get("aliases") or data["stages"][0]["x"] == 0)
+        clone_input = clones_input(data["stages"][0])
         rng = [False] + [any(data["stages"][by_name[m]].get("rng", True) for m in members)
                          for members in chain.provenance["members"]]
         has_buffers = [False] + [bool(U.buffers_of(mods)) for mods in group_modules]

@@ -160,6 +160,13 @@ def _versions(state):
     return [t._version for t in tensors(state)]
 
 
+def _versions_by_id(state) -> dict:
+    """``{id(tensor): version}`` of a stage's input, taken before it runs: with the output, it tells
+    which tensors the stage passed on untouched (:meth:`_Boundaries.watch`). The input stays
+    referenced while the stage runs, so no id is reused."""
+    return {id(t): t._version for t in tensors(state)}
+
+
 class _Passes:
     """Memory and time of every stage: one memory pass, then timed passes.
 
@@ -270,13 +277,14 @@ class _Passes:
             with torch.enable_grad():
                 held_input = state = clone(a0)  # held as the caller holds its input
                 for s, fn in enumerate(self.fns):
+                    versions = _versions_by_id(state)
                     with self.saved_hooks() as saved:
                         a = meter.mark()
                         out = fn(state)
                         g_marks.append((a, meter.mark()))
                     self.note_saved(mem[s], out, state, saved)
                     del saved
-                    bounds.watch(out, s + 1)
+                    bounds.watch(out, s + 1, versions)
                     outs.append(out)
                     state = out
             del state, out
@@ -375,9 +383,10 @@ class _Passes:
             state = clone(a0)
             fmarks.append(self.mark())
             for s, fn in enumerate(self.fns):
+                versions = _versions_by_id(state)
                 state = fn(state)
                 fmarks.append(self.mark())
-                bounds.watch(state, s + 1)
+                bounds.watch(state, s + 1, versions)
         final = [t for t in tensors(state) if t.requires_grad]
         del state, a0
         bounds.backward(final)
@@ -421,9 +430,17 @@ class _Boundaries:
         self.handles: list = []
         self.end = None
 
-    def watch(self, out, s: int) -> None:
-        if s < self.n:
-            self.handles += [t.register_hook(lambda g, s=s: self._reached(s)) for t in tensors(out) if t.requires_grad]
+    def watch(self, out, s: int, passed: dict | None = None) -> None:
+        """Hook a_s = ``out``. Tensors the stage passed on untouched from its input (``passed``:
+        :func:`_versions_by_id` of the input) are left out: their gradient is complete only after
+        this stage's own backward has added to it, so their hook would move the mark past that
+        backward (the stage's backward would read as empty and be charged to the next stage).
+        When every tensor was passed on, all are hooked."""
+        if s >= self.n:
+            return
+        grads = [t for t in tensors(out) if t.requires_grad]
+        made = [t for t in grads if passed is None or passed.get(id(t)) != t._version]
+        self.handles += [t.register_hook(lambda g, s=s: self._reached(s)) for t in (made or grads)]
 
     def _reached(self, s: int) -> None:
         self.at[s] = self.mark()

@@ -1,0 +1,255 @@
+"""Random chains of stages whose tuple states pass tensors on (forks, merges, swaps, picks): does the
+measured step peak hold the budget? (CPU; the allocator's events measure every peak.)
+
+    python bench/tuple_fuzz.py --seeds 0:40                 # recompute only, 5 budgets per model
+    python bench/tuple_fuzz.py --seeds 200:240 --offload    # offloading over a free link, 4 budgets
+
+Each model is an ``nn.Sequential`` of stages drawn from a small vocabulary: some make new tensors,
+some pass one of their inputs on untouched, some alias (pick or swap the parts of a pair), some
+save what they read and some do not. These are the cases of Note [Outputs passed through] in
+``gpusolve/chain.py``, drawn at random; a review of that note wrote the first version. Budgets run
+from the least feasible one towards plain autograd's measured peak (with ``--offload``: from the
+combined class's least budget towards the model's store-all peak, over a link that costs nothing,
+so the solver offloads wherever it saves memory). ``--hold`` keeps the model's output, a pair
+(loss, last state), through the backward as a caller would.
+
+Writes ``<out>.json`` (every run) and ``<out>.md`` (a summary), with device, date and command.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import random
+import sys
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+import torch_exec as te  # noqa: E402
+from bench._common import cpu_description  # noqa: E402
+from gpusolve import store_all_peak_bytes  # noqa: E402
+from gpusolve.offload import Link  # noqa: E402
+from gpusolve.offload.dp import min_offload_bytes  # noqa: E402
+from torch_exec.executor import plain_peak_bytes  # noqa: E402
+from torch_exec.meter import measure_peak  # noqa: E402
+
+WIDTH, BATCH = 64, 512
+FREE = Link(float("inf"), float("inf"))
+
+
+class _Stage(nn.Module):
+    """A stage of arity (inputs, outputs): 1 is a tensor, 2 a pair."""
+
+    arity = (1, 1)
+    weighted = False
+
+    def __init__(self):
+        super().__init__()
+        if self.weighted:
+            self.fc = nn.Linear(WIDTH, WIDTH)
+
+
+class Lin(_Stage):        # t -> tanh(fc(t)): saves its input and output
+    weighted = True
+
+    def forward(self, t):
+        return torch.tanh(self.fc(t))
+
+
+class LinNoAct(_Stage):   # t -> fc(t): its output saved by nobody
+    weighted = True
+
+    def forward(self, t):
+        return self.fc(t)
+
+
+class Scale(_Stage):      # t -> 2t: saves nothing
+    def forward(self, t):
+        return t * 2.0
+
+
+class Fork(_Stage):       # t -> (fc(t), t): passes t on, saves it
+    arity, weighted = (1, 2), True
+
+    def forward(self, t):
+        return self.fc(t), t
+
+
+class ForkFree(_Stage):   # t -> (3t, t): passes t on, saves nothing
+    arity = (1, 2)
+
+    def forward(self, t):
+        return t * 3.0, t
+
+
+class Keep(_Stage):       # (a, b) -> (tanh(fc(a)), b)
+    arity, weighted = (2, 2), True
+
+    def forward(self, p):
+        return torch.tanh(self.fc(p[0])), p[1]
+
+
+class KeepFree(_Stage):   # (a, b) -> (a / 2, b)
+    arity = (2, 2)
+
+    def forward(self, p):
+        return p[0] * 0.5, p[1]
+
+
+class Flip(_Stage):       # (a, b) -> (b, a): aliases
+    arity = (2, 2)
+
+    def forward(self, p):
+        return p[1], p[0]
+
+
+class First(_Stage):      # (a, b) -> a: aliases, drops b
+    arity = (2, 1)
+
+    def forward(self, p):
+        return p[0]
+
+
+class Second(_Stage):     # (a, b) -> b: aliases, drops a
+    arity = (2, 1)
+
+    def forward(self, p):
+        return p[1]
+
+
+class Merge(_Stage):      # (a, b) -> tanh(a + b)
+    arity = (2, 1)
+
+    def forward(self, p):
+        return torch.tanh(p[0] + p[1])
+
+
+class MulMerge(_Stage):   # (a, b) -> a * b: saves both
+    arity = (2, 1)
+
+    def forward(self, p):
+        return p[0] * p[1]
+
+
+class Loss(_Stage):
+    def forward(self, t):
+        return t.square().mean()
+
+
+class LossKeep(_Stage):   # t -> (loss, t): the caller may hold t
+    def forward(self, t):
+        return t.square().mean(), t
+
+
+KINDS = (Lin, LinNoAct, Scale, Fork, ForkFree, Keep, KeepFree, Flip, First, Second, Merge, MulMerge)
+
+
+def kinds(seed: int, stages: int, hold: bool) -> list[type]:
+    """The stage kinds of model ``seed``: a Lin, then random kinds whose arities chain, ending on a
+    tensor, then the loss."""
+    rng = random.Random(seed)
+    out, arity = [Lin], 1
+    while len(out) < stages or arity != 1:
+        fits = [k for k in KINDS if k.arity[0] == arity]
+        if len(out) >= stages:
+            fits = [k for k in fits if k.arity[1] == 1] or fits
+        out.append(rng.choice(fits))
+        arity = out[-1].arity[1]
+    return out + [LossKeep if hold else Loss]
+
+
+def _step(model, x):
+    out = model(x)
+    (out[0] if isinstance(out, tuple) else out).backward()
+    del out  # held through the backward, as a caller holds it
+
+
+def run(seed: int, args) -> dict:
+    stage_kinds = kinds(seed, args.stages, args.hold)
+
+    def make():
+        torch.manual_seed(seed)
+        return nn.Sequential(*[k() for k in stage_kinds])
+    x = torch.randn(BATCH, WIDTH, generator=torch.Generator().manual_seed(seed))
+    offload = FREE if args.offload else None
+    probe = te.CheckpointedSequential(make(), budget="1TiB", backend="cpu", profile_passes=1, profile_warmup=0,
+                                      offload=offload)
+    probe.prepare(x)
+    entry = probe._last
+    if args.offload:
+        lo, hi = min_offload_bytes(entry.exec_chain), store_all_peak_bytes(entry.exec_chain)
+        budgets = [int(lo + f * (hi - lo)) for f in (0.0, 0.15, 0.3, 0.5)]
+    else:
+        lo, hi = probe.min_budget_bytes, plain_peak_bytes(entry)
+        budgets = sorted({int(lo + f * (hi - lo)) for f in (0.0, 0.25, 0.5, 0.8, 1.0)})
+    runs = []
+    for budget in budgets:
+        model = make()
+        wrapped = te.CheckpointedSequential(model, budget=budget, backend="cpu", profile_passes=1, profile_warmup=0,
+                                            offload=offload)
+        for p in model.parameters():
+            p.grad = torch.zeros_like(p)
+        _step(wrapped, x)  # profiles, solves, warms
+        _, reading = measure_peak(_step, wrapped, x)
+        plan = wrapped.plan
+        runs.append({"budget_bytes": budget, "predicted_peak_bytes": plan.predicted_peak_bytes,
+                     "measured_peak_bytes": reading.peak, "within_budget": reading.peak <= budget,
+                     "swaps": int(getattr(plan, "swaps", 0))})
+    chain = entry.plain_chain
+    return {"seed": seed, "kinds": [k.__name__ for k in stage_kinds], "members": chain.provenance["members"],
+            "shared_storage": chain.provenance.get("shared_storage"), "runs": runs}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", default="0:40", help="first:last (exclusive) model seeds (default 0:40)")
+    parser.add_argument("--stages", type=int, default=10, help="stages drawn before the loss (default 10)")
+    parser.add_argument("--offload", action="store_true", help="plans that offload over a free link")
+    parser.add_argument("--hold", action="store_true", help="the model returns (loss, state), held by the caller")
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "tuple_fuzz_cpu"))
+    args = parser.parse_args(argv)
+    try:
+        first, last = (int(v) for v in args.seeds.split(":"))
+    except ValueError:
+        parser.error(f"--seeds {args.seeds!r}: give first:last, e.g. 0:40")
+    if args.stages < 1 or last <= first:
+        parser.error("--stages must be at least 1 and --seeds a non-empty range")
+    torch.set_num_threads(1)
+    warnings.simplefilter("ignore")
+    models = []
+    for seed in range(first, last):
+        models.append(run(seed, args))
+        worst = max(r["measured_peak_bytes"] - r["budget_bytes"] for r in models[-1]["runs"])
+        print(f"seed {seed}: {len(models[-1]['runs'])} budgets, worst measured - budget {worst:+d} B", flush=True)
+    runs = [r for m in models for r in m["runs"]]
+    over = [(m["seed"], r) for m in models for r in m["runs"] if not r["within_budget"]]
+    ratios = [r["measured_peak_bytes"] / r["predicted_peak_bytes"] for r in runs]
+    command = "python bench/tuple_fuzz.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    record = {"device": cpu_description(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+              "command": command.strip(), "torch": torch.__version__, "models": models}
+    out = Path(args.out)
+    out.with_suffix(".json").write_text(json.dumps(record, indent=1) + "\n")
+    lines = [f"# Random tuple-passing chains: measured peak against the budget ({'offloading' if args.offload else 'recompute only'}, CPU)",
+             "", f"Device: {record['device']}; torch {torch.__version__}, 1 thread; date {record['date']}.",
+             f"Command: `{record['command']}` (module docstring of `bench/tuple_fuzz.py`).", "",
+             f"- models: {len(models)} ({args.stages} drawn stages each, then the loss"
+             f"{', output held through the backward' if args.hold else ''}); runs: {len(runs)}",
+             f"- budgets held: {len(runs) - len(over)} of {len(runs)}",
+             f"- measured / predicted: {min(ratios):.4f} - {max(ratios):.4f}"]
+    if args.offload:
+        lines.append(f"- runs whose plan offloads: {sum(r['swaps'] > 0 for r in runs)}")
+    for seed, r in over:
+        lines.append(f"- **over**: seed {seed}, budget {r['budget_bytes']} B, measured {r['measured_peak_bytes']} B")
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines[5:]))
+    return 0 if not over else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,35 @@
+"""bench/tuple_fuzz.py: random tuple-passing chains hold their budgets (a small draw; the bench runs 40
+models per mode, bench/results/tuple_fuzz_*cpu.md)."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+import tuple_fuzz  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::torch_exec.CPUTimingWarning", "ignore::gpusolve.FallbackWarning")
+
+
+def test_drawn_kinds_chain_their_arities():
+    for seed in range(50):
+        kinds = tuple_fuzz.kinds(seed, 10, hold=seed % 2 == 0)
+        arity = 1
+        for kind in kinds[:-1]:
+            assert kind.arity[0] == arity, (seed, [k.__name__ for k in kinds])
+            arity = kind.arity[1]
+        assert arity == 1 and kinds[-1] in (tuple_fuzz.Loss, tuple_fuzz.LossKeep) and len(kinds) >= 11
+
+
+@pytest.mark.parametrize("extra", [[], ["--offload", "--hold"]])
+def test_small_draw_holds_every_budget(tmp_path, extra):
+    out = tmp_path / "fuzz"
+    assert tuple_fuzz.main(["--seeds", "3:5", "--stages", "6", "--out", str(out), *extra]) == 0
+    record = json.loads(out.with_suffix(".json").read_text())
+    runs = [r for m in record["models"] for r in m["runs"]]
+    assert len(record["models"]) == 2 and runs and all(r["within_budget"] for r in runs)
+    assert "budgets held: " in out.with_suffix(".md").read_text()

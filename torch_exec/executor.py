@@ -286,11 +286,11 @@ def plan_from_schedule(chain: Chain, schedule, budget=None, link: Link | None = 
                 store_all_time_ms=store_all_time_ms(chain), notes=notes)
 
 
-def output_out_of_tape(tape: int, bwd_tape: int, act: int) -> tuple[int, int]:
-    """(tape, bwd_tape) of the last stage without the ``act`` bytes of its output that it made itself
+def output_out_of_tape(tape: int, bwd_tape: int, made: int) -> tuple[int, int]:
+    """(tape, bwd_tape) of the last stage without the ``made`` bytes of its output that it made itself
     (``Chain.made_bytes``), which are reserved instead (Note [The caller holds a_N]); the backward's
     part drops them too where it saved them."""
-    tape = max(0, int(tape) - int(act))
+    tape = max(0, int(tape) - int(made))
     return tape, min(int(bwd_tape), tape)
 
 

@@ -156,14 +156,10 @@ def _median(values):
     return float(statistics.median(values)) if values else 0.0
 
 
-def _versions(state):
-    return [t._version for t in tensors(state)]
-
-
-def _versions_by_id(state) -> dict:
-    """``{id(tensor): version}`` of a stage's input, taken before it runs: with the output, it tells
-    which tensors the stage passed on untouched (:meth:`_Boundaries.watch`). The input stays
-    referenced while the stage runs, so no id is reused."""
+def _versions(state) -> dict:
+    """``{id(tensor): version}`` of a stage's input, taken before it runs: compared after, it tells
+    whether the stage wrote its input, and which tensors it passed on untouched
+    (:meth:`_Boundaries.watch`). The input stays referenced while the stage runs, so no id is reused."""
     return {id(t): t._version for t in tensors(state)}
 
 
@@ -277,7 +273,7 @@ class _Passes:
             with torch.enable_grad():
                 held_input = state = clone(a0)  # held as the caller holds its input
                 for s, fn in enumerate(self.fns):
-                    versions = _versions_by_id(state)
+                    versions = _versions(state)
                     with self.saved_hooks() as saved:
                         a = meter.mark()
                         out = fn(state)
@@ -383,7 +379,7 @@ class _Passes:
             state = clone(a0)
             fmarks.append(self.mark())
             for s, fn in enumerate(self.fns):
-                versions = _versions_by_id(state)
+                versions = _versions(state)
                 state = fn(state)
                 fmarks.append(self.mark())
                 bounds.watch(state, s + 1, versions)
@@ -432,7 +428,7 @@ class _Boundaries:
 
     def watch(self, out, s: int, passed: dict | None = None) -> None:
         """Hook a_s = ``out``. Tensors the stage passed on untouched from its input (``passed``:
-        :func:`_versions_by_id` of the input) are left out: their gradient is complete only after
+        :func:`_versions` of the input) are left out: their gradient is complete only after
         this stage's own backward has added to it, so their hook would move the mark past that
         backward (the stage's backward would read as empty and be charged to the next stage).
         When every tensor was passed on, all are hooked."""

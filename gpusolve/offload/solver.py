@@ -126,16 +126,16 @@ def solve_offload(chain: Chain, budget, link, bucket=None, backend: str = "auto"
     # table's optimum, the slack band's plateaus, the segment policies (all in the combined class).
     best = exact_candidates(chain, problem, table, full_curve, buckets, budget_bytes, peak_of)
     timings["recover"] = time.perf_counter() - clock
-    compare, reference = reference, None
-    if compare and not link.is_useless:  # Note [Never slower than recompute only]
+    recompute = None  # gpusolve.solve's plan, Note [Never slower than recompute only]
+    if reference and not link.is_useless:
         clock = time.perf_counter()
-        reference = solve(chain, budget_bytes, bucket=bucket, strict=False, progress=progress,
+        recompute = solve(chain, budget_bytes, bucket=bucket, strict=False, progress=progress,
                           backend="exact" if auto_is_exact(backend, bucket, chain.n) else name)
         timings["recompute_only"] = time.perf_counter() - clock
-        if not reference.feasible:
-            reference = None
-    if best is None and reference is not None:
-        best = (reference.predicted_time_ms, None, reference.policy,
+        if not recompute.feasible:
+            recompute = None
+    if best is None and recompute is not None:
+        best = (recompute.predicted_time_ms, None, recompute.policy,
                 f"at bucket {format_bytes(bucket_bytes)} the rounded sizes fit no combined plan; the plan is "
                 f"gpusolve.solve's (recompute only)")
     if best is None:
@@ -153,10 +153,10 @@ def solve_offload(chain: Chain, budget, link, bucket=None, backend: str = "auto"
     clock = time.perf_counter()
     schedule = policy_to_schedule(policy, 0, chain.n)
     sim = simulate(chain, schedule, link=link)
-    if reference is not None and reference.policy is not policy and reference.predicted_time_ms < sim.time_ms:
+    if recompute is not None and recompute.policy is not policy and recompute.predicted_time_ms < sim.time_ms:
         note = (f"gpusolve.solve's recompute-only plan is faster in exact bytes than the combined table's "
-                f"({reference.predicted_time_ms:.4f} vs {sim.time_ms:.4f} ms): it is the plan")
-        dp_time, policy, schedule = reference.predicted_time_ms, reference.policy, reference.schedule
+                f"({recompute.predicted_time_ms:.4f} vs {sim.time_ms:.4f} ms): it is the plan")
+        dp_time, policy, schedule = recompute.predicted_time_ms, recompute.policy, recompute.schedule
         sim = simulate(chain, schedule, link=link)  # over the link, for the checks below
     if note:
         notes.append(note)
@@ -174,7 +174,7 @@ def solve_offload(chain: Chain, budget, link, bucket=None, backend: str = "auto"
                        store_all_time_ms=store_all_time_ms(chain),
                        bytes_per_state=4 * (offload_dp.TABLES if name == "cpu" else 2),
                        notes=notes, timings=timings, chain=chain, link=link, dp_time_ms=dp_time, swaps=swaps,
-                       recompute_only=reference)
+                       recompute_only=recompute)
 
 
 def _as_offload(plan: Plan, link: Link) -> OffloadPlan:

@@ -273,6 +273,10 @@ class Chain:
             for key in ("x", "x_nbytes", "xbar", "fwd_peak_nograd", "fwd_peak_grad"):
                 if stage[key] < 0:
                     raise ValueError(f"{source}: stage {s + 1} ({stage['name']}): {key} = {stage[key]} bytes is negative")
+            if "held_from" in stage and not _valid_held_from(stage["held_from"], s + 1):
+                raise ValueError(f"{source}: stage {s + 1} ({stage['name']}): held_from = {stage['held_from']!r} is not a "
+                                 f"list of [stage, bytes] pairs with 0 <= stage <= {s + 1} and bytes >= 0; re-profile, "
+                                 f"or drop the field")
         input_bytes = int(data.get("input_bytes", 0))
         granule = profile_granule(data)
         in_place_first = stages[0]["x"] == 0
@@ -457,6 +461,16 @@ def read_json_object(path_or_dict):
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a JSON object at the top level")
     return data, path
+
+
+def _valid_held_from(value, number: int) -> bool:
+    """Whether ``value`` is a ``held_from`` of measured stage ``number``: [stage, bytes] pairs of whole
+    numbers, each stage 0..number (Note [Outputs passed through])."""
+    def whole(v):
+        return isinstance(v, int) and not isinstance(v, bool)
+    return isinstance(value, list) and all(
+        isinstance(pair, list) and len(pair) == 2 and whole(pair[0]) and whole(pair[1])
+        and 0 <= pair[0] <= number and pair[1] >= 0 for pair in value)
 
 
 def clones_input(first: dict) -> bool:

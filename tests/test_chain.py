@@ -206,6 +206,16 @@ def test_fused_stage_whose_last_member_drops_what_an_earlier_member_made():
     assert chain.bwd_tape_bytes[0] == 1500 - 500
 
 
+@pytest.mark.parametrize("bad", ["oops", [[1]], [[3, 10]], [[1, -5]], [[1.5, 10]]])
+def test_malformed_held_from_is_named(bad):
+    stage = dict(name="s", t_fwd=1.0, t_fwd_nograd=1.0, t_bwd=1.0, x=10, x_nbytes=10, xbar=10, fwd_peak_nograd=10,
+                 fwd_peak_grad=10, bwd_peak=0, held_from=[[1, 10]])
+    data = {"format": "measured-chain/1", "device": "cpu", "input_bytes": 10,
+            "stages": [stage, dict(stage, name="t", held_from=bad)]}
+    with pytest.raises(ValueError, match=r"stage 2 \(t\): held_from = .* is not a list of \[stage, bytes\] pairs"):
+        Chain.from_profile(data)
+
+
 def test_stage_whose_output_passes_on_an_earlier_stages_storage():
     """Note [Outputs passed through], hand-computed: ``widen`` makes h (1000 B; its ReLU saves it),
     ``narrow`` returns (fc(h), h), ``merge`` consumes both. A checkpoint of narrow's output holds h

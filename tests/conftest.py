@@ -44,13 +44,34 @@ def cuda_device_reason() -> str | None:
     return None
 
 
+def pytest_addoption(parser):
+    parser.addoption("--gpu-standin", action="store_true",
+                     help="rehearse the solvers' gpu tests without a GPU, the CPU DPs standing in for the CUDA "
+                          "ones (tests/_gpu_standin.py): checks the tests' own logic, not the kernels")
+
+
+def pytest_configure(config):
+    if config.getoption("--gpu-standin"):
+        import _gpu_standin
+        _gpu_standin.install()
+
+
 def pytest_collection_modifyitems(config, items):
+    standin = config.getoption("--gpu-standin")
     reason = None
     for item in items:
-        if "gpu" in item.keywords:
-            reason = reason or cuda_device_reason()
-            if reason:
-                item.add_marker(pytest.mark.skip(reason=reason))
+        if "gpu" not in item.keywords:
+            continue
+        if standin:
+            from _gpu_standin import SOLVER_FILES
+            if item.path.name not in SOLVER_FILES:
+                item.add_marker(pytest.mark.skip(reason="--gpu-standin rehearses the solvers' gpu tests only"))
+            elif "device_state" in item.keywords:
+                item.add_marker(pytest.mark.skip(reason="--gpu-standin: reads the device's own state"))
+            continue
+        reason = reason or cuda_device_reason()
+        if reason:
+            item.add_marker(pytest.mark.skip(reason=reason))
 
 
 def random_chain(rng: np.random.Generator, n: int, multi_tape: bool = True, scale: int = 20) -> Chain:

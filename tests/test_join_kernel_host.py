@@ -21,8 +21,9 @@ from gpusolve import Chain
 from gpusolve.join import EmptyBranch, JoinNet, JoinProblem, Turn, fill_join, min_peak_join
 from gpusolve.join import cuda as join_cuda
 from gpusolve.join.bytesim import store_all_join_peak_bytes
-from _kernel_host import (C_TYPES, HostArray, assert_imports_without_cupy, assert_nvcc_compiles,
+from _kernel_host import (C_TYPES, assert_imports_without_cupy, assert_nvcc_compiles,
                           assert_nvrtc_compiles, build_harness, dump_arrays, exec_harness, fake_cupy, kernel_params)
+from _gpu_standin import join_fill
 from test_join_dp import VECTORS, vector_net
 
 # Unlike the default in both fields: one warp per block, three buckets per thread (so that blocks
@@ -262,12 +263,8 @@ def test_on_demand_recovery_gives_the_cpu_policies(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", fake_cupy())
     jp = bucketed(random_net(9, 3, False, True, "all"), 260)
     ref = fill_join(jp)
-    offsets, total = join_cuda.chain_table_offsets(jp)
-    ctab = np.zeros(total, dtype=np.float32)
-    for b, table in enumerate(ref.ctables):
-        if table is not None:
-            ctab[offsets[b]:offsets[b] + table.size] = table.reshape(-1)
-    got = join_cuda.DeviceJoinTable(jp, ref.table.reshape(-1).copy().view(HostArray), ctab.view(HostArray), None)
+    _, total = join_cuda.chain_table_offsets(jp)
+    got = join_fill(jp)  # the CPU's tables as device memory
     assert np.array_equal(got.curve, ref.curve)
     got._copied[0] = 0
     feasible = np.flatnonzero(np.isfinite(ref.curve))

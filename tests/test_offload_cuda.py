@@ -25,7 +25,8 @@ from gpusolve.offload.solver import solve_offload
 from gpusolve.schedule import policy_to_schedule
 from gpusolve.simulate import simulate, store_all_peak_bytes
 from conftest import cuda_device_reason
-from _kernel_host import HostArray, fake_cupy
+from _gpu_standin import offload_fill
+from _kernel_host import fake_cupy
 from test_offload_kernel_host import CASES, OTHER_GEOMETRY, random_link, random_problem
 
 
@@ -71,13 +72,7 @@ def test_cuda_wiring_on_a_stand_in_device(monkeypatch):
     monkeypatch.setattr(chain_solve, "_pick_backend", lambda backend, notes: calls.append(backend) or
                         ("cpu" if backend == "cpu" else "cuda", cpu.fill))
     monkeypatch.setattr(offload_cuda, "ensure_available", lambda geometry=None: None)
-
-    def stand_in_fill(problem, chain, link, progress=None, timings=None):
-        ref = fill(problem, chain, link, timings=timings)
-        flat = np.concatenate([ref.planes[0].reshape(-1), ref.planes[1].reshape(-1)]).view(HostArray)
-        return offload_cuda.DeviceOffloadTable(problem, ref.swap, flat, ref.curve.copy())
-
-    monkeypatch.setattr(offload_cuda, "fill", stand_in_fill)
+    monkeypatch.setattr(offload_cuda, "fill", offload_fill)
     chain = Chain.load("resnet50_b128")
     for budget in ("35%", "60%"):
         plan_g = solve_offload(chain, budget, FAST, backend="cuda")
@@ -174,6 +169,7 @@ def test_auto_picks_cuda_and_says_so(gpu):
 
 
 @pytest.mark.gpu
+@pytest.mark.device_state
 def test_too_large_for_the_device_names_a_bucket(gpu):
     chain = Chain.load("resnet50_b128")
     budget = store_all_peak_bytes(chain)

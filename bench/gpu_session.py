@@ -1,43 +1,43 @@
-"""The GPU work of issues 7, 10 and 11 in a few long device calls, each inside the 10-minute limit.
+"""The GPU work of issues 7 and 11, run in priority order across the sessions that are lent a GPU.
 
-A session is lent a GPU by chance and for 30 device minutes (a machine's start included), so the work is
-cut into stages of about 9 minutes, in the order of what matters most; each call runs one stage on a
-fresh machine and writes everything under ``--out`` (the device tool's ``$OUT``):
+A session lent a GPU has **15 device minutes**, the machine's start (a minute or two) included, and one
+call runs at most 10 minutes; no session knows whether the next will get a GPU. So the work is a list
+of steps in the order of what matters most (:data:`STEPS`), and a ledger in the repository,
+``bench/results/gpu_session_ledger.json``, says which have run to their end (exit 0). Each GPU session:
 
-- ``stageN.log``: every step's output as it runs (it comes back even if the call is killed);
-- ``stageN_summary.json``: per step its command, exit code, seconds, or why it was skipped;
-- ``stageN_results.tar.gz``: the result files (JSON, Markdown, ncu reports, plots) of the stage.
+1. here: ``python bench/gpu_session.py --list`` shows the steps, the ledger's and what is pending;
+   bring Rotor's sdist (below) if ``solver-speed`` is pending;
+2. device tool: ``run(command="python3 bench/gpu_session.py --pending --out $OUT", timeout_s=480,
+   carry=[".whl"])``: the setup steps (``env``, ``install``), then the pending steps in order until
+   ``--seconds`` (default 420) run out: a step that cannot get its minimum is skipped and stays
+   pending, and the call ends before the tool's limit;
+3. here: ``python bench/gpu_session.py --record <files_at>``: the run's results go to
+   ``bench/results/gpu_runs/<date>_<device>/``, the run to the ledger (commit them);
+4. a step that failed on something fixable: fix it here, then rerun it alone with the minutes left
+   (``--steps NAME --seconds S``; a fresh machine, its start counted); else give the machine back.
 
-Stages (``--list`` prints the steps and their time limits):
+A call leaves under ``--out`` (the device tool's ``$OUT``, at most 8 files come back):
 
-1. correctness: ``pytest -m gpu``, every kernel under ``compute-sanitizer`` (memcheck, racecheck) on
-   small instances (``bench/gpu_sanitize.py``), the host link (``torch_exec.offload.measure_link``) and
-   what it makes of offloading (``bench/offload_curves.py --link-json``: whether wider copy windows,
-   Note [Any-window bound], can pay on this machine);
-2. solver: ``bench/solver_speed.py`` (cuda, cpu, rotor-c; M = 1024 ... 65536), ``ncu`` on ``dp_bulk``
-   and ``dp_diag`` (densenet121_fine_b32, M = 8192), ``bench/bucket_study.py``, ``bench/join_speed.py``;
-3. executor: ``bench/executor.py`` on DenseNet-121 and ResNet-50, ``bench/offload_executor.py``;
-4. executor, the rest: ``bench/executor.py`` on VGG-16 and GPT-2, ``bench/fidelity.py`` on the GPU.
+- ``run.log``: every step's output as it runs (it comes back even if the call is killed);
+- ``run_summary.json``: the device, per step its command, exit code and seconds, or why it was skipped;
+- ``run_results.tar.gz``: the result files (JSON, Markdown, ncu reports, plots, profiles).
 
-Each step has a time limit; a step that cannot start with at least its minimum before the stage's
-``--seconds`` run out is skipped (and says so), so the call ends before the device tool kills it.
-Every stage starts with ``pip install --no-deps --no-build-isolation -e .`` (a fresh machine is bare).
-Rotor's C DP needs the ``rockmate==2.0.0`` sdist, which the device cannot download: fetch it here into
-the git-ignored ``.whl/`` and carry that folder::
+Rotor's C DP (``solver-speed``'s rotor-c column) needs the ``rockmate==2.0.0`` sdist, which the device
+cannot download: fetch it here into the git-ignored ``.whl/`` and carry that folder::
 
     python3 -m pip download rockmate==2.0.0 --no-deps --no-binary :all: -d .whl
-    # device tool: run(command="python3 bench/gpu_session.py --stage 1 --out $OUT", carry=[".whl"])
 
-Without it the solver stage runs cuda and cpu only, and its log says so. ``--dry-run`` prints each
+Without it ``solver-speed`` runs cuda and cpu only, and its log says so. ``--dry-run`` prints each
 step's command without running it. Nothing here decides a figure: the bench scripts record theirs
-(device, date, command) and the results still have to be read and copied to ``bench/results/``.
-Back here, ``python bench/profile_reference.py <the profile_*.json of stages 3-4> --name
-profile_reference_<gpu>`` puts ``torch_exec``'s own profiles beside their whole-chain references (the
-bundled DenseNet profiles' summed no-grad forward is 25-30 % above theirs: is ours?).
+(device, date, command); the README quotes them from the recorded files. Afterwards,
+``python bench/profile_reference.py <the recorded profile_*.json> --name profile_reference_<gpu>`` puts
+``torch_exec``'s own profiles beside their whole-chain references (the bundled DenseNet profiles' summed
+no-grad forward is 25-30 % above theirs: is ours?).
 """
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
 import shlex
@@ -51,17 +51,24 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+from _common import slug  # noqa: E402
+
 ROCKMATE_SDIST = ROOT / ".whl" / "rockmate-2.0.0.tar.gz"
 ROTOR_CACHE_DIR = "gpusolve-bench/rotor"  # under XDG_CACHE_HOME, as bench/solver_speed.py reads it
+LEDGER = ROOT / "bench" / "results" / "gpu_session_ledger.json"
+LEDGER_FORMAT = "gpu-session-ledger/1"
+RUNS = ROOT / "bench" / "results" / "gpu_runs"
+SETUP = "setup"  # the item of the steps every call runs first and no ledger records
 
 
 @dataclass(frozen=True)
 class Step:
     name: str
-    stage: int
+    item: str         # what it measures: "7.2" is issue 7, item 2; SETUP runs in every call
     limit_s: int      # killed after this
-    min_s: int        # skipped unless this much of the stage is left
-    command: str      # bash; {R} = the stage's results folder, {PY} = the interpreter, {backends} solver_speed's
+    min_s: int        # skipped (and left pending) unless this much of the call's --seconds is left
+    command: str      # bash; {R} = the results folder, {PY} = the interpreter, {backends} solver_speed's
 
     def render(self, results: Path, backends: str) -> str:
         return self.command.format(R=shlex.quote(str(results)), PY=shlex.quote(sys.executable), backends=backends)
@@ -73,7 +80,8 @@ ENV = ("nvidia-smi; {PY} -c 'import sys, torch, cupy, numpy; print(sys.version);
        "cupy.cuda.runtime.runtimeGetVersion()); print(\"numpy\", numpy.__version__)'; nproc; free -g")
 SANITIZE = "compute-sanitizer --tool {tool} --print-limit 20 --error-exitcode 3 {{PY}} bench/gpu_sanitize.py"
 LINK = ("{PY} -c 'import json, torch_exec.offload as o; r = o.measure_link(); print(json.dumps(r, indent=1))' "
-        "| tee {R}/link_measured.json")
+        "> {R}/link_measured.json && cat {R}/link_measured.json && {PY} bench/offload_curves.py --link-json "
+        "{R}/link_measured.json --profiles resnet50_b128,densenet121_b64 --out {R}")
 NCU_SOLVE = ("from gpusolve import Chain, solve; from gpusolve.simulate import store_all_peak_bytes as p; "
              "c = Chain.load(\"densenet121_fine_b32\", fuse_aliasing=False); b = p(c) // 2; "
              "print(solve(c, b, bucket=-(-b // 8192), backend=\"cuda\").summary())")
@@ -89,41 +97,103 @@ def ncu(kernel: str, skip: int, count: int = 3) -> str:
             f"&& ncu --import {rep}.ncu-rep --page details > {rep}.txt; head -c 12000 {rep}.txt")
 
 
+# In priority order: a call runs the setup, then what is pending from the top, as time allows.
 STEPS = [
-    Step("env", 1, 60, 10, ENV),
-    Step("install", 1, 120, 30, INSTALL),
-    Step("link", 1, 60, 20, LINK),
-    Step("offload-bound", 1, 90, 30, "{PY} bench/offload_curves.py --link-json {R}/link_measured.json "
-                                     "--profiles resnet50_b128,densenet121_b64 --out {R}"),
-    Step("pytest-gpu", 1, 330, 120,
+    Step("env", SETUP, 60, 10, ENV),
+    Step("install", SETUP, 120, 30, INSTALL),
+    # issue 7 item 1: correctness first (the kernels and the executor's GPU path have never run)
+    Step("pytest-gpu", "7.1", 330, 150,
          "{PY} -m pytest -m gpu -q -rfEs -p no:cacheprovider --junitxml={R}/pytest_gpu.xml 2>&1 "
          "| tee {R}/pytest_gpu.txt; exit ${{PIPESTATUS[0]}}"),
-    Step("sanitize-memcheck", 1, 90, 40, SANITIZE.format(tool="memcheck")),
-    Step("sanitize-racecheck", 1, 120, 40, SANITIZE.format(tool="racecheck")),
-
-    Step("install", 2, 120, 30, INSTALL),
-    Step("solver-speed", 2, 300, 120,
+    Step("sanitize-memcheck", "7.1", 90, 40, SANITIZE.format(tool="memcheck")),
+    Step("sanitize-racecheck", "7.1", 120, 40, SANITIZE.format(tool="racecheck")),
+    # item 2: the solver's speed, and what bounds its kernels
+    Step("solver-speed", "7.2", 300, 120,
          "{PY} bench/solver_speed.py --backends {backends} --buckets 1024,4096,8192,16384,65536 --max-seconds 10 "
          "--out {R}"),
-    Step("ncu-bulk", 2, 100, 50, ncu("dp_bulk", skip=10)),
-    Step("ncu-diag", 2, 100, 50, ncu("dp_diag", skip=100)),
-    Step("bucket-study", 2, 120, 40, "{PY} bench/bucket_study.py --backend cuda --out {R}"),
-    Step("join-speed", 2, 90, 40, "{PY} bench/join_speed.py --buckets 256,1024,4096 --repeats 2 --out {R}"),
-
-    Step("install", 3, 120, 30, INSTALL),
-    Step("executor-densenet121", 3, 200, 90, "{PY} bench/executor.py --networks densenet121 --out {R}/densenet121"),
-    Step("executor-resnet50", 3, 170, 90, "{PY} bench/executor.py --networks resnet50 --out {R}/resnet50"),
-    Step("offload-executor", 3, 200, 90, "{PY} bench/offload_executor.py --out {R}"),
-
-    Step("install", 4, 120, 30, INSTALL),
-    Step("executor-vgg16", 4, 170, 90, "{PY} bench/executor.py --networks vgg16 --out {R}/vgg16"),
-    Step("executor-gpt2", 4, 170, 90, "{PY} bench/executor.py --networks gpt2 --out {R}/gpt2"),
-    Step("fidelity-gpu", 4, 200, 90, "{PY} bench/fidelity.py --device cuda --no-sequential --out {R}"),
+    Step("ncu-bulk", "7.2", 100, 50, ncu("dp_bulk", skip=10)),
+    Step("ncu-diag", "7.2", 100, 50, ncu("dp_diag", skip=100)),
+    # items 4 and 5: the executor on torchvision's and transformers' networks, the profiler's accuracy
+    Step("executor-densenet121", "7.4", 200, 90, "{PY} bench/executor.py --networks densenet121 --out {R}/densenet121"),
+    Step("executor-resnet50", "7.4", 170, 90, "{PY} bench/executor.py --networks resnet50 --out {R}/resnet50"),
+    Step("executor-gpt2", "7.4", 170, 90, "{PY} bench/executor.py --networks gpt2 --out {R}/gpt2"),
+    Step("executor-vgg16", "7.4", 170, 90, "{PY} bench/executor.py --networks vgg16 --out {R}/vgg16"),
+    # item 3: the thesis's Figure 4.2 redone
+    Step("bucket-study", "7.3", 120, 40, "{PY} bench/bucket_study.py --backend cuda --out {R}"),
+    # issue 11 item 5: the host link, what it makes of offloading (Note [Any-window bound]), the executor
+    Step("link", "11.5", 150, 50, LINK),
+    Step("offload-executor", "11.5", 200, 90, "{PY} bench/offload_executor.py --out {R}"),
+    # the rest: the CPU fidelity benchmark's models on the GPU, the join DP's speed
+    Step("fidelity-gpu", "7.4", 200, 90, "{PY} bench/fidelity.py --device cuda --no-sequential --out {R}"),
+    Step("join-speed", "7.2", 90, 40, "{PY} bench/join_speed.py --buckets 256,1024,4096 --repeats 2 --out {R}"),
 ]
+STEP_NAMES = {s.name for s in STEPS}
 
 
-def stage_steps(stage: int) -> list[Step]:
-    return [s for s in STEPS if s.stage == stage]
+# ---------------------------------------------------------------------------- the ledger
+def load_ledger(path: Path = LEDGER) -> dict:
+    if not path.exists():
+        return {"format": LEDGER_FORMAT, "runs": []}
+    data = json.loads(path.read_text())
+    if data.get("format") != LEDGER_FORMAT:
+        raise ValueError(f"{path}: format is {data.get('format')!r}, expected {LEDGER_FORMAT!r}")
+    return data
+
+
+def done_steps(ledger: dict) -> set[str]:
+    """Steps some recorded run took to their end (exit 0)."""
+    return {s["name"] for run in ledger["runs"] for s in run["steps"] if s.get("rc") == 0}
+
+
+def pending_steps(ledger: dict) -> list[Step]:
+    done = done_steps(ledger)
+    return [s for s in STEPS if s.item != SETUP and s.name not in done]
+
+
+def record(folder: Path, ledger_path: Path = LEDGER, runs: Path = RUNS) -> Path:
+    """Record the call whose files the device tool brought back into ``folder``: its results and log go to
+    ``runs/<date>_<device>/`` and the run to the ledger. Returns that folder."""
+    summary_path = folder / "run_summary.json"
+    if not summary_path.exists():
+        raise FileNotFoundError(f"{summary_path} does not exist: give the folder the device tool's files_at names")
+    summary = json.loads(summary_path.read_text())
+    ledger = load_ledger(ledger_path)
+    if any(run["started"] == summary["started"] for run in ledger["runs"]):
+        raise ValueError(f"the run started at {summary['started']} is in {ledger_path} already")
+    target = runs / f"{summary['started'][:10]}_{slug(summary['device'])}"
+    if target.exists():
+        target = target.with_name(f"{target.name}_{summary['started'][11:19].replace(':', '')}")
+    target.mkdir(parents=True)
+    archive = folder / "run_results.tar.gz"
+    if archive.exists():
+        with tarfile.open(archive) as tar:
+            for member in tar.getmembers():
+                name = Path(member.name)
+                if member.isfile() and len(name.parts) > 1 and ".." not in name.parts:
+                    dest = target.joinpath(*name.parts[1:])
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    dest.write_bytes(tar.extractfile(member).read())
+    for name in ("run.log", "run_summary.json"):
+        if (folder / name).exists():
+            shutil.copy(folder / name, target / name)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
+    ledger["runs"].append({key: summary[key] for key in ("started", "device", "seconds_allowed", "seconds")}
+                          | {"commit": commit.strip() or None, "results": str(target.relative_to(ROOT))
+                             if target.is_relative_to(ROOT) else str(target),
+                             "steps": [{k: s[k] for k in ("name", "item", "rc", "seconds", "skipped") if k in s}
+                                       for s in summary["steps"]]})
+    ledger_path.write_text(json.dumps(ledger, indent=1) + "\n")
+    return target
+
+
+# ---------------------------------------------------------------------------- a call
+def device_name() -> str:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=30).stdout.strip().splitlines()
+        return out[0] if out else "unknown device"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown device"
 
 
 def prepare_rotor(env: dict) -> str:
@@ -136,38 +206,38 @@ def prepare_rotor(env: dict) -> str:
     return "cuda,cpu,rotor-c"
 
 
-def run_stage(stage: int, out: Path, seconds: float, dry_run: bool, only: set[str] | None) -> int:
+def run_steps(steps: list[Step], out: Path, seconds: float, dry_run: bool) -> int:
+    """Run the setup steps, then ``steps`` in order, within ``seconds``; 1 if any step failed."""
     started = time.monotonic()
-    results = out / f"stage{stage}_results"
+    results = out / "run_results"
     results.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONUNBUFFERED="1", XDG_CACHE_HOME="/tmp/gpu_session_cache")
     backends = prepare_rotor(env)
-    summary = {"stage": stage, "seconds_allowed": seconds, "steps": []}
-    log_path = out / f"stage{stage}.log"
+    summary = {"started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "device": device_name(),
+               "seconds_allowed": seconds, "steps": []}
+    log_path = out / "run.log"
     failed = 0
     with open(log_path, "a", buffering=1) as log:
         def say(text: str) -> None:
             print(text, flush=True)
             log.write(text + "\n")
 
-        if backends == "cuda,cpu" and any(s.name == "solver-speed" for s in stage_steps(stage)):
+        if backends == "cuda,cpu" and any(s.name == "solver-speed" for s in steps):
             say(f"note: {ROCKMATE_SDIST.relative_to(ROOT)} not carried: solver-speed runs without rotor-c "
-                f"(module docstring says how to bring it)")
-        for step in stage_steps(stage):
-            if only and step.name not in only and step.name != "install":
-                continue
+                f"(the module docstring says how to bring it)")
+        for step in [s for s in STEPS if s.item == SETUP] + steps:
             command = step.render(results, backends)
             left = seconds - (time.monotonic() - started)
-            record = {"name": step.name, "command": command, "limit_s": step.limit_s}
+            entry = {"name": step.name, "item": step.item, "command": command, "limit_s": step.limit_s}
             if left < step.min_s:
-                record["skipped"] = f"{left:.0f} s left of the stage, the step needs at least {step.min_s} s"
-                say(f"=== {step.name}: SKIPPED ({record['skipped']})")
-                summary["steps"].append(record)
+                entry["skipped"] = f"{left:.0f} s left of the call, the step needs at least {step.min_s} s"
+                say(f"=== {step.name}: SKIPPED ({entry['skipped']})")
+                summary["steps"].append(entry)
                 continue
             limit = int(min(step.limit_s, left))
             say(f"=== {step.name} (limit {limit} s): {command}")
             if dry_run:
-                summary["steps"].append(record | {"dry_run": True})
+                summary["steps"].append(entry | {"dry_run": True})
                 continue
             clock = time.monotonic()
             # its own process group: a timeout kills the whole pipeline (pytest | tee, ncu's child), not
@@ -180,47 +250,77 @@ def run_stage(stage: int, out: Path, seconds: float, dry_run: bool, only: set[st
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
                 rc = "timeout"
-            record.update(rc=rc, seconds=round(time.monotonic() - clock, 1))
+            entry.update(rc=rc, seconds=round(time.monotonic() - clock, 1))
             failed += rc != 0
-            say(f"=== {step.name}: rc {rc} in {record['seconds']} s")
-            summary["steps"].append(record)
+            say(f"=== {step.name}: rc {rc} in {entry['seconds']} s")
+            summary["steps"].append(entry)
         summary["seconds"] = round(time.monotonic() - started, 1)
-        (out / f"stage{stage}_summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-        archive = out / f"stage{stage}_results.tar.gz"
+        (out / "run_summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+        archive = out / "run_results.tar.gz"
         with tarfile.open(archive, "w:gz") as tar:
             tar.add(results, arcname=results.name)
         shutil.rmtree(results)  # only the archive travels back (the tool returns at most 8 files)
-        say(f"=== stage {stage}: {failed} step(s) failed; {archive.name}, {log_path.name}, "
-            f"stage{stage}_summary.json written in {summary['seconds']} s")
+        say(f"=== {failed} step(s) failed; {archive.name}, {log_path.name}, run_summary.json written in "
+            f"{summary['seconds']} s")
     return 1 if failed else 0
+
+
+def list_steps(ledger: dict) -> str:
+    done = done_steps(ledger)
+    lines = [f"{'step':<22} {'item':<6} {'limit':>6} {'min':>5}  ledger"]
+    for s in STEPS:
+        state = "every call" if s.item == SETUP else ("done" if s.name in done else "pending")
+        lines.append(f"{s.name:<22} {s.item:<6} {s.limit_s:>5}s {s.min_s:>4}s  {state}")
+    pending = [s for s in STEPS if s.item != SETUP and s.name not in done]
+    lines.append(f"pending: {len(pending)} step(s), {sum(s.limit_s for s in pending)} s of limits "
+                 f"(a call has --seconds, default 420, its setup included)")
+    return "\n".join(lines)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--stage", type=int, choices=sorted({s.stage for s in STEPS}))
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--pending", action="store_true", help="run the steps the ledger does not have as done, in order")
+    what.add_argument("--steps", help="comma list: run these steps (after the setup), in the list's order")
+    what.add_argument("--list", action="store_true", help="print the steps and what the ledger says of each")
+    what.add_argument("--record", type=Path, metavar="DIR",
+                      help="record a call: DIR holds what it left under --out (the device tool's files_at)")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "out")),
                         help="where the log, summary and results archive go (default $OUT, else ./out)")
-    parser.add_argument("--seconds", type=float, default=540.0,
-                        help="time the stage may take; steps that cannot get their minimum are skipped "
-                             "(default 540: inside the device tool's 600 s per call)")
-    parser.add_argument("--steps", default="", help="comma list: run only these steps of the stage (and install)")
-    parser.add_argument("--list", action="store_true", help="print the stages' steps and exit")
+    parser.add_argument("--seconds", type=float, default=420.0,
+                        help="time the call may take; steps that cannot get their minimum are skipped "
+                             "(default 420: run it with the device tool's timeout_s=480)")
+    parser.add_argument("--ledger", type=Path, default=LEDGER, help=argparse.SUPPRESS)
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     args = parser.parse_args(argv)
+    try:
+        ledger = load_ledger(args.ledger)
+    except (ValueError, json.JSONDecodeError) as err:
+        parser.exit(2, f"gpu_session: error: {err}\n")
     if args.list:
-        for s in STEPS:
-            print(f"stage {s.stage}  {s.name:<22} limit {s.limit_s:>4} s  min {s.min_s:>4} s")
-        print("total limits: " + ", ".join(f"stage {n} {sum(s.limit_s for s in stage_steps(n))} s"
-                                            for n in sorted({s.stage for s in STEPS})))
+        print(list_steps(ledger))
         return 0
-    if args.stage is None:
-        parser.error("give --stage N (or --list)")
-    only = {s for s in args.steps.split(",") if s} or None
-    unknown = (only or set()) - {s.name for s in stage_steps(args.stage)}
-    if unknown:
-        parser.error(f"stage {args.stage} has no step(s) {sorted(unknown)}: see --list")
+    if args.record:
+        try:
+            target = record(args.record, args.ledger)
+        except (OSError, ValueError, KeyError) as err:
+            parser.exit(2, f"gpu_session: error: {err}\n")
+        print(f"recorded: {target}; ledger {args.ledger}")
+        print(list_steps(load_ledger(args.ledger)))
+        return 0
+    if args.pending:
+        steps = pending_steps(ledger)
+        if not steps:
+            print("every step is done (the ledger says so); --steps NAME reruns one")
+            return 0
+    else:
+        names = [n for n in args.steps.split(",") if n]
+        unknown = sorted(set(names) - STEP_NAMES)
+        if unknown or not names:
+            parser.error(f"no step(s) {unknown}: see --list" if unknown else "--steps needs at least one name")
+        steps = [s for s in STEPS if s.name in names and s.item != SETUP]
     args.out.mkdir(parents=True, exist_ok=True)
-    return run_stage(args.stage, args.out, args.seconds, args.dry_run, only)
+    return run_steps(steps, args.out, args.seconds, args.dry_run)
 
 
 if __name__ == "__main__":

@@ -303,9 +303,8 @@ class Chain:
         for g, group in enumerate(groups):
             merged = _merge_group(group, grad_in, notes, granule, first=first)
             group_of.update(dict.fromkeys(range(first, first + len(group)), g))
-            for origin, _ in group[-1].get("held_from", ()):
-                if 1 <= int(origin) < first:
-                    shared[g] = shared[group_of[int(origin)]] = True
+            for origin, _ in _held_from(group[-1], range(1, first)):  # storages made before the group
+                shared[g] = shared[group_of[origin]] = True
             first += len(group)
             for name in TIME_FIELDS + ALL_BYTE_FIELDS:
                 fields[name].append(merged[name])
@@ -524,10 +523,15 @@ def _output_saved_bytes(group: list[dict]) -> int | None:
     return max(int(st["out_saved_bytes"]) for st in tail)
 
 
+def _held_from(stage: dict, numbers: range) -> list[tuple[int, int]]:
+    """(maker, bytes) of the storages of ``stage``'s output that the measured stages ``numbers`` made (the
+    profile's ``held_from``; none without it). Note [Outputs passed through]."""
+    return [(int(origin), int(nbytes)) for origin, nbytes in stage.get("held_from", ()) if int(origin) in numbers]
+
+
 def _made_by(stage: dict, numbers: range) -> int:
-    """Bytes of ``stage``'s output held in storages that the measured stages ``numbers`` made (the
-    profile's ``held_from``; 0 without it). Note [Outputs passed through]."""
-    return sum(int(nbytes) for origin, nbytes in stage.get("held_from", ()) if int(origin) in numbers)
+    """Bytes of ``stage``'s output held in storages that the measured stages ``numbers`` made."""
+    return sum(nbytes for _, nbytes in _held_from(stage, numbers))
 
 
 def _merge_group(group: list[dict], grad_in: int, notes: list[str], granule: int = ALLOCATOR_GRANULE,

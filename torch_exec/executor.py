@@ -51,7 +51,25 @@ Note [Releasing the incoming gradient]
 Note [The gradient of a_N]
     The engine hands the gradient of a_N to the Function's ``backward`` and keeps its own
     reference until that ``backward`` returns, i.e. for the whole backward part of the step. The
-    cost model says so (``Chain.output_grad_held``), so plans count it.
+    plans count it: it is reserved for the step (:func:`executor_chain`), as much of it as the
+    outputs that get a gradient hold (Note [Outputs without a gradient]).
+
+Note [Outputs without a gradient]
+    A model returning its loss beside its logits (transformers' ``outputs.loss.backward()``) gives
+    the logits no gradient. The Function does not have the engine materialise one
+    (``set_materialize_grads(False)``): a zero gradient of a_N's largest tensor was allocated and
+    back-propagated in every step before, one logits tensor above plain autograd (GPT-2 small's
+    widths at 4 x 128 tokens on the CPU: 102 926 336 B, 12-20 % of the step's peak at the budgets
+    tried; ``bench/results/output_grads_cpu.md``).
+    Which outputs get a gradient is known only at the first backward, after the plan was made, so
+    the first plan reserves the gradient of every output (safe), and the backward records which
+    outputs got one (:func:`learn_output_grads`): when fewer did, the next step re-plans with the
+    gradients of those only (their dense sizes, in the allocator's blocks), and the plan's notes
+    say so. Should a later backward give a gradient to an output the plan counted without one, that
+    step may exceed the plan by it (the engine made it outside the schedule): a
+    :class:`~torch_exec.report.MemoryBudgetWarning` says so with the size, and the next steps
+    count it. A percentage budget is still taken of plain autograd's peak measured with a gradient
+    for every output (the profiler's reference), a little above a loss-only step's.
 
 Note [The caller holds a_N]
     The usual training step keeps the model's output through the backward::
@@ -153,6 +171,7 @@ import functools
 import math
 import sys
 import threading
+import warnings
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -160,7 +179,7 @@ import torch
 from torch import nn
 
 from gpusolve.baselines import store_all
-from gpusolve.chain import Chain, clones_input
+from gpusolve.chain import Chain, allocator_bytes, clones_input, profile_granule
 from gpusolve.errors import InfeasibleBudgetError
 from gpusolve.offload.link import Link
 from gpusolve.offload.solver import OffloadPlan, solve_offload
@@ -172,7 +191,7 @@ from gpusolve.units import parse_budget, parse_bytes, parse_percentage
 from . import _util as U
 from .offload import HostCopies, measure_link
 from .profiler import chain_from_profile, profile_dict, profiling
-from .report import StepMeter
+from .report import MemoryBudgetWarning, StepMeter
 
 
 # ---------------------------------------------------------------------------- plan entries
@@ -341,6 +360,52 @@ def executor_chain(chain: Chain, rng: list, sample, preserve_rng: bool, group_mo
                    provenance=dict(chain.provenance, notes=notes))
 
 
+def learn_output_grads(entry: Entry, present: list[bool]) -> None:
+    """Note [Outputs without a gradient]: record which outputs of a_N got a gradient in this backward
+    (``present``); sets ``entry.replan_due`` when the plan should count other gradients than it does."""
+    seen = frozenset(i for i, p in enumerate(present) if p and entry.out_grad_nbytes[i])
+    if entry.out_grads is not None and seen <= entry.out_grads:
+        return
+    if entry.out_grads is not None:
+        new = sorted(seen - entry.out_grads)
+        warnings.warn(f"CheckpointedSequential: the backward gave a gradient to output(s) {new} of the model, "
+                      f"which earlier backwards gave none and the plan counted without one: this step may exceed "
+                      f"the plan by up to {sum(entry.out_grad_nbytes[i] for i in new)} B; the next steps count it",
+                      MemoryBudgetWarning, stacklevel=3)
+        seen = seen | entry.out_grads
+    entry.out_grads = seen
+    entry.replan_due = _grad_reserve(entry) != entry.grad_reserve
+
+
+def _grad_reserve(entry: Entry) -> int:
+    """Bytes the gradients of a_N take when only the outputs ``entry.out_grads`` get one: the chain's
+    gradient of a_N (``grad_bytes[N]``) for every output, else their dense sizes in the allocator's blocks."""
+    every = int(entry.plain_chain.grad_bytes[-1])
+    differentiable = {i for i, nbytes in enumerate(entry.out_grad_nbytes) if nbytes}
+    if entry.out_grads is None or entry.out_grads >= differentiable:
+        return every
+    return min(every, sum(entry.out_grad_nbytes[i] for i in entry.out_grads))
+
+
+def with_output_grads(entry: Entry) -> Chain:
+    """``entry.exec_chain`` reserving :func:`_grad_reserve` for the gradients of a_N instead of what it
+    reserves now (``entry.grad_reserve``, updated): Note [Outputs without a gradient]."""
+    reserve = _grad_reserve(entry)
+    chain = replace(entry.exec_chain, reserved_bytes=entry.exec_chain.reserved_bytes - entry.grad_reserve + reserve)
+    entry.grad_reserve = reserve
+    return chain
+
+
+def output_grads_note(entry: Entry) -> str | None:
+    """The plan's note when it reserves the gradients of only some outputs of a_N, else None."""
+    every = int(entry.plain_chain.grad_bytes[-1])
+    if entry.grad_reserve == every:
+        return None
+    return (f"only the model's outputs {sorted(entry.out_grads)} got a gradient in the backward: the plan reserves "
+            f"theirs, {entry.grad_reserve} B instead of {every} B for every output's (Note [Outputs without a "
+            f"gradient] in torch_exec/executor.py)")
+
+
 def plain_peak_bytes(entry) -> int:
     """Plain autograd's step peak for this entry: measured by the profiler (the plain path runs
     exactly that step), else the model's store-all peak."""
@@ -388,6 +453,12 @@ class Entry(ProgramSplit):
     device: torch.device | None = None  # the sample input's (first tensor's) device
     link: Link | None = None          # the host link the plan was made for (offload=), else None
     copies: HostCopies | None = None  # host buffers and copy stream of a plan that offloads (one per plan)
+    # Note [Outputs without a gradient]: the outputs of a_N whose gradient the plan counts (None: every
+    # one), each output's gradient in the allocator's blocks (0: carries none), and the bytes reserved
+    out_grads: frozenset | None = None
+    out_grad_nbytes: list = field(default_factory=list)
+    grad_reserve: int = 0
+    replan_due: bool = False          # a backward learned other gradients of a_N than planned
 
 
 # ---------------------------------------------------------------------------- the interpreter
@@ -778,6 +849,11 @@ class _ScheduleFunction(torch.autograd.Function):
         ctx.n_inputs = len(inputs)
         ctx.save_for_backward(*inputs)
         outs = U.tensors(out)
+        ctx.set_materialize_grads(False)  # Note [Outputs without a gradient]
+        if not entry.out_grad_nbytes:
+            granule = profile_granule(entry.profile)
+            entry.out_grad_nbytes = [allocator_bytes(t.numel() * t.element_size(), granule) if U.differentiable(t)
+                                     else 0 for t in outs]
         ctx.out_is_tensor = isinstance(out, torch.Tensor)
         results = _detached_results(ctx, outs)
         return results[0] if ctx.out_is_tensor else results
@@ -805,6 +881,7 @@ class _ScheduleFunction(torch.autograd.Function):
             wanted = named and tap_node is not None and _will_run(tap_node)
             retained = {id(tape[0]) for tape in snapshot[1].values()} if keep else set()
             mode = _SegmentMode(named, params if wanted else [], retained)
+        learn_output_grads(rt.entry, [g is not None for g in grad_outputs])
         rt.start_backward()
         rt.grads[rt.n] = list(grad_outputs)
         del grad_outputs
@@ -1079,7 +1156,8 @@ class CheckpointedSequential(_PlannedModule):
                       group_modules=group_modules,
                       clone_input=clone_input, split=0, rng=rng, has_buffers=has_buffers, plain_chain=chain,
                       exec_chain=executor_chain(chain, rng, sample, self.preserve_rng_state, group_modules,
-                                                output_bytes=data["stages"][-1].get("held_nbytes")))
+                                                output_bytes=data["stages"][-1].get("held_nbytes")),
+                      grad_reserve=int(chain.grad_bytes[-1]))  # executor_chain reserves every output's gradient
         self._plan_entry(entry)
         return entry
 
@@ -1154,6 +1232,8 @@ class CheckpointedSequential(_PlannedModule):
         if isinstance(self.budget, str):  # a percentage: say what it resolved to
             plan.notes = [f"budget {self.budget} of plain autograd's peak {plain_peak} B (measured when profiling): "
                           f"{budget} B"] + list(plan.notes)
+        if chain is not plain and output_grads_note(entry):
+            plan.notes = list(plan.notes) + [output_grads_note(entry)]
         entry.chain = chain
         entry.split = split_schedule(plan.schedule, chain.n)
         entry.program = annotate(plan.schedule)
@@ -1222,6 +1302,9 @@ class CheckpointedSequential(_PlannedModule):
     def _scheduled(self, state, flat):
         """A step under a plan: never traced by torch.compile (Note [torch.compile])."""
         entry = self._entry(state)
+        if entry.replan_due:  # Note [Outputs without a gradient]
+            entry.exec_chain, entry.replan_due = with_output_grads(entry), False
+            self._plan_entry(entry)
         self._last = entry
         meter = self._meter
         meter.begin(flat[0].device, self.parameters(), entry.plan,

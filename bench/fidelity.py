@@ -39,7 +39,7 @@ from torch.utils.checkpoint import checkpoint_sequential  # noqa: E402
 import torch_exec as te  # noqa: E402
 from gpusolve import format_bytes  # noqa: E402
 from torch_exec.meter import measure_peak  # noqa: E402
-from torch_exec.split import CrossEntropyStage, gpt2_hf_stages, gpt2_stages, split_model  # noqa: E402
+from torch_exec.split import CausalLMLoss, CrossEntropyStage, gpt2_hf_stages, gpt2_stages, split_model  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import TORCHVISION_CPU_SIZES, cpu_description, torchvision_models  # noqa: E402  (same folder)
@@ -261,10 +261,21 @@ def best_checkpoint_sequential(stages, x, budget: int, steps: int, device) -> di
     return {"best": best, "failed": failed}
 
 
+def to_device(stages: nn.Module, x: torch.Tensor, device) -> tuple[nn.Module, torch.Tensor]:
+    """``stages`` and ``x`` on ``device``, the loss stage's targets included: ``CrossEntropyStage.targets``
+    and ``CausalLMLoss.labels`` are plain attributes, which ``Module.to`` leaves where they are (on a GPU
+    the loss would get CUDA logits and CPU targets)."""
+    stages = stages.to(device)
+    for module in stages.modules():
+        attr = {CrossEntropyStage: "targets", CausalLMLoss: "labels"}.get(type(module))
+        if attr is not None and isinstance(getattr(module, attr), torch.Tensor):
+            setattr(module, attr, getattr(module, attr).to(device))
+    return stages, x.to(device)
+
+
 def run_model(name: str, args, device) -> list[dict]:
     torch.manual_seed(0)
-    stages, x = (MODELS | EXTRA)[name]()
-    stages, x = stages.to(device), x.to(device)
+    stages, x = to_device(*(MODELS | EXTRA)[name](), device)
     wrapped = te.CheckpointedSequential(stages, budget="1TiB", backend=args.backend, profile_passes=args.passes,
                                         network=name, measure_steps=0)
     started = time.perf_counter()

@@ -137,15 +137,28 @@ def cuda_bandwidth_fraction(problem: Problem, seconds: float) -> dict:
             bulk_allowed = ((width - thr) * in_bulk).sum()
             band_reads += int(bulk_allowed) * 8 * (1 - 1.5 / cuda.GEOMETRY.band)
     moved = total_reads - band_reads + problem.pairs * width * 4
-    props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
-    try:
-        peak = 2 * props["memoryClockRate"] * 1e3 * props["memoryBusWidth"] / 8
-    except (KeyError, TypeError):
-        peak = H100_BANDWIDTH
-    if not peak:
-        peak = H100_BANDWIDTH
-    return {"bytes_moved_model": int(moved), "peak_bandwidth_bytes_s": float(peak),
+    peak, source = peak_bandwidth(cupy, cupy.cuda.Device().id)
+    return {"bytes_moved_model": int(moved), "peak_bandwidth_bytes_s": float(peak), "peak_bandwidth_source": source,
             "bandwidth_fraction": float(moved / seconds / peak)}
+
+
+def peak_bandwidth(cupy, device_id: int) -> tuple[float, str]:
+    """(bytes/s, where it comes from) of the device's memory: 2 x memory clock x bus width. CUDA 13 dropped
+    ``memoryClockRate`` from ``cudaDeviceProp`` (CuPy 14's ``getDeviceProperties`` for CUDA 13 has no such
+    key), so the clock is asked of ``cudaDeviceGetAttribute``; the H100 SXM figure only when neither says."""
+    runtime = cupy.cuda.runtime
+    props = runtime.getDeviceProperties(device_id)
+    clock_khz, bus_bits, source = props.get("memoryClockRate"), props.get("memoryBusWidth"), "cudaDeviceProp"
+    if not clock_khz or not bus_bits:
+        try:
+            clock_khz = runtime.deviceGetAttribute(runtime.cudaDevAttrMemoryClockRate, device_id)
+            bus_bits = runtime.deviceGetAttribute(runtime.cudaDevAttrGlobalMemoryBusWidth, device_id)
+            source = "cudaDeviceGetAttribute"
+        except Exception:  # an attribute this CUDA no longer has: the assumption below, and say so
+            clock_khz = bus_bits = None
+    if not clock_khz or not bus_bits:
+        return H100_BANDWIDTH, "assumed (H100 SXM HBM3): the device reports no memory clock"
+    return 2 * clock_khz * 1e3 * bus_bits / 8, source
 
 
 # Rotor ------------------------------------------------------------------------

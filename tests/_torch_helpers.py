@@ -96,8 +96,9 @@ def wrap(model, **kwargs):
 
 
 # ---------------------------------------------------------------------------- CUDA (tests marked gpu)
-def cuda_net(targets):
-    """A small conv net ending in a cross-entropy stage over ``targets``, on the CUDA device."""
+def cuda_net(targets, device="cuda"):
+    """A small conv net ending in a cross-entropy stage over ``targets``, on the CUDA device (``device``:
+    the CPU rehearsals)."""
     torch.manual_seed(0)
     layers = []
     channels = [3, 32, 32, 64, 64, 128, 128]
@@ -106,7 +107,18 @@ def cuda_net(targets):
         if c_out != c_in and c_in != 3:
             layers.append(nn.MaxPool2d(2))
     layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, 10), CrossEntropyStage(targets)]
-    return nn.Sequential(*layers).cuda()
+    return nn.Sequential(*layers).to(device)
+
+
+def budget_between(chain, where: float) -> int:
+    """A budget ``where`` of the way from the least feasible budget of ``chain`` (0) to its store-all peak
+    (1): feasible whatever the network. A fixed fraction of the store-all peak is not: cuda_net's least
+    is 0.55 of its peak at batch 64 (a backward through a 64-channel 64x64 BatchNorm + ReLU holds its
+    input, its tape, the output's gradient and the input's: four 64 MiB tensors)."""
+    from gpusolve import store_all_peak_bytes
+    from gpusolve.dp.minpeak import min_feasible_bytes
+    lo, hi = min_feasible_bytes(chain), store_all_peak_bytes(chain)
+    return int(lo + where * (hi - lo))
 
 
 def measure_cuda_step(model, x):

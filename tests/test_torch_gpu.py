@@ -3,6 +3,9 @@
 Skipped without CUDA. Memory is ``torch.cuda.max_memory_allocated`` above the bytes allocated just
 before the step (parameters, their already-allocated gradients and the input), which is what the
 budget counts (everything but the chain's input).
+
+The tests at the end (not marked ``gpu``) rehearse CUDA-only code paths on the CPU: what they read of
+the device (the caching allocator's counters) is faked, the rest runs as on a GPU.
 """
 from __future__ import annotations
 
@@ -13,13 +16,16 @@ import pytest
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device for torch"),
-              pytest.mark.filterwarnings("ignore::gpusolve.FallbackWarning")]
+pytestmark = [pytest.mark.filterwarnings("ignore::gpusolve.FallbackWarning")]
+
+
+def gpu(test):
+    """The CUDA tests (the CPU rehearsals at the end are not marked)."""
+    return pytest.mark.gpu(pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device for torch")(test))
+
 
 import torch_exec as te  # noqa: E402
-from gpusolve import store_all_peak_bytes  # noqa: E402
-from _torch_helpers import assert_grads_close  # noqa: E402
+from _torch_helpers import assert_grads_close, budget_between  # noqa: E402
 from _torch_helpers import cuda_net as net  # noqa: E402
 from _torch_helpers import measure_cuda_step as measure_step  # noqa: E402
 
@@ -30,15 +36,17 @@ def setup():
     x = torch.randn(64, 3, 64, 64, device="cuda")
     probe = te.CheckpointedSequential(net(targets), budget="64GiB", profile_passes=3)
     probe.prepare(x)
-    return targets, x, probe.chain
+    return targets, x, probe._last.exec_chain  # the chain the wrappers below plan on
 
 
-@pytest.mark.parametrize("fraction", [1.0, 0.7, 0.5, 0.35, "min"])
-def test_measured_peak_within_budget_and_prediction(setup, fraction):
+@gpu
+@pytest.mark.parametrize("where", [1.0, 0.7, 0.5, 0.35, "min"])
+def test_measured_peak_within_budget_and_prediction(setup, where):
+    """Budgets from the store-all peak (1.0) down towards the least feasible one (budget_between: fixed
+    fractions of the peak such as 0.35 lie below cuda_net's least, and the wrapper would refuse them)."""
     from gpusolve.dp.minpeak import min_feasible_bytes
     targets, x, chain = setup
-    store_all = store_all_peak_bytes(chain)
-    budget = int(1.1 * min_feasible_bytes(chain)) if fraction == "min" else int(fraction * store_all)
+    budget = int(1.1 * min_feasible_bytes(chain)) if where == "min" else budget_between(chain, where)
     model = te.CheckpointedSequential(net(targets), budget=budget)
     model.prepare(x)
     measure_step(model, x)  # warm-up: allocator, cuDNN autotuning
@@ -50,11 +58,12 @@ def test_measured_peak_within_budget_and_prediction(setup, fraction):
     assert abs(peak - predicted) <= 0.10 * predicted, f"measured {peak} B vs predicted {predicted} B"
 
 
+@gpu
 def test_gradients_match_plain_autograd_on_gpu(setup):
     targets, x, chain = setup
     ref = net(targets)
     model = copy.deepcopy(ref)
-    wrapped = te.CheckpointedSequential(model, budget=int(0.4 * store_all_peak_bytes(chain)))
+    wrapped = te.CheckpointedSequential(model, budget=budget_between(chain, 0.2))
     torch.manual_seed(1)
     ref(x).backward()
     torch.manual_seed(1)
@@ -62,6 +71,7 @@ def test_gradients_match_plain_autograd_on_gpu(setup):
     assert_grads_close(ref, model)
 
 
+@gpu
 def test_cuda_profile_fields(setup, tmp_path):
     targets, x, _ = setup
     data = te.profile_dict(net(targets), x, passes=2)
@@ -72,6 +82,7 @@ def test_cuda_profile_fields(setup, tmp_path):
         assert s["t_fwd"] >= 0 and s["xbar"] >= 0 and s["bwd_peak"] is not None
 
 
+@gpu
 @pytest.mark.parametrize("name", ["resnet50", "densenet121"])
 def test_auto_checkpoint_torchvision_models(name):
     """torchvision's real models through the one call: gradients equal plain autograd's at half the
@@ -103,15 +114,139 @@ def test_auto_checkpoint_torchvision_models(name):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-3, atol=1e-4, msg=key)
 
 
+@gpu
 def test_own_step_meter_leaves_the_callers_peak_counter(setup):
     """On CUDA the wrapper measures its first steps itself (allocator counters, reset at each mark);
     its last mark must not reset the counter, or a caller's max_memory_allocated() after the step
     reads about 0 (the measurement of every test above would be void)."""
     targets, x, chain = setup
-    budget = int(0.5 * store_all_peak_bytes(chain))
+    budget = budget_between(chain, 0.5)
     model = te.CheckpointedSequential(net(targets), budget=budget)
     model.prepare(x)
     assert model._meter.cuda_steps > 0  # the next step is metered by the wrapper
     peak = measure_step(model, x)
     assert peak >= 0.5 * model.plan.predicted_peak_bytes, f"caller read {peak} B after a metered step"
     assert peak <= budget
+
+
+# ---------------------------------------------------------------------------- CPU rehearsals (no gpu mark)
+class FakeCudaCounters:
+    """The CUDA caching allocator's counters that ``torch_exec.meter.MemoryMeter`` reads, faked on the CPU:
+    ``alloc``/``free`` move ``allocated``; ``torch.cuda.max_memory_allocated`` is the peak since the last
+    ``torch.cuda.reset_peak_memory_stats``."""
+
+    def __init__(self, monkeypatch):
+        self.allocated = self.peak = 0
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+        monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: self.allocated)
+        monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: self.peak)
+        monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: self.reset())
+
+    def reset(self):
+        self.peak = self.allocated
+
+    def alloc(self, nbytes):
+        self.allocated += nbytes
+        self.peak = max(self.peak, self.allocated)
+
+    def free(self, nbytes):
+        self.allocated -= nbytes
+
+
+def test_step_meter_closing_mark_leaves_the_callers_peak_counter(monkeypatch):
+    """The wrapper's own step meter (armed on CUDA for the first steps) ends at the end of the backward;
+    that closing mark must not reset CUDA's peak counter, or a caller that reset it before the step (the
+    gpu tests' measure_cuda_step, bench/executor.py's Meter) reads the bytes left after the backward."""
+    from types import SimpleNamespace
+
+    from torch_exec.report import StepMeter
+    counters = FakeCudaCounters(monkeypatch)
+    counters.alloc(1000)  # parameters, gradients, input: held before the step
+    meter = StepMeter(cuda_steps=1)
+    plan = SimpleNamespace(backend="cpu", predicted_peak_bytes=600)
+    counters.reset()  # the caller, before the step
+    meter.begin(torch.device("cuda", 0), [], plan, budget=700, plain=False)
+    assert meter.measuring
+    counters.alloc(400)
+    counters.alloc(200)  # the step's peak: 600 B above what it started with
+    counters.free(600)
+    meter.end()  # the end of the step's backward
+    assert torch.cuda.max_memory_allocated() - 1000 == 600  # what the caller reads after the step
+    [record] = meter.records
+    assert record.measured_peak == 600 and record.within_budget and record.device == "cuda:0"
+    # the next step's meter starts afresh: its peak is its own
+    counters.reset()
+    meter.cuda_steps = 1
+    meter.begin(torch.device("cuda", 0), [], plan, budget=700, plain=False)
+    counters.alloc(100)
+    counters.free(100)
+    meter.end()
+    assert [r.measured_peak for r in meter.records] == [600, 100]
+
+
+def test_fidelity_moves_the_loss_targets_to_the_device():
+    """bench/fidelity.py --device cuda: the loss stages' targets and labels are plain attributes, which
+    ``Module.to`` leaves on the CPU (cross-entropy would then get CUDA logits and CPU targets); the meta
+    device stands in for CUDA."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    import fidelity
+    from torch_exec.split import CausalLMLoss, CrossEntropyStage
+    for name in ("resnet50_style", "gpt2_style", "unet_style"):
+        stages, x = fidelity.to_device(*fidelity.MODELS.get(name, fidelity.EXTRA.get(name))(), "meta")
+        losses = [m for m in stages.modules() if isinstance(m, (CrossEntropyStage, CausalLMLoss))]
+        assert losses and x.device.type == "meta"
+        for m in losses:
+            target = m.targets if isinstance(m, CrossEntropyStage) else m.labels
+            assert target.device.type == "meta", name
+        assert all(p.device.type == "meta" for p in stages.parameters())
+
+
+def test_gpu_test_budgets_are_feasible_for_cuda_net():
+    """The budgets of the tests above lie between cuda_net's least feasible budget and its store-all peak
+    (budget_between). Fixed fractions of the peak did not: its least is 0.55 of it (the activation sizes
+    are the same on the CPU, where this profiles a smaller batch of the same net), so 0.5, 0.4 and 0.35 of
+    the peak were refused (InfeasibleBudgetError) before any GPU measurement."""
+    import warnings
+
+    from gpusolve import store_all_peak_bytes
+    from gpusolve.dp.minpeak import min_feasible_bytes
+    targets, x = torch.randint(0, 10, (4,)), torch.randn(4, 3, 64, 64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", te.CPUTimingWarning)
+        probe = te.CheckpointedSequential(net(targets, device="cpu"), budget="64GiB", backend="cpu",
+                                          profile_passes=1, profile_warmup=0)
+        probe.prepare(x)
+    chain = probe._last.exec_chain
+    lo, hi = min_feasible_bytes(chain), store_all_peak_bytes(chain)
+    assert lo > 0.5 * hi  # what made the fixed fractions infeasible
+    for where in (0.2, 0.35, 0.5, 0.7, 1.0):
+        budget = budget_between(chain, where)
+        assert lo <= budget <= hi
+        model = te.CheckpointedSequential(net(targets, device="cpu"), budget=budget, backend="cpu")
+        assert model.prepare(x, profile=probe._last.profile).feasible
+
+
+def test_solver_speed_peak_bandwidth_without_the_removed_property_field():
+    """bench/solver_speed.py on CUDA 13: CuPy 14's getDeviceProperties has no 'memoryClockRate' (CUDA 13
+    removed the field); the clock then comes from cudaDeviceGetAttribute, not the silent H100 constant
+    (an H200's 4.8 TB/s would have been read as 3.35)."""
+    import sys
+    from pathlib import Path
+    from types import SimpleNamespace
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    import solver_speed
+    attrs = {36: 3_200_000, 37: 6144}  # kHz, bits: an H200's HBM3e
+    runtime = SimpleNamespace(getDeviceProperties=lambda device: {"name": b"NVIDIA H200", "memoryBusWidth": 6144},
+                              deviceGetAttribute=lambda attr, device: attrs[attr],
+                              cudaDevAttrMemoryClockRate=36, cudaDevAttrGlobalMemoryBusWidth=37)
+    peak, source = solver_speed.peak_bandwidth(SimpleNamespace(cuda=SimpleNamespace(runtime=runtime)), 0)
+    assert source == "cudaDeviceGetAttribute" and peak == 2 * 3_200_000e3 * 6144 / 8  # 4.9 TB/s
+    runtime.getDeviceProperties = lambda device: {"memoryClockRate": 2_619_000, "memoryBusWidth": 5120}
+    assert solver_speed.peak_bandwidth(SimpleNamespace(cuda=SimpleNamespace(runtime=runtime)), 0) == (
+        2 * 2_619_000e3 * 5120 / 8, "cudaDeviceProp")
+    runtime.getDeviceProperties = lambda device: {}
+    runtime.deviceGetAttribute = lambda attr, device: 0
+    peak, source = solver_speed.peak_bandwidth(SimpleNamespace(cuda=SimpleNamespace(runtime=runtime)), 0)
+    assert peak == solver_speed.H100_BANDWIDTH and source.startswith("assumed")

@@ -100,9 +100,13 @@ class MemoryMeter:
         return self._first
 
     # ------------------------------------------------------------ marks
-    def mark(self) -> int:
-        """A moment of the run; returns its index for :meth:`between`."""
-        return self._mark(reset=True)
+    def mark(self, reset_peak: bool = True) -> int:
+        """A moment of the run; returns its index for :meth:`between`. On CUDA a mark resets the
+        allocator's peak counter (the next mark reads the peak since this one); ``reset_peak=False``
+        leaves it alone, for the closing mark of a measurement whose caller reads
+        ``torch.cuda.max_memory_allocated()`` after it (a later mark then reads the peak since the
+        mark before this one)."""
+        return self._mark(reset=reset_peak)
 
     def _mark(self, reset: bool) -> int:
         if not self._active:

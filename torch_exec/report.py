@@ -144,7 +144,9 @@ class StepMeter:
         backward])."""
         if self._pending is None:
             return
-        self._ended = (self._pending, self._pending[0].mark())
+        # The step's last mark leaves CUDA's peak counter alone: a caller who reset it before the step
+        # reads the step's peak from torch.cuda.max_memory_allocated() after its backward.
+        self._ended = (self._pending, self._pending[0].mark(reset_peak=False))
         self._pending = None
 
     def finalize(self) -> None:

@@ -200,8 +200,8 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     ap.add_argument("--profiles", default=",".join(PROFILES))
     ap.add_argument("--link-json", type=Path,
-                    help="only this link: the JSON of torch_exec.offload.measure_link (e.g. from bench/gpu_session.py "
-                         "stage 1); results go to offload_curves_measured.{json,md}")
+                    help="only this link: the JSON of torch_exec.offload.measure_link (e.g. from bench/gpu_session.py's "
+                         "link step); results go to offload_curves_measured.{json,md}")
     args = ap.parse_args()
     stem = "offload_curves"
     if args.link_json is not None:

@@ -6,7 +6,7 @@ of steps in the order of what matters most (:data:`STEPS`), and a ledger in the 
 ``bench/results/gpu_session_ledger.json``, says which have run to their end (exit 0). Each GPU session:
 
 1. here: ``python bench/gpu_session.py --list`` shows the steps, the ledger's and what is pending;
-   bring Rotor's sdist (below) if ``solver-speed`` is pending;
+   bring Rotor's sdist (below) if ``solver-speed-baselines`` is pending;
 2. device tool: ``run(command="python3 bench/gpu_session.py --pending --out $OUT", timeout_s=480,
    carry=[".whl"])``: the setup steps (``env``, ``install``), then the pending steps in order until
    ``--seconds`` (default 420) run out: a step that cannot get its minimum is skipped and stays
@@ -27,7 +27,7 @@ cannot download: fetch it here into the git-ignored ``.whl/`` and carry that fol
 
     python3 -m pip download rockmate==2.0.0 --no-deps --no-binary :all: -d .whl
 
-Without it ``solver-speed`` runs cuda and cpu only, and its log says so. ``--dry-run`` prints each
+Without it ``solver-speed-baselines`` runs the CPU backend only, and the log says so. ``--dry-run`` prints each
 step's command without running it. Nothing here decides a figure: the bench scripts record theirs
 (device, date, command); the README quotes them from the recorded files. Afterwards,
 ``python bench/profile_reference.py <the recorded profile_*.json> --name profile_reference_<gpu>`` puts
@@ -68,10 +68,10 @@ class Step:
     item: str         # what it measures: "7.2" is issue 7, item 2; SETUP runs in every call
     limit_s: int      # killed after this
     min_s: int        # skipped (and left pending) unless this much of the call's --seconds is left
-    command: str      # bash; {R} = the results folder, {PY} = the interpreter, {backends} solver_speed's
+    command: str      # bash; {R} = the results folder, {PY} = the interpreter, {baselines} solver_speed's CPU ones
 
-    def render(self, results: Path, backends: str) -> str:
-        return self.command.format(R=shlex.quote(str(results)), PY=shlex.quote(sys.executable), backends=backends)
+    def render(self, results: Path, baselines: str) -> str:
+        return self.command.format(R=shlex.quote(str(results)), PY=shlex.quote(sys.executable), baselines=baselines)
 
 
 INSTALL = "{PY} -m pip install -q --no-deps --no-build-isolation -e . && {PY} -c 'import gpusolve, torch_exec'"
@@ -108,9 +108,9 @@ STEPS = [
     Step("sanitize-memcheck", "7.1", 90, 40, SANITIZE.format(tool="memcheck")),
     Step("sanitize-racecheck", "7.1", 120, 40, SANITIZE.format(tool="racecheck")),
     # item 2: the solver's speed, and what bounds its kernels
-    Step("solver-speed", "7.2", 300, 120,
-         "{PY} bench/solver_speed.py --backends {backends} --buckets 1024,4096,8192,16384,65536 --max-seconds 10 "
-         "--out {R}"),
+    Step("solver-speed", "7.2", 150, 60,
+         "{PY} bench/solver_speed.py --backends cuda --buckets 1024,4096,8192,16384,65536 --max-seconds 10 "
+         "--tag cuda --out {R}"),
     Step("ncu-bulk", "7.2", 100, 50, ncu("dp_bulk", skip=10)),
     Step("ncu-diag", "7.2", 100, 50, ncu("dp_diag", skip=100)),
     # items 4 and 5: the executor on torchvision's and transformers' networks, the profiler's accuracy
@@ -118,6 +118,12 @@ STEPS = [
     Step("executor-resnet50", "7.4", 170, 90, "{PY} bench/executor.py --networks resnet50 --out {R}/resnet50"),
     Step("executor-gpt2", "7.4", 170, 90, "{PY} bench/executor.py --networks gpt2 --out {R}/gpt2"),
     Step("executor-vgg16", "7.4", 170, 90, "{PY} bench/executor.py --networks vgg16 --out {R}/vgg16"),
+    # the same instances on the device machine's CPU (NumPy, Rotor's C DP): the ratios of item 2. The CPU
+    # side is the slow part (the 1000-stage chain's probe took 15.6 s at M = 16 on this project's 2-core CI
+    # machine), hence a step of its own after the executor's
+    Step("solver-speed-baselines", "7.2", 300, 120,
+         "{PY} bench/solver_speed.py --backends {baselines} --buckets 1024,4096,8192,16384,65536 --max-seconds 10 "
+         "--tag baselines --out {R}"),
     # item 3: the thesis's Figure 4.2 redone
     Step("bucket-study", "7.3", 120, 40, "{PY} bench/bucket_study.py --backend cuda --out {R}"),
     # issue 11 item 5: the host link, what it makes of offloading (Note [Any-window bound]), the executor
@@ -197,13 +203,13 @@ def device_name() -> str:
 
 
 def prepare_rotor(env: dict) -> str:
-    """Backends for solver_speed: rotor-c only with the carried sdist (the device has no internet)."""
+    """solver_speed's CPU baselines: rotor-c only with the carried sdist (the device has no internet)."""
     if not ROCKMATE_SDIST.exists():
-        return "cuda,cpu"
+        return "cpu"
     cache = Path(env["XDG_CACHE_HOME"]) / ROTOR_CACHE_DIR
     cache.mkdir(parents=True, exist_ok=True)
     shutil.copy(ROCKMATE_SDIST, cache / ROCKMATE_SDIST.name)
-    return "cuda,cpu,rotor-c"
+    return "cpu,rotor-c"
 
 
 def run_steps(steps: list[Step], out: Path, seconds: float, dry_run: bool) -> int:
@@ -212,7 +218,7 @@ def run_steps(steps: list[Step], out: Path, seconds: float, dry_run: bool) -> in
     results = out / "run_results"
     results.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONUNBUFFERED="1", XDG_CACHE_HOME="/tmp/gpu_session_cache")
-    backends = prepare_rotor(env)
+    baselines = prepare_rotor(env)
     summary = {"started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "device": device_name(),
                "seconds_allowed": seconds, "steps": []}
     log_path = out / "run.log"
@@ -222,11 +228,11 @@ def run_steps(steps: list[Step], out: Path, seconds: float, dry_run: bool) -> in
             print(text, flush=True)
             log.write(text + "\n")
 
-        if backends == "cuda,cpu" and any(s.name == "solver-speed" for s in steps):
-            say(f"note: {ROCKMATE_SDIST.relative_to(ROOT)} not carried: solver-speed runs without rotor-c "
+        if baselines == "cpu" and any(s.name == "solver-speed-baselines" for s in steps):
+            say(f"note: {ROCKMATE_SDIST.relative_to(ROOT)} not carried: solver-speed-baselines runs without rotor-c "
                 f"(the module docstring says how to bring it)")
         for step in [s for s in STEPS if s.item == SETUP] + steps:
-            command = step.render(results, backends)
+            command = step.render(results, baselines)
             left = seconds - (time.monotonic() - started)
             entry = {"name": step.name, "item": step.item, "command": command, "limit_s": step.limit_s}
             if left < step.min_s:

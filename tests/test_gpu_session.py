@@ -95,8 +95,8 @@ def test_the_command_line(tmp_path):
     assert bad.returncode == 2 and "no-such-step" in bad.stderr
     missing = run("--record", str(tmp_path / "nowhere"))
     assert missing.returncode == 2 and missing.stderr.startswith("gpu_session: error:") and "files_at" in missing.stderr
-    dry = run("--steps", "solver-speed", "--dry-run", "--out", str(tmp_path / "dry"))
-    assert dry.returncode == 0 and "=== env" in dry.stdout and "bench/solver_speed.py" in dry.stdout
+    dry = run("--steps", "solver-speed-baselines", "--dry-run", "--out", str(tmp_path / "dry"))
+    assert dry.returncode == 0 and "=== env" in dry.stdout and "--backends cpu" in dry.stdout
     assert "=== pytest-gpu" not in dry.stdout
 
 
@@ -110,7 +110,7 @@ def test_the_committed_ledger_reads():
 def bench_invocations():
     """(script, flags) of every ``bench/*.py`` command in the runner's steps."""
     for step in gpu_session.STEPS:
-        command = step.render(Path("/tmp/r"), "cuda,cpu")
+        command = step.render(Path("/tmp/r"), "cpu,rotor-c")
         for match in re.finditer(r"bench/(\w+\.py)((?:\s+--[\w-]+(?:\s+[^-\s|&;][^\s|&;]*)*)*)", command):
             yield step.name, match.group(1), re.findall(r"--[\w-]+", match.group(2))
 

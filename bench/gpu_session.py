@@ -119,8 +119,8 @@ STEPS = [
     Step("executor-gpt2", "7.4", 170, 90, "{PY} bench/executor.py --networks gpt2 --out {R}/gpt2"),
     Step("executor-vgg16", "7.4", 170, 90, "{PY} bench/executor.py --networks vgg16 --out {R}/vgg16"),
     # the same instances on the device machine's CPU (NumPy, Rotor's C DP): the ratios of item 2. The CPU
-    # side is the slow part (the 1000-stage chain's probe took 15.6 s at M = 16 on this project's 2-core CI
-    # machine), hence a step of its own after the executor's
+    # side is the slow part (the 1000-stage chain's probe took 15.6 s at M = 16 on a 2-core development
+    # machine, helper-1's review), hence a step of its own after the executor's
     Step("solver-speed-baselines", "7.2", 300, 120,
          "{PY} bench/solver_speed.py --backends {baselines} --buckets 1024,4096,8192,16384,65536 --max-seconds 10 "
          "--tag baselines --out {R}"),

@@ -50,6 +50,7 @@ from gpusolve.chain import ALL_BYTE_FIELDS, TIME_FIELDS  # noqa: E402
 from gpusolve.dp.minpeak import min_feasible_bytes  # noqa: E402
 from gpusolve.schedule import segments_policy  # noqa: E402
 from gpusolve.simulate import simulate, store_all_peak_bytes  # noqa: E402
+from gpusolve.solve import release_device_memory  # noqa: E402
 from torch_exec.split import gpt2_hf_stages, gpt2_stages, split_model  # noqa: E402
 from _common import command_line, slug, torchvision_models  # noqa: E402  (same folder)
 
@@ -253,6 +254,7 @@ def bench_network(name, args, meter, records, errors):
             try:
                 model_chain = with_cost_model(chain, kind)
                 plan = solve(model_chain, budget, backend=args.backend)
+                release_device_memory()  # the CUDA solver's workspace goes back before the measured steps
                 sim = simulate(chain, plan.schedule)  # the plan's cost under the measured model
                 wrapped.replan(budget=None, schedule_fn=lambda _c, s=plan.schedule: s)
 

@@ -32,7 +32,14 @@ Note [Outputs passed through]
     - Storages made by earlier stages count in ``act_bytes`` too (a checkpoint of the output holds
       them; without this, plans went over the budget by them), not in the tape: the stage's input,
       which holds them, is held while the tape lives. Two checkpoints held at once that pass on the
-      same storage count it twice (an over-count; exact counting would need act(i, k)).
+      same storage count it twice (an over-count). Exact counting would charge a_k held inside the
+      sub-problem (i, j) act(i, k) = act_bytes[k] less what a_k passes on from stages up to i (a_i
+      holds that), and likewise each no-grad step its input and output once. It is not done: the
+      right sub-problem would be read at m - act(i, k), a shift that depends on i, which undoes the
+      CPU backend's pre-shifted rows and the bulk kernel's sharing of one right row among the 8
+      pairs of a tile (bench/SOLVER_NOTES.md). The over-count is bounded by what is passed on
+      (bench/results/tuple_fuzz_cpu.md: measured / predicted below 0.95 in 51 of 196 runs), and
+      plans stay within their budgets.
     - Two outputs that share a storage are never moved to the host (``swappable``): releasing one
       would not free what the other holds.
     - The executor clones the input for an in-place first stage (:func:`clones_input`); the clone

@@ -30,6 +30,15 @@ SOLVER_FILES = ("test_cuda.py", "test_join_cuda.py", "test_offload_cuda.py")
 FREE_BYTES = 80 << 30  # an H100's memory, roughly
 
 
+def sits_out(item) -> str | None:
+    """Why the ``gpu`` test ``item`` is not rehearsed, or None when it runs on the stand-in."""
+    if item.path.name not in SOLVER_FILES:
+        return "--gpu-standin rehearses the solvers' gpu tests only"
+    if "device_state" in item.keywords:
+        return "--gpu-standin: reads the device's own state"
+    return None
+
+
 def _timed(timings: dict | None, *phases: str) -> None:
     """The phases a device fill reports, at 0 s where the CPU fill has no such phase."""
     if timings is not None:

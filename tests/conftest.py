@@ -63,15 +63,12 @@ def pytest_collection_modifyitems(config, items):
         if "gpu" not in item.keywords:
             continue
         if standin:
-            from _gpu_standin import SOLVER_FILES
-            if item.path.name not in SOLVER_FILES:
-                item.add_marker(pytest.mark.skip(reason="--gpu-standin rehearses the solvers' gpu tests only"))
-            elif "device_state" in item.keywords:
-                item.add_marker(pytest.mark.skip(reason="--gpu-standin: reads the device's own state"))
-            continue
-        reason = reason or cuda_device_reason()
-        if reason:
-            item.add_marker(pytest.mark.skip(reason=reason))
+            import _gpu_standin
+            why = _gpu_standin.sits_out(item)
+        else:
+            why = reason = reason or cuda_device_reason()
+        if why:
+            item.add_marker(pytest.mark.skip(reason=why))
 
 
 def random_chain(rng: np.random.Generator, n: int, multi_tape: bool = True, scale: int = 20) -> Chain:

@@ -22,7 +22,7 @@ A call leaves under ``--out`` (the device tool's ``$OUT``, at most 8 files come 
 - ``run_summary.json``: the device, per step its command, exit code and seconds, or why it was skipped;
 - ``run_results.tar.gz``: the result files (JSON, Markdown, ncu reports, plots, profiles).
 
-Rotor's C DP (``solver-speed``'s rotor-c column) needs the ``rockmate==2.0.0`` sdist, which the device
+Rotor's C DP (``solver-speed-baselines``'s rotor-c column) needs the ``rockmate==2.0.0`` sdist, which the device
 cannot download: fetch it here into the git-ignored ``.whl/`` and carry that folder::
 
     python3 -m pip download rockmate==2.0.0 --no-deps --no-binary :all: -d .whl
@@ -277,7 +277,7 @@ def list_steps(ledger: dict) -> str:
     for s in STEPS:
         state = "every call" if s.item == SETUP else ("done" if s.name in done else "pending")
         lines.append(f"{s.name:<22} {s.item:<6} {s.limit_s:>5}s {s.min_s:>4}s  {state}")
-    pending = [s for s in STEPS if s.item != SETUP and s.name not in done]
+    pending = pending_steps(ledger)
     lines.append(f"pending: {len(pending)} step(s), {sum(s.limit_s for s in pending)} s of limits "
                  f"(a call has --seconds, default 420, its setup included)")
     return "\n".join(lines)

@@ -5,7 +5,7 @@ logic is wrong (a budget below the chain's minimum, a field that was renamed) mu
 device to show it: ``pytest --gpu-standin -m gpu`` (tests/conftest.py) runs the ``gpu`` tests of
 :data:`SOLVER_FILES` with
 
-- each CUDA backend's ``fill`` (and the chain's ``run``) answered by its CPU DP: the chain's
+- each CUDA backend's ``fill`` (the chain's ``run`` calls its ``fill``) answered by its CPU DP: the chain's
   :func:`gpusolve.dp.cpu.fill`, the join's :func:`gpusolve.join.dp.fill_join`, the offload's
   :func:`gpusolve.offload.dp.fill`, their tables handed over as the device handles the backends
   return (:class:`gpusolve.join.cuda.DeviceJoinTable`, :class:`gpusolve.offload.cuda.DeviceOffloadTable`
@@ -55,12 +55,6 @@ def chain_fill(problem, progress=None, timings=None, band=True, geometry=None):
     return table
 
 
-def chain_run(problem, m_top, progress=None, band=True, timings=None, geometry=None):
-    """:func:`gpusolve.dp.cuda.run` over :func:`chain_fill`."""
-    table = chain_fill(problem, progress, timings)
-    return table.curve, table.policy(m_top)
-
-
 def join_fill(jp, progress=None, timings=None, geometry=None, chain_geometry=None):
     """:func:`gpusolve.join.cuda.fill` answered by :func:`gpusolve.join.dp.fill_join`."""
     from gpusolve.join import cuda as join_cuda
@@ -96,6 +90,6 @@ def install() -> None:
     for module in (chain_cuda, join_cuda, offload_cuda):
         module.ensure_available = lambda geometry=None: None
     chain_cuda.free_device_bytes = lambda: FREE_BYTES
-    chain_cuda.fill, chain_cuda.run = chain_fill, chain_run
+    chain_cuda.fill = chain_fill  # chain_cuda.run calls it too
     join_cuda.fill = join_fill
     offload_cuda.fill = offload_fill

@@ -1232,8 +1232,9 @@ class CheckpointedSequential(_PlannedModule):
         if isinstance(self.budget, str):  # a percentage: say what it resolved to
             plan.notes = [f"budget {self.budget} of plain autograd's peak {plain_peak} B (measured when profiling): "
                           f"{budget} B"] + list(plan.notes)
-        if chain is not plain and output_grads_note(entry):
-            plan.notes = list(plan.notes) + [output_grads_note(entry)]
+        grads_note = output_grads_note(entry) if chain is not plain else None
+        if grads_note:
+            plan.notes = list(plan.notes) + [grads_note]
         entry.chain = chain
         entry.split = split_schedule(plan.schedule, chain.n)
         entry.program = annotate(plan.schedule)

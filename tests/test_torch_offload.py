@@ -118,6 +118,37 @@ def test_host_copies_round_trip_exact_and_keeps_layout():
     assert isinstance(u, torch.Tensor) and torch.equal(u, t) and u.data_ptr() != t.data_ptr()
 
 
+def test_host_copies_move_storages_whole_and_keep_views():
+    # Note [Exact copies]: each storage once, whole; each tensor back as the same view of its copy.
+    st = HostCopies("cpu").step()
+    h = torch.randn(6, 8, dtype=DT)
+    cplx = torch.randn(5, dtype=torch.complex64)
+    state = (h[:, ::2], h[1:, -1], torch.randn(3, 4, dtype=DT)[1:], cplx.conj(), torch._neg_view(cplx.conj()))
+    expect = [t.clone() for t in state]
+    layout = [(t.storage_offset(), t.shape, t.stride(), t.untyped_storage().nbytes(), t.is_conj(), t.is_neg())
+              for t in state]
+    st.offload(1, state)
+    st.release(1, state)
+    # h's storage once (not its two views apiece), the slice's whole base, the complex storage once
+    assert st.host_bytes() == h.untyped_storage().nbytes() + 12 * DT.itemsize + cplx.untyped_storage().nbytes()
+    del state
+    st.prefetch(1)
+    back = st.acquire(1)
+    for got, want, lay in zip(back, expect, layout, strict=True):
+        assert torch.equal(got, want)
+        assert (got.storage_offset(), got.shape, got.stride(), got.untyped_storage().nbytes(),
+                got.is_conj(), got.is_neg()) == lay
+    assert back[0].untyped_storage().data_ptr() == back[1].untyped_storage().data_ptr() != h.data_ptr()
+    assert back[3].untyped_storage().data_ptr() == back[4].untyped_storage().data_ptr()
+    # a tensor whose values are not its storage's bytes (sparse) is not copied: it comes back as itself
+    sp = torch.randn(2, 3).to_sparse()
+    st.offload(2, (sp, h))
+    st.release(2, (sp, h))
+    st.prefetch(2)
+    back = st.acquire(2)
+    assert back[0] is sp and torch.equal(back[1], h) and back[1] is not h
+
+
 def test_host_copies_errors():
     st = HostCopies("cpu").step()
     with pytest.raises(RuntimeError, match="acquire"):

@@ -54,17 +54,24 @@ def test_host_copies_round_trip_on_cuda():
     assert copies.cuda and copies.stream is not None
     st = copies.step()
     a = torch.randn(8, 16, 12, 12, device="cuda").to(memory_format=torch.channels_last)
-    state = (a, torch.arange(5, device="cuda"))
+    h = torch.randn(64, 256, device="cuda")
+    state = (a, torch.arange(5, device="cuda"), h[:, ::2])  # the view is not dense: no temporary (Note [Exact copies])
     want = tuple(t.clone() for t in state)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
     st.offload(2, state)
-    state = (a * 2, state[1])  # compute continues while the copy runs; a_2 stays readable
+    torch.cuda.synchronize()
+    assert torch.cuda.max_memory_allocated() == before  # the copy to the host allocates nothing on the device
+    state = (a * 2, state[1], None)  # compute continues while the copy runs; a_2 stays readable
     st.release(2)
     st.prefetch(2)
     back = st.acquire(2)
     torch.cuda.synchronize()
     assert all(torch.equal(g, w) for g, w in zip(back, want, strict=True))
     assert back[0].is_cuda and back[0].is_contiguous(memory_format=torch.channels_last)
-    bufs = [slot.host for slot in st.slots[2][1]]
+    assert back[2].stride() == (256, 2) and back[2].untyped_storage().nbytes() == h.untyped_storage().nbytes()
+    bufs = [store.host for store in st.slots[2][2]]
     assert all(b.is_pinned() for b in bufs)
     st.close()
     assert {id(b) for b in bufs} == {id(b) for b in copies.buffers()}

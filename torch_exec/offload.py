@@ -39,14 +39,21 @@ Note [Pinned buffers once per plan]
 
 Note [Exact copies]
     A checkpoint is a detached no-grad tensor (or tuple of tensors); copying it out and back is exact
-    (bitwise), with its strides kept (a channels-last activation comes back channels-last, so later
-    kernels are the same ones), each tensor back on its own device. RNG replay and BatchNorm handling of
-    the stages around it are unaffected.
+    (bitwise). What moves is each distinct storage behind its tensors, whole, as bytes, and each tensor
+    comes back as the same view of the storage's copy (same offset, shape and strides, on its own
+    device). So a channels-last activation comes back channels-last (later kernels are the same ones);
+    two tensors of one state that view one storage (``(h, h[:, -1])``) come back sharing one copy, not
+    two; and a view that is not dense (``h[:, ::2]``) is copied without the contiguous device
+    temporary ``copy_`` would make on the copy stream, which no plan counts. The bytes copied and
+    re-allocated are exactly those the byte model counts for the state (``held_nbytes``: every storage,
+    whole). A tensor whose values are not just its storage's bytes (sparse, nested, quantized) or that
+    has no plain storage (a wrapper subclass) is not copied: it stays referenced, as in Note [Shared
+    storages]. RNG replay and BatchNorm handling of the stages around it are unaffected.
 
 Note [Shared storages]
-    A tuple state may pass a tensor through from an earlier state (``(x, f(h))``). A tensor of a_s whose
-    storage another held state also holds (an earlier checkpoint, the input, a tape) when a_s is offloaded
-    or released is not copied: releasing a_s would not free it, and re-allocating it at the prefetch would
+    A tuple state may pass a tensor through from an earlier state (``(x, f(h))``). A storage of a_s that
+    another held state also holds (an earlier checkpoint, the input, a tape) when a_s is offloaded or
+    released is not copied: releasing a_s would not free it, and re-allocating it at the prefetch would
     hold it twice. It stays referenced and comes back as itself. The plans never ask for that: the
     profile says which outputs share a storage (``held_from``), and the solver never moves those to
     the host (``Chain.swappable``; Note [Outputs passed through] in ``gpusolve/chain.py``), since the
@@ -71,27 +78,24 @@ class HostCopies:
         if self.cuda and device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
         self.device = device
-        self.pool: dict[tuple, list[torch.Tensor]] = {}  # (shape, strides, dtype) -> free host buffers
-        self.allocations = 0                              # host buffers ever allocated (tests, reports)
+        self.pool: dict[int, list[torch.Tensor]] = {}  # bytes -> free host buffers (uint8)
+        self.allocations = 0                           # host buffers ever allocated (tests, reports)
         self.stream = torch.cuda.Stream(self.device) if self.cuda else None
 
     def step(self) -> "StepCopies":
         """The copy state of one step (what the interpreter's copy ops call)."""
         return StepCopies(self)
 
-    def take(self, t: torch.Tensor) -> torch.Tensor:
-        """A host buffer shaped like ``t`` (same strides when ``t`` is dense), from the pool or new
-        (pinned on CUDA)."""
-        size, stride = _layout(t)
-        key = (size, stride, t.dtype)
-        free = self.pool.get(key)
+    def take(self, nbytes: int) -> torch.Tensor:
+        """A host buffer of ``nbytes`` bytes (uint8), from the pool or new (pinned on CUDA)."""
+        free = self.pool.get(nbytes)
         if free:
             return free.pop()
         self.allocations += 1
-        return torch.empty_strided(size, stride, dtype=t.dtype, device="cpu", pin_memory=self.cuda)
+        return torch.empty(nbytes, dtype=torch.uint8, device="cpu", pin_memory=self.cuda)
 
     def give(self, buf: torch.Tensor) -> None:
-        self.pool.setdefault((tuple(buf.shape), tuple(buf.stride()), buf.dtype), []).append(buf)
+        self.pool.setdefault(buf.numel(), []).append(buf)
 
     def copy(self, pairs: list):
         """Copy every ``(destination, source)`` pair: on the CPU now (returns None); on CUDA on the copy
@@ -112,24 +116,42 @@ class HostCopies:
 
     def host_bytes(self) -> int:
         """Bytes of the free host buffers in the pool (pinned on CUDA)."""
-        return sum(b.numel() * b.element_size() for free in self.pool.values() for b in free)
+        return sum(b.numel() for free in self.pool.values() for b in free)
 
     def buffers(self) -> list[torch.Tensor]:
         """The free host buffers of the pool (tests: the same objects step after step)."""
         return [b for free in self.pool.values() for b in free]
 
 
+class _Storage:
+    """One storage of an offloaded state (Note [Exact copies]): its host copy and its device."""
+
+    __slots__ = ("host", "device")
+
+    def __init__(self, host: torch.Tensor, device: torch.device):
+        self.host, self.device = host, device
+
+
 class _Slot:
-    """One tensor of an offloaded state: its host buffer and what rebuilding it needs, or the
-    tensor itself when its storage is shared (Note [Shared storages])."""
+    """One tensor of an offloaded state: the view of its storage's copy (``storage``: an index into the
+    state's :class:`_Storage` list) that rebuilds it, or the tensor itself (``kept``) when its storage
+    is not copied (Note [Shared storages])."""
 
-    __slots__ = ("host", "size", "stride", "dtype", "device", "kept")
+    __slots__ = ("storage", "offset", "size", "stride", "dtype", "conj", "neg", "kept")
 
-    def __init__(self, host=None, t=None, kept=None):
-        self.host, self.kept = host, kept
+    def __init__(self, storage: int | None = None, t=None, kept=None):
+        self.storage, self.kept = storage, kept
         if t is not None:
-            self.size, self.stride = _layout(t)
-            self.dtype, self.device = t.dtype, t.device
+            self.offset, self.size, self.stride, self.dtype = t.storage_offset(), t.shape, t.stride(), t.dtype
+            self.conj, self.neg = t.is_conj(), t.is_neg()  # lazy views: the bytes hold the values before them
+
+    def view(self, block: torch.Tensor) -> torch.Tensor:
+        """The tensor this slot describes, viewing the storage of ``block`` (its storage's copy)."""
+        t = torch.empty(0, dtype=self.dtype, device=block.device).set_(
+            block.untyped_storage(), self.offset, self.size, self.stride)
+        if self.neg:
+            t = torch._neg_view(t)
+        return t.conj() if self.conj else t
 
 
 class StepCopies:
@@ -139,7 +161,7 @@ class StepCopies:
 
     def __init__(self, copies: HostCopies):
         self.copies = copies
-        self.slots: dict[int, tuple] = {}     # stage -> (state template, [_Slot]) of its host copy
+        self.slots: dict[int, tuple] = {}     # stage -> (state template, [_Slot], [_Storage]) of its host copy
         self.done: dict[int, object] = {}     # stage -> event of its D2H copy (CUDA)
         self.pdone: dict[int, object] = {}    # stage -> event of its H2D copy (CUDA)
         self.incoming: dict[int, object] = {}  # stage -> device state being prefetched
@@ -147,26 +169,31 @@ class StepCopies:
 
     # ------------------------------------------------------------ the four ops
     def offload(self, s: int, state, held=frozenset()) -> None:
-        """Issue the copy of a_s (``state``) to the host. ``held``: storage keys of the other states
-        held now (Note [Shared storages])."""
+        """Issue the copy of a_s (``state``) to the host: each of its storages once, whole (Note [Exact
+        copies]). ``held``: storage keys of the other states held now (Note [Shared storages])."""
         if s in self.done or s in self.released or s in self.incoming:
             raise RuntimeError(f"internal error: offload({s}) while a_{s} is already being copied or on the host")
         self._drop(s)  # an earlier copy of this stage (a graph kept for another backward): refreshed
         copies = self.copies
-        pairs, slots = [], []
+        index: dict = {}  # storage key -> its position in `stores`
+        pairs, slots, stores = [], [], []
         for t in U.tensors(state):
-            if U.storage_key(t) in held:
+            key = U.storage_key(t) if _plain(t) else None
+            if key is None or key in held:
                 slots.append(_Slot(kept=t))
                 continue
-            buf = copies.take(t)
-            slots.append(_Slot(host=buf, t=t))
-            pairs.append((buf, t))
-        self.slots[s] = (_template(state), slots)
+            if key not in index:
+                index[key] = len(stores)
+                raw = _raw(t)
+                stores.append(_Storage(copies.take(raw.numel()), t.device))
+                pairs.append((stores[-1].host, raw))
+            slots.append(_Slot(index[key], t=t))
+        self.slots[s] = (_template(state), slots, stores)
         self.done[s] = copies.copy(pairs)
 
     def release(self, s: int, state=None, held=frozenset()) -> None:
         """Wait for a_s's copy to the host; then the caller's reference to ``state`` (a_s, passed here
-        so that tensors still shared with ``held`` are kept, not re-allocated later) is the last one
+        so that storages now shared with ``held`` are kept, not re-allocated later) is the last one
         the executor drops."""
         if s not in self.done:
             raise RuntimeError(f"internal error: release({s}) without offload({s})")
@@ -174,10 +201,15 @@ class StepCopies:
         if done is not None:
             done.synchronize()
         if state is not None and held:
-            for slot, t in zip(self.slots[s][1], U.tensors(state), strict=True):
-                if slot.kept is None and U.storage_key(t) in held:  # shared since the offload
-                    self.copies.give(slot.host)
-                    slot.host, slot.kept = None, t
+            _, slots, stores = self.slots[s]
+            shared = {slot.storage for slot, t in zip(slots, U.tensors(state), strict=True)
+                      if slot.kept is None and U.storage_key(t) in held}  # shared since the offload
+            for slot, t in zip(slots, U.tensors(state), strict=True):
+                if slot.storage in shared:
+                    slot.storage, slot.kept = None, t
+            for i in shared:
+                self.copies.give(stores[i].host)
+                stores[i].host = None
         self.released.add(s)
 
     def prefetch(self, s: int) -> None:
@@ -186,15 +218,13 @@ class StepCopies:
             raise RuntimeError(f"internal error: prefetch({s}) but a_{s} is not on the host (offload and "
                                f"release it first)")
         self.released.discard(s)
-        template, slots = self.slots[s]
-        dev, pairs = [], []
-        for slot in slots:
-            if slot.kept is not None:
-                dev.append(slot.kept)
-                continue
-            t = torch.empty_strided(slot.size, slot.stride, dtype=slot.dtype, device=slot.device)
-            dev.append(t)
-            pairs.append((t, slot.host))
+        template, slots, stores = self.slots[s]
+        blocks, pairs = {}, []
+        for i, store in enumerate(stores):
+            if store.host is not None:
+                blocks[i] = torch.empty(store.host.numel(), dtype=torch.uint8, device=store.device)
+                pairs.append((blocks[i], store.host))
+        dev = [slot.kept if slot.kept is not None else slot.view(blocks[slot.storage]) for slot in slots]
         self.incoming[s] = _fill(template, dev)
         pdone = self.copies.copy(pairs)
         if pdone is not None:
@@ -236,22 +266,26 @@ class StepCopies:
     def _drop(self, s: int) -> None:
         entry = self.slots.pop(s, None)
         if entry is not None:
-            for slot in entry[1]:
-                if slot.host is not None:
-                    self.copies.give(slot.host)
+            for store in entry[2]:
+                if store.host is not None:
+                    self.copies.give(store.host)
 
     def host_bytes(self) -> int:
         """Bytes of host buffers this step holds."""
-        return sum(slot.host.numel() * slot.host.element_size() for _, slots in self.slots.values()
-                   for slot in slots if slot.host is not None)
+        return sum(store.host.numel() for _, _, stores in self.slots.values() for store in stores
+                   if store.host is not None)
 
 
-def _layout(t: torch.Tensor) -> tuple[tuple, tuple]:
-    """(shape, strides) a copy of ``t`` gets: ``t``'s own strides when it is dense and non-overlapping
-    (``empty_like``'s preserve_format rule, asked of the meta device: nothing is allocated), else
-    contiguous ones."""
-    like = torch.empty_like(t, device="meta")
-    return tuple(like.shape), tuple(like.stride())
+def _plain(t: torch.Tensor) -> bool:
+    """Whether ``t``'s values are its storage's bytes viewed with its offset, shape and strides (and its
+    lazy conjugate/negative bits): what :meth:`_Slot.view` rebuilds. Not a sparse, nested or quantized
+    tensor; those stay referenced (Note [Exact copies])."""
+    return t.layout == torch.strided and not t.is_nested and not t.is_quantized
+
+
+def _raw(t: torch.Tensor) -> torch.Tensor:
+    """The whole storage behind ``t`` as a 1-D uint8 tensor (a view: nothing is copied or allocated)."""
+    return torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
 
 
 _HOLE = object()  # where a tensor of an offloaded state goes back

@@ -5,6 +5,13 @@ budgets between the least feasible one and plain autograd's measured peak.
     python bench/auto_models.py [--out bench/results/auto_models_cpu]
     python bench/auto_models.py --models tv_densenet121,tv_resnet50,tv_vgg16,tv_gpt2 \
         --out bench/results/auto_models_cpu_torchvision   # torchvision's and transformers' own models
+    python bench/auto_models.py --models hf --out bench/results/auto_models_cpu_transformers
+        # transformers' architectures (hf_llama, hf_bert, hf_t5, ...) at tiny random configurations
+
+Each model's gradients are also checked against plain autograd's, on a copy of the model made before
+wrapping, at the least feasible budget (the most recomputation): the loss must be equal and the
+parameter gradients within ``GRAD_TOL`` (summation order may differ where a parameter is used by
+several stages, such as tied embeddings).
 
 The measured step is the wrapper's forward and backward plus the caller's loss where the model
 returns logits (resnet, densenet): that loss is outside the model and the budget (a few hundred bytes).
@@ -12,6 +19,7 @@ returns logits (resnet, densenet): that loss is outside the model and the budget
 from __future__ import annotations
 
 import argparse
+import copy
 import datetime
 import json
 import sys
@@ -34,6 +42,37 @@ DEFAULT_MODELS = "resnet,densenet,transformer,gated,gpt2"
 FRACTIONS = (1.0, 0.5, 0.25, 0.0)  # of the way from the least feasible budget to plain autograd's peak
 # torchvision's own networks (random weights) at sizes a CPU runs in minutes: (batch, image side)
 TORCHVISION = {f"tv_{name}": shape for name, shape in TORCHVISION_CPU_SIZES.items()}
+# transformers' architectures at tiny random configurations (4 layers, width 32, 2 x 16 tokens):
+# name -> (config class, model class, config fields beside HF_SIZE's)
+HF_SIZE = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4, vocab_size=97,
+               max_position_embeddings=32)
+HF = {"hf_llama": ("LlamaConfig", "LlamaForCausalLM", dict(num_key_value_heads=2)),
+      "hf_mistral": ("MistralConfig", "MistralForCausalLM", dict(num_key_value_heads=2)),
+      "hf_qwen2": ("Qwen2Config", "Qwen2ForCausalLM", dict(num_key_value_heads=2)),
+      "hf_gemma": ("GemmaConfig", "GemmaForCausalLM", dict(num_key_value_heads=2, head_dim=8)),
+      "hf_phi": ("PhiConfig", "PhiForCausalLM", {}),
+      "hf_gpt_neox": ("GPTNeoXConfig", "GPTNeoXForCausalLM", {}),
+      "hf_opt": ("OPTConfig", "OPTForCausalLM", dict(ffn_dim=64, word_embed_proj_dim=32)),
+      "hf_bert": ("BertConfig", "BertForMaskedLM", {}),
+      "hf_vit": ("ViTConfig", "ViTForImageClassification", dict(image_size=16, patch_size=4, num_labels=5)),
+      "hf_t5": ("T5Config", "T5ForConditionalGeneration",
+                dict(d_model=32, d_ff=64, num_layers=2, num_heads=4, d_kv=8, decoder_start_token_id=0))}
+GRAD_TOL = 1e-6  # largest |gradient - plain autograd's| accepted (float32, values of order 1)
+
+
+def make_hf(name: str):
+    """(model, args, kwargs, loss_of) of one of ``HF``: random weights, the model's own loss."""
+    import transformers
+    config_cls, model_cls, fields = HF[name]
+    size = {k: v for k, v in HF_SIZE.items() if name != "hf_t5" or k == "vocab_size"}
+    torch.manual_seed(0)
+    model = getattr(transformers, model_cls)(getattr(transformers, config_cls)(**size, **fields))
+    if name == "hf_vit":
+        inputs = {"pixel_values": torch.randn(2, 3, 16, 16), "labels": torch.randint(0, 5, (2,))}
+    else:
+        ids = torch.randint(0, HF_SIZE["vocab_size"], (2, 16))
+        inputs = {"input_ids": ids, "labels": ids}
+    return model, (), inputs, lambda out: out.loss
 
 
 def make(name: str):
@@ -44,6 +83,8 @@ def make(name: str):
         model = models.gpt2(layers=12, width=768, heads=12, vocab=50257, context=128)
         ids = torch.randint(0, 50257, (4, 128))
         return model, (), {"input_ids": ids, "labels": ids, "use_cache": False}, lambda out: out.loss
+    if name in HF:
+        return make_hf(name)
     if name not in TORCHVISION:
         return models.make(name)
     try:
@@ -60,21 +101,27 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "auto_models_cpu"))
     parser.add_argument("--models", default=DEFAULT_MODELS,
-                        help=f"comma list of examples/models.py's names and {', '.join(TORCHVISION)}, tv_gpt2")
+                        help=f"comma list of examples/models.py's names and {', '.join(TORCHVISION)}, tv_gpt2, "
+                             f"{', '.join(HF)} ('hf': all of those)")
     parser.add_argument("--hold-outputs", action="store_true",
                         help="keep the model's outputs through the backward, as `outputs = model(...); "
                              "outputs.loss.backward()` does (default: only the loss is kept)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
-    rows = []
-    for name in args.models.split(","):
+    rows, grads = [], {}
+    names = [m for name in args.models.split(",") for m in (HF if name == "hf" else [name])]
+    for name in names:
         model, a, kw, loss_of = make(name)
         model.train()
+        plain = copy.deepcopy(model)
         wrapped = te.auto_checkpoint(model, "1TiB", backend="cpu")
         wrapped.prepare(*a, **kw)
         ex = wrapped.executor
         lo, hi = ex.min_budget_bytes, plain_peak_bytes(ex._last)
+        grads[name] = gradient_check(plain, model, wrapped, lo, a, kw, loss_of)
+        print(f"{name:12s} gradients at the least budget: loss equal {grads[name]['loss_equal']}, "
+              f"largest difference {grads[name]['grad_max_abs_diff']:.2e}", flush=True)
         for p in wrapped.parameters():
             p.grad = torch.zeros_like(p)
 
@@ -90,7 +137,7 @@ def main(argv=None):
             step()  # warm
             _, reading = measure_peak(step)
             plan = wrapped.plan
-            rows.append(dict(model=name, method=wrapped.capture.method, notes=wrapped.capture.notes[0],
+            rows.append(dict(model=name, **grads[name], method=wrapped.capture.method, notes=wrapped.capture.notes[0],
                              stages=ex.chain.n, profiled_stages=len(ex._last.profile["stages"]),
                              min_budget_bytes=lo, plain_peak_bytes=hi, fraction=f, budget_bytes=budget,
                              predicted_peak_bytes=plan.predicted_peak_bytes, measured_peak_bytes=reading.peak,
@@ -100,21 +147,32 @@ def main(argv=None):
                   f"measured {reading.peak:9d} held {r['within_budget']}", flush=True)
     command = "python bench/auto_models.py " + " ".join(argv if argv is not None else sys.argv[1:])
     record = {"device": cpu_description(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-              "command": command.strip(), "torch": torch.__version__, "threads": 1, "rows": rows}
+              "command": command.strip(), "torch": torch.__version__, "threads": 1, "grad_tol": GRAD_TOL,
+              "rows": rows}
     out = Path(args.out)
     out.with_suffix(".json").write_text(json.dumps(record, indent=1) + "\n")
-    lines = [f"# auto_checkpoint on {'the example models' if args.models == DEFAULT_MODELS else args.models} (CPU)", "",
-             f"Device: {record['device']}; torch {torch.__version__}, 1 thread; date {record['date']}.",
+    try:
+        import transformers
+        versions = f"torch {torch.__version__}, transformers {transformers.__version__}"
+    except ImportError:
+        versions = f"torch {torch.__version__}"
+    lines = [f"# auto_checkpoint on {'the example models' if args.models == DEFAULT_MODELS else ', '.join(names)} (CPU)", "",
+             f"Device: {record['device']}; {versions}, 1 thread; date {record['date']}.",
              f"Command: `{record['command']}`. Budgets at a fraction f of the way from the least feasible",
              "budget (f = 0) to plain autograd's measured peak (f = 1). Measured: the CPU allocator's peak of",
              "one step (forward, the caller's loss where the model returns logits, backward) above the bytes",
              "before it, the model's outputs " + ("held through the backward" if args.hold_outputs else
                                                   "dropped before the backward (only the loss kept)") + ",",
-             "parameter gradients allocated. `gated` cannot be captured (data-dependent control",
-             "flow): its chain is the model's blocks (the fallback), the budget counts those blocks only, and",
-             "the rest of the model (embeddings, head, loss) runs as plain autograd beside it; its measured",
-             "step therefore exceeds the budget by that part, as documented. Every captured model holds its",
-             "budget at every fraction.", "",
+             "parameter gradients allocated.",
+             *(["`gated` cannot be captured (data-dependent control flow): its chain is the model's blocks (the",
+                "fallback), the budget counts those blocks only, and the rest of the model (embeddings, head,",
+                "loss) runs as plain autograd beside it; its measured step therefore exceeds the budget by that",
+                "part, as documented."] if any(r["method"] == "blocks" for r in rows) else []),
+             held_sentence(rows),
+             f"Gradients: one step at the least budget against plain autograd on a copy of the model (loss equal, "
+             f"parameter gradients within {GRAD_TOL:g}): "
+             + ("every model passes." if all(g["grad_ok"] for g in grads.values()) else
+                "FAILED for " + ", ".join(n for n, g in grads.items() if not g["grad_ok"]) + "."), "",
              "| model | chain found | stages (profiled) | f | budget B | predicted B | measured B | measured/predicted | held | overhead |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |"]
     for r in rows:
@@ -123,6 +181,34 @@ def main(argv=None):
                      f"{r['measured_peak_bytes'] / r['predicted_peak_bytes']:.3f} | {'yes' if r['within_budget'] else 'NO'} | "
                      f"{100 * r['overhead']:+.1f} % |")
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+
+
+def held_sentence(rows: list[dict]) -> str:
+    """Whether every captured model (not the ``blocks`` fallback) held its budget at every fraction."""
+    over = sorted({r["model"] for r in rows if r["method"] != "blocks" and not r["within_budget"]})
+    if not over:
+        return "Every captured model holds its budget at every fraction."
+    return "Captured models over their budget at some fraction: " + ", ".join(over) + "."
+
+
+def gradient_check(plain, model, wrapped, budget: int, a, kw, loss_of) -> dict:
+    """One step of ``wrapped`` (``model`` wrapped) at ``budget`` against one of ``plain`` (a copy of
+    ``model`` made before wrapping), the same random numbers drawn: loss equality and the largest
+    parameter-gradient difference."""
+    wrapped.replan(budget)
+    losses = []
+    for run, params in ((wrapped, model), (plain, plain)):
+        params.zero_grad(set_to_none=True)
+        torch.manual_seed(1)
+        losses.append(loss_of(run(*a, **kw)))
+        losses[-1].backward()
+    pairs = [(p.grad, q.grad) for p, q in zip(model.parameters(), plain.parameters(), strict=True)]
+    if any((g is None) != (h is None) for g, h in pairs):
+        diff = float("inf")  # a parameter got a gradient in one model only
+    else:
+        diff = max([(g - h).abs().max().item() for g, h in pairs if g is not None], default=0.0)
+    equal = bool(torch.equal(losses[0].detach(), losses[1].detach()))
+    return {"loss_equal": equal, "grad_max_abs_diff": diff, "grad_ok": equal and diff <= GRAD_TOL}
 
 
 if __name__ == "__main__":

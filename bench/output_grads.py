@@ -14,9 +14,13 @@ peak), on one profile:
 
 Each step is ``out = model(...); loss_of(out).backward()`` with ``out`` held through the backward (the
 usual loop), parameter gradients allocated; peaks are the CPU allocator's events above the bytes before
-the step (``torch_exec.meter``).
+the step (``torch_exec.meter``). With ``--drop-outputs`` the caller keeps the loss only
+(``loss = loss_of(model(...)); loss.backward()``, as transformers' ``Trainer`` and Lightning's
+``training_step`` do): the learned plan then also stops reserving the outputs the caller dropped
+(Note [The caller holds a_N]).
 
     python bench/output_grads.py [--models tv_gpt2,transformer,gpt2] [--out bench/results/output_grads_cpu]
+    python bench/output_grads.py --drop-outputs --out bench/results/output_holds_cpu
 """
 from __future__ import annotations
 
@@ -38,13 +42,13 @@ from _common import command_line, cpu_description  # noqa: E402
 from auto_models import make  # noqa: E402
 from gpusolve import solve  # noqa: E402
 from gpusolve.dp.minpeak import min_feasible_bytes  # noqa: E402
-from torch_exec.executor import plain_peak_bytes  # noqa: E402
+from torch_exec.executor import caller_output_bytes, plain_peak_bytes  # noqa: E402
 from torch_exec.meter import measure_peak  # noqa: E402
 
 FRACTIONS = (0.5, 0.25, 0.0)
 
 
-def bench_model(name: str, backend: str) -> list[dict]:
+def bench_model(name: str, backend: str, drop: bool = False) -> list[dict]:
     model, args, kwargs, loss_of = make(name)
     model.train()
     wrapped = te.auto_checkpoint(model, "1TiB", backend=backend)
@@ -58,8 +62,10 @@ def bench_model(name: str, backend: str) -> list[dict]:
 
     def step():
         out = wrapped(*args, **kwargs)
-        loss_of(out).backward()
-        del out  # only after the backward
+        loss = loss_of(out)
+        if drop:
+            del out  # the caller keeps the loss only
+        loss.backward()
 
     rows = []
     for f in FRACTIONS:
@@ -78,6 +84,8 @@ def bench_model(name: str, backend: str) -> list[dict]:
                          plain_peak_bytes=hi, out_grad_nbytes=ex._last.out_grad_nbytes,
                          out_grads=sorted(ex._last.out_grads), reserve_every=int(ex._last.plain_chain.grad_bytes[-1]),
                          reserve_learned=ex._last.grad_reserve,
+                         output_reserve_every=caller_output_bytes(ex._last.plain_chain, ex._last.profile),
+                         output_reserve_learned=ex._last.out_reserve, out_dropped=sorted(ex._last.out_dropped or ()),
                          every_predicted_peak=every.predicted_peak_bytes, every_predicted_ms=every.predicted_time_ms,
                          every_measured_peak=every_reading.peak,
                          every_resimulated_peak=every_sim.predicted_peak_bytes,
@@ -93,24 +101,36 @@ def bench_model(name: str, backend: str) -> list[dict]:
     return rows
 
 
-def write(rows: list[dict], out: Path, command: str, before: Path | None) -> None:
+def write(rows: list[dict], out: Path, command: str, before: Path | None, drop: bool = False) -> None:
     record = {"device": cpu_description(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-              "command": command, "torch": torch.__version__, "threads": 1, "rows": rows}
+              "command": command, "torch": torch.__version__, "threads": 1, "drop_outputs": drop, "rows": rows}
     out.with_suffix(".json").write_text(json.dumps(record, indent=1) + "\n")
-    lines = ["# Outputs without a gradient: models returning (loss, logits), `outputs.loss.backward()` (CPU)", "",
+    if drop:
+        title = "# A caller that keeps the loss only: models returning (loss, logits), `loss.backward()` (CPU)"
+        words = ("*every*: the plan reserving the gradient of every output and every output (the wrapper's plan",
+                 "before its first backward), run as is; *learned*: the plan after the first backward (Note [Outputs",
+                 "without a gradient] and Note [The caller holds a_N] in `torch_exec/executor.py`). Peaks: the CPU",
+                 "allocator's, one step whose caller drops the output before the backward. Overheads: predicted,",
+                 "against the store-all step of the same profile.")
+        learned = "unreserved B"
+    else:
+        title = "# Outputs without a gradient: models returning (loss, logits), `outputs.loss.backward()` (CPU)"
+        words = ("*every*: the plan reserving the gradient of every output (the wrapper's plan before",
+                 "its first backward), run as is; *learned*: the plan after the first backward (Note [Outputs without",
+                 "a gradient] in `torch_exec/executor.py`). Peaks: the CPU allocator's, one step with the output held",
+                 "through the backward. Overheads: predicted, against the store-all step of the same profile.")
+        learned = "logits' gradient B"
+    lines = [title, "",
              f"Device: {record['device']}; torch {torch.__version__}, 1 thread; date {record['date']}.",
              f"Command: `{command}`. Budgets at a fraction f of the way from the least budget to plain autograd's",
-             "measured peak. *every*: the plan reserving the gradient of every output (the wrapper's plan before",
-             "its first backward), run as is; *learned*: the plan after the first backward (Note [Outputs without",
-             "a gradient] in `torch_exec/executor.py`). Peaks: the CPU allocator's, one step with the output held",
-             "through the backward. Overheads: predicted, against the store-all step of the same profile.", "",
-             "| model | f | budget B | logits' gradient B | every: predicted / measured B | measured / predicted | "
+             "measured peak.", *words, "",
+             f"| model | f | budget B | {learned} | every: predicted / measured B | measured / predicted | "
              "learned: predicted / measured B | measured / predicted | overhead every → learned | least budget every → learned |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
         base = r["store_all_ms"]
         lines.append(
-            f"| {r['model']} | {r['fraction']:.2f} | {r['budget_bytes']} | {r['reserve_every'] - r['reserve_learned']} | "
+            f"| {r['model']} | {r['fraction']:.2f} | {r['budget_bytes']} | {unreserved(r, drop)} | "
             f"{r['every_predicted_peak']} / {r['every_measured_peak']} | "
             f"{r['every_measured_peak'] / r['every_predicted_peak']:.3f} | "
             f"{r['learned_predicted_peak']} / {r['learned_measured_peak']} | "
@@ -130,17 +150,26 @@ def write(rows: list[dict], out: Path, command: str, before: Path | None) -> Non
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
 
 
+def unreserved(row: dict, drop: bool) -> int:
+    """Bytes the learned plan no longer reserves: the gradients of the outputs that got none (and with
+    ``drop``, the outputs the caller dropped)."""
+    grads = row["reserve_every"] - row["reserve_learned"]
+    return grads + (row["output_reserve_every"] - row["output_reserve_learned"] if drop else 0)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="tv_gpt2,transformer,gpt2")
     parser.add_argument("--backend", default="cpu")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "output_grads_cpu"))
     parser.add_argument("--before", type=Path, help="bench/auto_models.py --hold-outputs JSON of the previous executor")
+    parser.add_argument("--drop-outputs", action="store_true",
+                        help="the caller keeps the loss only (drops the model's outputs before the backward)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
-    rows = [row for name in args.models.split(",") for row in bench_model(name, args.backend)]
-    write(rows, Path(args.out), command_line("output_grads.py", argv), args.before)
+    rows = [row for name in args.models.split(",") for row in bench_model(name, args.backend, args.drop_outputs)]
+    write(rows, Path(args.out), command_line("output_grads.py", argv), args.before, args.drop_outputs)
     return 0
 
 

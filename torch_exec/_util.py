@@ -236,7 +236,7 @@ def state_nbytes(state) -> int:
     return sum(t.numel() * t.element_size() for t in tensors(state))
 
 
-def _block_bytes(key) -> int:
+def block_bytes(key) -> int:
     """Bytes of one storage (its :func:`storage_key`) in the allocator's blocks (512 B on CUDA, exact
     on the CPU; :func:`gpusolve.chain.allocator_bytes`)."""
     from gpusolve.chain import ALLOCATOR_GRANULE, allocator_bytes
@@ -247,7 +247,7 @@ def _block_bytes(key) -> int:
 def held_nbytes(state) -> int:
     """Bytes a holder of ``state`` keeps allocated: every distinct storage behind its tensors, whole
     (a view keeps its base's storage), in the allocator's blocks."""
-    return sum(map(_block_bytes, storages(state)))
+    return sum(map(block_bytes, storages(state)))
 
 
 def held_from(state, origin: dict) -> list[list[int]]:
@@ -255,7 +255,7 @@ def held_from(state, origin: dict) -> list[list[int]]:
     in stage order, ``origin`` mapping a storage key to its stage (0 for the chain's input)."""
     by_stage: dict[int, int] = {}
     for key in storages(state):
-        by_stage[origin[key]] = by_stage.get(origin[key], 0) + _block_bytes(key)
+        by_stage[origin[key]] = by_stage.get(origin[key], 0) + block_bytes(key)
     return [[stage, nbytes] for stage, nbytes in sorted(by_stage.items())]
 
 

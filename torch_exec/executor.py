@@ -93,6 +93,20 @@ Note [The caller holds a_N]
     stage holds them. The branches of a join are the exception: the head consumes their outputs
     inside the step.
 
+    Many callers do drop it: a training step that returns only the loss (transformers' ``Trainer``,
+    Lightning's ``training_step``) or ``del out`` before the backward. Then the reserve holds a
+    language model's logits through the whole backward for nothing (8.4 GB for 8 x 2048 tokens of a
+    128 k vocabulary in float32). So each backward that does not keep the graph checks, at its end,
+    which storages of a_N are still alive (weak references to the storages, taken in the forward:
+    a detached copy or a view the caller kept counts as holding) once the executor has dropped its
+    own references (:func:`learn_output_holds`). The storages found dead at the end of every backward
+    so far are counted as the caller's to drop: the next step re-plans with a_N's reserve less their
+    bytes, and stage N's tape holding them again (as much of them as stage N made,
+    :func:`with_learned_outputs`); the plan's notes say so. Should a later backward end with one of
+    them alive, that step may have exceeded the plan by its bytes: a
+    :class:`~torch_exec.report.MemoryBudgetWarning` says so and the next steps count it again. The
+    first step, and every step of a graph kept for another backward, plan with the whole reserve.
+
 Note [Autograd calls that name tensors]
     The segment backwards are nested engine calls. In a plain ``backward()`` (no tensor named:
     ``torch.autograd._is_checkpoint_valid()``) they accumulate into every ``.grad``, as plain
@@ -177,6 +191,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import torch
 from torch import nn
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from gpusolve.baselines import store_all
 from gpusolve.chain import Chain, allocator_bytes, clones_input, profile_granule
@@ -314,13 +329,12 @@ def output_out_of_tape(tape: int, bwd_tape: int, made: int) -> tuple[int, int]:
 
 
 def executor_chain(chain: Chain, rng: list, sample, preserve_rng: bool, group_modules: list,
-                   output_grad_held: bool = True, output_bytes: int | None = None) -> Chain:
+                   output_grad_held: bool = True, output_bytes: int = 0) -> Chain:
     """The chain as the executor runs it: what it holds beyond the stages' tensors is reserved.
 
     - a_N, which the caller may hold through the backward (Note [The caller holds a_N]):
-      ``output_bytes`` (the profile's ``held_nbytes`` of the last stage: every storage behind the
-      output, those it shares with the stage's input included; default ``act_bytes[N]``) are
-      reserved, and the bytes of a_N that stage N made leave its tape. Not for a join's branches
+      ``output_bytes`` (:func:`caller_output_bytes`) are reserved, and the bytes of a_N that stage N
+      made leave its tape. Not for a join's branches
       (``output_grad_held=False``): the head consumes their outputs inside the step.
     - The gradient of a_N: autograd's engine keeps it until the Function's backward returns, i.e.
       for the whole backward (Note [The gradient of a_N]); so it is reserved, not freed by BWD(N).
@@ -337,7 +351,7 @@ def executor_chain(chain: Chain, rng: list, sample, preserve_rng: bool, group_mo
     if output_grad_held:
         grads[-1] = 0
     tape, bwd_tape = chain.tape_bytes.copy(), chain.bwd_tape_bytes.copy()
-    output = (int(chain.act_bytes[-1]) if output_bytes is None else int(output_bytes)) if output_grad_held else 0
+    output = int(output_bytes) if output_grad_held else 0
     if output:
         reserved += output
         tape[-1], bwd_tape[-1] = output_out_of_tape(tape[-1], bwd_tape[-1], chain.made_bytes(chain.n))
@@ -387,15 +401,6 @@ def _grad_reserve(entry: Entry) -> int:
     return min(every, sum(entry.out_grad_nbytes[i] for i in entry.out_grads))
 
 
-def with_output_grads(entry: Entry) -> Chain:
-    """``entry.exec_chain`` reserving :func:`_grad_reserve` for the gradients of a_N instead of what it
-    reserves now (``entry.grad_reserve``, updated): Note [Outputs without a gradient]."""
-    reserve = _grad_reserve(entry)
-    chain = replace(entry.exec_chain, reserved_bytes=entry.exec_chain.reserved_bytes - entry.grad_reserve + reserve)
-    entry.grad_reserve = reserve
-    return chain
-
-
 def output_grads_note(entry: Entry) -> str | None:
     """The plan's note when it reserves the gradients of only some outputs of a_N, else None."""
     every = int(entry.plain_chain.grad_bytes[-1])
@@ -404,6 +409,86 @@ def output_grads_note(entry: Entry) -> str | None:
     return (f"only the model's outputs {sorted(entry.out_grads)} got a gradient in the backward: the plan reserves "
             f"theirs, {entry.grad_reserve} B instead of {every} B for every output's (Note [Outputs without a "
             f"gradient] in torch_exec/executor.py)")
+
+
+def caller_output_bytes(chain: Chain, profile: dict) -> int:
+    """Bytes of a_N a caller holding the output keeps (Note [The caller holds a_N]): the profile's
+    ``held_nbytes`` of the last stage (every storage behind the output, those it shares with the
+    stage's input included), else ``act_bytes[N]``."""
+    held = profile["stages"][-1].get("held_nbytes")
+    return int(chain.act_bytes[-1]) if held is None else int(held)
+
+
+def output_storages(entry: Entry, outs: list) -> list:
+    """Weak references to the distinct storages of a_N's tensors ``outs`` (Note [The caller holds
+    a_N]); records their bytes in the allocator's blocks in ``entry.out_storage_nbytes`` the first time."""
+    keys = list(U.storages(outs))
+    if not entry.out_storage_nbytes:
+        entry.out_storage_nbytes = [U.block_bytes(key) for key in keys]
+    if len(keys) != len(entry.out_storage_nbytes):  # not the same output structure: learn nothing
+        return []
+    refs, seen = [], set()
+    for t in outs:
+        key = U.storage_key(t)
+        if key is not None and key not in seen:
+            seen.add(key)
+            refs.append(StorageWeakRef(t.untyped_storage()))
+    return refs
+
+
+def learn_output_holds(entry: Entry, refs: list) -> None:
+    """Note [The caller holds a_N]: at the end of a backward, with the executor's own references gone,
+    record which storages of a_N (``refs``, :func:`output_storages`) the caller dropped; sets
+    ``entry.replan_due`` when the plan should reserve other bytes for a_N than it does."""
+    if not refs:
+        return
+    dropped = frozenset(i for i, ref in enumerate(refs) if ref.expired())
+    if entry.out_dropped is not None and not entry.out_dropped <= dropped:
+        held = sorted(entry.out_dropped - dropped)
+        warnings.warn(f"CheckpointedSequential: the caller held storage(s) {held} of the model's output through "
+                      f"the backward, which earlier steps dropped before it and the plan counted as dropped: this "
+                      f"step may have exceeded the plan by up to {sum(entry.out_storage_nbytes[i] for i in held)} B; "
+                      f"the next steps count it", MemoryBudgetWarning, stacklevel=3)
+    entry.out_dropped = dropped if entry.out_dropped is None else entry.out_dropped & dropped
+    entry.replan_due = entry.replan_due or _output_reserve(entry) != entry.out_reserve
+
+
+def _output_reserve(entry: Entry) -> int:
+    """Bytes reserved for a_N when the caller drops the storages ``entry.out_dropped``: the whole
+    reserve (:func:`caller_output_bytes`) less theirs."""
+    whole = caller_output_bytes(entry.plain_chain, entry.profile)
+    if not entry.out_dropped:
+        return whole
+    return max(0, whole - sum(entry.out_storage_nbytes[i] for i in entry.out_dropped))
+
+
+def with_learned_outputs(entry: Entry) -> Chain:
+    """``entry.exec_chain`` reserving :func:`_grad_reserve` for the gradients of a_N and
+    :func:`_output_reserve` for a_N itself instead of what it reserves now (``entry.grad_reserve``,
+    ``entry.out_reserve``, both updated); stage N's tape takes back the dropped bytes that stage N made
+    (Note [Outputs without a gradient], Note [The caller holds a_N])."""
+    plain, chain = entry.plain_chain, entry.exec_chain
+    grads, output = _grad_reserve(entry), _output_reserve(entry)
+    tape_n, bwd_n = int(plain.tape_bytes[-1]), int(plain.bwd_tape_bytes[-1])
+    if output:  # as executor_chain does, with the dropped bytes back in the tape (at most what stage N made)
+        dropped = caller_output_bytes(plain, entry.profile) - output
+        tape_n, bwd_n = output_out_of_tape(tape_n, bwd_n, max(0, plain.made_bytes(plain.n) - dropped))
+    scratch = int(chain.fwd_nograd_extra[-1] - plain.fwd_nograd_extra[-1])  # executor_chain's buffer clones
+    tape, bwd_tape = chain.tape_bytes.copy(), chain.bwd_tape_bytes.copy()
+    tape[-1], bwd_tape[-1] = tape_n + scratch, bwd_n + scratch
+    reserved = chain.reserved_bytes - entry.grad_reserve - entry.out_reserve + grads + output
+    entry.grad_reserve, entry.out_reserve = grads, output
+    return replace(chain, reserved_bytes=reserved, tape_bytes=tape, bwd_tape_bytes=bwd_tape)
+
+
+def output_holds_note(entry: Entry) -> str | None:
+    """The plan's note when it reserves less than the whole of a_N (the caller drops some of it), else None."""
+    whole = caller_output_bytes(entry.plain_chain, entry.profile)
+    if entry.out_reserve == whole:
+        return None
+    return (f"the caller dropped storage(s) {sorted(entry.out_dropped)} of the model's output before the end of "
+            f"every backward so far: the plan reserves {entry.out_reserve} B for the output instead of {whole} B "
+            f"(Note [The caller holds a_N] in torch_exec/executor.py)")
 
 
 def plain_peak_bytes(entry) -> int:
@@ -458,7 +543,12 @@ class Entry(ProgramSplit):
     out_grads: frozenset | None = None
     out_grad_nbytes: list = field(default_factory=list)
     grad_reserve: int = 0
-    replan_due: bool = False          # a backward learned other gradients of a_N than planned
+    # Note [The caller holds a_N]: a_N's distinct storages in the allocator's blocks, those the caller
+    # dropped before the end of every backward so far (None: not known yet), and the bytes reserved for a_N
+    out_storage_nbytes: list = field(default_factory=list)
+    out_dropped: frozenset | None = None
+    out_reserve: int = 0
+    replan_due: bool = False          # a backward learned other gradients of a_N, or other holds, than planned
 
 
 # ---------------------------------------------------------------------------- the interpreter
@@ -856,6 +946,7 @@ class _ScheduleFunction(torch.autograd.Function):
                                      else 0 for t in outs]
         ctx.out_is_tensor = isinstance(out, torch.Tensor)
         results = _detached_results(ctx, outs)
+        ctx.out_refs = output_storages(entry, outs)  # Note [The caller holds a_N]
         return results[0] if ctx.out_is_tensor else results
 
     @staticmethod
@@ -904,6 +995,10 @@ class _ScheduleFunction(torch.autograd.Function):
         input_grads = [g if rg else None for g, rg in zip(grads, rt.rg0, strict=False)]
         if wanted:
             box.append(mode.param_grads)
+        if not keep:  # the executor holds nothing of a_N now: what is alive, the caller holds
+            entry = rt.entry
+            del rt, snapshot, grads
+            learn_output_holds(entry, ctx.out_refs)
         if ctx.meter is not None:
             ctx.meter.end()
         return (None, None, *input_grads)
@@ -1156,8 +1251,9 @@ class CheckpointedSequential(_PlannedModule):
                       group_modules=group_modules,
                       clone_input=clone_input, split=0, rng=rng, has_buffers=has_buffers, plain_chain=chain,
                       exec_chain=executor_chain(chain, rng, sample, self.preserve_rng_state, group_modules,
-                                                output_bytes=data["stages"][-1].get("held_nbytes")),
-                      grad_reserve=int(chain.grad_bytes[-1]))  # executor_chain reserves every output's gradient
+                                                output_bytes=caller_output_bytes(chain, data)),
+                      # executor_chain reserves every output's gradient, and the whole output
+                      grad_reserve=int(chain.grad_bytes[-1]), out_reserve=caller_output_bytes(chain, data))
         self._plan_entry(entry)
         return entry
 
@@ -1232,9 +1328,8 @@ class CheckpointedSequential(_PlannedModule):
         if isinstance(self.budget, str):  # a percentage: say what it resolved to
             plan.notes = [f"budget {self.budget} of plain autograd's peak {plain_peak} B (measured when profiling): "
                           f"{budget} B"] + list(plan.notes)
-        grads_note = output_grads_note(entry) if chain is not plain else None
-        if grads_note:
-            plan.notes = list(plan.notes) + [grads_note]
+        if chain is not plain:
+            plan.notes = list(plan.notes) + [n for n in (output_grads_note(entry), output_holds_note(entry)) if n]
         entry.chain = chain
         entry.split = split_schedule(plan.schedule, chain.n)
         entry.program = annotate(plan.schedule)
@@ -1303,8 +1398,8 @@ class CheckpointedSequential(_PlannedModule):
     def _scheduled(self, state, flat):
         """A step under a plan: never traced by torch.compile (Note [torch.compile])."""
         entry = self._entry(state)
-        if entry.replan_due:  # Note [Outputs without a gradient]
-            entry.exec_chain, entry.replan_due = with_output_grads(entry), False
+        if entry.replan_due:  # Note [Outputs without a gradient], Note [The caller holds a_N]
+            entry.exec_chain, entry.replan_due = with_learned_outputs(entry), False
             self._plan_entry(entry)
         self._last = entry
         meter = self._meter

@@ -1,0 +1,57 @@
+"""auto_checkpoint on transformers' own architectures at tiny random configurations (CPU), as
+``bench/auto_models.py --models hf`` runs them: the graph is captured (``torch.export``), one step at the
+least feasible budget (the most recomputation) gives plain autograd's loss and gradients, and a step at a
+budget between the least and plain autograd's peak, its caller dropping the outputs before the
+backward, holds its budget as the allocator measures it (after the re-plan that learns the drop,
+Note [The caller holds a_N] in torch_exec/executor.py)."""
+from __future__ import annotations
+
+import copy
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+import auto_models  # noqa: E402  (bench/auto_models.py: HF, make_hf, gradient_check)
+import torch_exec as te  # noqa: E402
+from torch_exec.report import MemoryBudgetWarning  # noqa: E402
+from torch_exec.executor import plain_peak_bytes  # noqa: E402
+from torch_exec.meter import measure_peak  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::torch_exec.CPUTimingWarning", "ignore::gpusolve.FallbackWarning")
+
+
+@pytest.mark.parametrize("name", sorted(auto_models.HF))
+def test_captured_exact_and_within_budget(name):
+    torch.set_num_threads(1)
+    model, args, kwargs, loss_of = auto_models.make_hf(name)
+    model.train()
+    plain = copy.deepcopy(model)
+    wrapped = te.auto_checkpoint(model, "1TiB", backend="cpu")
+    wrapped.prepare(*args, **kwargs)
+    assert wrapped.capture.method == "export", wrapped.capture.notes
+    ex = wrapped.executor
+    lo, hi = ex.min_budget_bytes, plain_peak_bytes(ex._last)
+    check = auto_models.gradient_check(plain, model, wrapped, lo, args, kwargs, loss_of)
+    assert check["loss_equal"] and check["grad_max_abs_diff"] <= auto_models.GRAD_TOL, check
+    assert any(op.kind.name == "FWD_NOGRAD" for op in wrapped.plan.schedule)  # it recomputed
+
+    budget = int(lo + 0.25 * (hi - lo))
+    wrapped.replan(budget)
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+
+    def step():
+        loss = loss_of(wrapped(*args, **kwargs))  # the outputs are dropped: the loss only is kept
+        loss.backward()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", MemoryBudgetWarning)
+        step()  # learns which outputs get a gradient and which the caller drops
+        _, reading = measure_peak(step)
+    assert reading.peak <= budget, (reading.peak, budget, wrapped.plan.summary())

@@ -11,7 +11,9 @@ save what they read and some do not. These are the cases of Note [Outputs passed
 from the least feasible one towards plain autograd's measured peak (with ``--offload``: from the
 combined class's least budget towards the model's store-all peak, over a link that costs nothing,
 so the solver offloads wherever it saves memory). ``--hold`` keeps the model's output, a pair
-(loss, last state), through the backward as a caller would.
+(loss, last state), through the backward as a caller would; ``--drop`` returns the same pair and
+drops the state before the backward (the caller keeps the loss only: the plans after the first
+backward stop reserving the state, Note [The caller holds a_N] in ``torch_exec/executor.py``).
 
 Writes ``<out>.json`` (every run) and ``<out>.md`` (a summary), with device, date and command.
 """
@@ -164,14 +166,19 @@ def kinds(seed: int, stages: int, hold: bool) -> list[type]:
     return out + [LossKeep if hold else Loss]
 
 
-def _step(model, x):
+def _step(model, x, drop: bool = False):
     out = model(x)
-    (out[0] if isinstance(out, tuple) else out).backward()
+    loss = out[0] if isinstance(out, tuple) else out
+    if drop:
+        del out  # the caller keeps the loss only
+        loss.backward()
+        return
+    loss.backward()
     del out  # held through the backward, as a caller holds it
 
 
 def run(seed: int, args) -> dict:
-    stage_kinds = kinds(seed, args.stages, args.hold)
+    stage_kinds = kinds(seed, args.stages, args.hold or args.drop)
 
     def make():
         torch.manual_seed(seed)
@@ -195,10 +202,11 @@ def run(seed: int, args) -> dict:
                                             offload=offload)
         for p in model.parameters():
             p.grad = torch.zeros_like(p)
-        _step(wrapped, x)  # profiles, solves, warms; learns which outputs get a gradient
-        _step(wrapped, x)  # re-plans for those (Note [Outputs without a gradient]): on the CPU a plan's
-        # host copies are allocator memory, so the step that allocates them is not the one measured
-        _, reading = measure_peak(_step, wrapped, x)
+        _step(wrapped, x, args.drop)  # profiles, solves, warms; learns which outputs get a gradient (and
+        _step(wrapped, x, args.drop)  # which the caller drops); re-plans for those (Note [Outputs without a
+        # gradient]): on the CPU a plan's host copies are allocator memory, so the step that allocates them is
+        # not the one measured
+        _, reading = measure_peak(_step, wrapped, x, args.drop)
         plan = wrapped.plan
         runs.append({"budget_bytes": budget, "predicted_peak_bytes": plan.predicted_peak_bytes,
                      "measured_peak_bytes": reading.peak, "within_budget": reading.peak <= budget,
@@ -214,12 +222,16 @@ def main(argv=None) -> int:
     parser.add_argument("--stages", type=int, default=10, help="stages drawn before the loss (default 10)")
     parser.add_argument("--offload", action="store_true", help="plans that offload over a free link")
     parser.add_argument("--hold", action="store_true", help="the model returns (loss, state), held by the caller")
+    parser.add_argument("--drop", action="store_true",
+                        help="the model returns (loss, state), the caller drops the state before the backward")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "tuple_fuzz_cpu"))
     args = parser.parse_args(argv)
     try:
         first, last = (int(v) for v in args.seeds.split(":"))
     except ValueError:
         parser.error(f"--seeds {args.seeds!r}: give first:last, e.g. 0:40")
+    if args.hold and args.drop:
+        parser.error("--hold and --drop exclude each other: the caller holds the state or drops it")
     if args.stages < 1 or last <= first:
         parser.error("--stages must be at least 1 and --seeds a non-empty range")
     torch.set_num_threads(1)
@@ -241,7 +253,8 @@ def main(argv=None) -> int:
              "", f"Device: {record['device']}; torch {torch.__version__}, 1 thread; date {record['date']}.",
              f"Command: `{record['command']}` (module docstring of `bench/tuple_fuzz.py`).", "",
              f"- models: {len(models)} ({args.stages} drawn stages each, then the loss"
-             f"{', output held through the backward' if args.hold else ''}); runs: {len(runs)}",
+             f"{', output held through the backward' if args.hold else ''}"
+             f"{', the state dropped before the backward' if args.drop else ''}); runs: {len(runs)}",
              f"- budgets held: {len(runs) - len(over)} of {len(runs)}",
              f"- measured / predicted: {min(ratios):.4f} - {max(ratios):.4f}"]
     if args.offload:

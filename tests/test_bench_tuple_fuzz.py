@@ -25,7 +25,7 @@ def test_drawn_kinds_chain_their_arities():
         assert arity == 1 and kinds[-1] in (tuple_fuzz.Loss, tuple_fuzz.LossKeep) and len(kinds) >= 11
 
 
-@pytest.mark.parametrize("extra", [[], ["--offload", "--hold"]])
+@pytest.mark.parametrize("extra", [[], ["--offload", "--hold"], ["--drop"]])
 def test_small_draw_holds_every_budget(tmp_path, extra):
     out = tmp_path / "fuzz"
     assert tuple_fuzz.main(["--seeds", "3:5", "--stages", "6", "--out", str(out), *extra]) == 0

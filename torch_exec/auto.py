@@ -13,7 +13,9 @@ Note [Cut points]
     that requires grad, or a carrying node) or is *side* data: token ids, labels, masks and position
     ids made from them, buffer bookkeeping (``num_batches_tracked += 1``). Side nodes run once per
     step before the chain (the prologue) and stay available to every stage; they need no gradient,
-    so no stage ever recomputes them. A cut after carrying node p is valid when the carrying values
+    so no stage ever recomputes them. They are held through the step, so the budget counts them:
+    each new storage behind them once, whole (:func:`side_nbytes`; views such as a mask expanded to
+    the batch add nothing). A cut after carrying node p is valid when the carrying values
     made up to p and used after p are at most :data:`MAX_CROSSING` tensor(s), and no later node writes
     in place into one of them (a held checkpoint must not change). These are the articulation points
     of the data-flow graph with parameters, buffers and side data excluded. Of the valid cuts at most
@@ -493,6 +495,15 @@ def _capture_export(model: nn.Module, args: tuple, kwargs: dict, max_stages: int
                    tensors=_model_tensors(model), notes=notes)
 
 
+def side_nbytes(values: list, inputs: list, model_tensors: list) -> int:
+    """Bytes a step's side values add (Note [Cut points]): every distinct storage behind them, whole, in
+    the allocator's blocks (:func:`torch_exec._util.held_nbytes`'s rule), except the storages of the
+    inputs and of the model's parameters and buffers. A view adds nothing of its own: an expanded mask,
+    a slice of a buffer, the several views of one position tensor a prologue returns."""
+    known = set(U.storages(list(inputs))) | set(U.storages([t for _, t in model_tensors]))
+    return sum(U.block_bytes(key) for key in U.storages(list(values)) if key not in known)
+
+
 def _model_tensors(model: nn.Module) -> list:
     out = [(name, p) for name, p in model.named_parameters(remove_duplicate=False)]
     out += [(name, b) for name, b in model.named_buffers(remove_duplicate=False)]
@@ -809,9 +820,7 @@ class AutoCheckpointed(nn.Module):
         with torch.no_grad():
             cap.side.values = list(cap.prologue(*flat))
         if cap.side_bytes is None:
-            inputs = {id(t) for t in flat if isinstance(t, torch.Tensor)}
-            cap.side_bytes = sum(t.numel() * t.element_size() for t in cap.side.values
-                                 if isinstance(t, torch.Tensor) and id(t) not in inputs)
+            cap.side_bytes = side_nbytes(cap.side.values, flat, cap.tensors)
             if cap.side_bytes:
                 cap.executor.held_bytes = cap.side_bytes  # made inside each step: the budget counts it
                 cap.notes.append(f"{cap.side_bytes} B of data made from the inputs (masks, position ids) is held "

@@ -5,8 +5,9 @@ budgets between the least feasible one and plain autograd's measured peak.
     python bench/auto_models.py [--out bench/results/auto_models_cpu]
     python bench/auto_models.py --models tv_densenet121,tv_resnet50,tv_vgg16,tv_gpt2 \
         --out bench/results/auto_models_cpu_torchvision   # torchvision's and transformers' own models
-    python bench/auto_models.py --models hf --out bench/results/auto_models_cpu_transformers
-        # transformers' architectures (hf_llama, hf_bert, hf_t5, ...) at tiny random configurations
+    python bench/auto_models.py --models hf --caller-keeps loss --out bench/results/auto_models_cpu_transformers
+        # transformers' architectures (hf_llama, hf_bert, hf_t5, ...) at tiny random configurations,
+        # the wrapper told that the loop keeps only the loss (Note [The caller holds a_N])
 
 Each model's gradients are also checked against plain autograd's, on a copy of the model made before
 wrapping, at the least feasible budget (the most recomputation): the loss must be equal and the
@@ -106,7 +107,12 @@ def main(argv=None):
     parser.add_argument("--hold-outputs", action="store_true",
                         help="keep the model's outputs through the backward, as `outputs = model(...); "
                              "outputs.loss.backward()` does (default: only the loss is kept)")
+    parser.add_argument("--caller-keeps", choices=("output", "loss"), default="output",
+                        help="the wrapper's caller_keeps: 'loss' for models that return their loss (not with "
+                             "--hold-outputs)")
     args = parser.parse_args(argv)
+    if args.hold_outputs and args.caller_keeps == "loss":
+        parser.error("--hold-outputs keeps the whole output: it needs --caller-keeps output")
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
     rows, grads = [], {}
@@ -115,7 +121,7 @@ def main(argv=None):
         model, a, kw, loss_of = make(name)
         model.train()
         plain = copy.deepcopy(model)
-        wrapped = te.auto_checkpoint(model, "1TiB", backend="cpu")
+        wrapped = te.auto_checkpoint(model, "1TiB", backend="cpu", caller_keeps=args.caller_keeps)
         wrapped.prepare(*a, **kw)
         ex = wrapped.executor
         lo, hi = ex.min_budget_bytes, plain_peak_bytes(ex._last)
@@ -163,6 +169,7 @@ def main(argv=None):
              "one step (forward, the caller's loss where the model returns logits, backward) above the bytes",
              "before it, the model's outputs " + ("held through the backward" if args.hold_outputs else
                                                   "dropped before the backward (only the loss kept)") + ",",
+             f"`caller_keeps={args.caller_keeps!r}`,",
              "parameter gradients allocated.",
              *(["`gated` cannot be captured (data-dependent control flow): its chain is the model's blocks (the",
                 "fallback), the budget counts those blocks only, and the rest of the model (embeddings, head,",

@@ -16,8 +16,8 @@ Each step is ``out = model(...); loss_of(out).backward()`` with ``out`` held thr
 usual loop), parameter gradients allocated; peaks are the CPU allocator's events above the bytes before
 the step (``torch_exec.meter``). With ``--drop-outputs`` the caller keeps the loss only
 (``loss = loss_of(model(...)); loss.backward()``, as transformers' ``Trainer`` and Lightning's
-``training_step`` do): the learned plan then also stops reserving the outputs the caller dropped
-(Note [The caller holds a_N]).
+``training_step`` do) and says so (``caller_keeps="loss"``): *learned* is then the plan that reserves
+neither the rest of the output nor its gradient, from the first step (Note [The caller holds a_N]).
 
     python bench/output_grads.py [--models tv_gpt2,transformer,gpt2] [--out bench/results/output_grads_cpu]
     python bench/output_grads.py --drop-outputs --out bench/results/output_holds_cpu
@@ -42,7 +42,7 @@ from _common import command_line, cpu_description  # noqa: E402
 from auto_models import make  # noqa: E402
 from gpusolve import solve  # noqa: E402
 from gpusolve.dp.minpeak import min_feasible_bytes  # noqa: E402
-from torch_exec.executor import caller_output_bytes, plain_peak_bytes  # noqa: E402
+from torch_exec.executor import caller_output_bytes, learned_chain, plain_peak_bytes  # noqa: E402
 from torch_exec.meter import measure_peak  # noqa: E402
 
 FRACTIONS = (0.5, 0.25, 0.0)
@@ -51,12 +51,12 @@ FRACTIONS = (0.5, 0.25, 0.0)
 def bench_model(name: str, backend: str, drop: bool = False) -> list[dict]:
     model, args, kwargs, loss_of = make(name)
     model.train()
-    wrapped = te.auto_checkpoint(model, "1TiB", backend=backend)
+    wrapped = te.auto_checkpoint(model, "1TiB", backend=backend, caller_keeps="loss" if drop else "output")
     wrapped.prepare(*args, **kwargs)
     ex = wrapped.executor
     entry = ex._last
-    lo, hi = ex.min_budget_bytes, plain_peak_bytes(entry)
-    every_chain = entry.exec_chain  # before any backward: every output's gradient reserved
+    every_chain = learned_chain(entry, None, None)[0]  # every output and its gradient reserved
+    lo, hi = min_feasible_bytes(every_chain), plain_peak_bytes(entry)
     for p in wrapped.parameters():
         p.grad = torch.zeros_like(p)
 
@@ -79,8 +79,8 @@ def bench_model(name: str, backend: str, drop: bool = False) -> list[dict]:
         learned = ex.plan
         step()
         _, learned_reading = measure_peak(step)
-        learned_chain = ex._last.exec_chain
-        rows.append(dict(model=name, stages=learned_chain.n, fraction=f, budget_bytes=budget,
+        chain_learned = ex._last.exec_chain
+        rows.append(dict(model=name, stages=chain_learned.n, fraction=f, budget_bytes=budget,
                          plain_peak_bytes=hi, out_grad_nbytes=ex._last.out_grad_nbytes,
                          out_grads=sorted(ex._last.out_grads), reserve_every=int(ex._last.plain_chain.grad_bytes[-1]),
                          reserve_learned=ex._last.grad_reserve,
@@ -92,7 +92,7 @@ def bench_model(name: str, backend: str, drop: bool = False) -> list[dict]:
                          learned_predicted_peak=learned.predicted_peak_bytes,
                          learned_predicted_ms=learned.predicted_time_ms, learned_measured_peak=learned_reading.peak,
                          store_all_ms=learned.store_all_time_ms,
-                         least_every=min_feasible_bytes(every_chain), least_learned=min_feasible_bytes(learned_chain),
+                         least_every=min_feasible_bytes(every_chain), least_learned=min_feasible_bytes(chain_learned),
                          learned_fits=learned_reading.peak <= budget, every_fits=every_reading.peak <= budget))
         r = rows[-1]
         print(f"{name:12s} f {f:4.2f} budget {budget}: every pred {r['every_predicted_peak']} meas "
@@ -107,11 +107,11 @@ def write(rows: list[dict], out: Path, command: str, before: Path | None, drop: 
     out.with_suffix(".json").write_text(json.dumps(record, indent=1) + "\n")
     if drop:
         title = "# A caller that keeps the loss only: models returning (loss, logits), `loss.backward()` (CPU)"
-        words = ("*every*: the plan reserving the gradient of every output and every output (the wrapper's plan",
-                 "before its first backward), run as is; *learned*: the plan after the first backward (Note [Outputs",
-                 "without a gradient] and Note [The caller holds a_N] in `torch_exec/executor.py`). Peaks: the CPU",
-                 "allocator's, one step whose caller drops the output before the backward. Overheads: predicted,",
-                 "against the store-all step of the same profile.")
+        words = ("*every*: the plan reserving every output and the gradient of every output (the default wrapper's",
+                 "plan before its first backward), run as is; *learned*: the plan of `caller_keeps=\"loss\"`, which",
+                 "reserves only the loss and its gradient from the first step (Note [The caller holds a_N] in",
+                 "`torch_exec/executor.py`). Peaks: the CPU allocator's, one step whose caller drops the output",
+                 "before the backward. Overheads: predicted, against the store-all step of the same profile.")
         learned = "unreserved B"
     else:
         title = "# Outputs without a gradient: models returning (loss, logits), `outputs.loss.backward()` (CPU)"

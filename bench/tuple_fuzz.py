@@ -12,8 +12,8 @@ from the least feasible one towards plain autograd's measured peak (with ``--off
 combined class's least budget towards the model's store-all peak, over a link that costs nothing,
 so the solver offloads wherever it saves memory). ``--hold`` keeps the model's output, a pair
 (loss, last state), through the backward as a caller would; ``--drop`` returns the same pair and
-drops the state before the backward (the caller keeps the loss only: the plans after the first
-backward stop reserving the state, Note [The caller holds a_N] in ``torch_exec/executor.py``).
+drops the state before the backward, the wrapper told so (``caller_keeps="loss"``: the plans reserve
+nothing of the state, Note [The caller holds a_N] in ``torch_exec/executor.py``).
 
 Writes ``<out>.json`` (every run) and ``<out>.md`` (a summary), with device, date and command.
 """
@@ -185,8 +185,9 @@ def run(seed: int, args) -> dict:
         return nn.Sequential(*[k() for k in stage_kinds])
     x = torch.randn(BATCH, WIDTH, generator=torch.Generator().manual_seed(seed))
     offload = FREE if args.offload else None
+    keeps = "loss" if args.drop else "output"
     probe = te.CheckpointedSequential(make(), budget="1TiB", backend="cpu", profile_passes=1, profile_warmup=0,
-                                      offload=offload)
+                                      offload=offload, caller_keeps=keeps)
     probe.prepare(x)
     entry = probe._last
     if args.offload:
@@ -199,13 +200,12 @@ def run(seed: int, args) -> dict:
     for budget in budgets:
         model = make()
         wrapped = te.CheckpointedSequential(model, budget=budget, backend="cpu", profile_passes=1, profile_warmup=0,
-                                            offload=offload)
+                                            offload=offload, caller_keeps=keeps)
         for p in model.parameters():
             p.grad = torch.zeros_like(p)
-        _step(wrapped, x, args.drop)  # profiles, solves, warms; learns which outputs get a gradient (and
-        _step(wrapped, x, args.drop)  # which the caller drops); re-plans for those (Note [Outputs without a
-        # gradient]): on the CPU a plan's host copies are allocator memory, so the step that allocates them is
-        # not the one measured
+        _step(wrapped, x, args.drop)  # profiles, solves, warms; learns which outputs get a gradient
+        _step(wrapped, x, args.drop)  # re-plans for those (Note [Outputs without a gradient]): on the CPU a
+        # plan's host copies are allocator memory, so the step that allocates them is not the one measured
         _, reading = measure_peak(_step, wrapped, x, args.drop)
         plan = wrapped.plan
         runs.append({"budget_bytes": budget, "predicted_peak_bytes": plan.predicted_peak_bytes,

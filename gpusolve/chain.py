@@ -69,7 +69,7 @@ CHAIN_FORMAT = "gpusolve-chain/1"
 PROFILE_FORMAT = "measured-chain/1"
 THESIS_FORMAT = "thesis-reference/1"
 # Provenance lists with one entry per stage (Chain.from_profile): a chain cut from another slices them
-PER_STAGE_PROVENANCE = ("members", "made_bytes", "shared_storage")
+PER_STAGE_PROVENANCE = ("members", "made_bytes", "shared_storage", "device_only")
 
 # A missing backward time (t_bwd: null) is estimated as this multiple of the stage's forward time
 # (a backward usually costs one to two forwards: the upper end).
@@ -324,7 +324,9 @@ class Chain:
         provenance.update(source=str(source), format=PROFILE_FORMAT, measured_stages=len(stages),
                           merged_in_place=joined["in_place"], merged_unsaved=joined["unsaved"],
                           fused_aliasing=fuse_aliasing, members=members, notes=notes, made_bytes=made,
-                          shared_storage=shared)
+                          shared_storage=shared,
+                          # the group's output holds a tensor the executor cannot move to the host (sparse...)
+                          device_only=[bool(group[-1].get("device_only", False)) for group in groups])
         # The profiler records whether the input needed a gradient; without one, none is allocated.
         input_grad = 0 if data.get("input_requires_grad") is False else allocator_bytes(input_bytes, granule)
         return cls(**fields, input_bytes=input_bytes, input_grad_bytes=input_grad,
@@ -434,8 +436,10 @@ class Chain:
     def swappable(self) -> np.ndarray:
         """bool[N + 1]: whether a_s may be moved to the host (index 0, the input: never). Not where a_s
         shares a storage with another stage's output (Note [Outputs passed through]): moving it out
-        would not free that storage while the other holds it."""
-        return np.array([False] + [not shared for shared in self._per_stage("shared_storage", False)], dtype=bool)
+        would not free that storage while the other holds it; nor where the profile says a_s holds a
+        tensor the executor keeps on the device (``device_only``: sparse, nested, quantized)."""
+        shared, device_only = self._per_stage("shared_storage", False), self._per_stage("device_only", False)
+        return np.array([False] + [not (a or b) for a, b in zip(shared, device_only, strict=True)], dtype=bool)
 
     def summary(self) -> str:
         """One line: stage count (and the profiled count, :meth:`stages_text`) and totals."""

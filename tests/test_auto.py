@@ -138,7 +138,10 @@ def test_measured_peak_holds_the_budget_when_the_caller_keeps_the_output(name):
             del out  # only after the backward
         step()
         _, reading = measure_peak(step)
-        assert reading.peak <= plan.budget_bytes, (fraction, reading.peak, plan.budget_bytes)
+        # resnet's loss is the caller's (cross-entropy on the returned logits): the loss tensor and its seed
+        # gradient live through the backward outside the model and its budget, 2 x 4 B
+        outside = 8 if name == "resnet" else 0
+        assert reading.peak <= plan.budget_bytes + outside, (fraction, reading.peak, plan.budget_bytes)
         # GPT-2's reserve still counts an RNG state for each of its dropout stages (5 KB each on the CPU)
         # whether or not the plan re-runs it: a few % of this tiny model (0.946-0.965 measured)
         least = 0.93 if name == "gpt2" else 0.95

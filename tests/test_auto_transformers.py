@@ -1,9 +1,9 @@
 """auto_checkpoint on transformers' own architectures at tiny random configurations (CPU), as
 ``bench/auto_models.py --models hf`` runs them: the graph is captured (``torch.export``), one step at the
 least feasible budget (the most recomputation) gives plain autograd's loss and gradients, and a step at a
-budget between the least and plain autograd's peak, its caller dropping the outputs before the
-backward, holds its budget as the allocator measures it (after the re-plan that learns the drop,
-Note [The caller holds a_N] in torch_exec/executor.py)."""
+budget between the least and plain autograd's peak, its caller keeping only the loss and the wrapper
+told so (``caller_keeps="loss"``, Note [The caller holds a_N] in torch_exec/executor.py), holds its
+budget as the allocator measures it."""
 from __future__ import annotations
 
 import copy
@@ -32,7 +32,7 @@ def test_captured_exact_and_within_budget(name):
     model, args, kwargs, loss_of = auto_models.make_hf(name)
     model.train()
     plain = copy.deepcopy(model)
-    wrapped = te.auto_checkpoint(model, "1TiB", backend="cpu")
+    wrapped = te.auto_checkpoint(model, "1TiB", backend="cpu", caller_keeps="loss")
     wrapped.prepare(*args, **kwargs)
     assert wrapped.capture.method == "export", wrapped.capture.notes
     ex = wrapped.executor
@@ -52,6 +52,6 @@ def test_captured_exact_and_within_budget(name):
 
     with warnings.catch_warnings():
         warnings.simplefilter("error", MemoryBudgetWarning)
-        step()  # learns which outputs get a gradient and which the caller drops
+        step()  # warm
         _, reading = measure_peak(step)
     assert reading.peak <= budget, (reading.peak, budget, wrapped.plan.summary())

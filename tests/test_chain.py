@@ -244,6 +244,12 @@ def test_stage_whose_output_passes_on_an_earlier_stages_storage():
     assert chain.swappable().tolist() == [False, False, False, True]
     # FWD_NOGRAD of narrow, dropping a_1, changes the held bytes by exactly what is made: 100
     assert chain.act_bytes[1] - chain.act_bytes[0] == 100
+    # an output the executor cannot copy to the host (a sparse tensor: device_only) is never moved there
+    data["stages"] = [widen | dict(held_from=[[1, 1000]]), narrow | dict(held_from=[[2, 100]]),
+                      merge | dict(device_only=True)]
+    chain = Chain.from_profile(data)
+    assert chain.provenance["device_only"] == [False, False, True]
+    assert chain.swappable().tolist() == [False, True, True, False]
 
 
 # ---------------------------------------------------------------------------- bundled names, stage counts

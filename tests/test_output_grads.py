@@ -18,6 +18,7 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 import torch_exec as te  # noqa: E402
+from gpusolve import InfeasibleBudgetError, store_all_peak_bytes  # noqa: E402
 from torch_exec.executor import plain_peak_bytes  # noqa: E402
 from torch_exec.meter import measure_peak  # noqa: E402
 from torch_exec.report import MemoryBudgetWarning  # noqa: E402
@@ -56,15 +57,16 @@ def model():
     return nn.Sequential(*[Block() for _ in range(8)], LossAndLogits(targets))
 
 
-def wrapped_between(fraction: float):
-    """A wrapper whose budget is ``fraction`` of the way from its least budget to plain autograd's peak."""
+def wrapped_between(fraction: float, caller_keeps: str = "output"):
+    """A wrapper whose budget is ``fraction`` of the way from its least budget (the default wrapper's) to
+    plain autograd's peak."""
     net = model()
     probe = te.CheckpointedSequential(net, budget="1GiB", backend="cpu")
     x = torch.randn(BATCH, WIDTH)
     probe.prepare(x)
     lo, hi = probe.min_budget_bytes, plain_peak_bytes(probe._last)
     budget = int(lo + fraction * (hi - lo))
-    wrapped = te.CheckpointedSequential(net, budget=budget, backend="cpu")
+    wrapped = te.CheckpointedSequential(net, budget=budget, backend="cpu", caller_keeps=caller_keeps)
     wrapped.prepare(x, profile=probe._last.profile)
     for p in wrapped.parameters():
         p.grad = torch.zeros_like(p)
@@ -151,33 +153,58 @@ def drop_logits(wrapped, x):
     loss.backward()
 
 
-def test_a_dropped_output_is_not_reserved_from_the_next_step_on():
+def test_by_default_a_dropped_output_stays_reserved():
+    """Dropping is never inferred (a copy of the output made outside the model, by DDP or Accelerate,
+    would look like a drop): the whole output stays reserved; only its unused gradient is learned."""
     wrapped, x, _ = wrapped_between(0.0)
     entry = wrapped._last
-    reserved, least = entry.exec_chain.reserved_bytes, wrapped.min_budget_bytes
-    first = wrapped.plan
+    reserved = entry.exec_chain.reserved_bytes
     drop_logits(wrapped, x)
+    drop_logits(wrapped, x)
+    assert entry.out_dropped is None and entry.out_reserve == 4 + LOGITS
+    assert entry.exec_chain.reserved_bytes == reserved - LOGITS  # the logits' gradient only
+
+
+def test_caller_keeps_loss_plans_without_the_logits_from_the_first_step():
+    default, x, budget = wrapped_between(0.0)
+    wrapped, _, _ = wrapped_between(0.0, caller_keeps="loss")
+    entry = wrapped._last
     assert entry.out_dropped == frozenset({1}) and entry.out_storage_nbytes == [4, LOGITS]  # (loss, logits)
-    assert wrapped.plan is first  # learned in the backward, re-planned at the next step
-    _, reading = measure_peak(drop_logits, wrapped, x)
-    # neither the logits nor their gradient is reserved now: the least budget falls by both
-    assert entry.exec_chain.reserved_bytes == reserved - 2 * LOGITS
-    assert wrapped.min_budget_bytes <= least - 2 * LOGITS
-    assert any("Note [The caller holds a_N]" in n for n in wrapped.plan.notes)
-    assert wrapped.plan.predicted_time_ms < first.predicted_time_ms  # the room buys recomputations back
-    assert reading.peak <= wrapped.plan.budget_bytes
-    assert reading.peak >= 0.95 * wrapped.plan.predicted_peak_bytes, (reading.peak, wrapped.plan.predicted_peak_bytes)
-    # at the new least budget too
+    assert entry.out_grads == frozenset({0})
+    # neither the logits nor their gradient is reserved: the least budget falls by both, before any step
+    assert entry.exec_chain.reserved_bytes == default._last.exec_chain.reserved_bytes - 2 * LOGITS
+    assert wrapped.min_budget_bytes <= default.min_budget_bytes - 2 * LOGITS
+    assert any("caller_keeps='loss'" in n for n in wrapped.plan.notes)
+    assert wrapped.plan.predicted_time_ms < default.plan.predicted_time_ms  # the room buys recomputations back
+    first = wrapped.plan
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", MemoryBudgetWarning)
+        _, reading = measure_peak(drop_logits, wrapped, x)
+    assert wrapped.plan is first  # nothing to re-plan
+    assert reading.peak <= budget
+    assert reading.peak >= 0.95 * first.predicted_peak_bytes, (reading.peak, first.predicted_peak_bytes)
+    # at its own least budget too
     wrapped.replan(budget=wrapped.min_budget_bytes)
-    drop_logits(wrapped, x)
     _, reading = measure_peak(drop_logits, wrapped, x)
     assert reading.peak <= wrapped.plan.budget_bytes, (reading.peak, wrapped.plan.budget_bytes)
 
 
-def test_holding_the_output_again_is_warned_about_and_counted():
-    wrapped, x, budget = wrapped_between(0.1)
+def test_caller_keeps_loss_gives_plain_autograds_gradients():
+    wrapped, x, _ = wrapped_between(0.2, caller_keeps="loss")
     reference = nn.Sequential(*copy.deepcopy(list(wrapped.stages)))
-    full = wrapped._last.exec_chain.reserved_bytes
+    for step in range(2):
+        for net in (wrapped, reference):
+            for p in net.parameters():
+                p.grad = None
+            drop_logits(net, x)
+        for (key, p), q in zip(wrapped.named_parameters(), reference.parameters(), strict=True):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-6, atol=1e-7, msg=f"step {step}: {key}")
+
+
+def test_caller_keeps_loss_but_holds_the_logits_is_warned_about_and_counted():
+    wrapped, x, _ = wrapped_between(0.1, caller_keeps="loss")
+    reference = nn.Sequential(*copy.deepcopy(list(wrapped.stages)))
+    declared = wrapped._last.exec_chain.reserved_bytes
 
     def compare(hold: bool):
         for p in list(wrapped.parameters()) + list(reference.parameters()):
@@ -191,27 +218,57 @@ def test_holding_the_output_again_is_warned_about_and_counted():
         for (key, p), q in zip(wrapped.named_parameters(), reference.parameters(), strict=True):
             torch.testing.assert_close(p.grad, q.grad, rtol=1e-6, atol=1e-7, msg=key)
 
-    compare(hold=False)
-    compare(hold=False)
-    assert wrapped._last.exec_chain.reserved_bytes == full - 2 * LOGITS
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", MemoryBudgetWarning)
+        compare(hold=False)
     with pytest.warns(MemoryBudgetWarning, match=r"held storage\(s\) \[1\] .* up to 128000 B"):
         compare(hold=True)
     with warnings.catch_warnings():
         warnings.simplefilter("error", MemoryBudgetWarning)
-        compare(hold=True)  # counted again: no warning
+        compare(hold=True)  # counted now: no warning
         compare(hold=False)  # and it stays counted
     entry = wrapped._last
-    assert entry.out_dropped == frozenset() and entry.exec_chain.reserved_bytes == full - LOGITS  # the gradient only
+    assert entry.out_dropped == frozenset() and entry.exec_chain.reserved_bytes == declared + LOGITS
 
 
-def test_a_kept_graph_learns_no_drop():
-    wrapped, x, _ = wrapped_between(0.3)
-    loss, logits = wrapped(x)
-    del logits
-    loss.backward(retain_graph=True)  # the executor keeps a_N for the next backward: nothing is learned
-    assert wrapped._last.out_dropped is None
-    loss.backward()
-    assert wrapped._last.out_dropped == frozenset({1})
+def test_a_store_all_plan_that_fits_by_the_declaration_still_checks():
+    """A plan that is store-all only because of caller_keeps='loss' runs through the schedule, not as plain
+    autograd, so that a backward holding the logits is still seen."""
+    wrapped, x, _ = wrapped_between(0.0, caller_keeps="loss")
+    peak = store_all_peak_bytes(wrapped._last.exec_chain)
+    wrapped.replan(budget=peak)
+    assert not any(op.kind.name == "FWD_NOGRAD" for op in wrapped.plan.schedule) and not wrapped._last.plain
+    with pytest.warns(MemoryBudgetWarning, match=r"held storage\(s\) \[1\]"):
+        loss, logits = wrapped(x)
+        loss.backward()
+        del logits
+
+
+def test_caller_keeps_loss_needs_a_scalar_output_and_a_known_value():
+    net = nn.Sequential(*[Block() for _ in range(4)])  # returns activations: the loss is the caller's
+    wrapped = te.CheckpointedSequential(net, budget="1GiB", backend="cpu", caller_keeps="loss")
+    with pytest.raises(ValueError, match="caller_keeps='output'"):
+        wrapped.prepare(torch.randn(BATCH, WIDTH))
+    for bad in ("logits", None, True):
+        with pytest.raises(ValueError, match=r"caller_keeps=.*'output'.*'loss'"):
+            te.CheckpointedSequential(net, budget="1GiB", caller_keeps=bad)
+        with pytest.raises(ValueError, match=r"caller_keeps=.*'output'.*'loss'"):
+            te.auto_checkpoint(net, "1GiB", caller_keeps=bad)
+
+
+def test_an_infeasible_budget_names_caller_keeps_loss_when_it_would_fit():
+    default, x, _ = wrapped_between(0.0)
+    loss_only, _, _ = wrapped_between(0.0, caller_keeps="loss")
+    budget = (loss_only.min_budget_bytes + default.min_budget_bytes) // 2
+    with pytest.raises(InfeasibleBudgetError, match=r"caller_keeps='loss'") as info:
+        default.replan(budget=budget)
+    assert str(loss_only.min_budget_bytes) in str(info.value)
+    loss_only.replan(budget=budget)
+    _, reading = measure_peak(drop_logits, loss_only, x)
+    assert reading.peak <= budget
+    with pytest.raises(InfeasibleBudgetError) as info:  # below both: no such hint
+        default.replan(budget=loss_only.min_budget_bytes - 1)
+    assert "caller_keeps" not in str(info.value)
 
 
 @pytest.mark.parametrize("drop", [False, True])

@@ -414,19 +414,17 @@ def test_two_sgd_steps_and_pinned_buffers_reused():
     assert wrapped.plan.swaps > 0
     opt_r = torch.optim.SGD(ref_model.parameters(), lr=0.1, momentum=0.9)
     opt_w = torch.optim.SGD(wrapped.parameters(), lr=0.1, momentum=0.9)
+    copies = wrapped._last.copies
     pools = []
-    for k in range(4):
+    for k in range(3):
         x = torch.randn(16, 4, dtype=DT)
         for net, opt in ((ref_model, opt_r), (wrapped, opt_w)):
             opt.zero_grad()
             torch.manual_seed(100 + k)
             loss_of(net(x)).backward()
             opt.step()
-        if k == 1:  # the first backward learned that the caller drops the output: the second step re-planned
-            copies = wrapped._last.copies  # (Note [The caller holds a_N])
-        if k >= 1:
-            assert wrapped._last.copies is copies  # one HostCopies per plan
-            pools.append(({id(b) for b in copies.buffers()}, copies.allocations))
+        assert wrapped._last.copies is copies  # one HostCopies per plan
+        pools.append(({id(b) for b in copies.buffers()}, copies.allocations))
     assert pools[0][0] and pools[0] == pools[1] == pools[2]  # the same host buffers, none allocated again
     for (name, p), q in zip(ref_model.named_parameters(), model.parameters(), strict=True):
         assert torch.equal(p, q), name
@@ -463,8 +461,8 @@ def test_two_forwards_before_one_backward_and_retained_graph():
 
 
 def test_measured_cpu_peak_holds_the_budget_after_the_first_step():
-    # On the CPU the host buffers are CPU memory too; from the second step of a plan on they exist before
-    # the step starts (pool), so the step's allocations are the device-side ones the plan counts.
+    # On the CPU the host buffers are CPU memory too; from the second step on they exist before the
+    # step starts (pool), so the step's allocations are the device-side ones the plan counts.
     x = torch.randn(64, 4, dtype=DT)
     model = mlp(width=64, depth=8)
     wrapped = wrap(model, offload=FAST, bucket=1)
@@ -475,8 +473,7 @@ def test_measured_cpu_peak_holds_the_budget_after_the_first_step():
     assert wrapped.plan.swaps > 0
     for p in model.parameters():
         p.grad = torch.zeros_like(p)
-    for _ in range(2):  # the second step re-plans (the caller drops the output: Note [The caller holds a_N])
-        loss_of(wrapped(x)).backward()  # and allocates the new plan's host buffers
+    loss_of(wrapped(x)).backward()
     wrapped.measure_memory(2)
     for _ in range(2):
         loss_of(wrapped(x)).backward()
@@ -526,3 +523,19 @@ def test_auto_checkpoint_passes_the_link_on():
     plan = wrapped.plan
     assert plan.link == FAST and plan.swaps > 0 and plan.predicted_peak_bytes <= plan.budget_bytes
     assert_bitwise(ref_model, auto_model, ref, got)
+
+
+def test_profile_marks_outputs_the_executor_cannot_move():
+    """A stage returning a sparse tensor: its profiled output is device_only (torch_exec._util.copyable), so
+    a chain whose stage ends there never offloads it (Chain.swappable; Note [Exact copies])."""
+    class ToSparse(nn.Module):
+        def forward(self, x):
+            return torch.tanh(x).to_sparse()
+
+    class ToDense(nn.Module):
+        def forward(self, x):
+            return x.to_dense() * 2
+
+    model = nn.Sequential(nn.Linear(4, 16), ToSparse(), ToDense(), nn.Linear(16, 2)).to(DT)
+    data = te.profile_dict(model, torch.randn(8, 4, dtype=DT), passes=1)
+    assert [bool(s.get("device_only")) for s in data["stages"]] == [False, True, False, False]

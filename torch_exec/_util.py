@@ -236,12 +236,42 @@ def state_nbytes(state) -> int:
     return sum(t.numel() * t.element_size() for t in tensors(state))
 
 
-def block_bytes(key) -> int:
-    """Bytes of one storage (its :func:`storage_key`) in the allocator's blocks (512 B on CUDA, exact
-    on the CPU; :func:`gpusolve.chain.allocator_bytes`)."""
+def device_block_bytes(device, nbytes: int) -> int:
+    """``nbytes`` on ``device`` in the allocator's blocks (512 B on CUDA, exact on the CPU;
+    :func:`gpusolve.chain.allocator_bytes`)."""
     from gpusolve.chain import ALLOCATOR_GRANULE, allocator_bytes
+    return allocator_bytes(nbytes, 1 if str(device) == "cpu" else ALLOCATOR_GRANULE)
+
+
+def block_bytes(key) -> int:
+    """Bytes of one storage (its :func:`storage_key`) in the allocator's blocks."""
     device, _, nbytes = key
-    return allocator_bytes(nbytes, 1 if device == "cpu" else ALLOCATOR_GRANULE)
+    return device_block_bytes(device, nbytes)
+
+
+def output_facts(out) -> dict:
+    """What the executor's byte model needs to know of a model's output ``out`` (Note [Outputs without a
+    gradient] and Note [The caller holds a_N] in torch_exec/executor.py), per tensor in :func:`tensors`
+    order: ``grad_nbytes`` (its gradient in the allocator's blocks; 0 when it carries none: not a
+    floating or complex dtype), ``scalar`` (one element: a loss) and ``storage`` (the index of its
+    storage among the output's distinct storages, None without a plain one); ``storage_nbytes``: those
+    storages' bytes in the allocator's blocks (:func:`held_nbytes`'s rule)."""
+    keys = list(storages(out))
+    index = {key: i for i, key in enumerate(keys)}
+    ts = tensors(out)
+    return {"grad_nbytes": [device_block_bytes(t.device, t.numel() * t.element_size()) if differentiable(t) else 0
+                            for t in ts],
+            "scalar": [t.numel() == 1 for t in ts],
+            "storage": [index.get(storage_key(t)) for t in ts],
+            "storage_nbytes": [block_bytes(key) for key in keys]}
+
+
+def copyable(t: torch.Tensor) -> bool:
+    """Whether the executor can move ``t`` to host memory and back as raw bytes (Note [Exact copies] in
+    torch_exec/offload.py): its values are its storage's bytes viewed with its offset, shape and strides
+    (and its lazy conjugate/negative bits), and it has a plain storage. Not a sparse, nested or quantized
+    tensor, nor a wrapper subclass without a storage."""
+    return t.layout == torch.strided and not t.is_nested and not t.is_quantized and storage_key(t) is not None
 
 
 def held_nbytes(state) -> int:

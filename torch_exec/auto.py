@@ -74,7 +74,7 @@ from torch import fx, nn
 from gpusolve.units import format_bytes
 
 from . import _util as U
-from .executor import CheckpointedSequential, _budget_setting
+from .executor import CheckpointedSequential, _budget_setting, _caller_keeps_setting
 
 MAX_CROSSING = 1
 """Most tensors that may cross a cut (Note [Cut points]). One: with more, a tensor a skip connection
@@ -632,6 +632,8 @@ class AutoCheckpointed(nn.Module):
             self.__dict__[name] = getattr(model, name)
         self.training = model.training
         self.budget = _budget_setting(budget)  # a bad budget fails here, before any capture
+        if "caller_keeps" in executor_kwargs:  # so does a bad caller_keeps
+            _caller_keeps_setting(executor_kwargs["caller_keeps"])
         self.backend = backend
         self.bucket = bucket
         self.max_stages = max_stages or DEFAULT_MAX_STAGES.get(backend, 64)
@@ -939,7 +941,11 @@ def auto_checkpoint(model: nn.Module, budget, *, backend: str = "auto", bucket=N
     arguments, or a dict of keyword arguments); otherwise the first call does it. ``max_stages``: most
     chain stages (default per backend, :data:`DEFAULT_MAX_STAGES`). ``capture``: ``"auto"`` (the graph
     with torch.export, else the model's blocks), ``"export"`` or ``"blocks"``. Other keywords go to
-    :class:`~torch_exec.CheckpointedSequential` (``profile_passes``, ``preserve_rng_state``, ...).
+    :class:`~torch_exec.CheckpointedSequential` (``profile_passes``, ``preserve_rng_state``,
+    ``caller_keeps``, ...). ``caller_keeps="loss"`` says that the training loop keeps and back-propagates
+    only the model's scalar loss (``loss = model(**batch).loss; loss.backward()``, transformers'
+    ``Trainer``): the plans then reserve nothing for the rest of the output, such as a language model's
+    logits, nor for its gradient (Note [The caller holds a_N] in torch_exec/executor.py).
     """
     wrapper = AutoCheckpointed(model, budget, backend=backend, bucket=bucket, max_stages=max_stages, capture=capture,
                                **executor_kwargs)

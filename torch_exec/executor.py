@@ -62,7 +62,8 @@ Note [Outputs without a gradient]
     widths at 4 x 128 tokens on the CPU: 102 926 336 B, 12-20 % of the step's peak at the budgets
     tried; ``bench/results/output_grads_cpu.md``).
     Which outputs get a gradient is known only at the first backward, after the plan was made, so
-    the first plan reserves the gradient of every output (safe), and the backward records which
+    the first plan reserves the gradient of every output (safe; with ``caller_keeps="loss"``, only
+    the scalar outputs', Note [The caller holds a_N]), and the backward records which
     outputs got one (:func:`learn_output_grads`): when fewer did, the next step re-plans with the
     gradients of those only (their dense sizes, in the allocator's blocks), and the plan's notes
     say so. Should a later backward give a gradient to an output the plan counted without one, that
@@ -96,16 +97,21 @@ Note [The caller holds a_N]
     Many callers do drop it: a training step that returns only the loss (transformers' ``Trainer``,
     Lightning's ``training_step``) or ``del out`` before the backward. Then the reserve holds a
     language model's logits through the whole backward for nothing (8.4 GB for 8 x 2048 tokens of a
-    128 k vocabulary in float32). So each backward that does not keep the graph checks, at its end,
-    which storages of a_N are still alive (weak references to the storages, taken in the forward:
-    a detached copy or a view the caller kept counts as holding) once the executor has dropped its
-    own references (:func:`learn_output_holds`). The storages found dead at the end of every backward
-    so far are counted as the caller's to drop: the next step re-plans with a_N's reserve less their
-    bytes, and stage N's tape holding them again (as much of them as stage N made,
-    :func:`with_learned_outputs`); the plan's notes say so. Should a later backward end with one of
-    them alive, that step may have exceeded the plan by its bytes: a
-    :class:`~torch_exec.report.MemoryBudgetWarning` says so and the next steps count it again. The
-    first step, and every step of a graph kept for another backward, plan with the whole reserve.
+    128 k vocabulary in float32), and their gradient too until the first backward shows none comes
+    (Note [Outputs without a gradient]); a budget between the two least budgets is refused at the
+    first call. Such a caller says so: ``caller_keeps="loss"``. The plans then reserve, from the first
+    step, only the scalar outputs (the loss) and their gradients, and stage N's tape holds the rest of
+    a_N again (as much of it as stage N made: :func:`learned_chain`). It is checked: each backward that
+    does not keep the graph looks, at its end, once the executor has dropped its own references,
+    whether a storage counted as dropped is still alive (weak references to a_N's storages, taken in
+    the forward; a view or a detached alias the caller kept counts as holding it). If one is, that step
+    may have exceeded the plan by its bytes: a :class:`~torch_exec.report.MemoryBudgetWarning` says
+    so, and the next steps count it (:func:`learn_output_holds`). Copies of the output made outside
+    the model are the caller's own memory and cannot be seen this way: DistributedDataParallel clones
+    the output when ``find_unused_parameters=True`` (and in the first step of ``static_graph=True``),
+    Accelerate's mixed precision casts it to float32. So this is a declaration, never inferred: by
+    default (``caller_keeps="output"``) the whole of a_N stays reserved. An infeasible budget's error
+    says when ``caller_keeps="loss"`` would make it feasible.
 
 Note [Autograd calls that name tensors]
     The segment backwards are nested engine calls. In a plain ``backward()`` (no tensor named:
@@ -194,7 +200,7 @@ from torch import nn
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from gpusolve.baselines import store_all
-from gpusolve.chain import Chain, allocator_bytes, clones_input, profile_granule
+from gpusolve.chain import Chain, clones_input
 from gpusolve.errors import InfeasibleBudgetError
 from gpusolve.offload.link import Link
 from gpusolve.offload.solver import OffloadPlan, solve_offload
@@ -374,6 +380,29 @@ def executor_chain(chain: Chain, rng: list, sample, preserve_rng: bool, group_mo
                    provenance=dict(chain.provenance, notes=notes))
 
 
+def output_facts_of(entry: Entry, facts: dict) -> None:
+    """Record what the byte model needs of a_N (:func:`torch_exec._util.output_facts`: from the profile,
+    or from the first forward where the profile does not have it)."""
+    entry.out_grad_nbytes = list(facts["grad_nbytes"])
+    entry.out_scalar = list(facts["scalar"])
+    entry.out_storage_of = list(facts["storage"])
+    entry.out_storage_nbytes = list(facts["storage_nbytes"])
+
+
+def loss_only_uses(entry: Entry) -> tuple[frozenset, frozenset]:
+    """``caller_keeps="loss"`` (Note [The caller holds a_N]): (the outputs that get a gradient, the storages
+    of a_N the caller drops) when the caller back-propagates and keeps only the scalar outputs of the model
+    (its loss). Raises ValueError when a_N has no scalar output that carries a gradient."""
+    losses = frozenset(i for i, (scalar, grad) in enumerate(zip(entry.out_scalar, entry.out_grad_nbytes, strict=True))
+                       if scalar and grad)
+    if not losses:
+        raise ValueError("CheckpointedSequential: caller_keeps='loss' but the model's output has no scalar tensor that "
+                         "carries a gradient (a loss); a model returning logits for a loss computed outside it needs "
+                         "caller_keeps='output' (the default)")
+    kept = {entry.out_storage_of[i] for i in losses}
+    return losses, frozenset(range(len(entry.out_storage_nbytes))) - kept
+
+
 def learn_output_grads(entry: Entry, present: list[bool]) -> None:
     """Note [Outputs without a gradient]: record which outputs of a_N got a gradient in this backward
     (``present``); sets ``entry.replan_due`` when the plan should count other gradients than it does."""
@@ -388,17 +417,85 @@ def learn_output_grads(entry: Entry, present: list[bool]) -> None:
                       MemoryBudgetWarning, stacklevel=3)
         seen = seen | entry.out_grads
     entry.out_grads = seen
-    entry.replan_due = _grad_reserve(entry) != entry.grad_reserve
+    entry.replan_due = entry.replan_due or _grad_reserve(entry, seen) != entry.grad_reserve
 
 
-def _grad_reserve(entry: Entry) -> int:
-    """Bytes the gradients of a_N take when only the outputs ``entry.out_grads`` get one: the chain's
-    gradient of a_N (``grad_bytes[N]``) for every output, else their dense sizes in the allocator's blocks."""
+def output_storages(entry: Entry, outs: list) -> list:
+    """Weak references to the distinct storages of a_N's tensors ``outs``, in the order of
+    ``entry.out_storage_nbytes`` (Note [The caller holds a_N]); empty when the output's storages are not
+    those the byte model knows (then nothing is learned)."""
+    keys = list(U.storages(outs))
+    if [U.block_bytes(key) for key in keys] != entry.out_storage_nbytes:
+        return []
+    refs, seen = [], set()
+    for t in outs:
+        key = U.storage_key(t)
+        if key is not None and key not in seen:
+            seen.add(key)
+            refs.append(StorageWeakRef(t.untyped_storage()))
+    return refs
+
+
+def learn_output_holds(entry: Entry, refs: list) -> None:
+    """Note [The caller holds a_N] (``caller_keeps="loss"``): at the end of a backward, with the executor's
+    own references gone, a storage of a_N that the plan counts as dropped but is still alive was held by
+    the caller: warn, and count it from the next step on (``entry.replan_due``)."""
+    if not refs or entry.out_dropped is None:
+        return
+    held = sorted(i for i in entry.out_dropped if not refs[i].expired())
+    if not held:
+        return
+    warnings.warn(f"CheckpointedSequential: the caller held storage(s) {held} of the model's output through the "
+                  f"backward, which caller_keeps='loss' counts as dropped: this step may have exceeded the plan by up "
+                  f"to {sum(entry.out_storage_nbytes[i] for i in held)} B; the next steps count it",
+                  MemoryBudgetWarning, stacklevel=3)
+    entry.out_dropped = entry.out_dropped - frozenset(held)
+    entry.replan_due = True
+
+
+def _grad_reserve(entry: Entry, grads: frozenset | None) -> int:
+    """Bytes the gradients of a_N take when only the outputs ``grads`` get one (None: every output): the
+    chain's gradient of a_N (``grad_bytes[N]``) for every output, else their dense sizes in the
+    allocator's blocks."""
     every = int(entry.plain_chain.grad_bytes[-1])
     differentiable = {i for i, nbytes in enumerate(entry.out_grad_nbytes) if nbytes}
-    if entry.out_grads is None or entry.out_grads >= differentiable:
+    if grads is None or grads >= differentiable:
         return every
-    return min(every, sum(entry.out_grad_nbytes[i] for i in entry.out_grads))
+    return min(every, sum(entry.out_grad_nbytes[i] for i in grads))
+
+
+def _output_reserve(entry: Entry, dropped: frozenset | None) -> int:
+    """Bytes reserved for a_N when the caller drops its storages ``dropped`` (None: none): the whole
+    reserve (:func:`caller_output_bytes`) less theirs."""
+    whole = caller_output_bytes(entry.plain_chain, entry.profile)
+    if not dropped:
+        return whole
+    return max(0, whole - sum(entry.out_storage_nbytes[i] for i in dropped))
+
+
+def learned_chain(entry: Entry, grads: frozenset | None, dropped: frozenset | None) -> tuple[Chain, int, int]:
+    """(``entry.exec_chain`` reserving :func:`_grad_reserve` for the gradients of a_N and
+    :func:`_output_reserve` for a_N itself instead of what it reserves now, those two reserves). Stage N's
+    tape takes back the dropped bytes that stage N made (Note [Outputs without a gradient], Note [The
+    caller holds a_N])."""
+    plain, chain = entry.plain_chain, entry.exec_chain
+    grad_reserve, output = _grad_reserve(entry, grads), _output_reserve(entry, dropped)
+    tape_n, bwd_n = int(plain.tape_bytes[-1]), int(plain.bwd_tape_bytes[-1])
+    if output:  # as executor_chain does, with the dropped bytes back in the tape (at most what stage N made)
+        gone = caller_output_bytes(plain, entry.profile) - output
+        tape_n, bwd_n = output_out_of_tape(tape_n, bwd_n, max(0, plain.made_bytes(plain.n) - gone))
+    scratch = int(chain.fwd_nograd_extra[-1] - plain.fwd_nograd_extra[-1])  # executor_chain's buffer clones
+    tape, bwd_tape = chain.tape_bytes.copy(), chain.bwd_tape_bytes.copy()
+    tape[-1], bwd_tape[-1] = tape_n + scratch, bwd_n + scratch
+    reserved = chain.reserved_bytes - entry.grad_reserve - entry.out_reserve + grad_reserve + output
+    return replace(chain, reserved_bytes=reserved, tape_bytes=tape, bwd_tape_bytes=bwd_tape), grad_reserve, output
+
+
+def with_learned_outputs(entry: Entry) -> Chain:
+    """:func:`learned_chain` for what the backwards so far showed (``entry.out_grads``,
+    ``entry.out_dropped``); updates the entry's two reserves."""
+    chain, entry.grad_reserve, entry.out_reserve = learned_chain(entry, entry.out_grads, entry.out_dropped)
+    return chain
 
 
 def output_grads_note(entry: Entry) -> str | None:
@@ -419,76 +516,22 @@ def caller_output_bytes(chain: Chain, profile: dict) -> int:
     return int(chain.act_bytes[-1]) if held is None else int(held)
 
 
-def output_storages(entry: Entry, outs: list) -> list:
-    """Weak references to the distinct storages of a_N's tensors ``outs`` (Note [The caller holds
-    a_N]); records their bytes in the allocator's blocks in ``entry.out_storage_nbytes`` the first time."""
-    keys = list(U.storages(outs))
-    if not entry.out_storage_nbytes:
-        entry.out_storage_nbytes = [U.block_bytes(key) for key in keys]
-    if len(keys) != len(entry.out_storage_nbytes):  # not the same output structure: learn nothing
-        return []
-    refs, seen = [], set()
-    for t in outs:
-        key = U.storage_key(t)
-        if key is not None and key not in seen:
-            seen.add(key)
-            refs.append(StorageWeakRef(t.untyped_storage()))
-    return refs
-
-
-def learn_output_holds(entry: Entry, refs: list) -> None:
-    """Note [The caller holds a_N]: at the end of a backward, with the executor's own references gone,
-    record which storages of a_N (``refs``, :func:`output_storages`) the caller dropped; sets
-    ``entry.replan_due`` when the plan should reserve other bytes for a_N than it does."""
-    if not refs:
-        return
-    dropped = frozenset(i for i, ref in enumerate(refs) if ref.expired())
-    if entry.out_dropped is not None and not entry.out_dropped <= dropped:
-        held = sorted(entry.out_dropped - dropped)
-        warnings.warn(f"CheckpointedSequential: the caller held storage(s) {held} of the model's output through "
-                      f"the backward, which earlier steps dropped before it and the plan counted as dropped: this "
-                      f"step may have exceeded the plan by up to {sum(entry.out_storage_nbytes[i] for i in held)} B; "
-                      f"the next steps count it", MemoryBudgetWarning, stacklevel=3)
-    entry.out_dropped = dropped if entry.out_dropped is None else entry.out_dropped & dropped
-    entry.replan_due = entry.replan_due or _output_reserve(entry) != entry.out_reserve
-
-
-def _output_reserve(entry: Entry) -> int:
-    """Bytes reserved for a_N when the caller drops the storages ``entry.out_dropped``: the whole
-    reserve (:func:`caller_output_bytes`) less theirs."""
-    whole = caller_output_bytes(entry.plain_chain, entry.profile)
-    if not entry.out_dropped:
-        return whole
-    return max(0, whole - sum(entry.out_storage_nbytes[i] for i in entry.out_dropped))
-
-
-def with_learned_outputs(entry: Entry) -> Chain:
-    """``entry.exec_chain`` reserving :func:`_grad_reserve` for the gradients of a_N and
-    :func:`_output_reserve` for a_N itself instead of what it reserves now (``entry.grad_reserve``,
-    ``entry.out_reserve``, both updated); stage N's tape takes back the dropped bytes that stage N made
-    (Note [Outputs without a gradient], Note [The caller holds a_N])."""
-    plain, chain = entry.plain_chain, entry.exec_chain
-    grads, output = _grad_reserve(entry), _output_reserve(entry)
-    tape_n, bwd_n = int(plain.tape_bytes[-1]), int(plain.bwd_tape_bytes[-1])
-    if output:  # as executor_chain does, with the dropped bytes back in the tape (at most what stage N made)
-        dropped = caller_output_bytes(plain, entry.profile) - output
-        tape_n, bwd_n = output_out_of_tape(tape_n, bwd_n, max(0, plain.made_bytes(plain.n) - dropped))
-    scratch = int(chain.fwd_nograd_extra[-1] - plain.fwd_nograd_extra[-1])  # executor_chain's buffer clones
-    tape, bwd_tape = chain.tape_bytes.copy(), chain.bwd_tape_bytes.copy()
-    tape[-1], bwd_tape[-1] = tape_n + scratch, bwd_n + scratch
-    reserved = chain.reserved_bytes - entry.grad_reserve - entry.out_reserve + grads + output
-    entry.grad_reserve, entry.out_reserve = grads, output
-    return replace(chain, reserved_bytes=reserved, tape_bytes=tape, bwd_tape_bytes=bwd_tape)
-
-
 def output_holds_note(entry: Entry) -> str | None:
-    """The plan's note when it reserves less than the whole of a_N (the caller drops some of it), else None."""
+    """The plan's note when it reserves less than the whole of a_N (``caller_keeps="loss"``), else None."""
     whole = caller_output_bytes(entry.plain_chain, entry.profile)
     if entry.out_reserve == whole:
         return None
-    return (f"the caller dropped storage(s) {sorted(entry.out_dropped)} of the model's output before the end of "
-            f"every backward so far: the plan reserves {entry.out_reserve} B for the output instead of {whole} B "
-            f"(Note [The caller holds a_N] in torch_exec/executor.py)")
+    return (f"caller_keeps='loss': the plan reserves {entry.out_reserve} B for the model's output, its scalar "
+            f"loss, instead of {whole} B for all of it (Note [The caller holds a_N] in torch_exec/executor.py)")
+
+
+def least_budget_bytes(chain: Chain, link: Link | None) -> int:
+    """The least budget a plan for ``chain`` fits in: recomputing only, or also offloading over ``link``."""
+    if link is not None and not link.is_useless:
+        from gpusolve.offload.dp import min_offload_bytes
+        return min_offload_bytes(chain)
+    from gpusolve.dp.minpeak import min_feasible_bytes
+    return min_feasible_bytes(chain)
 
 
 def plain_peak_bytes(entry) -> int:
@@ -543,12 +586,16 @@ class Entry(ProgramSplit):
     out_grads: frozenset | None = None
     out_grad_nbytes: list = field(default_factory=list)
     grad_reserve: int = 0
-    # Note [The caller holds a_N]: a_N's distinct storages in the allocator's blocks, those the caller
-    # dropped before the end of every backward so far (None: not known yet), and the bytes reserved for a_N
+    # Note [The caller holds a_N]: per output tensor, whether it is a scalar (a loss) and its storage's index;
+    # a_N's distinct storages in the allocator's blocks; those the plan counts as dropped by the caller
+    # (caller_keeps="loss"; None: none), and the bytes reserved for a_N
+    out_scalar: list = field(default_factory=list)
+    out_storage_of: list = field(default_factory=list)
     out_storage_nbytes: list = field(default_factory=list)
     out_dropped: frozenset | None = None
     out_reserve: int = 0
-    replan_due: bool = False          # a backward learned other gradients of a_N, or other holds, than planned
+    loss_only: bool = False           # caller_keeps="loss"
+    replan_due: bool = False          # a backward showed other gradients of a_N, or other holds, than planned
 
 
 # ---------------------------------------------------------------------------- the interpreter
@@ -940,13 +987,11 @@ class _ScheduleFunction(torch.autograd.Function):
         ctx.save_for_backward(*inputs)
         outs = U.tensors(out)
         ctx.set_materialize_grads(False)  # Note [Outputs without a gradient]
-        if not entry.out_grad_nbytes:
-            granule = profile_granule(entry.profile)
-            entry.out_grad_nbytes = [allocator_bytes(t.numel() * t.element_size(), granule) if U.differentiable(t)
-                                     else 0 for t in outs]
+        if not entry.out_grad_nbytes:  # a profile that does not record them (an older version's)
+            output_facts_of(entry, U.output_facts(outs))
         ctx.out_is_tensor = isinstance(out, torch.Tensor)
         results = _detached_results(ctx, outs)
-        ctx.out_refs = output_storages(entry, outs)  # Note [The caller holds a_N]
+        ctx.out_refs = output_storages(entry, outs) if entry.loss_only else []  # Note [The caller holds a_N]
         return results[0] if ctx.out_is_tensor else results
 
     @staticmethod
@@ -995,7 +1040,7 @@ class _ScheduleFunction(torch.autograd.Function):
         input_grads = [g if rg else None for g, rg in zip(grads, rt.rg0, strict=False)]
         if wanted:
             box.append(mode.param_grads)
-        if not keep:  # the executor holds nothing of a_N now: what is alive, the caller holds
+        if not keep and ctx.out_refs:  # the executor holds nothing of a_N now: what is alive, the caller holds
             entry = rt.entry
             del rt, snapshot, grads
             learn_output_holds(entry, ctx.out_refs)
@@ -1058,6 +1103,16 @@ def _offload_setting(offload):
         return Link.parse(offload)
     raise TypeError(f"offload must be None, a gpusolve.offload.link.Link, a rate string such as '12GB/s' or "
                     f"'measure', got {offload!r}")
+
+
+def _caller_keeps_setting(value) -> str:
+    """``caller_keeps``: what of the model's output the caller holds through the backward (Note [The caller
+    holds a_N]): "output" (all of it, the default) or "loss" (its scalar loss only)."""
+    if value not in ("output", "loss"):
+        raise ValueError(f"caller_keeps={value!r}: give 'output' (the training loop may hold the model's output "
+                         f"through the backward: the default) or 'loss' (it keeps and back-propagates only the "
+                         f"model's scalar loss, e.g. loss = model(**batch).loss; loss.backward())")
+    return value
 
 
 def _budget_setting(budget):
@@ -1150,6 +1205,13 @@ class CheckpointedSequential(_PlannedModule):
     the plan runs (the copies are plain CPU tensors: a test path, nothing is saved) and ``"measure"``
     raises. ``schedule_fn`` may return policies with ``Swap`` nodes when ``offload`` is given.
 
+    ``caller_keeps``: what of the model's output the training loop holds through the backward.
+    ``"output"`` (the default): possibly all of it (``out = model(x); loss = f(out); loss.backward()``),
+    so the plans reserve it for the whole step. ``"loss"``: only the model's scalar loss, which is also
+    all it back-propagates (``loss = model(x)[0]; loss.backward()``; transformers' ``Trainer``): the plans
+    reserve nothing for the rest of the output nor for its gradient, and a backward that ends with more
+    of the output alive warns and has it counted (Note [The caller holds a_N]).
+
     A stage that is a plain callable (not an ``nn.Module``) must not use parameters the wrapper cannot
     see: a callable reaching a module with parameters or buffers, or a tensor requiring grad, through its
     closure, defaults, ``functools.partial`` arguments, bound ``__self__`` or the globals it names is
@@ -1169,8 +1231,9 @@ class CheckpointedSequential(_PlannedModule):
 
     def __init__(self, stages, budget="6GiB", bucket=None, backend: str = "auto", *, profile_passes: int = 3,
                  profile_warmup: int = 1, schedule_fn=None, preserve_rng_state: bool = True, network: str | None = None,
-                 measure_steps: int = 3, modules=(), offload=None):
+                 measure_steps: int = 3, modules=(), offload=None, caller_keeps: str = "output"):
         super().__init__()
+        self.caller_keeps = _caller_keeps_setting(caller_keeps)
         self._meter = StepMeter(cuda_steps=measure_steps)
         self.names, fns = U.stage_list(stages)
         self.stages = nn.ModuleList([f for f in fns if isinstance(f, nn.Module)])
@@ -1195,14 +1258,9 @@ class CheckpointedSequential(_PlannedModule):
     @property
     def min_budget_bytes(self) -> int | None:
         """The least budget under which this wrapper can run the latest input signature (bytes)."""
-        from gpusolve.dp.minpeak import min_feasible_bytes
         if self._last is None:
             return None
-        link = self._last.link
-        if link is not None and not link.is_useless:
-            from gpusolve.offload.dp import min_offload_bytes
-            return min_offload_bytes(self._last.exec_chain)
-        return min_feasible_bytes(self._last.exec_chain)
+        return least_budget_bytes(self._last.exec_chain, self._last.link)
 
     def prepare(self, *sample_input, profile: dict | None = None) -> Plan:
         """Profile and solve for inputs like ``sample_input`` now (otherwise the first call does it).
@@ -1253,7 +1311,18 @@ class CheckpointedSequential(_PlannedModule):
                       exec_chain=executor_chain(chain, rng, sample, self.preserve_rng_state, group_modules,
                                                 output_bytes=caller_output_bytes(chain, data)),
                       # executor_chain reserves every output's gradient, and the whole output
-                      grad_reserve=int(chain.grad_bytes[-1]), out_reserve=caller_output_bytes(chain, data))
+                      grad_reserve=int(chain.grad_bytes[-1]), out_reserve=caller_output_bytes(chain, data),
+                      loss_only=self.caller_keeps == "loss")
+        facts = data["stages"][-1].get("outputs")
+        if facts is not None:
+            output_facts_of(entry, facts)
+        if entry.loss_only:  # Note [The caller holds a_N]: planned so from the first step
+            if facts is None:
+                raise ValueError("CheckpointedSequential: caller_keeps='loss' needs a profile that records the model's "
+                                 "output (made by this version of torch_exec); profile again: drop the profile= "
+                                 "argument, or call replan(profile=True)")
+            entry.out_grads, entry.out_dropped = loss_only_uses(entry)
+            entry.exec_chain = with_learned_outputs(entry)
         self._plan_entry(entry)
         return entry
 
@@ -1320,10 +1389,11 @@ class CheckpointedSequential(_PlannedModule):
             try:
                 plan = self._solve(chain, budget, link)
             except InfeasibleBudgetError as err:
-                if not isinstance(self.budget, str):
+                more = _needs_at_least(err, self.budget, plain_peak) if isinstance(self.budget, str) else ""
+                more += self._loss_only_hint(entry, budget, link)
+                if not more:
                     raise
-                raise InfeasibleBudgetError(f"{err}{_needs_at_least(err, self.budget, plain_peak)}",
-                                            err.min_bytes) from None
+                raise InfeasibleBudgetError(f"{err}{more}", err.min_bytes) from None
             release_device_memory()  # the solver's device workspace goes back to training
         if isinstance(self.budget, str):  # a percentage: say what it resolved to
             plan.notes = [f"budget {self.budget} of plain autograd's peak {plain_peak} B (measured when profiling): "
@@ -1336,8 +1406,11 @@ class CheckpointedSequential(_PlannedModule):
         recomputed = {op.stage for op in plan.schedule[entry.split + 1:]
                       if op.kind in (OpKind.FWD_NOGRAD, OpKind.FWD_TAPE)}
         entry.recomputed = [s in recomputed for s in range(chain.n + 1)]
-        # A store-all plan is plain autograd: run it as such (same graph, same memory, no overhead).
-        entry.plain = not recomputed and all(code != NOGRAD for code, *_ in entry.program)
+        # A store-all plan is plain autograd: run it as such (same graph, same memory, no overhead). Not when
+        # it fits only with what the backwards showed of a_N: plain autograd would not check it any more.
+        learned = (entry.grad_reserve, entry.out_reserve) != (int(plain.grad_bytes[-1]),
+                                                              caller_output_bytes(plain, entry.profile))
+        entry.plain = not recomputed and all(code != NOGRAD for code, *_ in entry.program) and not learned
         # Note [Pinned buffers once per plan] in torch_exec/offload.py: one pool and copy stream per plan.
         swaps = sum(1 for op in plan.schedule if op.kind is OpKind.OFFLOAD)
         entry.copies = HostCopies(entry.device) if swaps else None
@@ -1346,6 +1419,22 @@ class CheckpointedSequential(_PlannedModule):
                 f"offloading on {entry.device}: the 'host' copies are plain tensors in the same memory (a test path: "
                 f"nothing is saved; offloading only makes sense on a CUDA device)"]
         entry.plan = plan
+
+    def _loss_only_hint(self, entry: Entry, budget: int, link: Link | None) -> str:
+        """What an infeasible budget's error adds when the caller may hold the whole output
+        (``caller_keeps="output"``) but a loop keeping only the loss would fit: the remedy."""
+        if entry.loss_only or not entry.out_scalar:
+            return ""
+        try:
+            grads, dropped = loss_only_uses(entry)
+        except ValueError:  # no scalar loss among the outputs
+            return ""
+        least = least_budget_bytes(learned_chain(entry, grads, dropped)[0], link)
+        if least > budget:
+            return ""
+        return (f"; a training loop that keeps and back-propagates only the model's scalar loss (loss = "
+                f"model(...).loss; loss.backward(), as transformers' Trainer does) needs only {least} B: pass "
+                f"caller_keeps='loss' (Note [The caller holds a_N] in torch_exec/executor.py)")
 
     def replan(self, budget="keep", schedule_fn="keep", profile: bool = False, offload="keep") -> None:
         """Change the budget, ``schedule_fn`` and/or ``offload`` and re-solve every cached input signature

@@ -47,8 +47,9 @@ Note [Exact copies]
     temporary ``copy_`` would make on the copy stream, which no plan counts. The bytes copied and
     re-allocated are exactly those the byte model counts for the state (``held_nbytes``: every storage,
     whole). A tensor whose values are not just its storage's bytes (sparse, nested, quantized) or that
-    has no plain storage (a wrapper subclass) is not copied: it stays referenced, as in Note [Shared
-    storages]. RNG replay and BatchNorm handling of the stages around it are unaffected.
+    has no plain storage (a wrapper subclass) is not copied (``torch_exec._util.copyable``): it stays
+    referenced, as in Note [Shared storages]; the profiler marks such an output ``device_only`` and the
+    solver never moves it (``Chain.swappable``). RNG replay and BatchNorm handling of the stages around it are unaffected.
 
 Note [Shared storages]
     A tuple state may pass a tensor through from an earlier state (``(x, f(h))``). A storage of a_s that
@@ -178,8 +179,8 @@ class StepCopies:
         index: dict = {}  # storage key -> its position in `stores`
         pairs, slots, stores = [], [], []
         for t in U.tensors(state):
-            key = U.storage_key(t) if _plain(t) else None
-            if key is None or key in held:
+            key = U.storage_key(t)
+            if not U.copyable(t) or key in held:
                 slots.append(_Slot(kept=t))
                 continue
             if key not in index:
@@ -274,13 +275,6 @@ class StepCopies:
         """Bytes of host buffers this step holds."""
         return sum(store.host.numel() for _, _, stores in self.slots.values() for store in stores
                    if store.host is not None)
-
-
-def _plain(t: torch.Tensor) -> bool:
-    """Whether ``t``'s values are its storage's bytes viewed with its offset, shape and strides (and its
-    lazy conjugate/negative bits): what :meth:`_Slot.view` rebuilds. Not a sparse, nested or quantized
-    tensor; those stay referenced (Note [Exact copies])."""
-    return t.layout == torch.strided and not t.is_nested and not t.is_quantized
 
 
 def _raw(t: torch.Tensor) -> torch.Tensor:

@@ -34,8 +34,9 @@ import torch
 
 from gpusolve.chain import PROFILE_FORMAT, Chain
 
-from ._util import (ModelSnapshot, RngState, aliases, buffers_of, clone, cuda_devices, held_from, held_nbytes,
-                    make_leaf, params_of, stage_list, stage_state, state_nbytes, storage_key, storages, tensors)
+from ._util import (ModelSnapshot, RngState, aliases, buffers_of, clone, copyable, cuda_devices, held_from,
+                    held_nbytes, make_leaf, output_facts, params_of, stage_list, stage_state, state_nbytes,
+                    storage_key, storages, tensors)
 from .meter import MemoryMeter
 
 
@@ -263,6 +264,10 @@ class _Passes:
                     mem[s].update(x_nbytes=state_nbytes(out), held_nbytes=held_nbytes(out), aliases=bool(alias),
                                   held_from=held_from(out, origin),
                                   rng=not rng_before.equals(RngState.capture(devices)))
+                    if not all(copyable(t) for t in tensors(out)):  # never moved to the host (Chain.swappable)
+                        mem[s]["device_only"] = True
+                    if s == n - 1:  # the model's output: what the executor's byte model needs of it
+                        mem[s]["outputs"] = output_facts(out)
                     del rng_before
                     if versions != _versions(state) and not alias:
                         mem[s]["mutates_input"] = True

@@ -271,6 +271,29 @@ def test_an_infeasible_budget_names_caller_keeps_loss_when_it_would_fit():
     assert "caller_keeps" not in str(info.value)
 
 
+def test_a_percentage_is_of_the_plain_step_that_keeps_only_the_loss():
+    """With caller_keeps='loss' the profiler also measures plain autograd's step as that loop runs it
+    (only the loss kept and back-propagated): a percentage budget is taken of that peak."""
+    net, x = model(), torch.randn(BATCH, WIDTH)
+    plain = copy.deepcopy(net)
+    wrapped = te.CheckpointedSequential(net, budget="100%", backend="cpu", caller_keeps="loss")
+    wrapped.prepare(x)
+    reference = wrapped._last.profile["reference"]
+    every, loss_only = reference["store_all_peak_bytes"], reference["loss_only_peak_bytes"]
+    assert every - loss_only >= LOGITS  # the held logits and their seeded gradient, at least one of them
+    for p in plain.parameters():
+        p.grad = torch.zeros_like(p)
+    _, reading = measure_peak(drop_logits, plain, x)  # the loop's own plain step, measured here
+    assert abs(reading.peak - loss_only) <= 0.01 * loss_only, (reading.peak, loss_only)
+    assert wrapped.plan.budget_bytes == loss_only
+    assert any("a step keeping only the loss" in n for n in wrapped.plan.notes)
+    for p in wrapped.parameters():
+        p.grad = torch.zeros_like(p)
+    drop_logits(wrapped, x)
+    _, reading = measure_peak(drop_logits, wrapped, x)
+    assert reading.peak <= wrapped.plan.budget_bytes
+
+
 @pytest.mark.parametrize("drop", [False, True])
 def test_the_benchmark_runs(tmp_path, drop):
     """bench/output_grads.py end to end on the example transformer (the caller holding its outputs, or

@@ -101,7 +101,8 @@ Note [The caller holds a_N]
     (Note [Outputs without a gradient]); a budget between the two least budgets is refused at the
     first call. Such a caller says so: ``caller_keeps="loss"``. The plans then reserve, from the first
     step, only the scalar outputs (the loss) and their gradients, and stage N's tape holds the rest of
-    a_N again (as much of it as stage N made: :func:`learned_chain`). It is checked: each backward that
+    a_N again (as much of it as stage N made: :func:`learned_chain`), and a percentage budget is taken
+    of plain autograd's peak in that loop (:func:`reference_peak_bytes`). It is checked: each backward that
     does not keep the graph looks, at its end, once the executor has dropped its own references,
     whether a storage counted as dropped is still alive (weak references to a_N's storages, taken in
     the forward; a view or a detached alias the caller kept counts as holding it). If one is, that step
@@ -536,11 +537,22 @@ def least_budget_bytes(chain: Chain, link: Link | None) -> int:
 
 def plain_peak_bytes(entry) -> int:
     """Plain autograd's step peak for this entry: measured by the profiler (the plain path runs
-    exactly that step), else the model's store-all peak."""
+    exactly that step, its caller holding every output and seeding a gradient for each), else the
+    model's store-all peak."""
     measured = entry.profile.get("reference", {}).get("store_all_peak_bytes")
     if measured:  # the profiled step held nothing beside the stages; the chain's model counts held_bytes
         return int(measured) + entry.held_bytes
     return store_all_peak_bytes(entry.plain_chain)
+
+
+def reference_peak_bytes(entry) -> tuple[int, str]:
+    """(the plain autograd peak a percentage budget is taken of, what step it is): with
+    ``caller_keeps="loss"`` the profiler's step that keeps and back-propagates only the loss (the
+    caller's own loop), else :func:`plain_peak_bytes`."""
+    loss_only = entry.profile.get("reference", {}).get("loss_only_peak_bytes")
+    if entry.loss_only and loss_only:
+        return int(loss_only) + entry.held_bytes, "a step keeping only the loss, measured when profiling"
+    return plain_peak_bytes(entry), "measured when profiling"
 
 
 class ProgramSplit:
@@ -1289,7 +1301,7 @@ class CheckpointedSequential(_PlannedModule):
             with _standin_params([self]):  # Note [DistributedDataParallel]
                 data = profile_dict(list(self._fns), sample, passes=self.profile_passes,
                                     warmup=self.profile_warmup, network=self.network, names=self.names,
-                                    modules=self._extras)
+                                    modules=self._extras, loss_only=self.caller_keeps == "loss")
         # Map the fused stages' member names back to the callables.
         chain = chain_from_profile(data)
         if self.held_bytes:  # held through the whole step: reserved (budget and plans count it)
@@ -1343,10 +1355,10 @@ class CheckpointedSequential(_PlannedModule):
 
     def budget_bytes_for(self, entry: Entry) -> int | None:
         """The byte budget of one input signature: the budget in bytes, or a percentage of that
-        signature's plain autograd peak (:func:`plain_peak_bytes`, measured when profiling)."""
+        signature's plain autograd peak (:func:`reference_peak_bytes`, measured when profiling)."""
         if self.budget is None:
             return None
-        return parse_budget(self.budget, lambda: plain_peak_bytes(entry), "budget")
+        return parse_budget(self.budget, lambda: reference_peak_bytes(entry)[0], "budget")
 
     def link_for(self, device) -> Link | None:
         """The host link plans for inputs on ``device`` are made for (``offload=``), or None."""
@@ -1389,15 +1401,17 @@ class CheckpointedSequential(_PlannedModule):
             try:
                 plan = self._solve(chain, budget, link)
             except InfeasibleBudgetError as err:
-                more = _needs_at_least(err, self.budget, plain_peak) if isinstance(self.budget, str) else ""
+                more = (_needs_at_least(err, self.budget, reference_peak_bytes(entry)[0])
+                        if isinstance(self.budget, str) else "")
                 more += self._loss_only_hint(entry, budget, link)
                 if not more:
                     raise
                 raise InfeasibleBudgetError(f"{err}{more}", err.min_bytes) from None
             release_device_memory()  # the solver's device workspace goes back to training
         if isinstance(self.budget, str):  # a percentage: say what it resolved to
-            plan.notes = [f"budget {self.budget} of plain autograd's peak {plain_peak} B (measured when profiling): "
-                          f"{budget} B"] + list(plan.notes)
+            reference, what = reference_peak_bytes(entry)
+            plan.notes = [f"budget {self.budget} of plain autograd's peak {reference} B ({what}): {budget} B"
+                          ] + list(plan.notes)
         if chain is not plain:
             plan.notes = list(plan.notes) + [n for n in (output_grads_note(entry), output_holds_note(entry)) if n]
         entry.chain = chain

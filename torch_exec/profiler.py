@@ -92,8 +92,10 @@ def load_profile(path, fuse_aliasing: bool = True) -> Chain:
 
 
 def profile_dict(stages, sample_input, passes: int = 5, warmup: int = 1, network: str | None = None,
-                 names: list[str] | None = None, modules=()) -> dict:
+                 names: list[str] | None = None, modules=(), loss_only: bool = False) -> dict:
     """The ``measured-chain/1`` dict of ``stages`` on ``sample_input`` (see :func:`profile`).
+    ``loss_only``: also measure plain autograd's step for a caller that keeps and back-propagates only
+    the scalar outputs (``reference["loss_only_peak_bytes"]``; ``caller_keeps="loss"``).
 
     Extra fields beyond the shared format: ``input_requires_grad``, and per stage ``aliases``
     (the output shares all its storage with the input), ``rng`` (its forward draws random numbers),
@@ -120,11 +122,11 @@ def profile_dict(stages, sample_input, passes: int = 5, warmup: int = 1, network
     _PROFILING.depth = getattr(_PROFILING, "depth", 0) + 1
     try:
         if device.type == "cuda":
-            measured = _CudaProfiler(fns, sample_input, device, state).run(passes, warmup)
+            measured = _CudaProfiler(fns, sample_input, device, state, loss_only).run(passes, warmup)
         else:
             warnings.warn("profiling on the CPU: stage times are CPU times (perf_counter); memory is the CPU "
                           "allocator's", CPUTimingWarning, stacklevel=3)
-            measured = _CpuProfiler(fns, sample_input, state).run(passes, warmup)
+            measured = _CpuProfiler(fns, sample_input, state, loss_only).run(passes, warmup)
     finally:
         _PROFILING.depth -= 1
         snapshot.restore()
@@ -176,9 +178,10 @@ class _Passes:
     every allocation); subclasses supply the clock.
     """
 
-    def __init__(self, fns, sample, device, state=None):
+    def __init__(self, fns, sample, device, state=None, loss_only: bool = False):
         self.fns = fns
         self.n = len(fns)
+        self.loss_only = loss_only  # also measure a plain step that keeps only the loss (metered_plain_step)
         self.sample = sample
         self.device = device
         self.rg = [t.requires_grad for t in tensors(sample)]
@@ -297,22 +300,9 @@ class _Passes:
             bounds.backward(final)
             del final, held_input
             # plain autograd's step, for the reference figures
-            # The input is not part of the step's peak, and it stays held through the step as the
-            # caller's tensor does (a first stage that does not save it would otherwise free it
-            # inside the measured region and lower every later reading by its size).
-            held_input = state = clone(make_leaf(self.sample, self.rg))
-            ref_start = meter.mark()
-            with torch.enable_grad():
-                for fn in self.fns:
-                    state = fn(state)
-                final = [t for t in tensors(state) if t.requires_grad]
-                del state
-                retained = meter.mark()
-                if final:
-                    torch.autograd.backward(final, [torch.ones_like(t) for t in final])
-            del final
-            ref_end = meter.mark()
-            del held_input
+            ref_start, retained, ref_end = self.metered_plain_step(meter, loss_only=False)
+            if self.loss_only:
+                loss_start, _, loss_end = self.metered_plain_step(meter, loss_only=True)
         for s in range(n):
             ng = meter.between(*ng_marks[s])
             g = meter.between(*g_marks[s])
@@ -333,7 +323,32 @@ class _Passes:
             mem[s - 1].update(bwd_peak=int(reading.peak), bwd_delta=int(reading.delta))
         reference = {"store_all_peak_bytes": int(meter.between(ref_start, ref_end).peak),
                      "retained_after_forward_bytes": int(meter.between(ref_start, retained).delta)}
+        if self.loss_only:
+            reference["loss_only_peak_bytes"] = int(meter.between(loss_start, loss_end).peak)
         return mem, reference
+
+    def metered_plain_step(self, meter, loss_only: bool) -> tuple:
+        """One plain autograd step (forward, backward), marked: (start, after the forward, end). The
+        caller holds every output through the backward and seeds a gradient for each (what any loop
+        uses at most), or with ``loss_only`` keeps and back-propagates only the scalar outputs (its
+        loss: ``caller_keeps="loss"``, Note [The caller holds a_N] in torch_exec/executor.py). The
+        input is not part of the step's peak, and it stays held through the step as the caller's tensor
+        does (a first stage that does not save it would otherwise free it inside the measured region
+        and lower every later reading by its size)."""
+        held_input = state = clone(make_leaf(self.sample, self.rg))
+        start = meter.mark()
+        with torch.enable_grad():
+            for fn in self.fns:
+                state = fn(state)
+            final = [t for t in tensors(state) if t.requires_grad and (t.numel() == 1 or not loss_only)]
+            del state
+            retained = meter.mark()
+            if final:
+                torch.autograd.backward(final, [torch.ones_like(t) for t in final])
+        del final
+        end = meter.mark()
+        del held_input
+        return start, retained, end
 
     @contextlib.contextmanager
     def saved_hooks(self):
@@ -483,8 +498,8 @@ class _Boundaries:
 class _CpuProfiler(_Passes):
     """CPU times from ``time.perf_counter``; memory from the CPU allocator's events."""
 
-    def __init__(self, fns, sample, state=None):
-        super().__init__(fns, sample, torch.device("cpu"), state)
+    def __init__(self, fns, sample, state=None, loss_only: bool = False):
+        super().__init__(fns, sample, torch.device("cpu"), state, loss_only)
 
     def mark(self):
         return time.perf_counter()

@@ -271,6 +271,49 @@ def test_an_infeasible_budget_names_caller_keeps_loss_when_it_would_fit():
     assert "caller_keeps" not in str(info.value)
 
 
+class LossAndCodebook(nn.Module):
+    """Returns its loss beside a buffer of its own: storage alive whatever the caller keeps."""
+
+    def __init__(self, targets):
+        super().__init__()
+        self.head = nn.Linear(WIDTH, VOCAB)
+        self.targets = targets
+        self.register_buffer("codebook", torch.randn(VOCAB, WIDTH))
+
+    def forward(self, x):
+        return nn.functional.cross_entropy(self.head(x), self.targets), self.codebook
+
+
+def test_caller_keeps_loss_does_not_count_module_state_in_the_output_as_dropped():
+    """A buffer (or the model's input) returned beside the loss stays alive after every backward: it is not
+    counted as dropped, so the loop that keeps only the loss gets no false warning and no re-plan."""
+    torch.manual_seed(0)
+    net = nn.Sequential(*[Block() for _ in range(8)], LossAndCodebook(torch.randint(0, VOCAB, (BATCH,))))
+    x = torch.randn(BATCH, WIDTH)
+    probe = te.CheckpointedSequential(net, budget="1GiB", backend="cpu", caller_keeps="loss")
+    probe.prepare(x)
+    assert probe._last.out_storage_external == [False, True] and probe._last.out_dropped == frozenset()
+    wrapped = te.CheckpointedSequential(net, budget=probe.min_budget_bytes, backend="cpu", caller_keeps="loss")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", MemoryBudgetWarning)
+        for _ in range(2):
+            loss, _ = wrapped(x)
+            loss.backward()
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("transformers") is None, reason="transformers not installed")
+def test_caller_keeps_loss_with_the_blocks_fallback():
+    """The blocks' chain ends in the hidden state the rest of the model reads: caller_keeps='loss' does not
+    apply to it (a note says so) instead of refusing the model."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    import auto_models
+    model, args, kwargs, loss_of = auto_models.make_hf("hf_llama")
+    wrapped = te.auto_checkpoint(model, "60%", backend="cpu", caller_keeps="loss", capture="blocks")
+    wrapped.prepare(*args, **kwargs)
+    assert wrapped.capture.method == "blocks" and any("does not apply" in n for n in wrapped.capture.notes)
+    loss_of(wrapped(*args, **kwargs)).backward()
+
+
 def test_a_percentage_is_of_the_plain_step_that_keeps_only_the_loss():
     """With caller_keeps='loss' the profiler also measures plain autograd's step as that loop runs it
     (only the loss kept and back-propagated): a percentage budget is taken of that peak."""

@@ -249,13 +249,15 @@ def block_bytes(key) -> int:
     return device_block_bytes(device, nbytes)
 
 
-def output_facts(out) -> dict:
+def output_facts(out, external=frozenset()) -> dict:
     """What the executor's byte model needs to know of a model's output ``out`` (Note [Outputs without a
     gradient] and Note [The caller holds a_N] in torch_exec/executor.py), per tensor in :func:`tensors`
     order: ``grad_nbytes`` (its gradient in the allocator's blocks; 0 when it carries none: not a
     floating or complex dtype), ``scalar`` (one element: a loss) and ``storage`` (the index of its
     storage among the output's distinct storages, None without a plain one); ``storage_nbytes``: those
-    storages' bytes in the allocator's blocks (:func:`held_nbytes`'s rule)."""
+    storages' bytes in the allocator's blocks (:func:`held_nbytes`'s rule); ``storage_external``: whether
+    each storage is in ``external`` (storage keys of the model's input, parameters and buffers: alive
+    whatever the caller keeps)."""
     keys = list(storages(out))
     index = {key: i for i, key in enumerate(keys)}
     ts = tensors(out)
@@ -263,7 +265,8 @@ def output_facts(out) -> dict:
                             for t in ts],
             "scalar": [t.numel() == 1 for t in ts],
             "storage": [index.get(storage_key(t)) for t in ts],
-            "storage_nbytes": [block_bytes(key) for key in keys]}
+            "storage_nbytes": [block_bytes(key) for key in keys],
+            "storage_external": [key in external for key in keys]}
 
 
 def copyable(t: torch.Tensor) -> bool:

@@ -760,6 +760,11 @@ class AutoCheckpointed(nn.Module):
         kwargs_exec = {"budget": self.budget, "bucket": self.bucket, "backend": self.backend,
                        "network": type(self._model).__name__}
         kwargs_exec.update(self._executor_kwargs)
+        if cap.method == "blocks" and kwargs_exec.get("caller_keeps") == "loss":
+            # the blocks' output is the hidden state the rest of the model reads inside the step, not the loss
+            kwargs_exec["caller_keeps"] = "output"
+            cap.notes.append("caller_keeps='loss' does not apply to the blocks' chain: its output is the hidden "
+                             "state the rest of the model reads, reserved whole")
         names = [f"{i + 1}:{s.label}".replace(".", "/") for i, s in enumerate(cap.stages)]  # no dots in module names
         cap.executor = CheckpointedSequential(nn.Sequential(OrderedDict(zip(names, cap.stages))), **kwargs_exec)
         return cap

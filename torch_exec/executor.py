@@ -388,6 +388,7 @@ def output_facts_of(entry: Entry, facts: dict) -> None:
     entry.out_scalar = list(facts["scalar"])
     entry.out_storage_of = list(facts["storage"])
     entry.out_storage_nbytes = list(facts["storage_nbytes"])
+    entry.out_storage_external = list(facts.get("storage_external", [False] * len(facts["storage_nbytes"])))
 
 
 def loss_only_uses(entry: Entry) -> tuple[frozenset, frozenset]:
@@ -401,6 +402,7 @@ def loss_only_uses(entry: Entry) -> tuple[frozenset, frozenset]:
                          "carries a gradient (a loss); a model returning logits for a loss computed outside it needs "
                          "caller_keeps='output' (the default)")
     kept = {entry.out_storage_of[i] for i in losses}
+    kept |= {i for i, external in enumerate(entry.out_storage_external) if external}  # alive whatever the caller does
     return losses, frozenset(range(len(entry.out_storage_nbytes))) - kept
 
 
@@ -504,7 +506,8 @@ def output_grads_note(entry: Entry) -> str | None:
     every = int(entry.plain_chain.grad_bytes[-1])
     if entry.grad_reserve == every:
         return None
-    return (f"only the model's outputs {sorted(entry.out_grads)} got a gradient in the backward: the plan reserves "
+    why = "caller_keeps='loss'" if entry.loss_only else "what the backwards so far gave"
+    return (f"only the model's outputs {sorted(entry.out_grads)} get a gradient ({why}): the plan reserves "
             f"theirs, {entry.grad_reserve} B instead of {every} B for every output's (Note [Outputs without a "
             f"gradient] in torch_exec/executor.py)")
 
@@ -552,6 +555,9 @@ def reference_peak_bytes(entry) -> tuple[int, str]:
     loss_only = entry.profile.get("reference", {}).get("loss_only_peak_bytes")
     if entry.loss_only and loss_only:
         return int(loss_only) + entry.held_bytes, "a step keeping only the loss, measured when profiling"
+    if entry.loss_only:  # a profile given to prepare() that was made without caller_keeps='loss'
+        return plain_peak_bytes(entry), ("a step holding every output, measured when profiling: the profile given "
+                                         "has no step keeping only the loss")
     return plain_peak_bytes(entry), "measured when profiling"
 
 
@@ -604,6 +610,7 @@ class Entry(ProgramSplit):
     out_scalar: list = field(default_factory=list)
     out_storage_of: list = field(default_factory=list)
     out_storage_nbytes: list = field(default_factory=list)
+    out_storage_external: list = field(default_factory=list)  # the input's, a parameter's or a buffer's
     out_dropped: frozenset | None = None
     out_reserve: int = 0
     loss_only: bool = False           # caller_keeps="loss"
@@ -1422,8 +1429,8 @@ class CheckpointedSequential(_PlannedModule):
         entry.recomputed = [s in recomputed for s in range(chain.n + 1)]
         # A store-all plan is plain autograd: run it as such (same graph, same memory, no overhead). Not when
         # it fits only with what the backwards showed of a_N: plain autograd would not check it any more.
-        learned = (entry.grad_reserve, entry.out_reserve) != (int(plain.grad_bytes[-1]),
-                                                              caller_output_bytes(plain, entry.profile))
+        learned = chain is not plain and (entry.grad_reserve, entry.out_reserve) != (
+            int(plain.grad_bytes[-1]), caller_output_bytes(plain, entry.profile))
         entry.plain = not recomputed and all(code != NOGRAD for code, *_ in entry.program) and not learned
         # Note [Pinned buffers once per plan] in torch_exec/offload.py: one pool and copy stream per plan.
         swaps = sum(1 for op in plan.schedule if op.kind is OpKind.OFFLOAD)
@@ -1446,9 +1453,12 @@ class CheckpointedSequential(_PlannedModule):
         least = least_budget_bytes(learned_chain(entry, grads, dropped)[0], link)
         if least > budget:
             return ""
+        how = ("pass caller_keeps='loss'" if not isinstance(self.budget, str) else
+               f"pass caller_keeps='loss' with a budget of at least {least} B in bytes (a percentage would then be "
+               f"taken of that loop's own plain peak, which is lower)")
         return (f"; a training loop that keeps and back-propagates only the model's scalar loss (loss = "
-                f"model(...).loss; loss.backward(), as transformers' Trainer does) needs only {least} B: pass "
-                f"caller_keeps='loss' (Note [The caller holds a_N] in torch_exec/executor.py)")
+                f"model(...).loss; loss.backward(), as transformers' Trainer does) needs only {least} B: {how} "
+                f"(Note [The caller holds a_N] in torch_exec/executor.py)")
 
     def replan(self, budget="keep", schedule_fn="keep", profile: bool = False, offload="keep") -> None:
         """Change the budget, ``schedule_fn`` and/or ``offload`` and re-solve every cached input signature

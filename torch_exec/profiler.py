@@ -270,7 +270,8 @@ class _Passes:
                     if not all(copyable(t) for t in tensors(out)):  # never moved to the host (Chain.swappable)
                         mem[s]["device_only"] = True
                     if s == n - 1:  # the model's output: what the executor's byte model needs of it
-                        mem[s]["outputs"] = output_facts(out)
+                        external = self.excluded | {key for key, stage in origin.items() if stage == 0}
+                        mem[s]["outputs"] = output_facts(out, external)
                     del rng_before
                     if versions != _versions(state) and not alias:
                         mem[s]["mutates_input"] = True

@@ -427,16 +427,13 @@ def output_storages(entry: Entry, outs: list) -> list:
     """Weak references to the distinct storages of a_N's tensors ``outs``, in the order of
     ``entry.out_storage_nbytes`` (Note [The caller holds a_N]); empty when the output's storages are not
     those the byte model knows (then nothing is learned)."""
-    keys = list(U.storages(outs))
-    if [U.block_bytes(key) for key in keys] != entry.out_storage_nbytes:
-        return []
-    refs, seen = [], set()
+    first: dict = {}  # storage key -> the first tensor on it (U.storages' order)
     for t in outs:
-        key = U.storage_key(t)
-        if key is not None and key not in seen:
-            seen.add(key)
-            refs.append(StorageWeakRef(t.untyped_storage()))
-    return refs
+        first.setdefault(U.storage_key(t), t)
+    first.pop(None, None)
+    if [U.block_bytes(key) for key in first] != entry.out_storage_nbytes:
+        return []
+    return [StorageWeakRef(t.untyped_storage()) for t in first.values()]
 
 
 def learn_output_holds(entry: Entry, refs: list) -> None:
@@ -1323,14 +1320,15 @@ class CheckpointedSequential(_PlannedModule):
         rng = [False] + [any(data["stages"][by_name[m]].get("rng", True) for m in members)
                          for members in chain.provenance["members"]]
         has_buffers = [False] + [bool(U.buffers_of(mods)) for mods in group_modules]
+        output = caller_output_bytes(chain, data)
         entry = Entry(profile=data, chain=chain, plan=None, held_bytes=int(self.held_bytes), groups=groups,
                       device=U.tensors(state)[0].device,
                       group_modules=group_modules,
                       clone_input=clone_input, split=0, rng=rng, has_buffers=has_buffers, plain_chain=chain,
                       exec_chain=executor_chain(chain, rng, sample, self.preserve_rng_state, group_modules,
-                                                output_bytes=caller_output_bytes(chain, data)),
+                                                output_bytes=output),
                       # executor_chain reserves every output's gradient, and the whole output
-                      grad_reserve=int(chain.grad_bytes[-1]), out_reserve=caller_output_bytes(chain, data),
+                      grad_reserve=int(chain.grad_bytes[-1]), out_reserve=output,
                       loss_only=self.caller_keeps == "loss")
         facts = data["stages"][-1].get("outputs")
         if facts is not None:
@@ -1419,8 +1417,9 @@ class CheckpointedSequential(_PlannedModule):
             reference, what = reference_peak_bytes(entry)
             plan.notes = [f"budget {self.budget} of plain autograd's peak {reference} B ({what}): {budget} B"
                           ] + list(plan.notes)
-        if chain is not plain:
-            plan.notes = list(plan.notes) + [n for n in (output_grads_note(entry), output_holds_note(entry)) if n]
+        # the notes of a plan that counts less of a_N or its gradients than all of them
+        learned = [n for n in (output_grads_note(entry), output_holds_note(entry)) if n] if chain is not plain else []
+        plan.notes = list(plan.notes) + learned
         entry.chain = chain
         entry.split = split_schedule(plan.schedule, chain.n)
         entry.program = annotate(plan.schedule)
@@ -1428,9 +1427,7 @@ class CheckpointedSequential(_PlannedModule):
                       if op.kind in (OpKind.FWD_NOGRAD, OpKind.FWD_TAPE)}
         entry.recomputed = [s in recomputed for s in range(chain.n + 1)]
         # A store-all plan is plain autograd: run it as such (same graph, same memory, no overhead). Not when
-        # it fits only with what the backwards showed of a_N: plain autograd would not check it any more.
-        learned = chain is not plain and (entry.grad_reserve, entry.out_reserve) != (
-            int(plain.grad_bytes[-1]), caller_output_bytes(plain, entry.profile))
+        # it counts less of a_N than all of it (the notes above): plain autograd would not check that.
         entry.plain = not recomputed and all(code != NOGRAD for code, *_ in entry.program) and not learned
         # Note [Pinned buffers once per plan] in torch_exec/offload.py: one pool and copy stream per plan.
         swaps = sum(1 for op in plan.schedule if op.kind is OpKind.OFFLOAD)

@@ -49,7 +49,8 @@ Note [Exact copies]
     whole). A tensor whose values are not just its storage's bytes (sparse, nested, quantized) or that
     has no plain storage (a wrapper subclass) is not copied (``torch_exec._util.copyable``): it stays
     referenced, as in Note [Shared storages]; the profiler marks such an output ``device_only`` and the
-    solver never moves it (``Chain.swappable``). RNG replay and BatchNorm handling of the stages around it are unaffected.
+    solver never moves it (``Chain.swappable``). RNG replay and BatchNorm handling of the stages around
+    it are unaffected.
 
 Note [Shared storages]
     A tuple state may pass a tensor through from an earlier state (``(x, f(h))``). A storage of a_s that

@@ -223,6 +223,94 @@ class Tangled(nn.Module):
         return y.square().mean()
 
 
+# ---------------------------------------------------------------------------- join networks
+def clip_loss(a, b, scale: float = 1 / 0.07):
+    """CLIP's contrastive loss between two batches of embeddings (row i of ``a`` pairs with row i of ``b``)."""
+    logits = F.normalize(a, dim=1) @ F.normalize(b, dim=1).T * scale
+    target = torch.arange(a.shape[0], device=a.device)
+    return (F.cross_entropy(logits, target) + F.cross_entropy(logits.T, target)) / 2
+
+
+class TextTower(nn.Module):
+    """Token ids and a padding mask in, one embedding per sequence out (masked mean of GPT-2 blocks)."""
+
+    def __init__(self, vocab: int = 97, width: int = 32, heads: int = 4, layers: int = 3, context: int = 64,
+                 dim: int = 16):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, width)
+        self.wpe = nn.Embedding(context, width)
+        self.blocks = nn.ModuleList(Block(width, heads) for _ in range(layers))
+        self.ln = nn.LayerNorm(width)
+        self.proj = nn.Linear(width, dim, bias=False)
+
+    def forward(self, ids, mask):
+        pos = torch.arange(ids.shape[1], device=ids.device)
+        x = self.wte(ids) + self.wpe(pos)[None]
+        for block in self.blocks:
+            x = block(x)
+        m = mask[..., None].to(x.dtype)
+        return self.proj((self.ln(x) * m).sum(1) / m.sum(1))
+
+
+class TwoTower(nn.Module):
+    """CLIP-style: an image tower and a text tower meeting at a contrastive loss (a join of 2 branches).
+    ``forward(images, ids, mask)`` returns the loss, or with ``embeddings=True`` a dict of the loss and
+    both towers' embeddings."""
+
+    def __init__(self, width: int = 8, dim: int = 16, embeddings: bool = False):
+        super().__init__()
+        self.image = ResNet(width=width, classes=dim)
+        self.text = TextTower(dim=dim)
+        self.embeddings = embeddings
+
+    def forward(self, images, ids, mask):
+        a, b = self.image(images), self.text(ids, mask)
+        loss = clip_loss(a, b)
+        if self.embeddings:
+            return {"loss": loss, "image_embeds": a, "text_embeds": b}
+        return loss
+
+
+class Encoder(nn.Module):
+    """A small convolutional encoder with BatchNorm and dropout (a Siamese network's shared branch)."""
+
+    def __init__(self, width: int = 8, dim: int = 16, p: float = 0.1):
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(3, width, 3, 1, 1), nn.BatchNorm2d(width), nn.ReLU(),
+                                  nn.Conv2d(width, 2 * width, 3, 2, 1), nn.BatchNorm2d(2 * width), nn.ReLU(),
+                                  nn.Conv2d(2 * width, 2 * width, 3, 1, 1), nn.ReLU(), nn.Dropout(p),
+                                  nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2 * width, dim))
+
+    def forward(self, x):
+        return self.body(x)
+
+
+class Siamese(nn.Module):
+    """One encoder applied to both images of each pair (shared weights and BatchNorm statistics),
+    meeting at a contrastive loss with the pairs' labels (1: same, 0: different)."""
+
+    def __init__(self, width: int = 8, dim: int = 16, margin: float = 1.0):
+        super().__init__()
+        self.encoder = Encoder(width, dim)
+        self.margin = margin
+
+    def forward(self, x1, x2, same):
+        d = F.pairwise_distance(self.encoder(x1), self.encoder(x2))
+        return (same * d.pow(2) + (1 - same) * F.relu(self.margin - d).pow(2)).mean()
+
+
+class Triplet(nn.Module):
+    """Anchor, positive and negative through one encoder (a join of 3 branches) to a triplet loss."""
+
+    def __init__(self, width: int = 8, dim: int = 16):
+        super().__init__()
+        self.encoder = Encoder(width, dim, p=0.0)
+        self.loss = nn.TripletMarginLoss()
+
+    def forward(self, anchor, positive, negative):
+        return self.loss(self.encoder(anchor), self.encoder(positive), self.encoder(negative))
+
+
 def gpt2(layers: int = 2, width: int = 32, heads: int = 4, vocab: int = 101, context: int = 64):
     """transformers' GPT2LMHeadModel from a small config with random weights (no download)."""
     from transformers import GPT2Config, GPT2LMHeadModel
@@ -263,7 +351,23 @@ def make(name: str, batch: int = 4, seed: int = 0):
         model = gpt2()
         ids = torch.randint(0, 101, (batch, 24))
         return model, (ids,), {"labels": ids, "use_cache": False}, lambda out: out.loss
-    raise KeyError(f"unknown test model {name!r}; one of resnet, densenet, tvdensenet, transformer, gated, gpt2")
+    if name in ("two_tower", "two_tower_embeddings"):
+        model = TwoTower(embeddings=name == "two_tower_embeddings")
+        images = torch.randn(batch, 3, 32, 32)
+        ids = torch.randint(0, 97, (batch, 24))
+        mask = torch.ones(batch, 24, dtype=torch.long)
+        mask[:, 20:] = 0
+        loss_of = (lambda out: out["loss"]) if model.embeddings else (lambda out: out)
+        return model, (images, ids, mask), {}, loss_of
+    if name == "siamese":
+        model = Siamese()
+        same = (torch.arange(batch) % 2).float()
+        return model, (torch.randn(batch, 3, 16, 16), torch.randn(batch, 3, 16, 16), same), {}, lambda out: out
+    if name == "triplet":
+        model = Triplet()
+        return model, tuple(torch.randn(batch, 3, 16, 16) for _ in range(3)), {}, lambda out: out
+    raise KeyError(f"unknown test model {name!r}; one of resnet, densenet, tvdensenet, transformer, gated, gpt2, "
+                   f"two_tower, two_tower_embeddings, siamese, triplet")
 
 
 NAMES = ("resnet", "densenet", "tvdensenet", "transformer", "gpt2")

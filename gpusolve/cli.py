@@ -344,7 +344,6 @@ def _join_number(x: float):
 
 OFFLOAD_EXAMPLE = "gpusolve solve resnet50_b128 --budget 35% --offload --bandwidth 12GB/s --latency 0.01ms"
 JOIN_EXAMPLE = "e.g. gpusolve join resnet50_b128 resnet50_b128 --budget 50%"
-JOIN_BACKENDS = ("auto", "cpu", "cuda")
 
 
 def parse_turn_ms(value: str) -> float:
@@ -538,6 +537,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", default=None,
                    help="memory budget beyond the branch inputs: bytes, KiB/MiB/GiB, or %% of the join's store-all peak")
     p.add_argument("--bucket", default=None, help="memory granularity of the join DP (default budget/1024)")
+    from .join.solve import JOIN_BACKENDS
     p.add_argument("--backend", default="auto", choices=JOIN_BACKENDS, help="auto, cpu or cuda (the join DP)")
     p.add_argument("--turn-ms", default=None,
                    help="time of the turn (the loss head's forward and backward), ms (default 0)")

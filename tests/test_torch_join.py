@@ -140,6 +140,14 @@ def compare(make, xs, exact=True, budget="1GiB", **kwargs):
     return join
 
 
+@pytest.fixture
+def solved(monkeypatch):
+    """These towers are tiny: plain autograd's measured step fits every budget the byte model allows,
+    and would run as such (CheckpointedJoin's plain-fits rule). The tests that exercise the join DP's
+    plans take its measured peak as not fitting."""
+    monkeypatch.setattr(te.CheckpointedJoin, "plain_peak_bytes_for", staticmethod(lambda entry: 1 << 62))
+
+
 def budgets_between(join, xs, fractions):
     join.prepare(*xs)
     lo, hi = join.min_budget_bytes, store_all_join_peak_bytes(join.net)
@@ -149,7 +157,7 @@ def budgets_between(join, xs, fractions):
 # ---------------------------------------------------------------------------- gradients
 @pytest.mark.parametrize("k", [2, 3])
 @pytest.mark.parametrize("fraction", [1.0, 0.4, 0.0])
-def test_two_tower_solved_plans_match_autograd_bitwise(k, fraction):
+def test_two_tower_solved_plans_match_autograd_bitwise(k, fraction, solved):
     xs = inputs(k)
 
     def make():
@@ -247,7 +255,7 @@ def test_dropout_in_every_branch_replays_the_same_masks(seed):
     assert forward == sorted(forward)
 
 
-def test_siamese_dropout_and_batchnorm_solved_at_low_budget():
+def test_siamese_dropout_and_batchnorm_solved_at_low_budget(solved):
     xs = inputs(2, batch=6)
 
     def make():
@@ -300,7 +308,7 @@ def test_head_output_structure_and_non_differentiable_parts():
 
 
 # ---------------------------------------------------------------------------- training
-def test_two_sgd_steps_equal_plain():
+def test_two_sgd_steps_equal_plain(solved):
     def make():
         return [tower(0, depth=4, dropout=0.2, bn=True), tower(1, depth=3)], Head(2)
     ref_b, ref_h = make()
@@ -440,3 +448,22 @@ def test_unsupported_backward_calls_are_refused_before_touching_grads():
     assert all(p.grad is None for p in join.parameters())
     loss.backward()  # the step is still intact
     assert all(p.grad is not None for p in join.parameters())
+
+
+def test_plain_autograd_runs_when_its_measured_step_fits():
+    xs = inputs(2)
+
+    def make():
+        return [tower(seed, depth=3 + seed) for seed in range(2)], Head(2)
+    probe = te.CheckpointedJoin([list(b) for b in make()[0]], make()[1], budget="1GiB", **OPTS)
+    probe.prepare(*xs)
+    peak = probe.plain_peak_bytes_for(probe._last)
+    join = compare(make, xs, budget=peak)
+    assert join.plan.decided_by == "plain autograd" and join._last.plain
+    assert join.plan.predicted_peak_bytes == peak and join.plan.predicted_time_ms == join.plan.store_all_time_ms
+    join.measure_memory(1)
+    join_step(join, xs)
+    record = join.memory_report()[-1]
+    assert record.plan == "store-all (plain autograd)" and record.within_budget, record
+    join.replan(budget=peak - 1)  # below it, the join DP's plan
+    assert join.plan.decided_by != "plain autograd" and not join._last.plain

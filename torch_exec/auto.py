@@ -4,7 +4,8 @@ The model's graph is captured once per input signature with ``torch.export`` (no
 training IR: the same ATen operators eager mode dispatches, dropout and BatchNorm included, the
 model's own parameter and buffer objects), and cut into a chain (Note [Cut points]). The chain's
 stages are ``torch.fx`` sub-graphs run by :class:`~torch_exec.CheckpointedSequential`, which profiles
-them, solves for the budget and runs the schedule. Where the graph cannot be captured
+them, solves for the budget and runs the schedule; a model whose inputs' branches meet (two towers, a
+Siamese network) runs as a join network instead (Note [Join detection]). Where the graph cannot be captured
 (data-dependent Python control flow), the model's own structure is used instead (Note [Block
 fallback]); when neither works, one error names both reasons and the manual route.
 
@@ -23,6 +24,33 @@ Note [Cut points]
     both memory and time; the solver then merges stages where nothing is saved between them).
     The last stage returns every carrying tensor of the model's output; the output's structure
     (tuple, dict, a ``CausalLMOutput``) is rebuilt around them.
+
+Note [Join detection]
+    A model with several inputs whose branches meet (CLIP's image and text towers, a Siamese or
+    triplet network: one encoder applied to each input) has no cut inside its later branches: the
+    finished branches' outputs cross every point of the next. Such a graph runs as a join network
+    (:class:`~torch_exec.join.CheckpointedJoin`, the join DP) instead, when :func:`_find_join` finds one:
+
+    - Groups of inputs: each *root* (a carrying node made from no carrying node, or an input
+      requiring grad) is made from some tensor inputs (through side data: masks, casts); the inputs
+      one root is made from are one group. Inputs no root is made from (labels, a mask only later
+      nodes read) join no group: they are side data any part may read.
+    - Each carrying node belongs to the groups of its carrying inputs and of the inputs its side
+      data comes from. A node of one group is that branch's; of two or more, the head's (so is all
+      that follows it). A node made from parameters only (a learned position table, a scale) belongs
+      where it is read: one branch, or the head; read by several branches, the graph stays a chain.
+    - Each branch hands the head one tensor (the join's branch output; :data:`MAX_CROSSING`). When it
+      hands more (CLIP returning both the embedding and its normalised copy), the branch ends at its
+      last valid cut (Note [Cut points]) and what it computes after that runs in the head.
+    - No node writes in place into another part's value. A branch whose only value is an input the
+      head reads directly, or branches that never meet, keep the graph a chain.
+
+    Each branch is then cut like a chain (at most ``max_stages // k`` stages: the join DP's table
+    grows as the product of the branch lengths), the head is one sub-graph over the k branch outputs
+    and its side data, and side data is counted as for a chain (``held_bytes``). A note on the
+    capture says when a join was found but cut as one chain, and why (``join=False``, a backend
+    without a join DP, an executor keyword the join does not take such as ``offload=``). The join
+    reserves its head's output whole: ``caller_keeps="loss"`` is noted and not applied.
 
 Note [Running concatenation]
     Dense connectivity (torchvision's DenseNet: each layer reads ``torch.cat(features)`` of every
@@ -72,9 +100,11 @@ import torch.utils._pytree as pytree
 from torch import fx, nn
 
 from gpusolve.units import format_bytes
+from gpusolve.join.solve import JOIN_BACKENDS
 
 from . import _util as U
 from .executor import CheckpointedSequential, _budget_setting, _caller_keeps_setting
+from .join import CheckpointedJoin
 
 MAX_CROSSING = 1
 """Most tensors that may cross a cut (Note [Cut points]). One: with more, a tensor a skip connection
@@ -86,6 +116,24 @@ plans under-predicted their peak by 25 %."""
 DEFAULT_MAX_STAGES = {"cpu": 64, "exact": 32, "cuda": 256, "auto": 96}
 """Most chain stages kept by default, per solver backend: the CPU backend's time grows as N^3 (64
 stages at 1024 buckets: about a second), the GPU's makes hundreds cheap."""
+
+JOIN_DP_WORK = {"cpu": 150_000, "auto": 150_000, "cuda": 15_000_000}
+"""Most (l + 2)^k * k * l per join (k branches of at most l stages: the join DP's rows times its
+candidates per row), per solver backend. On this project's 2-core CPU the NumPy join DP at 1024
+buckets took 0.5 s at 2 x 24 stages (32 448), 1.8 s at 2 x 40 (141 120), 2.6 s at 2 x 48 (240 000),
+1.1 s at 3 x 13 (131 625), 4.5 s at 3 x 20 (638 880) and 30 s at 3 x 32 (3 773 184)
+(``bench/results/join_dp_work_cpu.md``); the cap keeps a join's solve to about 2 s there (2 x 40,
+3 x 13, 4 x 6 stages). The CUDA figure is a guess, unmeasured on a GPU so far; ``"auto"`` takes the
+CPU's."""
+
+
+def _join_stage_cap(max_stages: int, k: int, backend: str) -> int:
+    """Most stages per branch of a join of k branches: ``max_stages`` shared, within :data:`JOIN_DP_WORK`."""
+    work = JOIN_DP_WORK.get(backend, JOIN_DP_WORK["cpu"])
+    cap = max(2, max_stages // k)
+    while cap > 2 and (cap + 2) ** k * k * cap > work:
+        cap -= 1
+    return cap
 
 
 class CaptureError(RuntimeError):
@@ -114,8 +162,12 @@ class GraphStage(nn.Module):
         self._side = side
         self.label = label
 
-    def forward(self, state):
-        carried = () if self.n_carried == 0 else ((state,) if isinstance(state, torch.Tensor) else tuple(state))
+    def forward(self, *state):
+        if len(state) > 1:  # a join's head, called with the k branch outputs
+            carried = state
+        else:
+            state = state[0]
+            carried = () if self.n_carried == 0 else ((state,) if isinstance(state, torch.Tensor) else tuple(state))
         values = self._side.values
         return self.graph_module(*carried, *[values[i] for i in self.side_index])
 
@@ -140,6 +192,10 @@ class Capture:
     side_bytes: int | None = None     # bytes the prologue makes (besides the inputs), once known
     notes: list[str] = field(default_factory=list)
     blocks: object = None                # _Blocks of the fallback
+    # a join network (Note [Join detection]): per branch its stages and its a_0 (flat input positions)
+    branches: list | None = None
+    branch_inputs: list | None = None
+    head: GraphStage | None = None       # the head, over the k branch outputs
 
 
 # ---------------------------------------------------------------------------- graph analysis
@@ -303,45 +359,51 @@ class _Graph:
 
     def cuts(self) -> tuple[list[int], list[list[fx.Node]]]:
         """Valid cut positions (index into ``main``: after that node) and the values crossing each."""
-        main = self.main
-        index = {n: i for i, n in enumerate(main)}
-        for n in self.grad_inputs:
-            index[n] = -1
-        end = len(main)
-        last = {}
-        for i, n in enumerate(main):
-            for a in _node_inputs(n):
-                if a in index:
-                    last[a] = max(last.get(a, -1), i)
-        for a in self.output.all_input_nodes:
+        return _cuts(self.main, self.grad_inputs, self.output.all_input_nodes)
+
+
+def _cuts(main: list, grad_inputs: list, ends) -> tuple[list[int], list[list[fx.Node]]]:
+    """Valid cut positions in the carrying nodes ``main`` (program order; index into it: after that
+    node) and the values crossing each (Note [Cut points]). ``grad_inputs``: the placeholders requiring
+    grad that ``main`` starts from; ``ends``: the values needed after ``main`` (its outputs)."""
+    index = {n: i for i, n in enumerate(main)}
+    for n in grad_inputs:
+        index[n] = -1
+    end = len(main)
+    last = {}
+    for i, n in enumerate(main):
+        for a in _node_inputs(n):
             if a in index:
-                last[a] = end
-        # Views: a write into a view writes its base; track the base of every carrying value.
-        base = _view_bases(list(self.grad_inputs) + main, among=index)
-        written_after = {}  # base -> index of the last node writing into it
-        for i, n in enumerate(main):
-            for target in _written_args(n, opaque=True):
-                if target in base:
-                    written_after[base[target]] = i
-        positions, crossing = [], []
-        live: dict = {n: None for n in self.grad_inputs if last.get(n, -1) >= 0}
-        for p, n in enumerate(main[:-1]):
-            live[n] = None
-            for a in _node_inputs(n):
-                if a in live and last.get(a, -1) <= p:
-                    del live[a]
-            if n in live and last.get(n, -1) <= p:
-                del live[n]
-            cross = list(live)
-            if not cross or len(cross) > MAX_CROSSING:
-                continue
-            if not all(_is_tensor_value(c) for c in cross):
-                continue
-            if any(written_after.get(base[c], -1) > p for c in cross):
-                continue
-            positions.append(p)
-            crossing.append(cross)
-        return positions, crossing
+                last[a] = max(last.get(a, -1), i)
+    for a in ends:
+        if a in index:
+            last[a] = end
+    # Views: a write into a view writes its base; track the base of every carrying value.
+    base = _view_bases(list(grad_inputs) + main, among=index)
+    written_after = {}  # base -> index of the last node writing into it
+    for i, n in enumerate(main):
+        for target in _written_args(n, opaque=True):
+            if target in base:
+                written_after[base[target]] = i
+    positions, crossing = [], []
+    live: dict = {n: None for n in grad_inputs if last.get(n, -1) >= 0}
+    for p, n in enumerate(main[:-1]):
+        live[n] = None
+        for a in _node_inputs(n):
+            if a in live and last.get(a, -1) <= p:
+                del live[a]
+        if n in live and last.get(n, -1) <= p:
+            del live[n]
+        cross = list(live)
+        if not cross or len(cross) > MAX_CROSSING:
+            continue
+        if not all(_is_tensor_value(c) for c in cross):
+            continue
+        if any(written_after.get(base[c], -1) > p for c in cross):
+            continue
+        positions.append(p)
+        crossing.append(cross)
+    return positions, crossing
 
 
 def _fetch_attr(gm: nn.Module, target: str):
@@ -411,7 +473,178 @@ def _subgraph(gm: fx.GraphModule, nodes: list, inputs: list, outputs: list, sing
     return fx.GraphModule(gm, graph)
 
 
-def _capture_export(model: nn.Module, args: tuple, kwargs: dict, max_stages: int) -> Capture:
+@dataclass
+class _JoinSplit:
+    """Note [Join detection]: the carrying nodes of a captured graph split into k branches and a head."""
+
+    branches: list      # per branch: its carrying nodes, in program order
+    grad_inputs: list   # per branch: its placeholders requiring grad
+    inputs: list        # per branch: the tensor placeholders it is made from
+    outputs: list       # per branch: the one value the rest of the graph reads
+    head: list          # the head's carrying nodes, in program order
+
+
+def _find_join(g: _Graph, model_outputs: list) -> tuple[_JoinSplit | None, str]:
+    """The graph's join (Note [Join detection]), or (None, why not): "" when the graph is a chain (its
+    carrying nodes come from one group of inputs), else the reason it cannot run as a join."""
+    nodes = list(g.gm.graph.nodes)
+    order = {n: i for i, n in enumerate(nodes)}
+    tensor_inputs = [p for p in g.placeholders if _is_tensor_value(p)]
+    deps: dict = {}
+    for n in nodes:
+        if n.op == "placeholder":
+            deps[n] = frozenset([n]) if n in tensor_inputs else frozenset()
+        elif n.op in ("get_attr", "output"):
+            deps[n] = frozenset()
+        else:
+            deps[n] = frozenset().union(*(deps[a] for a in _node_inputs(n)))
+    parent = {p: p for p in tensor_inputs}
+
+    def find(p):
+        while parent[p] is not p:
+            p = parent[p]
+        return p
+    # Roots: carrying values made from no carrying value. The inputs each is made from are one group.
+    roots = list(g.grad_inputs) + [n for n in g.main if not any(a in g.carry for a in _node_inputs(n))]
+    grouped: set = set()
+    for r in roots:
+        label = sorted(deps[r], key=order.get)
+        for p in label[1:]:
+            a, b = sorted((find(label[0]), find(p)), key=order.get)
+            parent[b] = a
+        grouped |= set(label)
+    groups: dict = {}  # group root -> the node sets of each carrying value's groups
+    for p in sorted(grouped, key=order.get):
+        groups.setdefault(find(p), None)
+    if len(groups) < 2:
+        return None, ""
+    index = {root: beta for beta, root in enumerate(groups)}
+    of: dict = {p: frozenset([index[find(p)]]) for p in g.grad_inputs}
+    for n in g.main:
+        got = set()
+        for a in _node_inputs(n):
+            if a in g.carry:
+                got |= of[a]
+            else:
+                got |= {index[find(p)] for p in deps[a] if p in grouped}
+        of[n] = frozenset(got)
+    k = len(groups)
+    where: dict = {n: (next(iter(b)) if len(b) == 1 else "head") for n, b in of.items() if b}
+    if not any(w == "head" for w in where.values()):
+        return None, "its inputs' branches never meet"
+    outputs = set(model_outputs)
+    for n in reversed(g.main):  # made from parameters only: it belongs where it is read
+        if of[n]:
+            continue
+        users = {where[u] for u in n.users if u in where} | ({"head"} if n in outputs else set())
+        if len(users) > 1:
+            return None, (f"{n.name} ({_module_path(n) or n.target}) is made from parameters only and read by "
+                          f"several branches")
+        where[n] = users.pop() if users else "head"
+    branches = [[n for n in g.main if where[n] == beta] for beta in range(k)]
+    grad_inputs = [[p for p in g.grad_inputs if where[p] == beta] for beta in range(k)]
+    crossing = []
+    for beta in range(k):
+        if not branches[beta]:
+            return None, f"input {grad_inputs[beta][0].name} goes to where the branches meet without a stage of its own"
+        out = [v for v in grad_inputs[beta] + branches[beta]
+               if v in outputs or any(where.get(u, beta) != beta for u in v.users)]
+        if len(out) > MAX_CROSSING or not all(_is_tensor_value(v) for v in out):
+            # The branch ends at its last valid cut; what it computes after that runs in the head.
+            positions, values = _cuts(branches[beta], grad_inputs[beta], out)
+            if not positions:
+                names = ", ".join(v.name for v in out)
+                return None, (f"branch {beta} hands {len(out)} values ({names}) to where the branches meet, and no "
+                              f"single tensor of it carries them all")
+            for n in branches[beta][positions[-1] + 1:]:
+                where[n] = "head"
+            branches[beta] = branches[beta][:positions[-1] + 1]
+            out = values[-1]
+        crossing.append(out[0])
+    base = _view_bases(nodes)
+    for n in g.main:
+        for target in _written_args(n, opaque=True):
+            owner = where.get(base[target])
+            if owner is not None and owner != where[n]:
+                return None, f"{n.name} ({n.target}) writes in place into {target.name} of another branch"
+    head = [n for n in g.main if where[n] == "head"]
+    # Either way some part runs whole: the head as the turn, or as a chain the stretches between cuts.
+    join_unit = max([_weight(head)] + [_largest_stage(b, gi, [o]) for b, gi, o in zip(branches, grad_inputs, crossing)])
+    chain_unit = _largest_stage(g.main, g.grad_inputs, model_outputs)
+    if join_unit >= chain_unit:
+        return None, (f"its largest part that runs whole would be {join_unit} B as a join (the head, or a branch's "
+                      f"stage) against {chain_unit} B as one chain (the bytes its operations allocate)")
+    groups_of = [[p for p in tensor_inputs if p in grouped and index[find(p)] == beta] for beta in range(k)]
+    return _JoinSplit(branches, grad_inputs, groups_of, crossing, head), ""
+
+
+def _weight(nodes) -> int:
+    """Bytes the nodes allocate (views and in-place writes allocate nothing): the size proxy of
+    :func:`_choose` and :func:`_largest_stage`."""
+    return sum(0 if _is_view(n) or _written_args(n) else _nbytes(n) for n in nodes)
+
+
+def _largest_stage(main: list, grad_inputs: list, ends: list) -> int:
+    """The largest :func:`_weight` of the stretches of ``main`` between its valid cuts: what no plan can
+    split (a stage runs whole)."""
+    positions, _ = _cuts(main, grad_inputs, ends)
+    bounds = [-1] + positions + [len(main) - 1]
+    return max(_weight(main[a + 1:b + 1]) for a, b in zip(bounds, bounds[1:]))
+
+
+def _label(nodes: list) -> str:
+    paths = [p for p in (_module_path(n) for n in nodes) if p]
+    label = paths[0] if paths else nodes[0].name
+    if paths and paths[-1] != paths[0]:
+        label = f"{paths[0]}..{paths[-1]}"
+    return label
+
+
+def _used_side(nodes: list, side_pos: dict, given: list) -> list:
+    """The side values ``nodes`` read that are not among their ``given`` inputs, in first-use order."""
+    used = []
+    for n in nodes:
+        for a in _node_inputs(n):
+            if a in side_pos and a not in used and a not in given:
+                used.append(a)
+    return used
+
+
+def _chain_of(gm: fx.GraphModule, g: _Graph, flat: list, main: list, grad_inputs: list, outs: list, side_pos: dict,
+              side: _Side, max_stages: int, tuple_out: bool, inputs=None) -> tuple[list, list, int]:
+    """``main`` (carrying nodes in program order) cut into at most ``max_stages`` stages computing
+    ``outs`` (the last stage returns a tuple when ``tuple_out``): (the stages, their input a_0 as
+    placeholders, the number of valid cuts). a_0 is ``grad_inputs`` and the other tensor inputs the
+    first stage reads (its input then, so that the profiler sees them as the chain's input, which
+    the budget leaves out); with ``inputs``, only those. An empty a_0: the first stage takes none."""
+    positions, crossing = _cuts(main, grad_inputs, outs)
+    weights = [_weight([n]) for n in main]
+    chosen = _choose(positions, weights, max_stages)
+    cross_at = dict(zip(positions, crossing))
+    bounds = [-1] + chosen + [len(main) - 1]
+    first = {a for n in main[:bounds[1] + 1] for a in _node_inputs(n)}
+    first_inputs = [n for n, v in zip(g.placeholders, flat)
+                    if n in first and n not in g.carry and isinstance(v, torch.Tensor)
+                    and (inputs is None or n in inputs)]
+    a0 = list(grad_inputs) + first_inputs
+    carried = list(a0)
+    stages = []
+    for k in range(len(bounds) - 1):
+        nodes = main[bounds[k] + 1: bounds[k + 1] + 1]
+        last = k == len(bounds) - 2
+        stage_outs = outs if last else cross_at[bounds[k + 1]]
+        used_side = _used_side(nodes, side_pos, carried)
+        sub = _subgraph(gm, nodes, carried + used_side, stage_outs, single_output=len(stage_outs) == 1 and not
+                        (last and tuple_out))
+        stages.append(GraphStage(sub, len(carried), [side_pos[a] for a in used_side], side, _label(nodes)))
+        carried = list(stage_outs)
+    return stages, a0, len(positions)
+
+
+def _capture_export(model: nn.Module, args: tuple, kwargs: dict, max_stages: int, join=True,
+                    backend: str = "auto") -> Capture:
+    """The model's graph cut into a chain, or into a join network's branches and head (Note [Join
+    detection]) when ``join`` is True; a string ``join`` says why a join is cut as one chain instead."""
     ep = _export(model, args, kwargs)
     gm = ep.module()
     concatenations = _running_concatenation(gm)
@@ -421,10 +654,6 @@ def _capture_export(model: nn.Module, args: tuple, kwargs: dict, max_stages: int
     g = _Graph(gm, flat)
     if not g.main:
         raise CaptureError("no operation of the model needs a gradient (no trainable parameter is used)")
-    positions, crossing = g.cuts()
-    weights = [0 if _is_view(n) or _written_args(n) else _nbytes(n) for n in g.main]
-    chosen = _choose(positions, weights, max_stages)
-    cross_at = dict(zip(positions, crossing))
     # Side values: the placeholders that need no gradient, then the side nodes, in program order.
     side_nodes = [n for n in g.placeholders if n not in g.carry] + g.side
     side_pos = {n: i for i, n in enumerate(side_nodes)}
@@ -446,30 +675,47 @@ def _capture_export(model: nn.Module, args: tuple, kwargs: dict, max_stages: int
     if not chain_outputs:
         raise CaptureError("the model's output does not depend on any trainable parameter")
     side = _Side()
-    stages = []
-    bounds = [-1] + chosen + [len(g.main) - 1]
-    # a_0: the inputs that need a gradient, and the other tensor inputs the first stage reads (its
-    # input then, so that the profiler sees them as the chain's input, which the budget leaves out).
-    first = {a for n in g.main[:bounds[1] + 1] for a in _node_inputs(n)}
-    first_inputs = [n for n, v in zip(g.placeholders, flat)
-                    if n in first and n not in g.carry and isinstance(v, torch.Tensor)]
-    carried = list(g.grad_inputs) + first_inputs
-    for k in range(len(bounds) - 1):
-        nodes = g.main[bounds[k] + 1: bounds[k + 1] + 1]
-        last = k == len(bounds) - 2
-        outs = chain_outputs if last else cross_at[bounds[k + 1]]
-        used_side = []
-        for n in nodes:
-            for a in _node_inputs(n):
-                if a in side_pos and a not in used_side and a not in carried:
-                    used_side.append(a)
-        sub = _subgraph(gm, nodes, carried + used_side, outs, single_output=len(outs) == 1 and not last)
-        paths = [p for p in (_module_path(n) for n in nodes) if p]
-        label = paths[0] if paths else nodes[0].name
-        if paths and paths[-1] != paths[0]:
-            label = f"{paths[0]}..{paths[-1]}"
-        stages.append(GraphStage(sub, len(carried), [side_pos[a] for a in used_side], side, label))
-        carried = list(outs)
+    notes = []
+    split, why = _find_join(g, chain_outputs)
+    if why:
+        notes.append(f"not run as a join network: {why} (Note [Join detection]); cut as one chain")
+    elif split is not None and join is not True:
+        notes.append(f"a join network of {len(split.branches)} branches, cut as one chain: {join}")
+        split = None
+    branches = branch_inputs = head = None
+    if split is not None:
+        k = len(split.branches)
+        per_branch = _join_stage_cap(max_stages, k, backend)
+        branches, branch_inputs, cuts = [], [], []
+        for beta in range(k):
+            stages, a0, n_cuts = _chain_of(gm, g, flat, split.branches[beta], split.grad_inputs[beta],
+                                           [split.outputs[beta]], side_pos, side, per_branch, False,
+                                           inputs=set(split.inputs[beta]))
+            if not a0:  # the first stage reads no input of its own (made inside): a_0 is unused
+                a0 = split.inputs[beta][:1]
+                stages[0].n_carried = 0
+            branches.append(stages)
+            branch_inputs.append([g.placeholders.index(n) for n in a0])
+            cuts.append(n_cuts)
+        used_side = _used_side(split.head, side_pos, split.outputs)
+        sub = _subgraph(gm, split.head, split.outputs + used_side, chain_outputs, single_output=False)
+        head = GraphStage(sub, k, [side_pos[a] for a in used_side], side, f"head:{_label(split.head)}")
+        stages = [s for b in branches for s in b] + [head]
+        chain_input = [i for b in branch_inputs for i in b]
+        notes.append(f"captured with torch.export as a join network (Note [Join detection]): {k} branches of "
+                     f"{', '.join(str(len(b)) for b in split.branches)} operations carrying gradient, "
+                     f"{', '.join(str(c) for c in cuts)} valid cuts, {', '.join(str(len(b)) for b in branches)} "
+                     f"stages kept (at most {per_branch} per branch: max_stages={max_stages}, JOIN_DP_WORK), meeting at a head of "
+                     f"{len(split.head)} operations")
+    else:
+        stages, a0, n_cuts = _chain_of(gm, g, flat, g.main, g.grad_inputs, chain_outputs, side_pos, side,
+                                       max_stages, True)
+        chain_input = [g.placeholders.index(n) for n in a0]
+        if not chain_input:  # the first stage reads no input (all its data is made inside): a_0 is unused
+            chain_input = [next(i for i, v in enumerate(flat) if isinstance(v, torch.Tensor))]
+            stages[0].n_carried = 0
+        notes.append(f"captured with torch.export: {len(g.main)} operations carry gradient, {n_cuts} valid cuts, "
+                     f"{len(stages)} stages kept (max_stages={max_stages})")
     # The prologue: every side value from the flat inputs.
     graph = fx.Graph()
     env = {}
@@ -482,17 +728,12 @@ def _capture_export(model: nn.Module, args: tuple, kwargs: dict, max_stages: int
         env[n] = graph.node_copy(n, lambda a: env[a])
     graph.output(tuple(env[n] for n in side_nodes))
     prologue = fx.GraphModule(gm, graph)
-    chain_input = [g.placeholders.index(n) for n in list(g.grad_inputs) + first_inputs]
-    if not chain_input:  # the first stage reads no input (all its data is made inside): a_0 is unused
-        chain_input = [next(i for i, v in enumerate(flat) if isinstance(v, torch.Tensor))]
-        stages[0].n_carried = 0
-    notes = [(f"captured with torch.export: {len(g.main)} operations carry gradient, {len(positions)} valid cuts, "
-              f"{len(stages)} stages kept (max_stages={max_stages})")]
     if concatenations:
         notes.append(f"{concatenations} concatenation(s) extend the one before (Note [Running concatenation])")
     return Capture(method="export", prologue=prologue, stages=stages, side=side, chain_input=chain_input,
                    outputs=outputs, out_spec=ep.call_spec.out_spec, kw_order=kw_order,
-                   tensors=_model_tensors(model), notes=notes)
+                   tensors=_model_tensors(model), notes=notes, branches=branches, branch_inputs=branch_inputs,
+                   head=head)
 
 
 def side_nbytes(values: list, inputs: list, model_tensors: list) -> int:
@@ -620,7 +861,7 @@ class AutoCheckpointed(nn.Module):
     :func:`auto_checkpoint`."""
 
     def __init__(self, model: nn.Module, budget, *, backend: str = "auto", bucket=None, max_stages: int | None = None,
-                 capture: str = "auto", **executor_kwargs):
+                 capture: str = "auto", join: bool = True, **executor_kwargs):
         super().__init__()
         if not isinstance(model, nn.Module):
             raise TypeError(f"auto_checkpoint needs an nn.Module, got {type(model).__name__}; for a list of stages "
@@ -638,6 +879,7 @@ class AutoCheckpointed(nn.Module):
         self.bucket = bucket
         self.max_stages = max_stages or DEFAULT_MAX_STAGES.get(backend, 64)
         self.capture_method = capture
+        self.join = join
         self._executor_kwargs = dict(executor_kwargs)
         self._captures: dict = {}
         self._last: Capture | None = None
@@ -673,7 +915,9 @@ class AutoCheckpointed(nn.Module):
         return self._last
 
     @property
-    def executor(self) -> CheckpointedSequential | None:
+    def executor(self) -> CheckpointedSequential | CheckpointedJoin | None:
+        """What runs the latest input signature's steps: a :class:`~torch_exec.CheckpointedSequential`, or
+        for a join network a :class:`~torch_exec.join.CheckpointedJoin` (Note [Join detection])."""
         return None if self._last is None else self._last.executor
 
     def memory_report(self):
@@ -704,7 +948,7 @@ class AutoCheckpointed(nn.Module):
             if cap.method == "export":
                 flat = pytree.tree_leaves((args, {k: kwargs[k] for k in cap.kw_order}))
                 self._run_prologue(cap, flat)
-                cap.executor.prepare(*[flat[i] for i in cap.chain_input])
+                cap.executor.prepare(*_executor_inputs(cap, flat))
             else:
                 blocks, box = cap.blocks
 
@@ -735,7 +979,8 @@ class AutoCheckpointed(nn.Module):
         cap = None
         if self.capture_method in ("auto", "export"):
             try:
-                cap = _capture_export(self._model, args, kwargs, self.max_stages)
+                cap = _capture_export(self._model, args, kwargs, self.max_stages, join=self._join_setting(),
+                                      backend=self.backend)
             except CaptureError as exc:
                 errors.append(f"torch.export: {exc}")
             except Exception as exc:  # noqa: BLE001 - export's own errors are many; report the first line
@@ -765,9 +1010,26 @@ class AutoCheckpointed(nn.Module):
             kwargs_exec["caller_keeps"] = "output"
             cap.notes.append("caller_keeps='loss' does not apply to the blocks' chain: its output is the hidden "
                              "state the rest of the model reads, reserved whole")
-        names = [f"{i + 1}:{s.label}".replace(".", "/") for i, s in enumerate(cap.stages)]  # no dots in module names
-        cap.executor = CheckpointedSequential(nn.Sequential(OrderedDict(zip(names, cap.stages))), **kwargs_exec)
+        if cap.branches is not None:
+            if kwargs_exec.pop("caller_keeps", "output") == "loss":
+                cap.notes.append("caller_keeps='loss' does not apply to a join network: the join reserves its head's "
+                                 "output whole (usually the loss itself)")
+            cap.executor = CheckpointedJoin([_sequential(b) for b in cap.branches], cap.head, **kwargs_exec)
+        else:
+            cap.executor = CheckpointedSequential(_sequential(cap.stages), **kwargs_exec)
         return cap
+
+    def _join_setting(self):
+        """True when a join network may run as one (Note [Join detection]), else why not."""
+        if not self.join:
+            return "join=False"
+        if self.backend not in JOIN_BACKENDS:
+            return f"backend={self.backend!r} has no join DP (it has {', '.join(JOIN_BACKENDS)})"
+        unknown = sorted(set(self._executor_kwargs) - {"caller_keeps"}  # a note says what the join reserves
+                         - set(inspect.signature(CheckpointedJoin).parameters))
+        if unknown:
+            return f"CheckpointedJoin takes no {', '.join(unknown)}"
+        return True
 
     def _blocks_capture(self, blocks: _Blocks, args, kwargs) -> Capture:
         box: list = [None]
@@ -806,8 +1068,7 @@ class AutoCheckpointed(nn.Module):
             return self._run_blocks(cap, args, kwargs)
         flat = pytree.tree_leaves((args, {k: kwargs[k] for k in cap.kw_order}))
         self._run_prologue(cap, flat)
-        a0 = [flat[i] for i in cap.chain_input]
-        outs = cap.executor(*a0)
+        outs = cap.executor(*_executor_inputs(cap, flat))
         outs = (outs,) if isinstance(outs, torch.Tensor) else tuple(outs)
         leaves = []
         for kind, value in cap.outputs:
@@ -921,6 +1182,18 @@ def _check_blocks(wrapper: AutoCheckpointed, cap: Capture, args, kwargs) -> None
                            f"uses a block's output for more than the next block)")
 
 
+def _sequential(stages: list) -> nn.Sequential:
+    names = [f"{i + 1}:{s.label}".replace(".", "/") for i, s in enumerate(stages)]  # no dots in module names
+    return nn.Sequential(OrderedDict(zip(names, stages)))
+
+
+def _executor_inputs(cap: Capture, flat: list) -> list:
+    """The executor's inputs: a_0's tensors for a chain; for a join one per branch (a tensor or a tuple)."""
+    if cap.branches is None:
+        return [flat[i] for i in cap.chain_input]
+    return [flat[pos[0]] if len(pos) == 1 else tuple(flat[i] for i in pos) for pos in cap.branch_inputs]
+
+
 def _run_plain(stages, hidden):
     for s in stages:
         hidden = s(hidden)
@@ -934,7 +1207,8 @@ def _current(cap: Capture, model: nn.Module) -> bool:
 
 
 def auto_checkpoint(model: nn.Module, budget, *, backend: str = "auto", bucket=None, sample=None,
-                    max_stages: int | None = None, capture: str = "auto", **executor_kwargs) -> AutoCheckpointed:
+                    max_stages: int | None = None, capture: str = "auto", join: bool = True,
+                    **executor_kwargs) -> AutoCheckpointed:
     """``model`` trained under ``budget`` with gpusolve's optimal checkpointing, in one call.
 
     ``budget``: bytes, a string with units (``"8GiB"``) or a percentage of the model's plain-autograd
@@ -944,8 +1218,11 @@ def auto_checkpoint(model: nn.Module, budget, *, backend: str = "auto", bucket=N
 
     ``sample``: inputs to capture, profile and solve for right away (a tensor, a tuple of positional
     arguments, or a dict of keyword arguments); otherwise the first call does it. ``max_stages``: most
-    chain stages (default per backend, :data:`DEFAULT_MAX_STAGES`). ``capture``: ``"auto"`` (the graph
-    with torch.export, else the model's blocks), ``"export"`` or ``"blocks"``. Other keywords go to
+    chain stages (default per backend, :data:`DEFAULT_MAX_STAGES`; a join network's branches share
+    them). ``capture``: ``"auto"`` (the graph with torch.export, else the model's blocks), ``"export"``
+    or ``"blocks"``. ``join``: run a model whose inputs' branches meet at a head (two towers, Siamese,
+    triplet) as a join network (:class:`~torch_exec.join.CheckpointedJoin`, Note [Join detection] in
+    torch_exec/auto.py); ``False`` cuts it as one chain. Other keywords go to
     :class:`~torch_exec.CheckpointedSequential` (``profile_passes``, ``preserve_rng_state``,
     ``caller_keeps``, ...). ``caller_keeps="loss"`` says that the training loop keeps and back-propagates
     only the model's scalar loss (``loss = model(**batch).loss; loss.backward()``, transformers'
@@ -953,7 +1230,7 @@ def auto_checkpoint(model: nn.Module, budget, *, backend: str = "auto", bucket=N
     logits, nor for its gradient (Note [The caller holds a_N] in torch_exec/executor.py).
     """
     wrapper = AutoCheckpointed(model, budget, backend=backend, bucket=bucket, max_stages=max_stages, capture=capture,
-                               **executor_kwargs)
+                               join=join, **executor_kwargs)
     if sample is not None and budget is not None:
         if isinstance(sample, dict):
             wrapper.prepare(**sample)

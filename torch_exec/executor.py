@@ -199,6 +199,7 @@ import numpy as np
 import torch
 from torch import nn
 from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._pytree import tree_leaves
 
 from gpusolve.baselines import store_all
 from gpusolve.chain import Chain, clones_input
@@ -1141,11 +1142,11 @@ def _budget_setting(budget):
     return parse_bytes(budget, "budget")
 
 
-def _needs_at_least(err: InfeasibleBudgetError, budget: str, peak: int, of: str = "") -> str:
-    """What an infeasible percentage budget's error adds: the peak it is a percentage of (``of`` says
-    where that peak comes from) and the least percentage this input needs, rounded up to 0.1."""
+def _needs_at_least(err: InfeasibleBudgetError, budget: str, peak: int) -> str:
+    """What an infeasible percentage budget's error adds: the peak it is a percentage of and the least
+    percentage this input needs, rounded up to 0.1."""
     least = math.ceil(1000 * err.min_bytes / peak) / 10
-    return f" (budget {budget} of plain autograd's peak {peak} B{of}; this input needs at least {least:g}%)"
+    return f" (budget {budget} of plain autograd's peak {peak} B; this input needs at least {least:g}%)"
 
 
 # ---------------------------------------------------------------------------- the modules
@@ -1155,8 +1156,12 @@ class _PlannedModule(nn.Module):
     are the subclass's), re-solving them, and the budget as ``extra_repr`` shows it."""
 
     def _set_solver(self, budget, bucket, backend, profile_passes, profile_warmup, schedule_fn, preserve_rng_state,
-                    network) -> None:
+                    network, measure_steps: int) -> None:
         self.budget = _budget_setting(budget)
+        self._meter = StepMeter(cuda_steps=measure_steps)
+        # Bytes the caller holds through each step beside the stages, made inside the step (so a step
+        # meter sees them) and counted in every plan as reserved: auto_checkpoint's side values.
+        self.held_bytes = 0
         self.bucket = bucket
         self.backend = backend
         self.profile_passes = profile_passes
@@ -1191,6 +1196,31 @@ class _PlannedModule(nn.Module):
             return
         for entry in self._entries.values():
             self._plan_entry(entry)
+
+    def measure_memory(self, steps: int = 1) -> None:
+        """Measure the peak memory of the next ``steps`` steps (forward to the end of backward) with
+        the device's allocator: counters on CUDA (the first 3 steps are measured anyway, see
+        ``measure_steps``), allocator events on the CPU (the step runs slower while measured)."""
+        self._meter.arm(steps)
+
+    def memory_report(self):
+        """Every measured step: budget, predicted and measured peak, parameter gradients allocated in
+        the step, whether it held the budget (a :class:`torch_exec.report.MemoryReport`; print it)."""
+        return self._meter.records
+
+    def _begin_step(self, entry, device) -> bool:
+        """A step's start: its measurement begins when one is due (:meth:`measure_memory`); whether the
+        entry's plan runs as plain autograd (``entry.plain``: then :meth:`_plain_step` runs it)."""
+        self._meter.begin(device, self.parameters(), entry.plan,
+                          None if self.budget is None else entry.plan.budget_bytes, entry.plain)
+        return entry.plain
+
+    def _plain_step(self, run):
+        """A step as plain autograd (``run()``): a measured one ends with the backward that reaches its output."""
+        out = run()
+        if self._meter.measuring:
+            self._meter.end_with_backward_of([t for t in tree_leaves(out) if isinstance(t, torch.Tensor)])
+        return out
 
     def _budget_repr(self) -> str:
         from gpusolve.units import format_bytes
@@ -1250,7 +1280,6 @@ class CheckpointedSequential(_PlannedModule):
                  measure_steps: int = 3, modules=(), offload=None, caller_keeps: str = "output"):
         super().__init__()
         self.caller_keeps = _caller_keeps_setting(caller_keeps)
-        self._meter = StepMeter(cuda_steps=measure_steps)
         self.names, fns = U.stage_list(stages)
         self.stages = nn.ModuleList([f for f in fns if isinstance(f, nn.Module)])
         extras = _extra_modules(modules)
@@ -1259,12 +1288,9 @@ class CheckpointedSequential(_PlannedModule):
         _check_callables(self.names, fns, list(self.stages) + extras)
         self._fns = fns  # the callables, in order (modules are also registered above)
         self._set_solver(budget, bucket, backend, profile_passes, profile_warmup, schedule_fn, preserve_rng_state,
-                         network)
+                         network, measure_steps)
         self.offload = _offload_setting(offload)
         self._measured_links: dict = {}  # str(device) -> Link measured for offload="measure"
-        # Bytes the caller holds through each step beside the stages, made inside the step (so a step
-        # meter sees them) and counted in every plan as reserved: auto_checkpoint's side values.
-        self.held_bytes = 0
 
     # ------------------------------------------------------------ plans
     @property
@@ -1475,18 +1501,6 @@ class CheckpointedSequential(_PlannedModule):
             return
         self._replan_all()
 
-    # ------------------------------------------------------------ measured memory
-    def measure_memory(self, steps: int = 1) -> None:
-        """Measure the peak memory of the next ``steps`` steps (forward to the end of backward) with
-        the device's allocator: counters on CUDA (the first 3 steps are measured anyway, see
-        ``measure_steps``), allocator events on the CPU (the step runs slower while measured)."""
-        self._meter.arm(steps)
-
-    def memory_report(self):
-        """Every measured step: budget, predicted and measured peak, parameter gradients allocated in
-        the step, whether it held the budget (a :class:`torch_exec.report.MemoryReport`; print it)."""
-        return self._meter.records
-
     # ------------------------------------------------------------ forward
     def _plain(self, state):
         for fn in self._fns:
@@ -1512,14 +1526,8 @@ class CheckpointedSequential(_PlannedModule):
             entry.exec_chain, entry.replan_due = with_learned_outputs(entry), False
             self._plan_entry(entry)
         self._last = entry
-        meter = self._meter
-        meter.begin(flat[0].device, self.parameters(), entry.plan,
-                    None if self.budget is None else entry.plan.budget_bytes, entry.plain)
-        if entry.plain:
-            out = self._plain(state)
-            if meter.measuring:  # the step ends with the backward pass that reaches this output
-                meter.end_with_backward_of(U.tensors(out))
-            return out
+        if self._begin_step(entry, flat[0].device):
+            return self._plain_step(lambda: self._plain(state))
         structure = "tensor" if isinstance(state, torch.Tensor) else "tuple"
         params = _tap_params(self)
         if params:  # Note [Autograd calls that name tensors]
@@ -1529,7 +1537,7 @@ class CheckpointedSequential(_PlannedModule):
         else:  # an empty leaf: makes backward run even when no input needs grad
             tap = torch.empty(0, requires_grad=True)
             tap_args = (None, [], None)
-        return _ScheduleFunction.apply((entry, structure, self.preserve_rng_state, meter, tap_args), tap, *flat)
+        return _ScheduleFunction.apply((entry, structure, self.preserve_rng_state, self._meter, tap_args), tap, *flat)
 
     def extra_repr(self) -> str:
         offload = "" if self.offload is None else f", offload={self.offload!r}"

@@ -11,11 +11,8 @@ interpreter (:func:`torch_exec.executor.interpret`): every branch op runs on tha
 statistics updated once per step: all of it the chain executor's code), the ``TURN`` on the
 :class:`JoinRuntime` here.
 
-``auto_checkpoint`` does not detect joins (yet): it cuts the captured graph into a chain at points
-where at most one tensor carrying gradient crosses (``MAX_CROSSING = 1``), and inside a branch of a
-join the other branches' inputs or outputs always cross too, so a model whose k inputs meet once gets
-no cut inside its branches (its block fallback may still checkpoint one repeated block list). Wrap
-such a model with :class:`CheckpointedJoin` explicitly.
+``auto_checkpoint`` finds joins in a captured graph itself (Note [Join detection] in
+:mod:`torch_exec.auto`) and runs them with this class.
 
 Note [The head's graph]
     The join schedule is a forward phase (each stage of each branch exactly once, no-grad or recorded),
@@ -61,8 +58,8 @@ backward through a checkpointed step are refused with an error (run with ``budge
 ``torch.autograd.grad`` naming only parameters gets torch's own "not used in the graph" error: no
 parameter tap as in the chain executor);
 a head that returns a tensor sharing storage with a branch output keeps that output alive past the
-``FREE`` the plan schedules after the turn; percentage budgets are of the byte model's store-all peak
-of the join (no measured plain join step); the join DP runs on the CPU (NumPy) only.
+``FREE`` the plan schedules after the turn; the join has no ``offload=`` and no ``caller_keeps``
+(its head's output is reserved whole).
 """
 from __future__ import annotations
 
@@ -76,7 +73,8 @@ from torch import nn
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from gpusolve.errors import InfeasibleBudgetError
-from gpusolve.join.bytesim import simulate_join, store_all_join_peak_bytes
+from gpusolve.join.baselines import store_all
+from gpusolve.join.bytesim import simulate_join
 from gpusolve.join.dp import min_peak_join
 from gpusolve.join.network import EmptyBranch, JoinNet, Turn, join_policy_to_schedule
 from gpusolve.join.solve import JoinPlan, solve_join
@@ -89,6 +87,7 @@ from .executor import (TURN, CheckpointedSequential, ProgramSplit, Runtime, _bac
                        _budget_setting, _compiler_disable, _detached_results, _keep_graph, _needs_at_least,
                        _PlannedModule, _standin_params, annotate, executor_chain, interpret,
                        output_out_of_tape)
+from .meter import MemoryMeter
 from .profiler import chain_from_profile, profile_dict, profiling
 
 
@@ -125,6 +124,9 @@ class JoinEntry(ProgramSplit):
     structures: list                 # per branch: ("tensor", 1) or ("tuple", number of tensors)
     head: object                     # the head callable
     head_profile: dict = field(default_factory=dict)
+    plain_peak_bytes: int = 0        # plain autograd's step, measured (CheckpointedJoin._plain_step_peak)
+    held_bytes: int = 0              # held through each step beside the join (CheckpointedJoin.held_bytes)
+    plain: bool = False              # plain autograd fits the budget: the step runs as such
     program: list = field(default_factory=list)   # annotate(plan.schedule)
     split: int = 0                   # index of the head's forward (the first TURN entry) in program
 
@@ -203,7 +205,8 @@ class _JoinFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, args, tap, *inputs):
-        entry, preserve_rng, box = args
+        entry, preserve_rng, box, meter = args
+        ctx.meter = meter
         ctx.set_materialize_grads(False)
         rt = JoinRuntime(entry, [t.detach() for t in inputs], [t.requires_grad for t in inputs],
                          U.autocast_state(), preserve_rng)
@@ -231,7 +234,11 @@ class _JoinFunction(torch.autograd.Function):
         rt.head_grads = list(grad_outputs)
         del grad_outputs
         interpret(rt.entry.backward_ops, rt)
-        return (None, None, *rt.input_grads())
+        grads = rt.input_grads()
+        del rt
+        if ctx.meter is not None:
+            ctx.meter.end()
+        return (None, None, *grads)
 
 
 # ---------------------------------------------------------------------------- the module
@@ -271,13 +278,15 @@ class CheckpointedJoin(_PlannedModule):
     structure of tensors. Call the module with one input per branch (a tensor or a tuple of tensors):
     ``loss = join(x_a, x_b); loss.backward()``.
 
-    ``budget``: bytes, a string such as ``"6GiB"``, or a percentage such as ``"50%"`` of the join's
-    plain autograd peak in the byte model; it counts everything but the branch inputs (parameters,
-    their gradients and the optimizer state are not counted either). ``None`` runs plain autograd.
+    ``budget``: bytes, a string such as ``"6GiB"``, or a percentage such as ``"50%"`` of plain
+    autograd's step peak, measured when profiling each input signature (:meth:`plain_peak_bytes_for`);
+    it counts everything but the branch inputs (parameters, their gradients and the optimizer state are
+    not counted either). ``None`` runs plain autograd.
     ``bucket``: memory granularity of the join DP (default budget / 1024); ``backend``: the join DP's
     backend (``"auto"``, ``"cpu"``, ``"cuda"``: :func:`gpusolve.join.solve_join`). ``schedule_fn(net) -> schedule
     or JoinPolicy`` replaces the solver (tests, baselines). ``profile_passes``, ``profile_warmup``,
-    ``preserve_rng_state``, ``network``: as for :class:`~torch_exec.CheckpointedSequential`.
+    ``preserve_rng_state``, ``network``, ``measure_steps``: as for :class:`~torch_exec.CheckpointedSequential`
+    (:meth:`measure_memory` and :meth:`memory_report` too).
 
     The first call with a new input signature profiles the branches and the head and solves (or call
     :meth:`prepare`); plans are cached per signature. A budget below the join's minimum raises
@@ -287,7 +296,7 @@ class CheckpointedJoin(_PlannedModule):
 
     def __init__(self, branches, head, budget="6GiB", bucket=None, backend: str = "auto", *, profile_passes: int = 3,
                  profile_warmup: int = 1, schedule_fn=None, preserve_rng_state: bool = True,
-                 network: str | None = None):
+                 network: str | None = None, measure_steps: int = 3):
         super().__init__()
         if isinstance(branches, (nn.Sequential, torch.Tensor)) or not isinstance(branches, (list, tuple,
                                                                                              nn.ModuleList)):
@@ -319,7 +328,7 @@ class CheckpointedJoin(_PlannedModule):
                                  f"see: {'; '.join(hidden)}. Pass the head as an nn.Module")
             self._head_fn = head
         self._set_solver(budget, bucket, backend, profile_passes, profile_warmup, schedule_fn, preserve_rng_state,
-                         network)
+                         network, measure_steps)
 
     @property
     def k(self) -> int:
@@ -382,9 +391,11 @@ class CheckpointedJoin(_PlannedModule):
             plain_chains.append(entry.plain_chain)
         turn_grads = sum(int(chain.padded()["grad_bytes"][-1]) for chain in exec_chains)
         head_profile, turn, out_grad = self._profile_head(inputs, turn_grads)
-        entry = JoinEntry(plan=None, net=JoinNet(exec_chains, turn, out_grad),
-                          plain_net=JoinNet(plain_chains, turn, out_grad), branches=branch_entries,
-                          structures=structures, head=self.head_fn, head_profile=head_profile)
+        reserved = out_grad + int(self.held_bytes)  # held_bytes: as for CheckpointedSequential
+        entry = JoinEntry(plan=None, net=JoinNet(exec_chains, turn, reserved),
+                          plain_net=JoinNet(plain_chains, turn, reserved), branches=branch_entries,
+                          structures=structures, head=self.head_fn, head_profile=head_profile,
+                          plain_peak_bytes=self._plain_step_peak(inputs), held_bytes=int(self.held_bytes))
         self._plan_entry(entry)
         return entry
 
@@ -431,12 +442,50 @@ class CheckpointedJoin(_PlannedModule):
                                   - turn_grads))
         return data, turn, int(arr["grad_bytes"][1]) + held
 
+    def _plain_step_peak(self, inputs) -> int:
+        """Plain autograd's step on inputs like these, measured with the device's allocator: the branches
+        and the head as plain autograd runs them, the caller holding the head's output through the
+        backward and seeding a gradient for each of its tensors (the chain profiler's plain step,
+        :meth:`torch_exec.profiler.Profiler.metered_plain_step`, and its rules: the inputs held and not
+        counted, parameter gradients allocated before). Parameters, buffers, gradients and RNG state
+        are left as they were."""
+        fns = [fn for seq, empty in zip(self.branches, self.empty, strict=True) if not empty for fn in seq._fns]
+        snapshot = U.ModelSnapshot(*U.stage_state(fns + [self.head_fn]))
+        device = U.tensors(inputs[0])[0].device
+        try:
+            with _standin_params([self]):  # Note [DistributedDataParallel] in the executor
+                with torch.no_grad():
+                    for p in self.parameters():
+                        if p.requires_grad:
+                            p.grad = torch.zeros_like(p)
+                held = [U.clone(U.make_leaf(x, [t.requires_grad for t in U.tensors(x)])) for x in inputs]
+                with MemoryMeter(device) as meter:
+                    start = meter.mark()
+                    with torch.enable_grad():
+                        out = self._plain(held)
+                    final = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor) and t.requires_grad]
+                    del out
+                    if final:
+                        torch.autograd.backward(final, [torch.ones_like(t) for t in final])
+                    del final
+                    end = meter.mark()
+                del held
+            return int(meter.between(start, end).peak)
+        finally:
+            snapshot.restore()
+
+    @staticmethod
+    def plain_peak_bytes_for(entry: JoinEntry) -> int:
+        """Plain autograd's step peak for one signature: measured when it was profiled, with what the
+        caller holds beside the join (``held_bytes``, made before the step the meter saw)."""
+        return entry.plain_peak_bytes + entry.held_bytes
+
     def budget_bytes_for(self, entry: JoinEntry) -> int | None:
-        """The byte budget of one signature: bytes, or a percentage of the plain join's store-all peak
-        in the byte model."""
+        """The byte budget of one signature: bytes, or a percentage of plain autograd's step peak
+        (:meth:`plain_peak_bytes_for`, measured when profiling, as for CheckpointedSequential)."""
         if self.budget is None:
             return None
-        return parse_budget(self.budget, lambda: store_all_join_peak_bytes(entry.plain_net), "budget")
+        return parse_budget(self.budget, lambda: self.plain_peak_bytes_for(entry), "budget")
 
     def _plan_entry(self, entry: JoinEntry) -> None:
         net = entry.net
@@ -453,6 +502,15 @@ class CheckpointedJoin(_PlannedModule):
                             Curve(np.zeros(0, dtype=np.int64), np.zeros(0)), schedule, policy,
                             net.store_all_time_ms(), 0, decided_by="schedule_fn", notes=["schedule given, not solved"],
                             net=net)
+        elif budget is None or self.plain_peak_bytes_for(entry) <= budget:
+            # Plain autograd fits (as measured): run it as such, as CheckpointedSequential does.
+            peak = self.plain_peak_bytes_for(entry)
+            budget = peak if budget is None else budget
+            plain = store_all(entry.plain_net)
+            plan = JoinPlan(True, plain.time_ms, peak, budget, 0, 0, 0.0, Curve(np.zeros(0, dtype=np.int64), np.zeros(0)),
+                            plain.schedule, None, entry.plain_net.store_all_time_ms(), 0, decided_by="plain autograd",
+                            notes=[f"plain autograd fits the budget (its peak {peak} B, measured when profiling); "
+                                   f"running the branches and the head as plain autograd"], net=entry.plain_net)
         else:
             try:
                 plan = solve_join(net.branches, net.turn, budget, bucket=self.bucket, reserved_bytes=net.reserved_bytes,
@@ -460,10 +518,14 @@ class CheckpointedJoin(_PlannedModule):
             except InfeasibleBudgetError as err:
                 message = f"CheckpointedJoin: {err}"
                 if isinstance(self.budget, str):
-                    message += _needs_at_least(err, self.budget, store_all_join_peak_bytes(entry.plain_net),
-                                               " in the byte model")
+                    message += _needs_at_least(err, self.budget, self.plain_peak_bytes_for(entry))
                 raise InfeasibleBudgetError(message, err.min_bytes) from None
-        self._draw_order(entry, plan)
+        if isinstance(self.budget, str):  # a percentage: say what it resolved to
+            plan.notes.insert(0, f"budget {self.budget} of plain autograd's peak {self.plain_peak_bytes_for(entry)} B "
+                                 f"(measured when profiling): {budget} B")
+        entry.plain = plan.decided_by == "plain autograd"
+        if not entry.plain:
+            self._draw_order(entry, plan)
         program = annotate(plan.schedule)
         entry.split = next(i for i, (code, _, arg, _) in enumerate(program) if code == TURN and arg == 0)
         entry.program = program
@@ -525,9 +587,11 @@ class CheckpointedJoin(_PlannedModule):
         entry = self._entry(inputs)
         self._last = entry
         flat = [t for x in inputs for t in U.tensors(x)]
+        if self._begin_step(entry, flat[0].device):
+            return self._plain_step(lambda: self._plain(inputs))
         tap = torch.empty(0, requires_grad=True)
         box: list = []
-        results = _JoinFunction.apply((entry, self.preserve_rng_state, box), tap, *flat)
+        results = _JoinFunction.apply((entry, self.preserve_rng_state, box, self._meter), tap, *flat)
         results = iter(results if isinstance(results, tuple) else (results,))
         leaves, spec = box.pop()
         return tree_unflatten([next(results) if v is _TENSOR else v for v in leaves], spec)

@@ -513,7 +513,7 @@ def _find_join(g: _Graph, model_outputs: list) -> tuple[_JoinSplit | None, str]:
             a, b = sorted((find(label[0]), find(p)), key=order.get)
             parent[b] = a
         grouped |= set(label)
-    groups: dict = {}  # group root -> the node sets of each carrying value's groups
+    groups: dict = {}  # the groups, in input order: each keyed by its root input (values unused)
     for p in sorted(grouped, key=order.get):
         groups.setdefault(find(p), None)
     if len(groups) < 2:

@@ -288,25 +288,15 @@ def exact_candidates(chain: Chain, problem: Problem, table, full_curve: np.ndarr
     policy = table.policy(buckets)
     if policy is not None:
         best = (full_curve[buckets], None, policy, None)
-    # (2): better plateaus of the slack band, in exact bytes. Further past the budget the optima are
-    # faster and less likely to fit: a binary search for the last that fits.
-    starts = [m for m in _plateau_starts(full_curve, buckets, problem.buckets)
-              if best is None or full_curve[m] < best[0]]
-    lo, hi, tried = 0, len(starts) - 1, 0
-    while lo <= hi and tried < SLACK_TRIES:
-        mid = (lo + hi) // 2
-        m = starts[mid]
-        tried += 1
+    # (2): better plateaus of the slack band, in exact bytes.
+    def fits(m):
         candidate = table.policy(m)
         peak = peak_of(candidate)
-        if peak <= budget_bytes:
-            if best is None or full_curve[m] < best[0]:
-                note = (f"the optimum at {m - buckets} bucket(s) past the budget fits it in exact bytes "
-                        f"(peak {peak} B): bucket rounding had hidden it")
-                best = (full_curve[m], peak, candidate, note)
-            lo = mid + 1
-        else:
-            hi = mid - 1
+        return peak <= budget_bytes, (peak, candidate)
+    found = slack_band_fit(full_curve, buckets, problem.buckets, np.inf if best is None else best[0], fits)
+    if found is not None:
+        m, (peak, candidate) = found
+        best = (full_curve[m], peak, candidate, slack_note(m - buckets, peak))
     # (3): segment policies (store-all, checkpoint_sequential, Chen's greedy).
     segment = _fastest_segment_policy(chain, problem, budget_bytes, best[0] if best is not None else np.inf)
     if segment is not None:
@@ -322,6 +312,33 @@ def exact_candidates(chain: Chain, problem: Problem, table, full_curve: np.ndarr
 # The slack band (Note [Exact candidates]): at most this many recovered candidates (a binary search
 # over the band's plateaus: enough for 2^8 of them).
 SLACK_TRIES = 8
+
+
+def slack_band_fit(curve: np.ndarray, buckets: int, top: int, better_than: float, fits):
+    """Note [Exact candidates] (2), for any table whose columns go past the budget's ``buckets`` up to
+    ``top``: the first columns of the curve's plateaus there that are faster than ``better_than`` are
+    searched for the fastest whose optimum fits the budget in exact bytes. Further past the budget the
+    optima are faster and less likely to fit: a binary search for the last that fits (at most
+    :data:`SLACK_TRIES` tries). ``fits(m) -> (fits, payload)``; returns ``(m, payload)`` or None. The
+    chain's :func:`exact_candidates` and the join's :func:`gpusolve.join.solve_join` use it."""
+    starts = [m for m in _plateau_starts(curve, buckets, top) if curve[m] < better_than]
+    lo, hi, tried, found = 0, len(starts) - 1, 0, None
+    while lo <= hi and tried < SLACK_TRIES:
+        mid = (lo + hi) // 2
+        ok, payload = fits(starts[mid])
+        tried += 1
+        if ok:
+            found = (starts[mid], payload)
+            lo = mid + 1
+        else:
+            hi = mid - 1
+    return found
+
+
+def slack_note(past: int, peak: int) -> str:
+    """The plan's note when a slack-band optimum decided (Note [Exact candidates] (2))."""
+    return (f"the optimum at {past} bucket(s) past the budget fits it in exact bytes (peak {peak} B): bucket "
+            f"rounding had hidden it")
 
 
 def _fastest_segment_policy(chain: Chain, problem: Problem, budget_bytes: int, better_than: float):

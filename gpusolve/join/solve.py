@@ -13,7 +13,11 @@ Note [Join candidates]
     persistent schedules: spec A.2.5 item 6; and a branch in the thesis model, ``multi_tape=False``,
     records no stage before the turn in the DP, while store-all and the composed baselines do); (4) when the table has no plan at the budget although the
     budget is at least the exact minimum of the DP's schedules (bucket rounding), the least-peak
-    policy (:func:`gpusolve.join.dp.min_peak_join`), which runs within exactly that minimum.
+    policy (:func:`gpusolve.join.dp.min_peak_join`), which runs within exactly that minimum; (5) as
+    for a chain (Note [Exact candidates] (2) in :mod:`gpusolve.solve`), when no bucket is given the
+    table goes a little past the budget and the optima of its better plateaus there that fit the
+    budget in exact bytes are candidates (the one search, :func:`gpusolve.solve.slack_band_fit`).
+    ``JoinPlan.curve`` stops at the budget.
 """
 from __future__ import annotations
 
@@ -24,7 +28,8 @@ import numpy as np
 
 from ..dp.buckets import HOST_MEMORY_FRACTION, available_host_bytes, check_user_bucket
 from ..errors import InfeasibleBudgetError
-from ..solve import Curve, PlanBase, exact_bytes, pick_kernel_backend, plan_dict, plan_summary
+from ..solve import (Curve, PlanBase, exact_bytes, pick_kernel_backend, plan_dict, plan_summary, slack_band_fit,
+                     slack_buckets, slack_note)
 from ..units import format_bytes, parse_budget
 from .baselines import equiv_chain, split_budget, store_all
 from .bytesim import simulate_join, store_all_join_peak_bytes
@@ -67,6 +72,12 @@ def join_below_minimum(budget_bytes: int, min_bytes: int) -> str:
     return (f"budget {exact_bytes(budget_bytes)} is below the minimum feasible budget {exact_bytes(min_bytes)} "
             f"for this join (the least peak of the join DP's schedules, branch inputs not counted); raise the "
             f"budget to at least {min_bytes} B")
+
+
+def join_slack_buckets(net: JoinNet, buckets: int) -> int:
+    """Columns past the budget filled for exact-byte candidates (Note [Join candidates] (5)): the
+    chain's rule (:func:`gpusolve.solve.slack_buckets`) over every stage of every branch and the turn."""
+    return slack_buckets(sum(net.lengths) + 1, buckets)
 
 
 def choose_join_bucket(net: JoinNet, budget_bytes: int, bucket=None, notes: list[str] | None = None) -> int:
@@ -137,37 +148,53 @@ def solve_join(branches, turn: Turn, budget, bucket=None, reserved_bytes: int = 
     else:
         bucket_bytes = choose_join_bucket(net, budget_bytes, bucket, notes)
     buckets = budget_bytes // bucket_bytes
-    problem = JoinProblem.build(net, bucket_bytes, buckets)
+    slack = join_slack_buckets(net, buckets) if bucket is None else 0
+    problem = JoinProblem.build(net, bucket_bytes, buckets + slack)
     timings["setup"] = time.perf_counter() - started
     table = fill(problem, progress, timings)
-    curve = Curve(np.arange(buckets + 1, dtype=np.int64) * bucket_bytes, np.asarray(table.curve, dtype=np.float64))
+    full_curve = np.asarray(table.curve, dtype=np.float64)
+    curve = Curve(np.arange(buckets + 1, dtype=np.int64) * bucket_bytes, full_curve[:buckets + 1])
 
     clock = time.perf_counter()
-    candidates = []  # (time, peak, schedule, policy, origin), in order of preference at equal time
+    candidates = []  # (time, peak, schedule, policy, origin, note), in order of preference at equal time
+
+    def exact(policy):
+        schedule = join_policy_to_schedule(net, policy)
+        return schedule, simulate_join(net, schedule)
     policy = table.policy(buckets)
     if policy is not None:
-        schedule = join_policy_to_schedule(net, policy)
-        sim = simulate_join(net, schedule)
+        schedule, sim = exact(policy)
         if sim.peak_bytes > budget_bytes:  # an invariant of the bucket rounding; never silent
             raise AssertionError(f"internal error: join plan peak {sim.peak_bytes} B exceeds budget {budget_bytes} B")
-        candidates.append((sim.time_ms, sim.peak_bytes, schedule, policy, "join DP"))
+        candidates.append((sim.time_ms, sim.peak_bytes, schedule, policy, "join DP", None))
+
+    def fits(m):  # Note [Join candidates] (5)
+        schedule, sim = exact(table.policy(m))
+        return sim.peak_bytes <= budget_bytes, (schedule, sim)
+    found = slack_band_fit(full_curve, buckets, problem.buckets,
+                           candidates[0][0] if candidates else np.inf, fits)
+    if found is not None:
+        m, (schedule, sim) = found
+        candidates.append((sim.time_ms, sim.peak_bytes, schedule, table.policy(m), "join DP",
+                           slack_note(m - buckets, sim.peak_bytes)))
     others = [store_all(net, budget_bytes)]
     if baselines:
         others += [split_budget(net, budget_bytes, bucket_bytes), equiv_chain(net, budget_bytes, bucket_bytes)]
-    candidates += [(b.time_ms, b.peak_bytes, b.schedule, None, b.name) for b in others if b.feasible]
-    if not candidates:  # Note [Join candidates] (4)
-        policy = least.policy()
-        schedule = join_policy_to_schedule(net, policy)
-        sim = simulate_join(net, schedule)
+    candidates += [(b.time_ms, b.peak_bytes, b.schedule, None, b.name, None) for b in others if b.feasible]
+    if policy is None:  # Note [Join candidates] (4)
+        least_policy = least.policy()
+        schedule, sim = exact(least_policy)
         if sim.peak_bytes != min_bytes:
             raise AssertionError(f"internal error: least-peak join policy peaks at {sim.peak_bytes} B, "
                                  f"not {min_bytes} B")
-        notes.append(f"at bucket {format_bytes(bucket_bytes)} the rounded sizes fit no plan; the plan is the "
-                     f"least-peak policy (peak {exact_bytes(min_bytes)}); a finer bucket may find a faster one")
-        candidates.append((sim.time_ms, sim.peak_bytes, schedule, policy, "least-peak policy"))
+        note = (f"at bucket {format_bytes(bucket_bytes)} the rounded sizes fit no plan; the plan is the least-peak "
+                f"policy (peak {exact_bytes(min_bytes)}); a finer bucket may find a faster one")
+        candidates.append((sim.time_ms, sim.peak_bytes, schedule, least_policy, "least-peak policy", note))
     timings["candidates"] = time.perf_counter() - clock
     best = min(candidates, key=lambda c: c[0])  # the first of equal times: the DP's
-    time_ms, peak, schedule, chosen, origin = best
+    time_ms, peak, schedule, chosen, origin, note = best
+    if note is not None:
+        notes.append(note)
     if origin != "join DP":
         why = "bucket rounding"
         if not all(b.multi_tape for b in net.branches if b.n):

@@ -182,3 +182,15 @@ def test_a_two_tower_model_holds_its_budget_on_cuda():
     ref, new = _grads(reference), _grads(model)
     for key in ref:
         torch.testing.assert_close(new[key], ref[key], rtol=1e-4, atol=1e-5, msg=key)
+
+
+def test_replan_with_profile_profiles_the_join_again():
+    """The budget warning tells users to call replan(profile=True): the join takes it too."""
+    model, args, _, loss_of = A.make("triplet")
+    wrapped = te.auto_checkpoint(model, "100%")
+    wrapped.prepare(*args)
+    first = wrapped.executor._last
+    wrapped.replan(budget=wrapped.executor.min_budget_bytes, profile=True)
+    assert wrapped.executor._last is None and not wrapped.executor._entries
+    _step(wrapped, args, loss_of)
+    assert wrapped.executor._last is not first and wrapped.plan.budget_bytes == wrapped.executor.min_budget_bytes

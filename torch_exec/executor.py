@@ -1190,6 +1190,21 @@ class _PlannedModule(nn.Module):
             self._entries[key] = entry
         return entry
 
+    def replan(self, budget="keep", schedule_fn="keep", profile: bool = False) -> None:
+        """Change the budget and/or ``schedule_fn`` and re-solve every cached input signature from its
+        profile (a percentage budget such as ``"35%"`` is resolved again for each signature against its
+        measured plain autograd peak). ``budget=None`` switches to plain autograd. ``profile=True``
+        drops the profiles: the next call with each input signature profiles again."""
+        if budget != "keep":
+            self.budget = _budget_setting(budget)
+        if schedule_fn != "keep":
+            self.schedule_fn = schedule_fn
+        if profile:
+            self._entries.clear()
+            self._last = None
+            return
+        self._replan_all()
+
     def _replan_all(self) -> None:
         """Re-solve every cached signature from its profiles (nothing to do under plain autograd)."""
         if self.budget is None and self.schedule_fn is None:
@@ -1484,22 +1499,10 @@ class CheckpointedSequential(_PlannedModule):
                 f"(Note [The caller holds a_N] in torch_exec/executor.py)")
 
     def replan(self, budget="keep", schedule_fn="keep", profile: bool = False, offload="keep") -> None:
-        """Change the budget, ``schedule_fn`` and/or ``offload`` and re-solve every cached input signature
-        from its profile (a percentage budget such as ``"35%"`` is resolved again for each signature
-        against its measured plain autograd peak). ``budget=None`` switches to plain autograd.
-        ``profile=True`` drops the profiles: the next call with each input signature profiles the stages
-        again."""
-        if budget != "keep":
-            self.budget = _budget_setting(budget)
+        """As :meth:`_PlannedModule.replan`, and ``offload`` may change too."""
         if not (isinstance(offload, str) and offload == "keep"):
             self.offload = _offload_setting(offload)
-        if schedule_fn != "keep":
-            self.schedule_fn = schedule_fn
-        if profile:
-            self._entries.clear()
-            self._last = None
-            return
-        self._replan_all()
+        super().replan(budget, schedule_fn, profile)
 
     # ------------------------------------------------------------ forward
     def _plain(self, state):

@@ -84,7 +84,7 @@ from gpusolve.units import parse_budget
 
 from . import _util as U
 from .executor import (TURN, CheckpointedSequential, ProgramSplit, Runtime, _backward_runtime, _backward_segment,
-                       _budget_setting, _compiler_disable, _detached_results, _keep_graph, _needs_at_least,
+                       _compiler_disable, _detached_results, _keep_graph, _needs_at_least,
                        _PlannedModule, _standin_params, annotate, executor_chain, interpret,
                        output_out_of_tape)
 from .meter import MemoryMeter
@@ -354,14 +354,6 @@ class CheckpointedJoin(_PlannedModule):
         self._check_inputs(inputs)
         self._last = self._entry(inputs)
         return self._last.plan
-
-    def replan(self, budget="keep", schedule_fn="keep") -> None:
-        """Change the budget and/or ``schedule_fn`` and re-solve every cached signature from its profiles."""
-        if budget != "keep":
-            self.budget = _budget_setting(budget)
-        if schedule_fn != "keep":
-            self.schedule_fn = schedule_fn
-        self._replan_all()
 
     def _key(self, inputs):
         flat = [t for x in inputs for t in U.tensors(x)]

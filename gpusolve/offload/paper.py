@@ -565,18 +565,13 @@ class _Q:
 
 
 def _quantise(c: OffloadChain, S):
-    L = len(c.uF) - 1
     if S is None:
-        F = Fraction
-        conv = (lambda v: F(v)) if True else None
-
         def fr(v):
             if isinstance(v, Fraction):
                 return v
             return Fraction(v).limit_denominator(10 ** 12) if isinstance(v, float) else Fraction(int(v))
         return _Q([fr(v) for v in c.x], [fr(v) for v in c.y], [fr(v) for v in c.exF], [fr(v) for v in c.exB],
                   [fr(v) for v in c.uF], [fr(v) for v in c.uB], fr(c.M), fr(c.B), False), 1.0
-        del conv, L
     slot = float(c.M) / S
 
     def sl(v):

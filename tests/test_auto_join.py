@@ -194,3 +194,29 @@ def test_replan_with_profile_profiles_the_join_again():
     assert wrapped.executor._last is None and not wrapped.executor._entries
     _step(wrapped, args, loss_of)
     assert wrapped.executor._last is not first and wrapped.plan.budget_bytes == wrapped.executor.min_budget_bytes
+
+
+class _TwoEmbeddings(nn.Module):
+    """BERT's shape: two lookups (tokens, segments) meet at once and everything after is one chain."""
+
+    def __init__(self):
+        super().__init__()
+        self.tokens = nn.Embedding(50, 16)
+        self.segments = nn.Embedding(2, 16)
+        self.layers = nn.Sequential(*[nn.Sequential(nn.Linear(16, 64), nn.GELU(), nn.Linear(64, 16))
+                                      for _ in range(6)])
+
+    def forward(self, ids, segments):
+        return self.layers(self.tokens(ids) + self.segments(segments)).square().mean()
+
+
+def test_inputs_that_meet_at_once_keep_the_chain():
+    """As a join, the head would be every layer, run whole; as a chain, each layer is a stage."""
+    torch.manual_seed(0)
+    model = _TwoEmbeddings()
+    ids = torch.randint(0, 50, (4, 32))
+    wrapped = te.auto_checkpoint(model, "100%")
+    wrapped.prepare(ids, (ids % 2))
+    assert isinstance(wrapped.executor, te.CheckpointedSequential)
+    assert any("largest part that runs whole" in note for note in wrapped.capture.notes), wrapped.capture.notes
+    assert wrapped.executor.chain.n >= 6

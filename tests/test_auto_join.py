@@ -14,7 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+import torch.nn.functional as F  # noqa: E402,N812
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 import models as A  # noqa: E402  (examples/models.py)
@@ -220,3 +220,128 @@ def test_inputs_that_meet_at_once_keep_the_chain():
     assert isinstance(wrapped.executor, te.CheckpointedSequential)
     assert any("largest part that runs whole" in note for note in wrapped.capture.notes), wrapped.capture.notes
     assert wrapped.executor.chain.n >= 6
+
+
+def _mlp(depth=5, drop=0.0, width=64):
+    layers = [nn.Linear(16, width), nn.GELU()]
+    for _ in range(depth - 2):
+        layers += [nn.Linear(width, width), nn.GELU()] + ([nn.Dropout(drop)] if drop else [])
+    return nn.Sequential(*layers, nn.Linear(width, 16))
+
+
+class _Towers(nn.Module):
+    """Two MLP towers to an MSE loss, run in the order ``order`` says: "ab", "ba" or "lockstep";
+    ``scale_first`` computes a parameter-only scale before the towers (branch a reads it)."""
+
+    def __init__(self, order="ab", drop=0.2, scale_first=False):
+        super().__init__()
+        self.a, self.b = _mlp(drop=drop), _mlp(drop=drop)
+        self.log_scale = nn.Parameter(torch.zeros(()))
+        self.order, self.scale_first = order, scale_first
+
+    def forward(self, x, y):
+        if self.scale_first:
+            s = self.log_scale.exp()
+            x = self.a[0](x) * s
+            a_rest = self.a[1:]
+        else:
+            a_rest = self.a
+        if self.order == "lockstep":
+            for la, lb in zip(a_rest, self.b):
+                x, y = la(x), lb(y)
+            a, b = x, y
+        elif self.order == "ba":
+            b = self.b(y)
+            a = a_rest(x)
+        else:
+            a, b = a_rest(x), self.b(y)
+        return F.mse_loss(a, b)
+
+
+def _holds_and_matches(model, args, least_only=False):
+    reference = copy.deepcopy(model)
+    wrapped = te.auto_checkpoint(model, "100%")
+    wrapped.prepare(*args)
+    if isinstance(wrapped.executor, CheckpointedJoin):
+        wrapped.replan(wrapped.executor.min_budget_bytes)
+    expected = _step(reference, args, lambda out: out)
+    wrapped.measure_memory(1)
+    got = _step(wrapped, args, lambda out: out)
+    assert wrapped.memory_report()[-1].within_budget
+    assert torch.equal(got, expected)
+    for (key, p), q in zip(reference.named_parameters(), model.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-6, atol=1e-7, msg=key)
+    return wrapped
+
+
+def test_branches_run_in_the_models_order():
+    """The model runs its second tower first: the join's branch 0 is that tower, so dropout draws
+    follow plain autograd's order at every budget, with no Draw-order note."""
+    torch.manual_seed(0)
+    args = (torch.randn(8, 16), torch.randn(8, 16))
+    wrapped = _holds_and_matches(_Towers("ba"), args)
+    assert isinstance(wrapped.executor, CheckpointedJoin)
+    assert not any("not plain autograd's" in note for note in wrapped.plan.notes)
+
+
+def test_towers_run_in_lockstep_with_dropout_keep_the_chain():
+    torch.manual_seed(0)
+    args = (torch.randn(8, 16), torch.randn(8, 16))
+    wrapped = _holds_and_matches(_Towers("lockstep"), args)
+    assert isinstance(wrapped.executor, te.CheckpointedSequential)
+    assert any("interleave random draws or buffer updates" in note for note in wrapped.capture.notes)
+
+
+def test_inputs_that_require_grad_still_make_a_join():
+    """ep.module()'s input guard read every input: it carried gradient and blocked the join."""
+    torch.manual_seed(0)
+    model = _Towers(drop=0.0)
+    x, y = torch.randn(8, 16, requires_grad=True), torch.randn(8, 16, requires_grad=True)
+    rx, ry = x.detach().clone().requires_grad_(), y.detach().clone().requires_grad_()
+    reference = copy.deepcopy(model)
+    wrapped = te.auto_checkpoint(model, "100%")
+    wrapped.prepare(x, y)
+    assert isinstance(wrapped.executor, CheckpointedJoin), wrapped.capture.notes
+    wrapped.replan(wrapped.executor.min_budget_bytes)
+    wrapped.measure_memory(1)
+    _step(wrapped, (x, y), lambda out: out)
+    _step(reference, (rx, ry), lambda out: out)
+    assert wrapped.memory_report()[-1].within_budget
+    torch.testing.assert_close(x.grad, rx.grad, rtol=0, atol=0)
+    torch.testing.assert_close(y.grad, ry.grad, rtol=0, atol=0)
+
+
+def test_a_parameter_scale_computed_first_moves_to_its_reader():
+    torch.manual_seed(0)
+    args = (torch.randn(8, 16), torch.randn(8, 16))
+    wrapped = _holds_and_matches(_Towers(drop=0.0, scale_first=True), args)
+    assert isinstance(wrapped.executor, CheckpointedJoin)
+    assert all(len(stages) >= 4 for stages in wrapped.capture.branches), wrapped.capture.notes
+
+
+class _Views(nn.Module):
+    def __init__(self, k):
+        super().__init__()
+        self.towers = nn.ModuleList(_mlp(depth=3, width=8) for _ in range(k))
+
+    def forward(self, *xs):
+        return torch.stack([t(x) for t, x in zip(self.towers, xs)]).var(0).mean()
+
+
+def test_too_many_branches_for_the_join_dp_keep_the_chain():
+    torch.manual_seed(0)
+    xs = tuple(torch.randn(4, 16) for _ in range(7))
+    wrapped = te.auto_checkpoint(_Views(7), "100%")
+    wrapped.prepare(*xs)
+    assert isinstance(wrapped.executor, te.CheckpointedSequential)
+    assert any("exceeds JOIN_DP_WORK" in note for note in wrapped.capture.notes), wrapped.capture.notes
+
+
+def test_under_autocast_a_join_stays_a_chain():
+    torch.manual_seed(0)
+    args = (torch.randn(8, 16), torch.randn(8, 16))
+    wrapped = te.auto_checkpoint(_Towers(drop=0.0), "100%")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        wrapped.prepare(*args)
+    assert isinstance(wrapped.executor, te.CheckpointedSequential)
+    assert any("autocast is on" in note for note in wrapped.capture.notes)

@@ -369,10 +369,22 @@ def autocast_state() -> dict:
             enabled = torch.is_autocast_enabled(device_type)
         except (RuntimeError, TypeError):  # pragma: no cover - old torch
             continue
-        if enabled:
-            out[device_type] = dict(dtype=torch.get_autocast_dtype(device_type),
-                                    cache_enabled=torch.is_autocast_cache_enabled())
+        if enabled:  # re-entered without the cast cache (Note [Autocast's cache] in the executor)
+            out[device_type] = dict(dtype=torch.get_autocast_dtype(device_type), cache_enabled=False)
     return out
+
+
+def without_autocast_cache(fn):
+    """``fn`` runs with autocast's cast cache off (Note [Autocast's cache] in torch_exec/executor.py)."""
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        was = torch.is_autocast_cache_enabled()
+        torch.set_autocast_cache_enabled(False)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            torch.set_autocast_cache_enabled(was)
+    return run
 
 
 def autocast_key() -> tuple:

@@ -136,6 +136,15 @@ def _join_stage_cap(max_stages: int, k: int, backend: str) -> int:
     return cap
 
 
+def _join_too_large(k: int, backend: str) -> str:
+    """Why a join of k branches is not solved as one (two stages per branch exceed :data:`JOIN_DP_WORK`), or ""."""
+    work = JOIN_DP_WORK.get(backend, JOIN_DP_WORK["cpu"])
+    if 4 ** k * k * 2 <= work:
+        return ""
+    return (f"{k} branches: the join DP's work (l + 2)^k * k * l at two stages per branch, {4 ** k * k * 2}, "
+            f"exceeds JOIN_DP_WORK[{backend!r}] = {work}")
+
+
 class CaptureError(RuntimeError):
     """The model could not be turned into a chain (the message says why and what to do)."""
 
@@ -529,6 +538,7 @@ def _find_join(g: _Graph, model_outputs: list) -> tuple[_JoinSplit | None, str]:
                 got |= {index[find(p)] for p in deps[a] if p in grouped}
         of[n] = frozenset(got)
     k = len(groups)
+    base = _view_bases(nodes)
     where: dict = {n: (next(iter(b)) if len(b) == 1 else "head") for n, b in of.items() if b}
     if not any(w == "head" for w in where.values()):
         return None, "its inputs' branches never meet"
@@ -541,7 +551,8 @@ def _find_join(g: _Graph, model_outputs: list) -> tuple[_JoinSplit | None, str]:
             return None, (f"{n.name} ({_module_path(n) or n.target}) is made from parameters only and read by "
                           f"several branches")
         where[n] = users.pop() if users else "head"
-    branches = [[n for n in g.main if where[n] == beta] for beta in range(k)]
+    written = {base[t] for n in nodes for t in _written_args(n, opaque=True)}
+    branches = [_reads_first([n for n in g.main if where[n] == beta], of, written) for beta in range(k)]
     grad_inputs = [[p for p in g.grad_inputs if where[p] == beta] for beta in range(k)]
     crossing = []
     for beta in range(k):
@@ -561,7 +572,6 @@ def _find_join(g: _Graph, model_outputs: list) -> tuple[_JoinSplit | None, str]:
             branches[beta] = branches[beta][:positions[-1] + 1]
             out = values[-1]
         crossing.append(out[0])
-    base = _view_bases(nodes)
     for n in g.main:
         for target in _written_args(n, opaque=True):
             owner = where.get(base[target])
@@ -575,7 +585,52 @@ def _find_join(g: _Graph, model_outputs: list) -> tuple[_JoinSplit | None, str]:
         return None, (f"its largest part that runs whole would be {join_unit} B as a join (the head, or a branch's "
                       f"stage) against {chain_unit} B as one chain (the bytes its operations allocate)")
     groups_of = [[p for p in tensor_inputs if p in grouped and index[find(p)] == beta] for beta in range(k)]
+    # Branches in the order the model runs them (plain autograd's: CheckpointedJoin's branch order).
+    first = [min(order[n] for n in b if of[n]) for b in branches]
+    perm = sorted(range(k), key=first.__getitem__)
+    branches, grad_inputs, groups_of, crossing = ([x[i] for i in perm]
+                                                  for x in (branches, grad_inputs, groups_of, crossing))
+    # Random draws and buffer updates must keep plain autograd's order: the join runs (and re-orders
+    # its forward phase to) one branch after the other, so branches the model runs in lockstep stay a chain.
+    rank = {n: beta for beta, b in enumerate(branches) for n in b}
+    sensitive = [rank[n] for n in g.main if n in rank and _draws_or_updates(n, base)]
+    if sensitive != sorted(sensitive):
+        return None, ("its branches interleave random draws or buffer updates (dropout, BatchNorm statistics) in the "
+                      "order the model runs them, which a join cannot keep")
     return _JoinSplit(branches, grad_inputs, groups_of, crossing, head), ""
+
+
+def _reads_first(nodes: list, of: dict, written: set) -> list:
+    """A branch's nodes with each value made from parameters only (``of`` empty: a learned scale, a
+    position table) moved to just before its first reader: at its program position (``logit_scale.exp()``
+    first in a forward) it would cross every point up to that reader and leave the branch no cut.
+    Unchanged when something writes into what such a value reads."""
+    free = {n for n in nodes if not of[n]}
+    if not free or any(a in written for n in free for a in _node_inputs(n)):
+        return nodes
+    out, placed = [], set()
+
+    def place(n):
+        if n in placed:
+            return
+        for a in _node_inputs(n):
+            if a in free:
+                place(a)
+        placed.add(n)
+        out.append(n)
+    for n in nodes:
+        if n not in free:
+            place(n)
+    for n in nodes:  # read by no other node of the branch (the head reads it)
+        place(n)
+    return out
+
+
+def _draws_or_updates(n: fx.Node, base: dict) -> bool:
+    """Whether the node draws random numbers or writes into a buffer of the model (BatchNorm statistics)."""
+    if n.op == "call_function" and torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ()):
+        return True
+    return any(base[t].op == "get_attr" for t in _written_args(n, opaque=True))
 
 
 def _weight(nodes) -> int:
@@ -641,12 +696,24 @@ def _chain_of(gm: fx.GraphModule, g: _Graph, flat: list, main: list, grad_inputs
     return stages, a0, len(positions)
 
 
+def _drop_guards(gm: fx.GraphModule) -> None:
+    """``ep.module()`` calls a guard module on the inputs (``_guards_fn``: checks of their shapes) and
+    uses nothing it returns. Reading every input, it would carry gradient when an input requires grad
+    and block every cut (and every join) while the inputs live; the captures are keyed by input
+    signature, so the check is dropped."""
+    for n in list(gm.graph.nodes):
+        if n.op == "call_module" and n.target == "_guards_fn" and not n.users:
+            gm.graph.erase_node(n)
+    gm.recompile()
+
+
 def _capture_export(model: nn.Module, args: tuple, kwargs: dict, max_stages: int, join=True,
                     backend: str = "auto") -> Capture:
     """The model's graph cut into a chain, or into a join network's branches and head (Note [Join
     detection]) when ``join`` is True; a string ``join`` says why a join is cut as one chain instead."""
     ep = _export(model, args, kwargs)
     gm = ep.module()
+    _drop_guards(gm)
     concatenations = _running_concatenation(gm)
     in_spec = ep.call_spec.in_spec
     kw_order = list(in_spec.child(1).context) if in_spec.num_children == 2 else []
@@ -681,6 +748,9 @@ def _capture_export(model: nn.Module, args: tuple, kwargs: dict, max_stages: int
         notes.append(f"not run as a join network: {why} (Note [Join detection]); cut as one chain")
     elif split is not None and join is not True:
         notes.append(f"a join network of {len(split.branches)} branches, cut as one chain: {join}")
+        split = None
+    elif split is not None and _join_too_large(len(split.branches), backend):
+        notes.append(f"a join network, cut as one chain: {_join_too_large(len(split.branches), backend)}")
         split = None
     branches = branch_inputs = head = None
     if split is not None:
@@ -1023,6 +1093,9 @@ class AutoCheckpointed(nn.Module):
         """True when a join network may run as one (Note [Join detection]), else why not."""
         if not self.join:
             return "join=False"
+        if U.autocast_enabled_now():
+            return ("autocast is on, and a join's plans under autocast are not yet measured to hold their budget (a "
+                    "two-tower model in bfloat16 on the CPU went 24 % over at its least budget)")
         if self.backend not in JOIN_BACKENDS:
             return f"backend={self.backend!r} has no join DP (it has {', '.join(JOIN_BACKENDS)})"
         unknown = sorted(set(self._executor_kwargs) - {"caller_keeps"}  # a note says what the join reserves

@@ -41,11 +41,14 @@ class StepRecord:
     measured_peak: int
     param_grad_bytes_allocated: int
     plan: str
+    held_before: int = 0    # made before the meter started and held through the step (the wrapper's held_bytes)
 
     @property
     def beyond_param_grads(self) -> int:
-        """The measured peak minus parameter gradients the step allocated (see the module note)."""
-        return self.measured_peak - self.param_grad_bytes_allocated
+        """The measured peak minus parameter gradients the step allocated (see the module note), plus
+        what the caller made before the step's meter started and holds through it (``held_before``:
+        auto_checkpoint's side data, the exact bytes of its storages), which the budget counts."""
+        return self.measured_peak + self.held_before - self.param_grad_bytes_allocated
 
     @property
     def within_budget(self) -> bool:
@@ -105,9 +108,9 @@ class StepMeter:
         self.armed = steps
 
     # ------------------------------------------------------------ one step
-    def begin(self, device: torch.device, params, plan, budget, plain: bool) -> None:
+    def begin(self, device: torch.device, params, plan, budget, plain: bool, held: int = 0) -> None:
         """At the start of a step's forward: start a meter when one is due (``plain``: the step runs
-        as plain autograd)."""
+        as plain autograd; ``held``: bytes made before it and held through the step)."""
         self.finalize()
         self.steps += 1
         due = self.armed > 0 or (device.type == "cuda" and self.cuda_steps > 0)
@@ -125,7 +128,7 @@ class StepMeter:
             warnings.warn(f"step {self.steps} is not measured: {err}", MemoryBudgetWarning, stacklevel=3)
             return
         kind = "store-all (plain autograd)" if plain else plan.backend
-        self._pending = (meter, without_grad, plan, budget, device, self.steps, kind)
+        self._pending = (meter, without_grad, plan, budget, device, self.steps, kind, held)
 
     def end_with_backward_of(self, outputs) -> None:
         """End the pending measurement when the backward pass through ``outputs`` has finished: a
@@ -160,7 +163,7 @@ class StepMeter:
                 pass
         if self._ended is None:
             return
-        (meter, without_grad, plan, budget, device, step, kind), closing = self._ended
+        (meter, without_grad, plan, budget, device, step, kind, held), closing = self._ended
         self._ended = None
         meter.__exit__(None, None, None)
         reading = meter.between(meter.first_mark, closing)
@@ -168,7 +171,7 @@ class StepMeter:
                     if p.grad is not None and p.grad.device == device)
         record = StepRecord(step=step, device=str(device), budget=budget,
                             predicted_peak=int(plan.predicted_peak_bytes), measured_peak=int(reading.peak),
-                            param_grad_bytes_allocated=int(grads), plan=kind)
+                            param_grad_bytes_allocated=int(grads), plan=kind, held_before=int(held))
         self._records.append(record)
         if not record.within_budget and not self._warned:
             self._warned = True

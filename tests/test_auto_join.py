@@ -240,22 +240,17 @@ class _Towers(nn.Module):
         self.order, self.scale_first = order, scale_first
 
     def forward(self, x, y):
-        if self.scale_first:
-            s = self.log_scale.exp()
-            x = self.a[0](x) * s
-            a_rest = self.a[1:]
-        else:
-            a_rest = self.a
+        s = self.log_scale.exp() if self.scale_first else None  # read at the end of tower a
         if self.order == "lockstep":
-            for la, lb in zip(a_rest, self.b):
+            for la, lb in zip(self.a, self.b):
                 x, y = la(x), lb(y)
             a, b = x, y
         elif self.order == "ba":
             b = self.b(y)
-            a = a_rest(x)
+            a = self.a(x)
         else:
-            a, b = a_rest(x), self.b(y)
-        return F.mse_loss(a, b)
+            a, b = self.a(x), self.b(y)
+        return F.mse_loss(a if s is None else a * s, b)
 
 
 def _holds_and_matches(model, args, least_only=False):

@@ -340,3 +340,30 @@ def test_under_autocast_a_join_stays_a_chain():
         wrapped.prepare(*args)
     assert isinstance(wrapped.executor, te.CheckpointedSequential)
     assert any("autocast is on" in note for note in wrapped.capture.notes)
+
+
+class _Noisy(_Towers):
+    """Noise drawn for the second input after the first tower's dropout drew (a value made from an
+    input only: side data, which the prologue would draw first)."""
+
+    def forward(self, x, y):
+        a = self.a(x)
+        y = y + 0.1 * torch.randn_like(y)
+        return F.mse_loss(a, self.b(y))
+
+
+@pytest.mark.parametrize("join", [True, False])
+def test_random_side_data_drawn_after_the_model_drew_keeps_plain_autograds_numbers(join):
+    torch.manual_seed(0)
+    model = _Noisy(drop=0.2)
+    args = (torch.randn(8, 16), torch.randn(8, 16))
+    reference = copy.deepcopy(model)
+    wrapped = te.auto_checkpoint(model, "100%", join=join)
+    wrapped.prepare(*args)
+    assert isinstance(wrapped.executor, CheckpointedJoin if join else te.CheckpointedSequential)
+    wrapped.replan(wrapped.executor.min_budget_bytes)
+    model.zero_grad(set_to_none=True)
+    reference.zero_grad(set_to_none=True)
+    assert torch.equal(_step(wrapped, args, lambda out: out), _step(reference, args, lambda out: out))
+    for (key, p), q in zip(reference.named_parameters(), model.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-6, atol=1e-7, msg=key)

@@ -14,7 +14,9 @@ Note [Cut points]
     that requires grad, or a carrying node) or is *side* data: token ids, labels, masks and position
     ids made from them, buffer bookkeeping (``num_batches_tracked += 1``). Side nodes run once per
     step before the chain (the prologue) and stay available to every stage; they need no gradient,
-    so no stage ever recomputes them. They are held through the step, so the budget counts them:
+    so no stage ever recomputes them (except one that draws random numbers after a carrying node
+    drew: it stays in the chain, so that every draw keeps plain autograd's order). They are held
+    through the step, so the budget counts them:
     each new storage behind them once, whole (:func:`side_nbytes`; views such as a mask expanded to
     the batch add nothing). A cut after carrying node p is valid when the carrying values
     made up to p and used after p are at most :data:`MAX_CROSSING` tensor(s), and no later node writes
@@ -345,12 +347,16 @@ class _Graph:
         self.carry: set = set(grad_inputs)
         self.side: list = []
         self.main: list = []
+        drawn = False  # a carrying node drew random numbers before
         for n in nodes:
             if n.op in ("placeholder", "get_attr", "output"):
                 continue
-            if any(a in self.carry or a in self.params for a in _node_inputs(n)):
+            # A side node that draws after a carrying node did stays in the chain: run in the prologue,
+            # it would draw before that node and change plain autograd's random numbers.
+            if any(a in self.carry or a in self.params for a in _node_inputs(n)) or (drawn and _draws(n)):
                 self.carry.add(n)
                 self.main.append(n)
+                drawn = drawn or _draws(n)
             else:
                 self.side.append(n)
         self._check_side_effects()
@@ -626,11 +632,14 @@ def _reads_first(nodes: list, of: dict, written: set) -> list:
     return out
 
 
+def _draws(n: fx.Node) -> bool:
+    """Whether the node draws random numbers (dropout, ``randn_like``: ATen's nondeterministic_seeded ops)."""
+    return n.op == "call_function" and torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ())
+
+
 def _draws_or_updates(n: fx.Node, base: dict) -> bool:
     """Whether the node draws random numbers or writes into a buffer of the model (BatchNorm statistics)."""
-    if n.op == "call_function" and torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ()):
-        return True
-    return any(base[t].op == "get_attr" for t in _written_args(n, opaque=True))
+    return _draws(n) or any(base[t].op == "get_attr" for t in _written_args(n, opaque=True))
 
 
 def _weight(nodes) -> int:

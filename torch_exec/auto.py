@@ -46,12 +46,19 @@ Note [Join detection]
       last valid cut (Note [Cut points]) and what it computes after that runs in the head.
     - No node writes in place into another part's value. A branch whose only value is an input the
       head reads directly, or branches that never meet, keep the graph a chain.
+    - Either way some part runs whole (the head as the turn; as a chain, the stretches between its
+      cuts): the graph stays a chain when that part would be at least as large as a join (BERT with
+      ``token_type_ids``, whose two lookups meet at once: the encoder would be the head).
+    - Branches are numbered in the order the model starts them, plain autograd's order, which the
+      join keeps; a model that runs them in lockstep while they draw random numbers or update
+      buffers stays a chain.
 
-    Each branch is then cut like a chain (at most ``max_stages // k`` stages: the join DP's table
-    grows as the product of the branch lengths), the head is one sub-graph over the k branch outputs
-    and its side data, and side data is counted as for a chain (``held_bytes``). A note on the
-    capture says when a join was found but cut as one chain, and why (``join=False``, a backend
-    without a join DP, an executor keyword the join does not take such as ``offload=``). The join
+    Each branch is then cut like a chain (at most ``max_stages // k`` stages, fewer where the join DP's
+    work would exceed :data:`JOIN_DP_WORK`: its table grows as the product of the branch lengths), the
+    head is one sub-graph over the k branch outputs and its side data, and side data is counted as
+    for a chain (``held_bytes``). A note on the capture says when a join was found but cut as one
+    chain, and why (``join=False``, autocast on, a backend without a join DP, an executor keyword the
+    join does not take such as ``offload=``, too many branches for :data:`JOIN_DP_WORK`). The join
     reserves its head's output whole: ``caller_keeps="loss"`` is noted and not applied.
 
 Note [Running concatenation]
@@ -129,11 +136,15 @@ buckets took 0.5 s at 2 x 24 stages (32 448), 1.8 s at 2 x 40 (141 120), 2.6 s a
 CPU's."""
 
 
+def _join_work(k: int, stages: int) -> int:
+    """The join DP's work for k branches of ``stages`` stages (:data:`JOIN_DP_WORK`'s measure)."""
+    return (stages + 2) ** k * k * stages
+
+
 def _join_stage_cap(max_stages: int, k: int, backend: str) -> int:
     """Most stages per branch of a join of k branches: ``max_stages`` shared, within :data:`JOIN_DP_WORK`."""
-    work = JOIN_DP_WORK.get(backend, JOIN_DP_WORK["cpu"])
     cap = max(2, max_stages // k)
-    while cap > 2 and (cap + 2) ** k * k * cap > work:
+    while cap > 2 and _join_work(k, cap) > JOIN_DP_WORK.get(backend, JOIN_DP_WORK["cpu"]):
         cap -= 1
     return cap
 
@@ -141,9 +152,9 @@ def _join_stage_cap(max_stages: int, k: int, backend: str) -> int:
 def _join_too_large(k: int, backend: str) -> str:
     """Why a join of k branches is not solved as one (two stages per branch exceed :data:`JOIN_DP_WORK`), or ""."""
     work = JOIN_DP_WORK.get(backend, JOIN_DP_WORK["cpu"])
-    if 4 ** k * k * 2 <= work:
+    if _join_work(k, 2) <= work:
         return ""
-    return (f"{k} branches: the join DP's work (l + 2)^k * k * l at two stages per branch, {4 ** k * k * 2}, "
+    return (f"{k} branches: the join DP's work (l + 2)^k * k * l at two stages per branch, {_join_work(k, 2)}, "
             f"exceeds JOIN_DP_WORK[{backend!r}] = {work}")
 
 
@@ -528,9 +539,7 @@ def _find_join(g: _Graph, model_outputs: list) -> tuple[_JoinSplit | None, str]:
             a, b = sorted((find(label[0]), find(p)), key=order.get)
             parent[b] = a
         grouped |= set(label)
-    groups: dict = {}  # the groups, in input order: each keyed by its root input (values unused)
-    for p in sorted(grouped, key=order.get):
-        groups.setdefault(find(p), None)
+    groups = list(dict.fromkeys(find(p) for p in sorted(grouped, key=order.get)))  # their root inputs, in order
     if len(groups) < 2:
         return None, ""
     index = {root: beta for beta, root in enumerate(groups)}
@@ -675,12 +684,13 @@ def _used_side(nodes: list, side_pos: dict, given: list) -> list:
 
 
 def _chain_of(gm: fx.GraphModule, g: _Graph, flat: list, main: list, grad_inputs: list, outs: list, side_pos: dict,
-              side: _Side, max_stages: int, tuple_out: bool, inputs=None) -> tuple[list, list, int]:
+              side: _Side, max_stages: int, tuple_out: bool, fallback: fx.Node, inputs=None) -> tuple[list, list, int]:
     """``main`` (carrying nodes in program order) cut into at most ``max_stages`` stages computing
     ``outs`` (the last stage returns a tuple when ``tuple_out``): (the stages, their input a_0 as
     placeholders, the number of valid cuts). a_0 is ``grad_inputs`` and the other tensor inputs the
     first stage reads (its input then, so that the profiler sees them as the chain's input, which
-    the budget leaves out); with ``inputs``, only those. An empty a_0: the first stage takes none."""
+    the budget leaves out); with ``inputs``, only those. When the first stage reads none (its data is
+    made inside), a_0 is ``fallback``, which it does not take."""
     positions, crossing = _cuts(main, grad_inputs, outs)
     weights = [_weight([n]) for n in main]
     chosen = _choose(positions, weights, max_stages)
@@ -702,7 +712,7 @@ def _chain_of(gm: fx.GraphModule, g: _Graph, flat: list, main: list, grad_inputs
                         (last and tuple_out))
         stages.append(GraphStage(sub, len(carried), [side_pos[a] for a in used_side], side, _label(nodes)))
         carried = list(stage_outs)
-    return stages, a0, len(positions)
+    return stages, a0 or [fallback], len(positions)
 
 
 def _drop_guards(gm: fx.GraphModule) -> None:
@@ -758,8 +768,8 @@ def _capture_export(model: nn.Module, args: tuple, kwargs: dict, max_stages: int
     elif split is not None and join is not True:
         notes.append(f"a join network of {len(split.branches)} branches, cut as one chain: {join}")
         split = None
-    elif split is not None and _join_too_large(len(split.branches), backend):
-        notes.append(f"a join network, cut as one chain: {_join_too_large(len(split.branches), backend)}")
+    elif split is not None and (too_large := _join_too_large(len(split.branches), backend)):
+        notes.append(f"a join network, cut as one chain: {too_large}")
         split = None
     branches = branch_inputs = head = None
     if split is not None:
@@ -769,10 +779,7 @@ def _capture_export(model: nn.Module, args: tuple, kwargs: dict, max_stages: int
         for beta in range(k):
             stages, a0, n_cuts = _chain_of(gm, g, flat, split.branches[beta], split.grad_inputs[beta],
                                            [split.outputs[beta]], side_pos, side, per_branch, False,
-                                           inputs=set(split.inputs[beta]))
-            if not a0:  # the first stage reads no input of its own (made inside): a_0 is unused
-                a0 = split.inputs[beta][:1]
-                stages[0].n_carried = 0
+                                           split.inputs[beta][0], inputs=set(split.inputs[beta]))
             branches.append(stages)
             branch_inputs.append([g.placeholders.index(n) for n in a0])
             cuts.append(n_cuts)
@@ -787,12 +794,10 @@ def _capture_export(model: nn.Module, args: tuple, kwargs: dict, max_stages: int
                      f"stages kept (at most {per_branch} per branch: max_stages={max_stages}, JOIN_DP_WORK), meeting at a head of "
                      f"{len(split.head)} operations")
     else:
+        first_tensor = next(n for n, v in zip(g.placeholders, flat) if isinstance(v, torch.Tensor))
         stages, a0, n_cuts = _chain_of(gm, g, flat, g.main, g.grad_inputs, chain_outputs, side_pos, side,
-                                       max_stages, True)
+                                       max_stages, True, first_tensor)
         chain_input = [g.placeholders.index(n) for n in a0]
-        if not chain_input:  # the first stage reads no input (all its data is made inside): a_0 is unused
-            chain_input = [next(i for i, v in enumerate(flat) if isinstance(v, torch.Tensor))]
-            stages[0].n_carried = 0
         notes.append(f"captured with torch.export: {len(g.main)} operations carry gradient, {n_cuts} valid cuts, "
                      f"{len(stages)} stages kept (max_stages={max_stages})")
     # The prologue: every side value from the flat inputs.
@@ -1103,8 +1108,8 @@ class AutoCheckpointed(nn.Module):
         if not self.join:
             return "join=False"
         if U.autocast_enabled_now():
-            return ("autocast is on, and a join's plans under autocast are not yet measured to hold their budget (a "
-                    "two-tower model in bfloat16 on the CPU went 24 % over at its least budget)")
+            return ("autocast is on, and a join's plans under autocast are not yet known to hold their budget "
+                    "(torch_exec/join.py, Limitations)")
         if self.backend not in JOIN_BACKENDS:
             return f"backend={self.backend!r} has no join DP (it has {', '.join(JOIN_BACKENDS)})"
         unknown = sorted(set(self._executor_kwargs) - {"caller_keeps"}  # a note says what the join reserves

@@ -153,8 +153,7 @@ Note [Autocast's cache]
     Inside ``torch.autocast`` (its default ``cache_enabled=True``) each parameter's low-precision cast
     is kept until the outermost autocast region exits: a plan's forward phase, which frees what its
     no-grad stages made, would still hold a cast of every parameter it used, and no profile counts
-    them (a two-tower model over its least budget by 20 588 B on the CPU in bfloat16, an MLP join at
-    2.3 x). So the wrapper's steps (``_scheduled``, plain autograd's path included), its profiling
+    them (plans went over their budgets by them). So the wrapper's steps (``_scheduled``, plain autograd's path included), its profiling
     (``_entry``) and the recomputations (the recorded autocast state) run with the cache off: every
     use casts again, a transient each stage's measurement includes. Casting is deterministic, so the
     values are the same; only the casts of a parameter used twice in a forward are repeated.

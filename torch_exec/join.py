@@ -59,10 +59,10 @@ backward through a checkpointed step are refused with an error (run with ``budge
 parameter tap as in the chain executor);
 a head that returns a tensor sharing storage with a branch output keeps that output alive past the
 ``FREE`` the plan schedules after the turn; the join has no ``offload=`` and no ``caller_keeps``
-(its head's output is reserved whole). Under ``torch.autocast`` the byte model under-predicts the
-backward phase (a two-tower model in bfloat16 on the CPU measured 238 120 B against 191 608 B at its
-least budget, the cause not found yet): a plan made under autocast says so in its notes, and
-``auto_checkpoint`` keeps such models a chain while autocast is on.
+(its head's output is reserved whole). Under ``torch.autocast`` a join's backward phase can go over its
+budget when the parameters' gradients exist before the step (``bench/results/autocast_join_cpu.md``;
+the cause not found): a plan made under autocast says so in its notes, and ``auto_checkpoint`` keeps
+such models a chain while autocast is on.
 """
 from __future__ import annotations
 
@@ -518,10 +518,10 @@ class CheckpointedJoin(_PlannedModule):
         if isinstance(self.budget, str):  # a percentage: say what it resolved to
             plan.notes.insert(0, f"budget {self.budget} of plain autograd's peak {self.plain_peak_bytes_for(entry)} B "
                                  f"(measured when profiling): {budget} B")
-        if U.autocast_enabled_now() and not entry.plain:
-            plan.notes.append("made under torch.autocast, where the join's byte model is known to under-predict the "
-                              "backward phase: check model.memory_report() (module docstring, Limitations)")
         entry.plain = plan.decided_by == "plain autograd"
+        if U.autocast_enabled_now() and not entry.plain:
+            plan.notes.append("made under torch.autocast, where a join's backward phase has gone over its budget: "
+                              "check model.memory_report() (module docstring, Limitations)")
         if not entry.plain:
             self._draw_order(entry, plan)
         program = annotate(plan.schedule)

@@ -169,13 +169,14 @@ def solve_join(branches, turn: Turn, budget, bucket=None, reserved_bytes: int = 
         candidates.append((sim.time_ms, sim.peak_bytes, schedule, policy, "join DP", None))
 
     def fits(m):  # Note [Join candidates] (5)
-        schedule, sim = exact(table.policy(m))
-        return sim.peak_bytes <= budget_bytes, (schedule, sim)
+        band_policy = table.policy(m)
+        schedule, sim = exact(band_policy)
+        return sim.peak_bytes <= budget_bytes, (schedule, sim, band_policy)
     found = slack_band_fit(full_curve, buckets, problem.buckets,
                            candidates[0][0] if candidates else np.inf, fits)
     if found is not None:
-        m, (schedule, sim) = found
-        candidates.append((sim.time_ms, sim.peak_bytes, schedule, table.policy(m), "join DP",
+        m, (schedule, sim, band_policy) = found
+        candidates.append((sim.time_ms, sim.peak_bytes, schedule, band_policy, "join DP",
                            slack_note(m - buckets, sim.peak_bytes)))
     others = [store_all(net, budget_bytes)]
     if baselines:

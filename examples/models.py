@@ -321,6 +321,18 @@ def gpt2(layers: int = 2, width: int = 32, heads: int = 4, vocab: int = 101, con
     return GPT2LMHeadModel(cfg)
 
 
+class WithCrossEntropy(nn.Module):
+    """A classifier and its loss as one model, ``(x, y) -> loss``: the loss's own memory (cross-entropy
+    saves its log-softmax) is then the model's, inside the budget, instead of the caller's."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x, y):
+        return F.cross_entropy(self.model(x), y)
+
+
 def make(name: str, batch: int = 4, seed: int = 0):
     """(model, args, kwargs, loss_of(output)) for a test model by name."""
     torch.manual_seed(seed)
@@ -366,8 +378,12 @@ def make(name: str, batch: int = 4, seed: int = 0):
     if name == "triplet":
         model = Triplet()
         return model, tuple(torch.randn(batch, 3, 16, 16) for _ in range(3)), {}, lambda out: out
-    raise KeyError(f"unknown test model {name!r}; one of resnet, densenet, tvdensenet, transformer, gated, gpt2, "
-                   f"two_tower, two_tower_embeddings, siamese, triplet")
+    if name.endswith("_loss") and name[:-5] in ("resnet", "densenet", "tvdensenet"):
+        model, (x,), _, _ = make(name[:-5], batch, seed)
+        y = torch.randint(0, 10, (batch,))
+        return WithCrossEntropy(model), (x, y), {}, lambda out: out
+    raise KeyError(f"unknown test model {name!r}; one of resnet, densenet, tvdensenet (each also with _loss: the "
+                   f"loss inside the model), transformer, gated, gpt2, two_tower, two_tower_embeddings, siamese, triplet")
 
 
 NAMES = ("resnet", "densenet", "tvdensenet", "transformer", "gpt2")

@@ -303,7 +303,10 @@ class Chain:
         made: list[int] = []  # per stage: what its output holds that it made (Note [Outputs passed through])
         names: list[str] = []
         members: list[list[str]] = []
-        grad_in = allocator_bytes(input_bytes, granule)
+        # The profiler records whether the input needed a gradient; without one, none is allocated,
+        # and the first stage's measured backward peak holds none either (its bwd_extra keeps it all).
+        input_grad = 0 if data.get("input_requires_grad") is False else allocator_bytes(input_bytes, granule)
+        grad_in = input_grad
         first = 1  # the measured stage number of each group's first member
         group_of: dict[int, int] = {}  # measured stage number -> its group's index
         shared = [False] * len(groups)  # the group's output shares a storage with another group's
@@ -327,8 +330,6 @@ class Chain:
                           shared_storage=shared,
                           # the group's output holds a tensor the executor cannot move to the host (sparse...)
                           device_only=[bool(group[-1].get("device_only", False)) for group in groups])
-        # The profiler records whether the input needed a gradient; without one, none is allocated.
-        input_grad = 0 if data.get("input_requires_grad") is False else allocator_bytes(input_bytes, granule)
         return cls(**fields, input_bytes=input_bytes, input_grad_bytes=input_grad,
                    names=names, provenance=provenance)
 

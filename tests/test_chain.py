@@ -140,6 +140,23 @@ def test_missing_backward_time_is_estimated_and_changes_no_plan():
     assert b.predicted_time_ms - a.predicted_time_ms == pytest.approx(1234.5 - chain.t_bwd[0], rel=1e-6)
 
 
+def test_first_stage_backward_keeps_its_whole_peak_when_the_input_needs_no_gradient():
+    """Hand-computed. The first stage's measured backward peak is all workspace when the chain's input
+    needs no gradient (an image batch): no input gradient is made, so none may be taken out of it. (It
+    was: a ResNet's first convolution under bfloat16 autocast then went 46 % over its least budget.)"""
+    data = _tiny_profile()
+    grads = Chain.from_profile(data)
+    assert grads.input_grad_bytes == 1024 and grads.bwd_extra[0] == 2560 - 1024 - 1024
+    none = Chain.from_profile(data | {"input_requires_grad": False})
+    assert none.input_grad_bytes == 0
+    assert none.bwd_extra[0] == 2560 - 1024       # the worst member's reading minus the output gradient only
+    assert none.bwd_extra[1] == grads.bwd_extra[1]  # later stages: the gradient in is a_1's, unchanged
+    for st in data["stages"]:  # composed exactly from bwd_delta: same rule
+        st["bwd_delta"] = -st["xbar"]
+    assert Chain.from_profile(data | {"input_requires_grad": False}).bwd_extra[0] == \
+        Chain.from_profile(data).bwd_extra[0] + 1024
+
+
 def test_stages_joined_when_no_backward_saves_the_tensor_between_them():
     """Hand-computed: head (logits 4000 B, saved by nobody) then loss (saves only its own result)."""
     head = dict(name="head", t_fwd=1.0, t_fwd_nograd=0.9, t_bwd=2.0, x=4000, x_nbytes=4000, xbar=4000 + 300,

@@ -10,6 +10,7 @@ the device (the caching allocator's counters) is faked, the rest runs as on a GP
 from __future__ import annotations
 
 import copy
+from types import SimpleNamespace
 
 import pytest
 
@@ -129,6 +130,34 @@ def test_own_step_meter_leaves_the_callers_peak_counter(setup):
     assert peak <= budget
 
 
+@gpu
+def test_a_step_that_sets_its_gradients_reads_as_one_that_adds_into_them_on_cuda(setup):
+    """Note [Gradients set during the step] in torch_exec/report.py on the caching allocator's counters:
+    the same plan's step with every ``.grad`` None reads as with every ``.grad`` allocated (exact), within
+    the budget; and the caller's own max_memory_allocated() still reads the whole step."""
+    targets, x, chain = setup
+    budget = budget_between(chain, 0.5)
+    model = te.CheckpointedSequential(net(targets), budget=budget)
+    model.prepare(x)
+    measure_step(model, x)  # warm-up: allocator, cuDNN autotuning
+    figures = {}
+    for regime in ("allocated", "none"):
+        for p in model.parameters():
+            p.grad = torch.zeros_like(p) if regime == "allocated" else None
+        model.measure_memory(1)
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        model(x).backward()
+        torch.cuda.synchronize()
+        whole = torch.cuda.max_memory_allocated() - base
+        record = model.memory_report()[-1]
+        assert whole >= record.measured_peak, (regime, record, whole)  # no mark reset the caller's counter
+        assert record.within_budget, (regime, record)
+        figures[regime] = record.beyond_param_grads
+    assert 0.98 * figures["allocated"] <= figures["none"] <= figures["allocated"] + 2 ** 20, figures
+
+
 # ---------------------------------------------------------------------------- CPU rehearsals (no gpu mark)
 class FakeCudaCounters:
     """The CUDA caching allocator's counters that ``torch_exec.meter.MemoryMeter`` reads, faked on the CPU:
@@ -157,8 +186,6 @@ def test_step_meter_closing_mark_leaves_the_callers_peak_counter(monkeypatch):
     """The wrapper's own step meter (armed on CUDA for the first steps) ends at the end of the backward;
     that closing mark must not reset CUDA's peak counter, or a caller that reset it before the step (the
     gpu tests' measure_cuda_step, bench/executor.py's Meter) reads the bytes left after the backward."""
-    from types import SimpleNamespace
-
     from torch_exec.report import StepMeter
     counters = FakeCudaCounters(monkeypatch)
     counters.alloc(1000)  # parameters, gradients, input: held before the step
@@ -234,7 +261,6 @@ def test_solver_speed_peak_bandwidth_without_the_removed_property_field():
     (an H200's 4.8 TB/s would have been read as 3.35)."""
     import sys
     from pathlib import Path
-    from types import SimpleNamespace
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
     import solver_speed
     attrs = {36: 3_200_000, 37: 6144}  # kHz, bits: an H200's HBM3e
@@ -250,3 +276,48 @@ def test_solver_speed_peak_bandwidth_without_the_removed_property_field():
     runtime.deviceGetAttribute = lambda attr, device: 0
     peak, source = solver_speed.peak_bandwidth(SimpleNamespace(cuda=SimpleNamespace(runtime=runtime)), 0)
     assert peak == solver_speed.H100_BANDWIDTH and source.startswith("assumed")
+
+
+class _FakeParam:
+    """What StepMeter reads of a parameter on cuda:0 (no CUDA needed): ``.grad``, ``requires_grad`` and
+    the post-accumulate-grad hook, which :meth:`set_grad` fires as autograd's AccumulateGrad would."""
+
+    def __init__(self):
+        self.requires_grad, self.grad, self.hooks = True, None, []
+
+    def register_post_accumulate_grad_hook(self, hook):
+        self.hooks.append(hook)
+        return SimpleNamespace(remove=lambda: self.hooks.remove(hook))
+
+    def set_grad(self, nbytes):
+        self.grad = SimpleNamespace(numel=lambda: nbytes, element_size=lambda: 1, device=torch.device("cuda", 0))
+        for hook in list(self.hooks):
+            hook(self)
+
+
+def test_step_meter_takes_gradients_off_as_they_are_set(monkeypatch):
+    """Note [Gradients set during the step] in torch_exec/report.py, hand-computed: a step whose peak
+    comes before its second gradient is set. Beyond the gradients: 500 B of activations and gradient A
+    (300 B) being made = 800 B, then 600 B of workspace after A is set. Taking both gradients off the
+    whole peak (900 B) read 400 B."""
+    from torch_exec.report import StepMeter
+    counters = FakeCudaCounters(monkeypatch)
+    counters.alloc(1000)  # held before the step
+    a, b = _FakeParam(), _FakeParam()
+    meter = StepMeter(cuda_steps=1)
+    plan = SimpleNamespace(backend="cpu", predicted_peak_bytes=800)
+    meter.begin(torch.device("cuda", 0), [a, b], plan, budget=800, plain=False)
+    counters.alloc(500)   # activations
+    counters.alloc(300)   # gradient A computed ...
+    a.set_grad(300)       # ... and set
+    counters.free(500)
+    counters.alloc(600)   # workspace: the whole peak, 900 B above the start
+    counters.free(600)
+    counters.alloc(200)
+    b.set_grad(200)
+    meter.end()
+    assert not a.hooks and not b.hooks  # removed with the step
+    [record] = meter.records
+    assert record.measured_peak == 900 and record.param_grad_bytes_allocated == 500
+    assert record.beyond_param_grads == 800 and record.within_budget
+    assert torch.cuda.max_memory_allocated() - 1000 == 900  # the hooks' marks left the caller's counter

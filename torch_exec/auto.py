@@ -57,7 +57,7 @@ Note [Join detection]
     work would exceed :data:`JOIN_DP_WORK`: its table grows as the product of the branch lengths), the
     head is one sub-graph over the k branch outputs and its side data, and side data is counted as
     for a chain (``held_bytes``). A note on the capture says when a join was found but cut as one
-    chain, and why (``join=False``, autocast on, a backend without a join DP, an executor keyword the
+    chain, and why (``join=False``, a backend without a join DP, an executor keyword the
     join does not take such as ``offload=``, too many branches for :data:`JOIN_DP_WORK`). The join
     reserves its head's output whole: ``caller_keeps="loss"`` is noted and not applied.
 
@@ -1107,9 +1107,6 @@ class AutoCheckpointed(nn.Module):
         """True when a join network may run as one (Note [Join detection]), else why not."""
         if not self.join:
             return "join=False"
-        if U.autocast_enabled_now():
-            return ("autocast is on, and a join's plans under autocast are not yet known to hold their budget "
-                    "(torch_exec/join.py, Limitations)")
         if self.backend not in JOIN_BACKENDS:
             return f"backend={self.backend!r} has no join DP (it has {', '.join(JOIN_BACKENDS)})"
         unknown = sorted(set(self._executor_kwargs) - {"caller_keeps"}  # a note says what the join reserves

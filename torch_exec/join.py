@@ -59,10 +59,7 @@ backward through a checkpointed step are refused with an error (run with ``budge
 parameter tap as in the chain executor);
 a head that returns a tensor sharing storage with a branch output keeps that output alive past the
 ``FREE`` the plan schedules after the turn; the join has no ``offload=`` and no ``caller_keeps``
-(its head's output is reserved whole). Under ``torch.autocast`` a join's backward phase can go over its
-budget when the parameters' gradients exist before the step (``bench/results/autocast_join_cpu.md``;
-the cause not found): a plan made under autocast says so in its notes, and ``auto_checkpoint`` keeps
-such models a chain while autocast is on.
+(its head's output is reserved whole).
 """
 from __future__ import annotations
 
@@ -519,9 +516,6 @@ class CheckpointedJoin(_PlannedModule):
             plan.notes.insert(0, f"budget {self.budget} of plain autograd's peak {self.plain_peak_bytes_for(entry)} B "
                                  f"(measured when profiling): {budget} B")
         entry.plain = plan.decided_by == "plain autograd"
-        if U.autocast_enabled_now() and not entry.plain:
-            plan.notes.append("made under torch.autocast, where a join's backward phase has gone over its budget: "
-                              "check model.memory_report() (module docstring, Limitations)")
         if not entry.plain:
             self._draw_order(entry, plan)
         program = annotate(plan.schedule)

@@ -8,11 +8,22 @@ when asked: the CPU meter slows the step it watches). :meth:`StepMeter.report` i
 ``model.memory_report()`` returns.
 
 The budget does not count parameter gradients (nor the parameters, the optimizer state or the input
-a_0): plans are made with parameter gradients already allocated. A step that starts with ``.grad``
-None (``optimizer.zero_grad()`` sets them to None by default) allocates them during its backward;
-the report gives their bytes and judges the step by its peak minus them: a lower bound of the
-peak beyond parameter gradients (some may have been allocated after the peak), exact when the step
-started with its gradients allocated (``zero_grad(set_to_none=False)``, or accumulation).
+a_0): plans are made with parameter gradients already allocated, so that each new gradient is the
+workspace of the stage whose backward computes it until it is added into ``.grad``. A step that
+starts with ``.grad`` None (``optimizer.zero_grad()`` sets them to None by default) allocates them
+during its backward: Note [Gradients set during the step].
+
+Note [Gradients set during the step]
+    Taking every gradient the step allocated off its peak (as this report once did) gives a lower
+    bound: gradients set after the peak were not there at it. On a two-tower model under autocast
+    that read 0.47 x the prediction where the step with gradients allocated read 0.996 x, and it could
+    hide a step over its budget. So while a step is measured, a hook on each parameter without a
+    gradient (``register_post_accumulate_grad_hook``) takes a meter mark when its ``.grad`` is first
+    set. Between two such marks the step's allocated bytes are its own plus the gradients set before
+    the first of them, plus at most the one being set (the stage's workspace until it is set, as the
+    plans count it). The step's figure is the largest peak up to a mark minus the gradients set
+    before that mark's interval began: what the same step measures with its gradients allocated,
+    where each new gradient is a transient copy added into ``.grad``.
 """
 from __future__ import annotations
 
@@ -42,12 +53,17 @@ class StepRecord:
     param_grad_bytes_allocated: int
     plan: str
     held_before: int = 0    # made before the meter started and held through the step (the wrapper's held_bytes)
+    # the peak beyond the gradients set before each moment (Note [Gradients set during the step]); None:
+    # only the whole peak is known, and the gradients the step allocated are taken off it
+    peak_beyond_set_grads: int | None = None
 
     @property
     def beyond_param_grads(self) -> int:
-        """The measured peak minus parameter gradients the step allocated (see the module note), plus
+        """The measured peak beyond parameter gradients (Note [Gradients set during the step]), plus
         what the caller made before the step's meter started and holds through it (``held_before``:
         auto_checkpoint's side data, the exact bytes of its storages), which the budget counts."""
+        if self.peak_beyond_set_grads is not None:
+            return self.peak_beyond_set_grads + self.held_before
         return self.measured_peak + self.held_before - self.param_grad_bytes_allocated
 
     @property
@@ -65,13 +81,50 @@ class MemoryReport(list):
         if not self:
             return ("no step measured yet: on a GPU the first steps are measured; on the CPU call "
                     "model.measure_memory() before a step")
-        lines = [f"{'step':>4}  {'budget':>12}  {'predicted':>12}  {'measured':>12}  {'param grads':>12}  ok  plan"]
+        lines = [f"{'step':>4}  {'budget':>12}  {'predicted':>12}  {'measured':>12}  {'param grads':>12}  "
+                 f"{'beyond grads':>12}  ok  plan"]
         for r in self:
             budget = "-" if r.budget is None else format_bytes(r.budget)
             lines.append(f"{r.step:>4}  {budget:>12}  {format_bytes(r.predicted_peak):>12}  "
                          f"{format_bytes(r.measured_peak):>12}  {format_bytes(r.param_grad_bytes_allocated):>12}  "
-                         f"{'yes' if r.within_budget else 'NO ':>3} {r.plan}")
+                         f"{format_bytes(r.beyond_param_grads):>12}  {'yes' if r.within_budget else 'NO ':>3} {r.plan}")
         return "\n".join(lines)
+
+
+class _GradientsSet:
+    """Meter marks taken when each parameter's ``.grad`` is first set during a measured step, with the
+    gradient's bytes (Note [Gradients set during the step])."""
+
+    def __init__(self, meter: MemoryMeter, params, device):
+        self.meter = meter
+        self.marks: list[tuple[int, int]] = []  # (mark, bytes of the gradient set just before it)
+        self.handles = [p.register_post_accumulate_grad_hook(self._hook(device)) for p in params]
+
+    def _hook(self, device):
+        done = [False]
+
+        def hook(p):
+            if done[0] or p.grad is None or p.grad.device != device:
+                return
+            done[0] = True
+            # CUDA: the peak counter is left alone, so a caller's max_memory_allocated() still reads the step
+            self.marks.append((self.meter.mark(reset_peak=False), p.grad.numel() * p.grad.element_size()))
+        return hook
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+        self.handles = []
+
+    def peak_beyond(self, closing: int, grads: int) -> int:
+        """The largest peak up to each mark (the closing one last) minus the gradients set before that
+        mark's interval began; ``grads``: the bytes of every gradient the step allocated, for the part
+        after the last mark (no gradient is set there unless a hook missed it: then it counts too)."""
+        first, below, best = self.meter.first_mark, 0, 0
+        for mark, nbytes in self.marks:
+            best = max(best, self.meter.between(first, mark).peak - below)
+            below += nbytes
+        return int(max(best, self.meter.between(first, closing).peak - max(below, grads)))
 
 
 class StepMeter:
@@ -128,7 +181,8 @@ class StepMeter:
             warnings.warn(f"step {self.steps} is not measured: {err}", MemoryBudgetWarning, stacklevel=3)
             return
         kind = "store-all (plain autograd)" if plain else plan.backend
-        self._pending = (meter, without_grad, plan, budget, device, self.steps, kind, held)
+        sets = _GradientsSet(meter, without_grad, device)
+        self._pending = (meter, without_grad, plan, budget, device, self.steps, kind, held, sets)
 
     def end_with_backward_of(self, outputs) -> None:
         """End the pending measurement when the backward pass through ``outputs`` has finished: a
@@ -150,12 +204,14 @@ class StepMeter:
         # The step's last mark leaves CUDA's peak counter alone: a caller who reset it before the step
         # reads the step's peak from torch.cuda.max_memory_allocated() after its backward.
         self._ended = (self._pending, self._pending[0].mark(reset_peak=False))
+        self._pending[-1].remove()
         self._pending = None
 
     def finalize(self) -> None:
         """Stop an ended measurement and record its step; abandon one whose backward never came."""
         if self._pending is not None:  # forward without backward: nothing to record
             meter = self._pending[0]
+            self._pending[-1].remove()
             self._pending = None
             try:
                 meter.__exit__(None, None, None)
@@ -163,7 +219,7 @@ class StepMeter:
                 pass
         if self._ended is None:
             return
-        (meter, without_grad, plan, budget, device, step, kind, held), closing = self._ended
+        (meter, without_grad, plan, budget, device, step, kind, held, sets), closing = self._ended
         self._ended = None
         meter.__exit__(None, None, None)
         reading = meter.between(meter.first_mark, closing)
@@ -171,7 +227,8 @@ class StepMeter:
                     if p.grad is not None and p.grad.device == device)
         record = StepRecord(step=step, device=str(device), budget=budget,
                             predicted_peak=int(plan.predicted_peak_bytes), measured_peak=int(reading.peak),
-                            param_grad_bytes_allocated=int(grads), plan=kind, held_before=int(held))
+                            param_grad_bytes_allocated=int(grads), plan=kind, held_before=int(held),
+                            peak_beyond_set_grads=sets.peak_beyond(closing, grads) if without_grad else None)
         self._records.append(record)
         if not record.within_budget and not self._warned:
             self._warned = True
@@ -180,6 +237,7 @@ class StepMeter:
                 f"step {record.step}: measured peak {format_bytes(record.beyond_param_grads)} "
                 f"({record.beyond_param_grads} B, beyond parameter gradients) exceeds the budget "
                 f"{format_bytes(budget)} ({budget} B) by {over} B; the plan predicted "
-                f"{format_bytes(record.predicted_peak)}. The profile under-estimated a stage's memory: re-profile "
+                f"{format_bytes(record.predicted_peak)}. What the caller computes from the model's output (its loss) "
+                f"is measured too but not planned for; beyond that, the profile under-estimated a stage's memory: re-profile "
                 f"(model.replan(profile=True)) or lower the budget by the excess; model.memory_report() has every "
                 f"measured step", MemoryBudgetWarning, stacklevel=4)

@@ -4,7 +4,9 @@ against the same model cut as one chain (``join=False``, :class:`torch_exec.Chec
     python bench/auto_join.py [--models two_tower,siamese,triplet] [--out bench/results/auto_join_cpu]
 
 Models (``examples/models.py``, random weights, train mode) at one CPU size: ``TwoTower(width=16, dim=64)``
-(a ResNet image tower and a GPT-2-block text tower meeting at CLIP's contrastive loss), ``Siamese(width=16,
+(a ResNet image tower and a GPT-2-block text tower meeting at CLIP's contrastive loss), ``TwoTowerTyped`` (a
+BERT-style text tower taking token-type ids too, the larger tower: 6 blocks of width 64 over 64 tokens,
+images 32 x 32; ``--models two_tower_typed``), ``Siamese(width=16,
 dim=64)`` (one encoder with BatchNorm and dropout on both images of each pair, a contrastive loss) and
 ``Triplet(width=16, dim=64)`` (one encoder on anchor, positive and negative, a triplet loss); images
 3 x 64 x 64, batch 32 (``SIZES``).
@@ -60,7 +62,8 @@ SEED = 1                         # torch.manual_seed before every measured forwa
 GRAD_TOL = 1e-5                  # largest |gradient - plain autograd's| accepted
 BACKEND = "cpu"                  # the solver backend (NumPy) for both captures
 # (width, dim, batch, image side) of every model
-SIZES = {"two_tower": (16, 64, 32, 64), "siamese": (16, 64, 32, 64), "triplet": (16, 64, 32, 64)}
+SIZES = {"two_tower": (16, 64, 32, 64), "two_tower_typed": (16, 64, 32, 32), "siamese": (16, 64, 32, 64),
+         "triplet": (16, 64, 32, 64)}
 CAPTURES = (("join", True), ("chain", False))
 QUIET = ("CPUTimingWarning",)    # expected on the CPU (bench conventions): not recorded per row
 
@@ -81,6 +84,14 @@ def make(name: str):
         args = (torch.randn(batch, 3, side, side), ids, mask)
         text = (f"TwoTower(width={width}, dim={dim}): images {batch} x 3 x {side} x {side}, "
                 f"{batch} x 24 token ids (4 padded)")
+    elif name == "two_tower_typed":  # the text tower the larger one: 6 blocks of width 64 over 64 tokens
+        model = models.TwoTowerTyped(width=width, dim=dim, text_width=64, text_layers=6)
+        ids = torch.randint(0, 97, (batch, 64))
+        mask = torch.ones(batch, 64, dtype=torch.long)
+        mask[:, 56:] = 0
+        args = (torch.randn(batch, 3, side, side), ids, torch.randint(0, 2, (batch, 64)), mask)
+        text = (f"TwoTowerTyped(width={width}, dim={dim}, text_width=64, text_layers=6): images {batch} x 3 x {side} "
+                f"x {side}, {batch} x 64 token ids and token-type ids (8 padded)")
     elif name == "siamese":
         model = models.Siamese(width=width, dim=dim)
         same = (torch.arange(batch) % 2).float()

@@ -271,6 +271,35 @@ class TwoTower(nn.Module):
         return loss
 
 
+class TypedTextTower(TextTower):
+    """A BERT-style text tower: token ids and token-type (segment) ids meet at its embedding, so its two
+    inputs form one branch of a two-tower join (Note [Join detection], merged groups)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.tte = nn.Embedding(2, self.wte.embedding_dim)
+
+    def forward(self, ids, types, mask):
+        pos = torch.arange(ids.shape[1], device=ids.device)
+        x = self.wte(ids) + self.wpe(pos)[None] + self.tte(types)
+        for block in self.blocks:
+            x = block(x)
+        m = mask[..., None].to(x.dtype)
+        return self.proj((self.ln(x) * m).sum(1) / m.sum(1))
+
+
+class TwoTowerTyped(nn.Module):
+    """:class:`TwoTower` with a :class:`TypedTextTower`: ``forward(images, ids, types, mask)`` returns the loss."""
+
+    def __init__(self, width: int = 8, dim: int = 16, text_width: int = 32, text_layers: int = 3):
+        super().__init__()
+        self.image = ResNet(width=width, classes=dim)
+        self.text = TypedTextTower(dim=dim, width=text_width, layers=text_layers)
+
+    def forward(self, images, ids, types, mask):
+        return clip_loss(self.image(images), self.text(ids, types, mask))
+
+
 class Encoder(nn.Module):
     """A small convolutional encoder with BatchNorm and dropout (a Siamese network's shared branch)."""
 
@@ -371,6 +400,13 @@ def make(name: str, batch: int = 4, seed: int = 0):
         mask[:, 20:] = 0
         loss_of = (lambda out: out["loss"]) if model.embeddings else (lambda out: out)
         return model, (images, ids, mask), {}, loss_of
+    if name == "two_tower_typed":
+        model = TwoTowerTyped()
+        ids = torch.randint(0, 97, (batch, 24))
+        mask = torch.ones(batch, 24, dtype=torch.long)
+        mask[:, 20:] = 0
+        args = (torch.randn(batch, 3, 32, 32), ids, torch.randint(0, 2, (batch, 24)), mask)
+        return model, args, {}, lambda out: out
     if name == "siamese":
         model = Siamese()
         same = (torch.arange(batch) % 2).float()
@@ -383,7 +419,8 @@ def make(name: str, batch: int = 4, seed: int = 0):
         y = torch.randint(0, 10, (batch,))
         return WithCrossEntropy(model), (x, y), {}, lambda out: out
     raise KeyError(f"unknown test model {name!r}; one of resnet, densenet, tvdensenet (each also with _loss: the "
-                   f"loss inside the model), transformer, gated, gpt2, two_tower, two_tower_embeddings, siamese, triplet")
+                   f"loss inside the model), transformer, gated, gpt2, two_tower, two_tower_embeddings, two_tower_typed, "
+                   f"siamese, triplet")
 
 
 NAMES = ("resnet", "densenet", "tvdensenet", "transformer", "gpt2")

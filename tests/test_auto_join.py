@@ -24,7 +24,7 @@ from torch_exec.join import CheckpointedJoin, JoinOrderWarning  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::torch_exec.CPUTimingWarning", "ignore::gpusolve.FallbackWarning")
 
-BRANCHES = {"two_tower": 2, "two_tower_embeddings": 2, "siamese": 2, "triplet": 3}
+BRANCHES = {"two_tower": 2, "two_tower_embeddings": 2, "two_tower_typed": 2, "siamese": 2, "triplet": 3}
 
 
 def _loss(name, loss_of):

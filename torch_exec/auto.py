@@ -49,6 +49,11 @@ Note [Join detection]
     - Either way some part runs whole (the head as the turn; as a chain, the stretches between its
       cuts): the graph stays a chain when that part would be at least as large as a join (BERT with
       ``token_type_ids``, whose two lookups meet at once: the encoder would be the head).
+    - Merged groups: where the head's first node joins some of the groups but not all (a BERT-style
+      text tower's ``token_type_ids`` meeting its token ids at the embedding, inside a two-tower
+      model), those groups are tried again as one, and so on until the head's first node joins them
+      all. Of the splits found, the one whose largest part that runs whole is smallest is taken (the
+      two towers as branches, not the text encoder as the head).
     - Branches are numbered in the order the model starts them, plain autograd's order, which the
       join keeps; a model that runs them in lockstep while they draw random numbers or update
       buffers stays a chain.
@@ -512,7 +517,27 @@ class _JoinSplit:
 
 def _find_join(g: _Graph, model_outputs: list) -> tuple[_JoinSplit | None, str]:
     """The graph's join (Note [Join detection]), or (None, why not): "" when the graph is a chain (its
-    carrying nodes come from one group of inputs), else the reason it cannot run as a join."""
+    carrying nodes come from one group of inputs), else the reason it cannot run as a join. Groups
+    that meet before the rest do are tried as one (Note [Join detection], merged groups): the split
+    whose largest part that runs whole is smallest wins."""
+    merged: list = []
+    best, why = None, ""
+    for _ in range(len(g.placeholders)):
+        split, reason, unit, first_meet = _join_attempt(g, model_outputs, merged)
+        if split is not None and (best is None or unit < best[1]):
+            best = (split, unit)
+        elif best is None and not why:
+            why = reason
+        if first_meet is None:
+            break
+        merged.append(first_meet)
+    return (best[0], "") if best is not None else (None, why)
+
+
+def _join_attempt(g: _Graph, model_outputs: list, merged: list) -> tuple:
+    """One grouping of the inputs for :func:`_find_join`, the groups holding the inputs of each of
+    ``merged`` taken as one: (the split or None, why not, the largest part that runs whole, the inputs
+    of the groups the head's first node joins when they are not all of them, else None)."""
     nodes = list(g.gm.graph.nodes)
     order = {n: i for i, n in enumerate(nodes)}
     tensor_inputs = [p for p in g.placeholders if _is_tensor_value(p)]
@@ -539,9 +564,13 @@ def _find_join(g: _Graph, model_outputs: list) -> tuple[_JoinSplit | None, str]:
             a, b = sorted((find(label[0]), find(p)), key=order.get)
             parent[b] = a
         grouped |= set(label)
+    for inputs in merged:  # groups that meet first, tried as one
+        for p in inputs[1:]:
+            a, b = sorted((find(inputs[0]), find(p)), key=order.get)
+            parent[b] = a
     groups = list(dict.fromkeys(find(p) for p in sorted(grouped, key=order.get)))  # their root inputs, in order
     if len(groups) < 2:
-        return None, ""
+        return None, "", 0, None
     index = {root: beta for beta, root in enumerate(groups)}
     of: dict = {p: frozenset([index[find(p)]]) for p in g.grad_inputs}
     for n in g.main:
@@ -555,16 +584,22 @@ def _find_join(g: _Graph, model_outputs: list) -> tuple[_JoinSplit | None, str]:
     k = len(groups)
     base = _view_bases(nodes)
     where: dict = {n: (next(iter(b)) if len(b) == 1 else "head") for n, b in of.items() if b}
-    if not any(w == "head" for w in where.values()):
-        return None, "its inputs' branches never meet"
+    meet = next((of[n] for n in g.main if len(of[n]) >= 2), None)
+    if meet is None:
+        return None, "its inputs' branches never meet", 0, None
+    # the inputs of the groups the head's first node joins: one group in the next attempt
+    first_meet = (sorted((p for p in grouped if index[find(p)] in meet), key=order.get) if len(meet) < k else None)
+
+    def fail(reason):
+        return None, reason, 0, first_meet
     outputs = set(model_outputs)
     for n in reversed(g.main):  # made from parameters only: it belongs where it is read
         if of[n]:
             continue
         users = {where[u] for u in n.users if u in where} | ({"head"} if n in outputs else set())
         if len(users) > 1:
-            return None, (f"{n.name} ({_module_path(n) or n.target}) is made from parameters only and read by "
-                          f"several branches")
+            return fail(f"{n.name} ({_module_path(n) or n.target}) is made from parameters only and read by "
+                        f"several branches")
         where[n] = users.pop() if users else "head"
     written = {base[t] for n in nodes for t in _written_args(n, opaque=True)}
     branches = [_reads_first([n for n in g.main if where[n] == beta], of, written) for beta in range(k)]
@@ -572,7 +607,7 @@ def _find_join(g: _Graph, model_outputs: list) -> tuple[_JoinSplit | None, str]:
     crossing = []
     for beta in range(k):
         if not branches[beta]:
-            return None, f"input {grad_inputs[beta][0].name} goes to where the branches meet without a stage of its own"
+            return fail(f"input {grad_inputs[beta][0].name} goes to where the branches meet without a stage of its own")
         out = [v for v in grad_inputs[beta] + branches[beta]
                if v in outputs or any(where.get(u, beta) != beta for u in v.users)]
         if len(out) > MAX_CROSSING or not all(_is_tensor_value(v) for v in out):
@@ -580,8 +615,8 @@ def _find_join(g: _Graph, model_outputs: list) -> tuple[_JoinSplit | None, str]:
             positions, values = _cuts(branches[beta], grad_inputs[beta], out)
             if not positions:
                 names = ", ".join(v.name for v in out)
-                return None, (f"branch {beta} hands {len(out)} values ({names}) to where the branches meet, and no "
-                              f"single tensor of it carries them all")
+                return fail(f"branch {beta} hands {len(out)} values ({names}) to where the branches meet, and no "
+                            f"single tensor of it carries them all")
             for n in branches[beta][positions[-1] + 1:]:
                 where[n] = "head"
             branches[beta] = branches[beta][:positions[-1] + 1]
@@ -591,14 +626,14 @@ def _find_join(g: _Graph, model_outputs: list) -> tuple[_JoinSplit | None, str]:
         for target in _written_args(n, opaque=True):
             owner = where.get(base[target])
             if owner is not None and owner != where[n]:
-                return None, f"{n.name} ({n.target}) writes in place into {target.name} of another branch"
+                return fail(f"{n.name} ({n.target}) writes in place into {target.name} of another branch")
     head = [n for n in g.main if where[n] == "head"]
     # Either way some part runs whole: the head as the turn, or as a chain the stretches between cuts.
     join_unit = max([_weight(head)] + [_largest_stage(b, gi, [o]) for b, gi, o in zip(branches, grad_inputs, crossing)])
     chain_unit = _largest_stage(g.main, g.grad_inputs, model_outputs)
     if join_unit >= chain_unit:
-        return None, (f"its largest part that runs whole would be {join_unit} B as a join (the head, or a branch's "
-                      f"stage) against {chain_unit} B as one chain (the bytes its operations allocate)")
+        return fail(f"its largest part that runs whole would be {join_unit} B as a join (the head, or a branch's "
+                    f"stage) against {chain_unit} B as one chain (the bytes its operations allocate)")
     groups_of = [[p for p in tensor_inputs if p in grouped and index[find(p)] == beta] for beta in range(k)]
     # Branches in the order the model runs them (plain autograd's: CheckpointedJoin's branch order).
     first = [min(order[n] for n in b if of[n]) for b in branches]
@@ -610,9 +645,9 @@ def _find_join(g: _Graph, model_outputs: list) -> tuple[_JoinSplit | None, str]:
     rank = {n: beta for beta, b in enumerate(branches) for n in b}
     sensitive = [rank[n] for n in g.main if n in rank and _draws_or_updates(n, base)]
     if sensitive != sorted(sensitive):
-        return None, ("its branches interleave random draws or buffer updates (dropout, BatchNorm statistics) in the "
-                      "order the model runs them, which a join cannot keep")
-    return _JoinSplit(branches, grad_inputs, groups_of, crossing, head), ""
+        return fail("its branches interleave random draws or buffer updates (dropout, BatchNorm statistics) in the "
+                    "order the model runs them, which a join cannot keep")
+    return _JoinSplit(branches, grad_inputs, groups_of, crossing, head), "", join_unit, first_meet
 
 
 def _reads_first(nodes: list, of: dict, written: set) -> list:

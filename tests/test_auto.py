@@ -170,6 +170,21 @@ def test_measured_peak_holds_the_least_budget_under_autocast(preallocated):
     assert record.beyond_param_grads >= 0.9 * record.predicted_peak, (record.beyond_param_grads, record.predicted_peak)
 
 
+def test_measure_memory_arms_the_next_steps_whatever_their_signature():
+    """measure_memory(n) before the first call, and across a new input signature: the next n steps are
+    measured (they were not: only captures that existed were armed), and memory_report() has them all."""
+    model, args, kwargs, loss_of = A.make("transformer")
+    wrapped = te.auto_checkpoint(model, "75%")
+    wrapped.measure_memory(3)
+    ids = args[0]
+    for batch in (ids, ids, ids[:2]):  # the third step: a new batch size, a new capture
+        loss_of(wrapped(batch, targets=batch)).backward()
+    report = wrapped.memory_report()
+    assert len(report) == 3 and all(r.within_budget for r in report), report
+    loss_of(wrapped(ids, targets=ids)).backward()  # armed for 3 steps only
+    assert len(wrapped.memory_report()) == 3
+
+
 def test_integer_inputs_profile_the_first_stages_backward():
     model, args, kwargs, loss_of = A.make("transformer")
     wrapped = te.auto_checkpoint(model, "1GiB")

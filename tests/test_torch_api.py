@@ -125,6 +125,22 @@ def test_grad_of_params_matches_plain_and_fills_no_grad(schedule):
     assert_untouched(wrapped, sentinels)
 
 
+@pytest.mark.parametrize("schedule", list(SCHEDULES))
+def test_grad_of_params_on_a_measured_step(schedule):
+    """A measured step's meter hooks every parameter without a gradient (Note [Gradients set during the
+    step] in torch_exec/report.py); the parameter tap must still route them, or autograd.grad raised
+    "not used in the graph" on exactly the steps measure_memory() watches."""
+    ref, wrapped = pair(schedule=schedule)
+    want = torch.autograd.grad(loss_of(ref(X)), params(ref))
+    for p in params(wrapped):
+        p.grad = None
+    wrapped.measure_memory(1)
+    got = torch.autograd.grad(loss_of(wrapped(X)), params(wrapped))
+    assert_equal(got, want)
+    assert all(p.grad is None for p in params(wrapped))
+    assert not any(getattr(p, "_post_accumulate_grad_hooks", None) for p in params(wrapped))  # removed
+
+
 class WithUnused(nn.Module):
     def __init__(self):
         super().__init__()

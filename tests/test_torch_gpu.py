@@ -158,6 +158,31 @@ def test_a_step_that_sets_its_gradients_reads_as_one_that_adds_into_them_on_cuda
     assert 0.98 * figures["allocated"] <= figures["none"] <= figures["allocated"] + 2 ** 20, figures
 
 
+@gpu
+def test_stage_by_stage_profile_reads_what_the_whole_step_reads_on_cuda(setup):
+    """Note [Profiling stage by stage] on the caching allocator: the same readings as the whole-step
+    profile (backward deltas within one allocator block), the same least budget, and a plan from it
+    that holds its budget."""
+    from gpusolve.dp.minpeak import min_feasible_bytes
+    from torch_exec.profiler import profile_dict
+    targets, x, chain = setup
+    fns = list(te.CheckpointedSequential(net(targets), budget=None)._fns)
+    whole = profile_dict(fns, x, passes=1, warmup=1, isolated=False)
+    isolated = profile_dict(fns, x, passes=1, warmup=1, isolated=True)
+    for a, b in zip(whole["stages"], isolated["stages"], strict=True):
+        for key in ("x", "xbar", "fwd_peak_nograd", "fwd_peak_grad", "bwd_peak"):
+            assert a[key] == b[key], (a["name"], key, a[key], b[key])
+        assert abs(a["bwd_delta"] - b["bwd_delta"]) <= 512, a["name"]
+    assert isolated["reference"]["memory_pass_peak_bytes"] < whole["reference"]["memory_pass_peak_bytes"]
+    from gpusolve import Chain
+    assert min_feasible_bytes(Chain.from_profile(isolated)) == min_feasible_bytes(Chain.from_profile(whole))
+    model = te.CheckpointedSequential(net(targets), budget=budget_between(chain, 0.5), profile_isolated=True)
+    model.prepare(x)
+    measure_step(model, x)
+    peak = measure_step(model, x)
+    assert peak <= model.plan.budget_bytes, (peak, model.plan.budget_bytes)
+
+
 # ---------------------------------------------------------------------------- CPU rehearsals (no gpu mark)
 class FakeCudaCounters:
     """The CUDA caching allocator's counters that ``torch_exec.meter.MemoryMeter`` reads, faked on the CPU:

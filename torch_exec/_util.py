@@ -232,6 +232,56 @@ def clone(state):
     return map_state(lambda t: t.clone(), state)
 
 
+class Feed(torch.autograd.Function):
+    """Root of a segment's backward: hands the boxed gradients to the engine (Note [Releasing the
+    incoming gradient] in torch_exec/executor.py). ``forward(box, *outs)`` returns an empty tensor;
+    ``backward`` pops the box."""
+
+    @staticmethod
+    def forward(ctx, box, *outs):
+        ctx.box = box
+        return outs[0].new_empty(0)
+
+    @staticmethod
+    def backward(ctx, _unused):
+        grads = ctx.box.pop()
+        ctx.box = None
+        return (None, *grads)
+
+
+def take_output_and_gradients(tape: list, grad: list):
+    """Empty ``tape[1]`` (a segment's output) and ``grad`` (its gradients) into (the output tensors
+    that get a gradient, ``[their gradients]``): a one-element box for :class:`Feed`, so that no
+    reference to a gradient is left here once the engine has it."""
+    out = tape.pop()
+    pairs = [(t, g) for t, g in zip(tensors(out), grad, strict=False) if g is not None and t.requires_grad]
+    del out
+    grad.clear()
+    outs = [t for t, _ in pairs]
+    box = [[g for _, g in pairs]]
+    del pairs
+    return outs, box
+
+
+def backward_segment(tape: list, grad: list, started=None) -> None:
+    """Back-propagate ``grad`` (one entry per tensor of the tape's output, None for none) from the
+    output, the last item of ``tape``. Both lists are emptied before the engine runs, so neither the
+    output nor the gradient stays referenced here: plain autograd frees them when their nodes ran
+    (the executor's BWD, the profiler's stage-by-stage backward). ``started()`` is called once the
+    output's last reference here is gone, just before the engine runs."""
+    outs, box = take_output_and_gradients(tape, grad)
+    if not outs:
+        if started is not None:
+            started()
+        return
+    with torch.enable_grad():
+        root = Feed.apply(box, *outs)
+        del outs
+        if started is not None:
+            started()
+        torch.autograd.backward(root, root.new_empty(0))
+
+
 def state_nbytes(state) -> int:
     return sum(t.numel() * t.element_size() for t in tensors(state))
 
@@ -464,10 +514,12 @@ class ModelSnapshot:
 
     Parameters and buffers are restored in place (same tensor objects, so optimisers keep
     working); each ``.grad`` is put back as the very object it was (None stays None). The
-    parameters' own hooks (``register_hook``, ``register_post_accumulate_grad_hook``: an optimizer
-    stepping from a hook, gradient logging) are suspended until :meth:`restore`: the profiler's
-    passes are not training steps. ``tensors``: loose leaf tensors (not parameters of ``modules``,
-    e.g. those a callable stage closes over) kept the same way (see :func:`stage_state`).
+    parameters' post-accumulate hooks (``register_post_accumulate_grad_hook``: an optimizer stepping
+    from the backward) are suspended until :meth:`restore`: the profiler's passes are not training
+    steps. Their gradient hooks (``register_hook``: clipping, scaling) run: they are part of the
+    backward whose memory the profile measures (suspended, a hook's temporaries were counted nowhere
+    and plans went over their budgets by them). ``tensors``: loose leaf tensors (not parameters of
+    ``modules``, e.g. those a callable stage closes over) kept the same way (see :func:`stage_state`).
     """
 
     def __init__(self, modules, tensors=()):
@@ -484,7 +536,7 @@ class ModelSnapshot:
         # The engine holds the hook dicts themselves: empty them in place, refill them on restore.
         self.hooks = []
         for p in self.params:
-            for name in ("_backward_hooks", "_post_accumulate_grad_hooks"):
+            for name in ("_post_accumulate_grad_hooks",):
                 hooks = getattr(p, name, None)
                 if hooks:
                     self.hooks.append((hooks, list(hooks.items())))

@@ -1040,11 +1040,23 @@ class AutoCheckpointed(nn.Module):
         return None if self._last is None else self._last.executor
 
     def memory_report(self):
-        return None if self.executor is None else self.executor.memory_report()
+        """The measured steps of every input signature's capture (each numbered by its own executor),
+        in the order the captures were made; None before the first capture."""
+        if self.executor is None:
+            return None
+        report = type(self.executor.memory_report())()
+        for cap in self._captures.values():
+            report.extend(cap.executor.memory_report())
+        return report
 
     def measure_memory(self, steps: int = 1) -> None:
-        for cap in self._captures.values():
-            cap.executor.measure_memory(steps)
+        """Measure the next ``steps`` steps, whichever input signature they have, including one not
+        captured yet (the wrapper arms each step's executor as the step starts)."""
+        if steps < 0:
+            raise ValueError(f"steps must be >= 0, got {steps}")
+        self._measure_next = steps
+        for cap in self._captures.values():  # armed by the steps themselves from now on
+            cap.executor.measure_memory(0)
 
     def replan(self, budget="keep", **kwargs) -> None:
         if budget != "keep":
@@ -1183,6 +1195,12 @@ class AutoCheckpointed(nn.Module):
     def _call_scheduled(self, args, kwargs):
         kwargs = self._training_kwargs(kwargs)
         cap = self._capture_for(args, kwargs)
+        for other in self._captures.values():  # a CPU meter cannot start while another is running
+            if other is not cap:
+                other.executor._meter.finalize()
+        if getattr(self, "_measure_next", 0) > 0:  # measure_memory(): this step is one of those asked for
+            self._measure_next -= 1
+            cap.executor.measure_memory(1)
         if cap.method == "blocks":
             return self._run_blocks(cap, args, kwargs)
         flat = pytree.tree_leaves((args, {k: kwargs[k] for k in cap.kw_order}))

@@ -45,7 +45,7 @@ Note [Releasing the incoming gradient]
     ``torch.autograd.backward(out, grad)`` would keep ``grad`` referenced by the caller until the
     whole segment's backward returns; plain autograd frees the gradient of a stage's output as soon
     as the node that consumes it has run. So the gradient goes into a one-element box read by a
-    tiny root node (:class:`_Feed`) whose backward pops it and returns it to the engine: from then
+    tiny root node (:class:`torch_exec._util.Feed`) whose backward pops it and returns it to the engine: from then
     on the engine holds the only reference, and frees it when plain autograd would.
 
 Note [The gradient of a_N]
@@ -545,13 +545,22 @@ def least_budget_bytes(chain: Chain, link: Link | None) -> int:
     return min_feasible_bytes(chain)
 
 
+NOT_MEASURED = ("the model's store-all peak: the stages were profiled one at a time (Note [Profiling stage by stage] "
+                "in torch_exec/profiler.py)")
+
+
+def plain_peak_measured(entry) -> bool:
+    """Whether the profile measured plain autograd's step (not when profiled stage by stage: Note
+    [Profiling stage by stage] in torch_exec/profiler.py)."""
+    return bool(entry.profile.get("reference", {}).get("store_all_peak_bytes"))
+
+
 def plain_peak_bytes(entry) -> int:
     """Plain autograd's step peak for this entry: measured by the profiler (the plain path runs
     exactly that step, its caller holding every output and seeding a gradient for each), else the
     model's store-all peak."""
-    measured = entry.profile.get("reference", {}).get("store_all_peak_bytes")
-    if measured:  # the profiled step held nothing beside the stages; the chain's model counts held_bytes
-        return int(measured) + entry.held_bytes
+    if plain_peak_measured(entry):  # the profiled step held nothing beside the stages; the model counts held_bytes
+        return int(entry.profile["reference"]["store_all_peak_bytes"]) + entry.held_bytes
     return store_all_peak_bytes(entry.plain_chain)
 
 
@@ -562,6 +571,8 @@ def reference_peak_bytes(entry) -> tuple[int, str]:
     loss_only = entry.profile.get("reference", {}).get("loss_only_peak_bytes")
     if entry.loss_only and loss_only:
         return int(loss_only) + entry.held_bytes, "a step keeping only the loss, measured when profiling"
+    if not plain_peak_measured(entry):
+        return plain_peak_bytes(entry), NOT_MEASURED
     if entry.loss_only:  # a profile given to prepare() that was made without caller_keeps='loss'
         return plain_peak_bytes(entry), ("a step holding every output, measured when profiling: the profile given "
                                          "has no step keeping only the loss")
@@ -711,36 +722,6 @@ class Runtime:
         return state
 
 
-class _Feed(torch.autograd.Function):
-    """Root of a segment's backward: hands the boxed gradients to the engine (Note [Releasing the
-    incoming gradient]). ``forward(box, *outs)`` returns an empty tensor; ``backward`` pops the box."""
-
-    @staticmethod
-    def forward(ctx, box, *outs):
-        ctx.box = box
-        return outs[0].new_empty(0)
-
-    @staticmethod
-    def backward(ctx, _unused):
-        grads = ctx.box.pop()
-        ctx.box = None
-        return (None, *grads)
-
-
-def _take_output_and_gradients(tape: list, grad: list):
-    """Empty ``tape[1]`` (a segment's output) and ``grad`` (its gradients) into (the output tensors
-    that get a gradient, ``[their gradients]``): a one-element box for :class:`_Feed`, so that no
-    reference to a gradient is left here once the engine has it."""
-    out = tape.pop()
-    pairs = [(t, g) for t, g in zip(U.tensors(out), grad, strict=False) if g is not None and t.requires_grad]
-    del out
-    grad.clear()
-    outs = [t for t, _ in pairs]
-    box = [[g for _, g in pairs]]
-    del pairs
-    return outs, box
-
-
 def _backward_segment(tape: list, grad: list) -> None:
     """Back-propagate ``grad`` (one entry per tensor of the tape's output, None for none) from the
     output ``tape[1]`` of a segment. Both lists are emptied before the engine runs, so neither the
@@ -750,13 +731,7 @@ def _backward_segment(tape: list, grad: list) -> None:
     mode = getattr(_SEGMENT, "mode", None)
     if mode is not None:
         return mode.backward_segment(tape, grad)
-    outs, box = _take_output_and_gradients(tape, grad)
-    if not outs:
-        return
-    with torch.enable_grad():
-        root = _Feed.apply(box, *outs)
-        del outs
-        torch.autograd.backward(root, root.new_empty(0))
+    U.backward_segment(tape, grad)
 
 
 def interpret(program, runtime) -> None:
@@ -890,15 +865,17 @@ def _compiler_disable(fn):
 _EAGER: dict = {}  # fn -> torch.compiler.disable(fn), made by _compiler_disable's wrapper
 
 
-def _tap_params(module: nn.Module) -> list:
+def _tap_params(module: nn.Module, own_hooks=frozenset()) -> list:
     """The parameters routed through :class:`_ParamTap`: trainable, with no Python hook (Note [Autograd
-    calls that name tensors]); none in the forward of a DistributedDataParallel that does not search its
-    graph for unused parameters (Note [DistributedDataParallel])."""
+    calls that name tensors]) other than the step meter's own (``own_hooks``: their handle ids, Note
+    [Gradients set during the step] in torch_exec/report.py); none in the forward of a
+    DistributedDataParallel that does not search its graph for unused parameters (Note
+    [DistributedDataParallel])."""
     ddp = _ddp_forward()
     if ddp is not None and (ddp.static_graph or not ddp.find_unused_parameters):
         return []
     return [p for p in module.parameters() if p.requires_grad and not p._backward_hooks
-            and not getattr(p, "_post_accumulate_grad_hooks", None)]
+            and not set(getattr(p, "_post_accumulate_grad_hooks", None) or ()) - own_hooks]
 
 
 def _ddp_forward():
@@ -912,8 +889,10 @@ def _ddp_forward():
 def _standin_params(modules):
     """Profiling runs on stand-ins for the trainable parameters of ``modules``: fresh leaves sharing their
     storage, so that its backward passes run no hook of a parameter's gradient accumulator, not even the
-    C++ ones DistributedDataParallel registers (Note [DistributedDataParallel]). Tensor subclasses (FSDP2's
-    DTensor parameters, which FSDP swaps itself) are left as they are."""
+    C++ ones DistributedDataParallel registers (Note [DistributedDataParallel]). The parameters' Python
+    gradient hooks (``register_hook``: clipping, scaling) are registered on the stand-ins too: their
+    temporaries are part of the backward the profile measures. Tensor subclasses (FSDP2's DTensor
+    parameters, which FSDP swaps itself) are left as they are."""
     swapped, standins, seen = [], {}, set()
     for mod in modules:
         for m in mod.modules():
@@ -925,6 +904,8 @@ def _standin_params(modules):
                     continue
                 if id(p) not in standins:
                     standins[id(p)] = nn.Parameter(p.detach(), requires_grad=True)
+                    for hook in (p._backward_hooks or {}).values():
+                        standins[id(p)].register_hook(hook)
                 swapped.append((m, name, p))
                 setattr(m, name, standins[id(p)])  # setattr: modules caching parameters (RNNs) follow
     try:
@@ -969,13 +950,13 @@ class _SegmentMode:
     def backward_segment(self, tape: list, grad: list) -> None:
         leaf = tape[0]
         retain = id(leaf) in self.retained
-        outs, box = _take_output_and_gradients(tape, grad)
+        outs, box = U.take_output_and_gradients(tape, grad)
         if not outs:
             return
         leaves = [t for t in U.tensors(leaf) if t.requires_grad]
         inputs = leaves + self.params
         with torch.enable_grad():
-            root = _Feed.apply(box, *outs)
+            root = U.Feed.apply(box, *outs)
             del outs
             if not self.named:
                 torch.autograd.backward(root, root.new_empty(0), retain_graph=retain)
@@ -1165,7 +1146,7 @@ class _PlannedModule(nn.Module):
     are the subclass's), re-solving them, and the budget as ``extra_repr`` shows it."""
 
     def _set_solver(self, budget, bucket, backend, profile_passes, profile_warmup, schedule_fn, preserve_rng_state,
-                    network, measure_steps: int) -> None:
+                    network, measure_steps: int, profile_isolated: bool | None = None) -> None:
         self.budget = _budget_setting(budget)
         self._meter = StepMeter(cuda_steps=measure_steps)
         # Bytes the caller holds through each step beside the stages, made before the step (its meter
@@ -1176,6 +1157,7 @@ class _PlannedModule(nn.Module):
         self.backend = backend
         self.profile_passes = profile_passes
         self.profile_warmup = profile_warmup
+        self.profile_isolated = profile_isolated  # Note [Profiling stage by stage] in torch_exec/profiler.py
         self.schedule_fn = schedule_fn
         self.preserve_rng_state = preserve_rng_state
         self.network = network
@@ -1284,6 +1266,12 @@ class CheckpointedSequential(_PlannedModule):
     reserve nothing for the rest of the output nor for its gradient, and a backward that ends with more
     of the output alive warns and has it counted (Note [The caller holds a_N]).
 
+    ``profile_isolated``: profile the stages one at a time (True), which needs about one stage's memory
+    instead of plain autograd's step; the whole step (False); or the whole step and, where it runs out
+    of CUDA memory, one stage at a time (None, the default; a :class:`gpusolve.FallbackWarning` says
+    so). Without a measured plain step, percentages are of the model's store-all peak (Note [Profiling
+    stage by stage] in torch_exec/profiler.py).
+
     A stage that is a plain callable (not an ``nn.Module``) must not use parameters the wrapper cannot
     see: a callable reaching a module with parameters or buffers, or a tensor requiring grad, through its
     closure, defaults, ``functools.partial`` arguments, bound ``__self__`` or the globals it names is
@@ -1303,7 +1291,8 @@ class CheckpointedSequential(_PlannedModule):
 
     def __init__(self, stages, budget="6GiB", bucket=None, backend: str = "auto", *, profile_passes: int = 3,
                  profile_warmup: int = 1, schedule_fn=None, preserve_rng_state: bool = True, network: str | None = None,
-                 measure_steps: int = 3, modules=(), offload=None, caller_keeps: str = "output"):
+                 measure_steps: int = 3, modules=(), offload=None, caller_keeps: str = "output",
+                 profile_isolated: bool | None = None):
         super().__init__()
         self.caller_keeps = _caller_keeps_setting(caller_keeps)
         self.names, fns = U.stage_list(stages)
@@ -1314,7 +1303,7 @@ class CheckpointedSequential(_PlannedModule):
         _check_callables(self.names, fns, list(self.stages) + extras)
         self._fns = fns  # the callables, in order (modules are also registered above)
         self._set_solver(budget, bucket, backend, profile_passes, profile_warmup, schedule_fn, preserve_rng_state,
-                         network, measure_steps)
+                         network, measure_steps, profile_isolated)
         self.offload = _offload_setting(offload)
         self._measured_links: dict = {}  # str(device) -> Link measured for offload="measure"
 
@@ -1357,7 +1346,8 @@ class CheckpointedSequential(_PlannedModule):
             with _standin_params([self]):  # Note [DistributedDataParallel]
                 data = profile_dict(list(self._fns), sample, passes=self.profile_passes,
                                     warmup=self.profile_warmup, network=self.network, names=self.names,
-                                    modules=self._extras, loss_only=self.caller_keeps == "loss")
+                                    modules=self._extras, loss_only=self.caller_keeps == "loss",
+                                    isolated=self.profile_isolated)
         # Map the fused stages' member names back to the callables.
         chain = chain_from_profile(data)
         if self.held_bytes:  # held through the whole step: reserved (budget and plans count it)
@@ -1446,8 +1436,10 @@ class CheckpointedSequential(_PlannedModule):
         link = entry.link = self.link_for(entry.device) if entry.device is not None else None
         if self.schedule_fn is not None:
             plan = plan_from_schedule(chain, self.schedule_fn(chain), budget, link=link)
-        elif budget is None or plain_peak <= budget:
+        elif budget is None or (plain_peak_measured(entry) and plain_peak <= budget):
             # Plain autograd fits: run it as such (no recomputation, nothing reserved, no overhead).
+            # Not measured (profiled stage by stage): the solver's store-all schedule runs instead,
+            # whose peak the model predicts (plain autograd's can be above the model's store-all peak).
             chain = plain
             plan = plan_from_schedule(plain, store_all(plain), plain_peak if budget is None else budget)
             plan.predicted_peak_bytes = plain_peak
@@ -1544,7 +1536,7 @@ class CheckpointedSequential(_PlannedModule):
         if self._begin_step(entry, flat[0].device):
             return self._plain_step(lambda: self._plain(state))
         structure = "tensor" if isinstance(state, torch.Tensor) else "tuple"
-        params = _tap_params(self)
+        params = _tap_params(self, self._meter.own_hooks())
         if params:  # Note [Autograd calls that name tensors]
             box: list = []
             tap = _ParamTap.apply(box, *params)

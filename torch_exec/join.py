@@ -72,9 +72,9 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from gpusolve.errors import InfeasibleBudgetError
+from gpusolve.errors import FallbackWarning, InfeasibleBudgetError
 from gpusolve.join.baselines import store_all
-from gpusolve.join.bytesim import simulate_join
+from gpusolve.join.bytesim import simulate_join, store_all_join_peak_bytes
 from gpusolve.join.dp import min_peak_join
 from gpusolve.join.network import EmptyBranch, JoinNet, Turn, join_policy_to_schedule
 from gpusolve.join.solve import JoinPlan, solve_join
@@ -83,7 +83,8 @@ from gpusolve.solve import Curve
 from gpusolve.units import parse_budget
 
 from . import _util as U
-from .executor import (TURN, CheckpointedSequential, ProgramSplit, Runtime, _backward_runtime, _backward_segment,
+from .executor import (NOT_MEASURED, TURN, CheckpointedSequential, ProgramSplit, Runtime, _backward_runtime,
+                       _backward_segment,
                        _compiler_disable, _detached_results, _keep_graph, _needs_at_least,
                        _PlannedModule, _standin_params, annotate, executor_chain, interpret,
                        output_out_of_tape)
@@ -124,7 +125,7 @@ class JoinEntry(ProgramSplit):
     structures: list                 # per branch: ("tensor", 1) or ("tuple", number of tensors)
     head: object                     # the head callable
     head_profile: dict = field(default_factory=dict)
-    plain_peak_bytes: int = 0        # plain autograd's step, measured (CheckpointedJoin._plain_step_peak)
+    plain_peak_bytes: int | None = 0  # plain autograd's step, measured (CheckpointedJoin._plain_step_peak); None: not
     held_bytes: int = 0              # held through each step beside the join (CheckpointedJoin.held_bytes)
     plain: bool = False              # plain autograd fits the budget: the step runs as such
     program: list = field(default_factory=list)   # annotate(plan.schedule)
@@ -285,7 +286,7 @@ class CheckpointedJoin(_PlannedModule):
     ``bucket``: memory granularity of the join DP (default budget / 1024); ``backend``: the join DP's
     backend (``"auto"``, ``"cpu"``, ``"cuda"``: :func:`gpusolve.join.solve_join`). ``schedule_fn(net) -> schedule
     or JoinPolicy`` replaces the solver (tests, baselines). ``profile_passes``, ``profile_warmup``,
-    ``preserve_rng_state``, ``network``, ``measure_steps``: as for :class:`~torch_exec.CheckpointedSequential`
+    ``profile_isolated``, ``preserve_rng_state``, ``network``, ``measure_steps``: as for :class:`~torch_exec.CheckpointedSequential`
     (:meth:`measure_memory` and :meth:`memory_report` too).
 
     The first call with a new input signature profiles the branches and the head and solves (or call
@@ -296,7 +297,7 @@ class CheckpointedJoin(_PlannedModule):
 
     def __init__(self, branches, head, budget="6GiB", bucket=None, backend: str = "auto", *, profile_passes: int = 3,
                  profile_warmup: int = 1, schedule_fn=None, preserve_rng_state: bool = True,
-                 network: str | None = None, measure_steps: int = 3):
+                 network: str | None = None, measure_steps: int = 3, profile_isolated: bool | None = None):
         super().__init__()
         if isinstance(branches, (nn.Sequential, torch.Tensor)) or not isinstance(branches, (list, tuple,
                                                                                              nn.ModuleList)):
@@ -316,7 +317,8 @@ class CheckpointedJoin(_PlannedModule):
         self.branches = nn.ModuleList([
             nn.Identity() if empty else CheckpointedSequential(stages, budget=None, profile_passes=profile_passes,
                                                                profile_warmup=profile_warmup,
-                                                               preserve_rng_state=preserve_rng_state, network=network)
+                                                               preserve_rng_state=preserve_rng_state, network=network,
+                                                               profile_isolated=profile_isolated)
             for stages, empty in zip(branches, self.empty, strict=True)])
         if isinstance(head, nn.Module):
             self.head = head
@@ -328,7 +330,7 @@ class CheckpointedJoin(_PlannedModule):
                                  f"see: {'; '.join(hidden)}. Pass the head as an nn.Module")
             self._head_fn = head
         self._set_solver(budget, bucket, backend, profile_passes, profile_warmup, schedule_fn, preserve_rng_state,
-                         network, measure_steps)
+                         network, measure_steps, profile_isolated)
 
     @property
     def k(self) -> int:
@@ -419,7 +421,8 @@ class CheckpointedJoin(_PlannedModule):
         modules = [head] if isinstance(head, nn.Module) else []
         with _standin_params([self]):  # Note [DistributedDataParallel] in the executor
             data = profile_dict([head_stage], sample, passes=self.profile_passes, warmup=self.profile_warmup,
-                                network=f"{self.network or 'join'}:head", names=["head"], modules=modules)
+                                network=f"{self.network or 'join'}:head", names=["head"], modules=modules,
+                                isolated=self.profile_isolated)
         head_chain = chain_from_profile(data, fuse_aliasing=False)
         arr = head_chain.padded()
         # The caller may hold the head's output through the backward (Note [The caller holds a_N] in
@@ -434,13 +437,30 @@ class CheckpointedJoin(_PlannedModule):
                                   - turn_grads))
         return data, turn, int(arr["grad_bytes"][1]) + held
 
-    def _plain_step_peak(self, inputs) -> int:
+    def _plain_step_peak(self, inputs) -> int | None:
         """Plain autograd's step on inputs like these, measured with the device's allocator: the branches
         and the head as plain autograd runs them, the caller holding the head's output through the
         backward and seeding a gradient for each of its tensors (the chain profiler's plain step,
         :meth:`torch_exec.profiler.Profiler.metered_plain_step`, and its rules: the inputs held and not
         counted, parameter gradients allocated before). Parameters, buffers, gradients and RNG state
-        are left as they were."""
+        are left as they were. None when profiling stage by stage (``profile_isolated``), or when the
+        step runs out of CUDA memory with ``profile_isolated=None`` (a FallbackWarning says so): Note
+        [Profiling stage by stage] in torch_exec/profiler.py."""
+        if self.profile_isolated:
+            return None
+        try:
+            return self._metered_plain_step(inputs)
+        except torch.OutOfMemoryError as err:
+            if self.profile_isolated is not None:
+                raise
+            reason = str(err).splitlines()[0][:160]
+        torch.cuda.empty_cache()
+        warnings.warn(f"CheckpointedJoin: plain autograd's step does not fit ({reason}): its peak is the model's "
+                      f"store-all peak (Note [Profiling stage by stage] in torch_exec/profiler.py)", FallbackWarning,
+                      stacklevel=5)
+        return None
+
+    def _metered_plain_step(self, inputs) -> int:
         fns = [fn for seq, empty in zip(self.branches, self.empty, strict=True) if not empty for fn in seq._fns]
         snapshot = U.ModelSnapshot(*U.stage_state(fns + [self.head_fn]))
         device = U.tensors(inputs[0])[0].device
@@ -469,7 +489,10 @@ class CheckpointedJoin(_PlannedModule):
     @staticmethod
     def plain_peak_bytes_for(entry: JoinEntry) -> int:
         """Plain autograd's step peak for one signature: measured when it was profiled, with what the
-        caller holds beside the join (``held_bytes``, made before the step the meter saw)."""
+        caller holds beside the join (``held_bytes``, made before the step the meter saw); the model's
+        store-all peak where none was measured (which counts ``held_bytes`` as reserved)."""
+        if entry.plain_peak_bytes is None:
+            return store_all_join_peak_bytes(entry.plain_net)
         return entry.plain_peak_bytes + entry.held_bytes
 
     def budget_bytes_for(self, entry: JoinEntry) -> int | None:
@@ -494,8 +517,10 @@ class CheckpointedJoin(_PlannedModule):
                             Curve(np.zeros(0, dtype=np.int64), np.zeros(0)), schedule, policy,
                             net.store_all_time_ms(), 0, decided_by="schedule_fn", notes=["schedule given, not solved"],
                             net=net)
-        elif budget is None or self.plain_peak_bytes_for(entry) <= budget:
-            # Plain autograd fits (as measured): run it as such, as CheckpointedSequential does.
+        elif budget is None or (entry.plain_peak_bytes is not None and self.plain_peak_bytes_for(entry) <= budget):
+            # Plain autograd fits (as measured): run it as such, as CheckpointedSequential does. Not
+            # measured (profiled stage by stage): the solver's store-all schedule runs instead, whose
+            # peak the model predicts (plain autograd's can be above the model's store-all peak).
             peak = self.plain_peak_bytes_for(entry)
             budget = peak if budget is None else budget
             plain = store_all(entry.plain_net)
@@ -513,8 +538,9 @@ class CheckpointedJoin(_PlannedModule):
                     message += _needs_at_least(err, self.budget, self.plain_peak_bytes_for(entry))
                 raise InfeasibleBudgetError(message, err.min_bytes) from None
         if isinstance(self.budget, str):  # a percentage: say what it resolved to
+            what = "measured when profiling" if entry.plain_peak_bytes is not None else NOT_MEASURED
             plan.notes.insert(0, f"budget {self.budget} of plain autograd's peak {self.plain_peak_bytes_for(entry)} B "
-                                 f"(measured when profiling): {budget} B")
+                                 f"({what}): {budget} B")
         entry.plain = plan.decided_by == "plain autograd"
         if not entry.plain:
             self._draw_order(entry, plan)

@@ -74,9 +74,10 @@ from . import _util as U
 class HostCopies:
     """Host buffer pool and copy stream of one plan on one device (see the module docstring)."""
 
-    def __init__(self, device: torch.device | str):
+    def __init__(self, device: torch.device | str, pinned: bool = True):
         device = torch.device(device)
         self.cuda = device.type == "cuda"
+        self.pinned = pinned and self.cuda  # pageable host buffers for the profiler's stash (many, used once)
         if self.cuda and device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
         self.device = device
@@ -94,7 +95,7 @@ class HostCopies:
         if free:
             return free.pop()
         self.allocations += 1
-        return torch.empty(nbytes, dtype=torch.uint8, device="cpu", pin_memory=self.cuda)
+        return torch.empty(nbytes, dtype=torch.uint8, device="cpu", pin_memory=self.pinned)
 
     def give(self, buf: torch.Tensor) -> None:
         self.pool.setdefault(buf.numel(), []).append(buf)

@@ -19,10 +19,27 @@ the stage's own backward saved (the cost model's ``bwd_tape_bytes`` comes from i
 
 Profiling leaves the model exactly as it found it: parameters, buffers, gradients, RNG state and
 training flags are restored afterwards.
+
+Note [Profiling stage by stage]
+    The passes above hold every stage's tape at once (a forward with grad, then its backward), and
+    measure plain autograd's step: profiling needs the memory of the plain step, the very memory a
+    model checkpointed under a budget does not have. ``isolated=True`` profiles one stage at a time
+    instead: the no-grad pass keeps a copy of each stage's input on the host (exact copies, Note
+    [Exact copies] in torch_exec/offload.py); then each stage runs alone, its input brought back,
+    cloned where it needs a gradient (a non-leaf, as in a whole pass, so an in-place first op works),
+    forward with grad, then backward from a gradient of ones for each output tensor that requires
+    grad, its output and that gradient referenced by nothing else (as the executor's BWD runs it).
+    Device memory then peaks at about one stage's input, tape and workspace. The readings are the
+    same quantities; a stage output that gets no gradient in the real step is seeded one anyway (an
+    over-estimate). No plain step is measured: the plain-autograd figures (percent budgets, whether
+    plain autograd fits) are the model's store-all peak. ``isolated=None`` (the executors' default)
+    profiles the whole step and, where that runs out of CUDA memory, starts again stage by stage,
+    saying so in one line (:class:`gpusolve.FallbackWarning`).
 """
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import statistics
 import threading
@@ -33,11 +50,13 @@ from pathlib import Path
 import torch
 
 from gpusolve.chain import PROFILE_FORMAT, Chain
+from gpusolve.errors import FallbackWarning
 
-from ._util import (ModelSnapshot, RngState, aliases, buffers_of, clone, copyable, cuda_devices, held_from,
-                    held_nbytes, make_leaf, output_facts, params_of, stage_list, stage_state, state_nbytes,
-                    storage_key, storages, tensors)
+from ._util import (ModelSnapshot, RngState, aliases, backward_segment, buffers_of, clone, copyable, cuda_devices,
+                    held_from, held_nbytes, make_leaf, map_state, output_facts, params_of, stage_list, stage_state,
+                    state_nbytes, storage_key, storages, tensors)
 from .meter import MemoryMeter
+from .offload import HostCopies
 
 
 # Thread-local depth of profile_dict calls: a CheckpointedSequential used as a stage of a chain being
@@ -59,17 +78,18 @@ class InputMutationWarning(UserWarning):
 
 
 def profile(stages, sample_input, passes: int = 5, warmup: int = 1, path=None, network: str | None = None,
-            fuse_aliasing: bool = True, names: list[str] | None = None, modules=()) -> Chain:
+            fuse_aliasing: bool = True, names: list[str] | None = None, modules=(), isolated: bool | None = None) -> Chain:
     """Profile ``stages`` on ``sample_input`` and return the :class:`gpusolve.Chain` (aliasing stages fused).
 
     ``stages``: an ``nn.Sequential`` or a list of modules/callables, each mapping the state (a tensor or
     a tuple of tensors) to the next. The device is the sample input's. ``path`` also writes the
     ``measured-chain/1`` JSON (readable by ``gpusolve`` CLI and :func:`load_profile`).
     When the input does not require grad, ``chain.input_grad_bytes`` is 0. ``modules``: modules the
-    callable stages use besides the module stages (see :func:`profile_dict`).
+    callable stages use besides the module stages (see :func:`profile_dict`). ``isolated``: Note
+    [Profiling stage by stage].
     """
     data = profile_dict(stages, sample_input, passes=passes, warmup=warmup, network=network, names=names,
-                        modules=modules)
+                        modules=modules, isolated=isolated)
     if path is not None:
         save_profile(data, path)
     return chain_from_profile(data, fuse_aliasing=fuse_aliasing)
@@ -92,10 +112,13 @@ def load_profile(path, fuse_aliasing: bool = True) -> Chain:
 
 
 def profile_dict(stages, sample_input, passes: int = 5, warmup: int = 1, network: str | None = None,
-                 names: list[str] | None = None, modules=(), loss_only: bool = False) -> dict:
+                 names: list[str] | None = None, modules=(), loss_only: bool = False,
+                 isolated: bool | None = None) -> dict:
     """The ``measured-chain/1`` dict of ``stages`` on ``sample_input`` (see :func:`profile`).
     ``loss_only``: also measure plain autograd's step for a caller that keeps and back-propagates only
-    the scalar outputs (``reference["loss_only_peak_bytes"]``; ``caller_keeps="loss"``).
+    the scalar outputs (``reference["loss_only_peak_bytes"]``; ``caller_keeps="loss"``). ``isolated``:
+    one stage at a time (True), the whole step (False), or the whole step and, where it runs out of
+    CUDA memory, stage by stage (None): Note [Profiling stage by stage]; the dict's ``isolated`` says which.
 
     Extra fields beyond the shared format: ``input_requires_grad``, and per stage ``aliases``
     (the output shares all its storage with the input), ``rng`` (its forward draws random numbers),
@@ -119,14 +142,28 @@ def profile_dict(stages, sample_input, passes: int = 5, warmup: int = 1, network
     device = inputs[0].device
     state = stage_state(fns, modules)
     snapshot = ModelSnapshot(*state)
+    if device.type != "cuda":
+        warnings.warn("profiling on the CPU: stage times are CPU times (perf_counter); memory is the CPU "
+                      "allocator's", CPUTimingWarning, stacklevel=3)
     _PROFILING.depth = getattr(_PROFILING, "depth", 0) + 1
     try:
-        if device.type == "cuda":
-            measured = _CudaProfiler(fns, sample_input, device, state, loss_only).run(passes, warmup)
-        else:
-            warnings.warn("profiling on the CPU: stage times are CPU times (perf_counter); memory is the CPU "
-                          "allocator's", CPUTimingWarning, stacklevel=3)
-            measured = _CpuProfiler(fns, sample_input, state, loss_only).run(passes, warmup)
+        stage_by_stage = bool(isolated)
+        while True:
+            kind = _CudaProfiler if device.type == "cuda" else _CpuProfiler
+            try:
+                measured = kind(fns, sample_input, device, state, loss_only, stage_by_stage).run(passes, warmup)
+                break
+            except torch.OutOfMemoryError as err:
+                if isolated is not None or stage_by_stage:
+                    raise
+                reason = str(err).splitlines()[0][:160]
+            # Out of the except block: the error's traceback no longer holds the failed pass's tensors.
+            snapshot.restore()
+            gc.collect()
+            torch.cuda.empty_cache()
+            warnings.warn(f"plain autograd's step does not fit on {device} ({reason}): profiling one stage at a time "
+                          f"(Note [Profiling stage by stage] in torch_exec/profiler.py)", FallbackWarning, stacklevel=3)
+            stage_by_stage = True
     finally:
         _PROFILING.depth -= 1
         snapshot.restore()
@@ -144,6 +181,7 @@ def profile_dict(stages, sample_input, passes: int = 5, warmup: int = 1, network
         "input_bytes": state_nbytes(sample_input),
         "param_bytes": sum(p.numel() * p.element_size() for p in params),
         "input_requires_grad": requires_grad,
+        "isolated": stage_by_stage,
         "reference": reference,
         "stages": [dict(name=name, **fields) for name, fields in zip(names, per_stage)],
     }
@@ -178,9 +216,11 @@ class _Passes:
     every allocation); subclasses supply the clock.
     """
 
-    def __init__(self, fns, sample, device, state=None, loss_only: bool = False):
+    def __init__(self, fns, sample, device, state=None, loss_only: bool = False, isolated: bool = False):
         self.fns = fns
         self.n = len(fns)
+        self.isolated = isolated  # Note [Profiling stage by stage]
+        self.stash = None         # isolated: each stage's input on the host (offload.StepCopies)
         self.loss_only = loss_only  # also measure a plain step that keeps only the loss (metered_plain_step)
         self.sample = sample
         self.device = device
@@ -221,8 +261,10 @@ class _Passes:
                 # the whole no-grad forward in a pass of its own (no mark between stages): what the sum of
                 # the stages' times is checked against (bench/profile_reference.py)
                 ref["nograd_forward_ms"].append(self.nograd_forward())
-                ref["store_all_step_ms"].append(self.plain_step())
-        reference.update({k: _median(v) for k, v in ref.items()})
+                if not self.isolated:
+                    ref["store_all_step_ms"].append(self.plain_step())
+        self.stash = None  # the host copies of the stages' inputs
+        reference.update({k: _median(v) for k, v in ref.items() if v})
         stages = []
         for s in range(n):
             stages.append(dict(t_fwd=_median(t_f[s]), t_fwd_nograd=_median(t_ng[s]), t_bwd=_median(t_b[s]),
@@ -242,68 +284,31 @@ class _Passes:
 
     # memory ---------------------------------------------------------------
     def memory_pass(self):
-        """Per-stage sizes and peaks (bytes) and the plain step's peak, from one metered run."""
+        """Per-stage sizes and peaks (bytes) and the plain step's peak, from one metered run; stage by
+        stage when ``isolated`` (Note [Profiling stage by stage]: no plain step)."""
         n = self.n
         mem = [dict() for _ in range(n)]
         ng_marks, g_marks = [], []
         with MemoryMeter(self.device) as meter:
-            # forward without grad: x, the output's new bytes; the peak above the bytes before it
-            state = clone(make_leaf(self.sample, False))  # an in-place first stage must not touch the sample
-            devices = cuda_devices(state)
-            origin = dict.fromkeys(storages(state), 0)  # storage -> the stage that made it (0: the input)
-            with torch.no_grad():
-                for s, fn in enumerate(self.fns):
-                    versions = _versions(state)
-                    rng_before = RngState.capture(devices)
-                    a = meter.mark()
-                    out = fn(state)
-                    ng_marks.append((a, meter.mark()))
-                    alias = aliases(out, state)
-                    # Does the stage draw random numbers? Only such stages get their RNG state
-                    # recorded by the executor (and counted in its reserved bytes).
-                    # held_nbytes: what a caller holding the output keeps (Note [The caller holds a_N])
-                    # held_from: those storages by the stage that made them (Note [Outputs passed through])
-                    origin = {key: origin.get(key, s + 1) for key in storages(out)}
-                    mem[s].update(x_nbytes=state_nbytes(out), held_nbytes=held_nbytes(out), aliases=bool(alias),
-                                  held_from=held_from(out, origin),
-                                  rng=not rng_before.equals(RngState.capture(devices)))
-                    if not all(copyable(t) for t in tensors(out)):  # never moved to the host (Chain.swappable)
-                        mem[s]["device_only"] = True
-                    if s == n - 1:  # the model's output: what the executor's byte model needs of it
-                        external = self.excluded | {key for key, stage in origin.items() if stage == 0}
-                        mem[s]["outputs"] = output_facts(out, external)
-                    del rng_before
-                    if versions != _versions(state) and not alias:
-                        mem[s]["mutates_input"] = True
-                    state = out
-                del state, out
-            # forward with grad, outputs of all earlier stages held: xbar is what the stage adds
-            bounds = _Boundaries(n, meter.mark)
-            a0 = make_leaf(self.sample, self.rg)
-            outs = [a0]
-            with torch.enable_grad():
-                held_input = state = clone(a0)  # held as the caller holds its input
-                for s, fn in enumerate(self.fns):
-                    versions = _versions(state)
-                    with self.saved_hooks() as saved:
-                        a = meter.mark()
-                        out = fn(state)
-                        g_marks.append((a, meter.mark()))
-                    self.note_saved(mem[s], out, state, saved)
-                    del saved
-                    bounds.watch(out, s + 1, versions)
-                    outs.append(out)
-                    state = out
-            del state, out
-            # backward as plain autograd runs it: no stage output referenced from here
-            final = [t for t in tensors(outs[n]) if t.requires_grad]
-            del outs, a0
-            bounds.backward(final)
-            del final, held_input
-            # plain autograd's step, for the reference figures
-            ref_start, retained, ref_end = self.metered_plain_step(meter, loss_only=False)
-            if self.loss_only:
-                loss_start, _, loss_end = self.metered_plain_step(meter, loss_only=True)
+            self.nograd_memory(meter, mem, ng_marks)
+            if self.isolated:
+                g_marks = self.isolated_forward(meter.mark, mem)
+                bwd_marks = self.isolated_backward(meter.mark)
+                reference = {"host_copies_bytes": int(self.stash.host_bytes())}
+            else:
+                bounds, g_marks, ref_marks = self.whole_memory(meter, mem)
+        if self.isolated:
+            spans = [(c, d) if c is not None else None for _, _, c, d in bwd_marks]
+        else:
+            spans = [bounds.span(s) for s in range(1, n + 1)]
+            ref_start, retained, ref_end, loss_marks = ref_marks
+            reference = {"store_all_peak_bytes": int(meter.between(ref_start, ref_end).peak),
+                         "retained_after_forward_bytes": int(meter.between(ref_start, retained).delta)}
+            if loss_marks is not None:
+                reference["loss_only_peak_bytes"] = int(meter.between(loss_marks[0], loss_marks[2]).peak)
+        # what profiling itself allocated at its peak on the device (on the CPU the host copies of the
+        # stages' inputs, host_copies_bytes, are the same memory and counted too)
+        reference["memory_pass_peak_bytes"] = int(meter.total.peak)
         for s in range(n):
             ng = meter.between(*ng_marks[s])
             g = meter.between(*g_marks[s])
@@ -312,7 +317,7 @@ class _Passes:
             mem[s].update(x=int(x), xbar=int(xbar), fwd_peak_nograd=int(max(ng.peak, x)),
                           fwd_peak_grad=int(max(g.peak, xbar)))
         for s in range(1, n + 1):
-            span = bounds.span(s)
+            span = spans[s - 1]
             if span is None:  # no gradient reached a_s: nothing of the stage runs backward
                 mem[s - 1].update(bwd_peak=0, bwd_delta=0)
                 continue
@@ -322,11 +327,147 @@ class _Passes:
             start, stop = span
             reading = meter.between(start, max(start, stop))
             mem[s - 1].update(bwd_peak=int(reading.peak), bwd_delta=int(reading.delta))
-        reference = {"store_all_peak_bytes": int(meter.between(ref_start, ref_end).peak),
-                     "retained_after_forward_bytes": int(meter.between(ref_start, retained).delta)}
-        if self.loss_only:
-            reference["loss_only_peak_bytes"] = int(meter.between(loss_start, loss_end).peak)
         return mem, reference
+
+    def nograd_memory(self, meter, mem: list, ng_marks: list) -> None:
+        """The no-grad forward, marked around each stage: x, the output's new bytes; the peak above the
+        bytes before it; what the output holds and where it was made. When ``isolated``, each stage's
+        input is copied to the host first (``stash``), outside the marks."""
+        n = self.n
+        if self.isolated:
+            self.stash = HostCopies(self.device, pinned=False).step()
+        state = clone(make_leaf(self.sample, False))  # an in-place first stage must not touch the sample
+        devices = cuda_devices(state)
+        origin = dict.fromkeys(storages(state), 0)  # storage -> the stage that made it (0: the input)
+        with torch.no_grad():
+            for s, fn in enumerate(self.fns):
+                if self.isolated:
+                    self.stash.offload(s, state)
+                    self.stash.release(s)
+                versions = _versions(state)
+                rng_before = RngState.capture(devices)
+                a = meter.mark()
+                out = fn(state)
+                ng_marks.append((a, meter.mark()))
+                alias = aliases(out, state)
+                # Does the stage draw random numbers? Only such stages get their RNG state
+                # recorded by the executor (and counted in its reserved bytes).
+                # held_nbytes: what a caller holding the output keeps (Note [The caller holds a_N])
+                # held_from: those storages by the stage that made them (Note [Outputs passed through])
+                origin = {key: origin.get(key, s + 1) for key in storages(out)}
+                mem[s].update(x_nbytes=state_nbytes(out), held_nbytes=held_nbytes(out), aliases=bool(alias),
+                              held_from=held_from(out, origin),
+                              rng=not rng_before.equals(RngState.capture(devices)))
+                if not all(copyable(t) for t in tensors(out)):  # never moved to the host (Chain.swappable)
+                    mem[s]["device_only"] = True
+                if s == n - 1:  # the model's output: what the executor's byte model needs of it
+                    external = self.excluded | {key for key, stage in origin.items() if stage == 0}
+                    mem[s]["outputs"] = output_facts(out, external)
+                del rng_before
+                if versions != _versions(state) and not alias:
+                    mem[s]["mutates_input"] = True
+                state = out
+            del state, out
+
+    def whole_memory(self, meter, mem: list) -> tuple:
+        """A forward with grad holding every stage's output, its backward as plain autograd runs it, and
+        plain autograd's step: (the backward's stage boundaries, the forward's marks per stage, the
+        plain steps' marks)."""
+        n = self.n
+        g_marks = []
+        # forward with grad, outputs of all earlier stages held: xbar is what the stage adds
+        bounds = _Boundaries(n, meter.mark)
+        a0 = make_leaf(self.sample, self.rg)
+        outs = [a0]
+        with torch.enable_grad():
+            held_input = state = clone(a0)  # held as the caller holds its input
+            for s, fn in enumerate(self.fns):
+                versions = _versions(state)
+                with self.saved_hooks() as saved:
+                    a = meter.mark()
+                    out = fn(state)
+                    g_marks.append((a, meter.mark()))
+                self.note_saved(mem[s], out, state, saved)
+                del saved
+                bounds.watch(out, s + 1, versions)
+                outs.append(out)
+                state = out
+        del state, out
+        # backward as plain autograd runs it: no stage output referenced from here
+        final = [t for t in tensors(outs[n]) if t.requires_grad]
+        del outs, a0
+        bounds.backward(final)
+        del final, held_input
+        # plain autograd's step, for the reference figures
+        ref_start, retained, ref_end = self.metered_plain_step(meter, loss_only=False)
+        loss_marks = self.metered_plain_step(meter, loss_only=True) if self.loss_only else None
+        return bounds, g_marks, (ref_start, retained, ref_end, loss_marks)
+
+    def _stage_input(self, s: int):
+        """Stage s's input brought back from ``stash`` (Note [Profiling stage by stage]): (the leaf, the
+        state the stage takes: a non-leaf clone where it needs a gradient, as a whole pass hands it
+        over, so that an in-place first op works)."""
+        self.stash.prefetch(s)
+        leaf = make_leaf(self.stash.acquire(s), self.flags[s])
+        return leaf, map_state(lambda t: t.clone() if t.requires_grad else t, leaf)
+
+    def isolated_forward(self, mark, mem: list) -> list:
+        """Each stage's forward with grad alone, marked: ``(start, end)`` per stage; notes what each
+        saves (:meth:`note_saved`), which input tensors require grad (``flags``) and whether a stage
+        saves its own output (``saves_output``) for :meth:`isolated_backward`."""
+        marks = []
+        self.flags = [self.rg]
+        self.saves_output = []
+        for s, fn in enumerate(self.fns):
+            leaf, state = self._stage_input(s)
+            with torch.enable_grad(), self.saved_hooks(no_backward=True) as saved:
+                a = mark()
+                out = fn(state)
+                b = mark()
+            self.note_saved(mem[s], out, state, saved)
+            self.saves_output.append(bool(set(storages(out)) & set(saved)))
+            self.flags.append([t.requires_grad for t in tensors(out)])
+            del saved, state, out, leaf
+            marks.append((a, b))
+        self.stash.restart(frozenset(range(self.n)))  # the host copies serve the next pass again
+        return marks
+
+    def isolated_backward(self, mark) -> list:
+        """Each stage alone, last to first: its forward with grad, then its backward from the gradient
+        of its output that the stage after it made (the last stage's seeded with ones and held to the
+        end, as a whole pass seeds a_N), ended by the gradient of its input: ``(forward start, forward
+        end, backward start, backward end)`` per stage, the backward's None when no gradient reaches the
+        stage. Its output is gone before its backward unless the stage saved it; its input stays held
+        through it when the stage before saved it as its own output: both as in a whole pass."""
+        n = self.n
+        marks = [None] * n
+        grad = None  # the gradient of the current stage's output, made by the stage after it
+        for s in range(n - 1, -1, -1):
+            leaf, state = self._stage_input(s)
+            held = state if s > 0 and self.saves_output[s - 1] else None
+            bounds = _Boundaries(1, mark)
+            bounds.watch(state, 0)  # its input's gradient ends its backward
+            with torch.enable_grad():
+                a = mark()
+                out = self.fns[s](state)
+                b = mark()
+            del state
+            final = [t for t in tensors(out) if t.requires_grad]
+            seeds = None if grad is None else [g for t, g in zip(tensors(out), grad, strict=False) if t.requires_grad]
+            del out, grad
+            if seeds is not None and any(g is None for g in seeds):  # no gradient reached some: leave them out
+                final, seeds = [t for t, g in zip(final, seeds) if g is not None], [g for g in seeds if g is not None]
+            bounds.backward(final, seeds=seeds)
+            del final, seeds, held
+            span = bounds.span(1)
+            marks[s] = (a, b) + (span if span is not None else (None, None))
+            grad = [t.grad for t in tensors(leaf)]
+            for t in tensors(leaf):
+                t.grad = None
+            del leaf
+        del grad
+        self.stash.restart(frozenset(range(n)))
+        return marks
 
     def metered_plain_step(self, meter, loss_only: bool) -> tuple:
         """One plain autograd step (forward, backward), marked: (start, after the forward, end). The
@@ -352,15 +493,17 @@ class _Passes:
         return start, retained, end
 
     @contextlib.contextmanager
-    def saved_hooks(self):
+    def saved_hooks(self, no_backward: bool = False):
         """Yields the storage keys of the tensors autograd saves inside the block. Only identities
         are recorded: a pack hook is kept alive by every tensor it packed, so holding the tensors
-        here would keep them all until the stage's last node has run."""
+        here would keep them all until the stage's last node has run. ``no_backward``: the graph will
+        never run backward, and an output saved as itself (with its grad_fn) would keep the graph
+        alive through C++ references no collector sees: it is packed detached."""
         keys: list = []
 
         def pack(t):
             keys.append(storage_key(t))
-            return t
+            return t.detach() if no_backward else t
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             yield keys
 
@@ -407,6 +550,11 @@ class _Passes:
 
     def grad_pass(self):
         n = self.n
+        if self.isolated:
+            marks = self.isolated_backward(self.mark)
+            self.sync()
+            return ([max(0.0, self.elapsed(a, b)) for a, b, _, _ in marks],
+                    [0.0 if c is None else max(0.0, self.elapsed(c, d)) for _, _, c, d in marks])
         fmarks = []
         bounds = _Boundaries(n, self.mark)
         a0 = make_leaf(self.sample, self.rg)
@@ -457,7 +605,8 @@ class _Boundaries:
 
     def __init__(self, n: int, mark):
         self.n, self.mark = n, mark
-        self.at: list = [None] * (n + 1)
+        self.at: list = [None] * (n + 1)    # when a gradient of a_s is first ready: stage s may start
+        self.last: list = [None] * (n + 1)  # when the last one is: stage s + 1's backward is done
         self.handles: list = []
         self.end = None
 
@@ -474,14 +623,31 @@ class _Boundaries:
         self.handles += [t.register_hook(lambda g, s=s: self._reached(s)) for t in (made or grads)]
 
     def _reached(self, s: int) -> None:
-        self.at[s] = self.mark()
+        """A gradient of a_s is ready. With a tuple state the engine may run part of stage s's backward
+        before the gradient of another of its tensors is ready (seen under float16 autocast): stage s
+        starts at the first, stage s + 1 ends at the last, and both count what runs in between."""
+        mark = self.mark()
+        if self.at[s] is None:
+            self.at[s] = mark
+        self.last[s] = mark
 
-    def backward(self, final: list) -> None:
-        seeds = [torch.ones_like(t) for t in final]
+    def backward(self, final: list, seeds: list | None = None) -> None:
+        """``seeds``: the gradients of ``final`` that a later stage's backward made (Note [Profiling
+        stage by stage]): freed as the engine consumes them, with ``final`` (both lists are emptied).
+        Without, ones held to the end, as a caller's seed of a_N is."""
+        release = seeds is not None
+        if seeds is None:
+            seeds = [torch.ones_like(t) for t in final]
         try:
-            self.at[self.n] = self.mark()
-            if final:
-                torch.autograd.backward(final, seeds)
+            if release:  # both lists emptied (the caller's references go too); the output is then gone,
+                # unless the stage saved it, when its gradient is ready: as in a whole pass
+                tape = [tuple(final)]
+                final.clear()
+                backward_segment(tape, seeds, started=lambda: self._reached(self.n))
+            else:
+                self.at[self.n] = self.mark()
+                if final:
+                    torch.autograd.backward(final, seeds)
             del seeds
             self.end = self.mark()
         finally:
@@ -493,14 +659,14 @@ class _Boundaries:
         start = self.at[s]
         if start is None:
             return None
-        return start, next((self.at[r] for r in range(s - 1, -1, -1) if self.at[r] is not None), self.end)
+        return start, next((self.last[r] for r in range(s - 1, -1, -1) if self.last[r] is not None), self.end)
 
 
 class _CpuProfiler(_Passes):
     """CPU times from ``time.perf_counter``; memory from the CPU allocator's events."""
 
-    def __init__(self, fns, sample, state=None, loss_only: bool = False):
-        super().__init__(fns, sample, torch.device("cpu"), state, loss_only)
+    def __init__(self, fns, sample, device=None, state=None, loss_only: bool = False, isolated: bool = False):
+        super().__init__(fns, sample, torch.device("cpu"), state, loss_only, isolated)
 
     def mark(self):
         return time.perf_counter()

@@ -27,7 +27,9 @@ Note [Gradients set during the step]
 """
 from __future__ import annotations
 
+import atexit
 import warnings
+import weakref
 from dataclasses import asdict, dataclass
 
 import torch
@@ -116,6 +118,10 @@ class _GradientsSet:
             handle.remove()
         self.handles = []
 
+    def ids(self) -> frozenset:
+        """The handle ids of its hooks (the executor's parameter tap leaves them out of its check)."""
+        return frozenset(handle.id for handle in self.handles)
+
     def peak_beyond(self, closing: int, grads: int) -> int:
         """The largest peak up to each mark (the closing one last) minus the gradients set before that
         mark's interval began; ``grads``: the bytes of every gradient the step allocated, for the part
@@ -125,6 +131,20 @@ class _GradientsSet:
             best = max(best, self.meter.between(first, mark).peak - below)
             below += nbytes
         return int(max(best, self.meter.between(first, closing).peak - max(below, grads)))
+
+
+_LIVE: "weakref.WeakSet[StepMeter]" = weakref.WeakSet()
+
+
+@atexit.register
+def _finalize_all() -> None:
+    """A measured step whose record was never read leaves its CPU meter (torch.profiler) running: stopped
+    at the interpreter's exit, where a running profiler crashed it (SIGSEGV)."""
+    for meter in list(_LIVE):
+        try:
+            meter.finalize()
+        except Exception:  # noqa: BLE001, S110 - exiting: nothing to report to
+            pass
 
 
 class StepMeter:
@@ -138,6 +158,7 @@ class StepMeter:
     """
 
     def __init__(self, cuda_steps: int = 3):
+        _LIVE.add(self)
         self.cuda_steps = cuda_steps    # steps measured automatically on a CUDA device
         self.armed = 0                  # steps measured on request (any device)
         self._records = MemoryReport()
@@ -149,6 +170,10 @@ class StepMeter:
     @property
     def measuring(self) -> bool:
         return self._pending is not None
+
+    def own_hooks(self) -> frozenset:
+        """Handle ids of the hooks the pending measurement put on parameters (empty when none)."""
+        return frozenset() if self._pending is None else self._pending[-1].ids()
 
     @property
     def records(self) -> MemoryReport:

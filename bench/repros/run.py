@@ -1,0 +1,50 @@
+"""Run the fuzzing helper's repros (this folder) against a tree and record what they print.
+
+    python bench/repros/run.py [--root TREE] [--out NAME] [--label TEXT]
+
+Each script prints the budget, prediction and measurement of the case it reproduces (or the error).
+``--root``: the tree whose ``torch_exec`` and ``gpusolve`` they import (default: this repository);
+``--label`` names it in the record. Writes bench/results/<NAME>.md (default ``repros_cpu``).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+from _common import cpu_description  # noqa: E402
+
+SCRIPTS = ("grad_hooks", "autograd_grad_measured", "returned_input", "measure_before_first_call", "tuple_fp16")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--root", default=str(ROOT))
+    parser.add_argument("--out", default="repros_cpu")
+    parser.add_argument("--label", default="this tree")
+    args = parser.parse_args(argv)
+    import torch
+    lines = [f"# The fuzzing helper's repros on {args.label} (CPU)", "",
+             f"- device: CPU: {cpu_description()}", f"- date: {datetime.datetime.now(datetime.timezone.utc).isoformat()}",
+             f"- command: `python bench/repros/run.py {' '.join(sys.argv[1:] if argv is None else argv)}`",
+             f"- torch {torch.__version__}; tree: {args.label}", ""]
+    for name in SCRIPTS:
+        res = subprocess.run([sys.executable, str(HERE / f"{name}.py")], capture_output=True, text=True,
+                             env=dict(os.environ, GS_ROOT=args.root), timeout=600)
+        out = [line for line in (res.stdout + res.stderr).splitlines()
+               if line.strip() and not line.startswith(("USDT", "[W"))]
+        lines += [f"## {name}.py (exit {res.returncode})", "", "```", *out[-12:], "```", ""]
+        print(name, res.returncode, flush=True)
+    (ROOT / "bench" / "results" / f"{args.out}.md").write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -185,6 +185,34 @@ def test_measure_memory_arms_the_next_steps_whatever_their_signature():
     assert len(wrapped.memory_report()) == 3
 
 
+class _ReturnsInput(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.Sequential(*[m for _ in range(4) for m in (nn.Linear(64, 64), nn.ReLU())], nn.Linear(64, 128))
+
+    def forward(self, x, y):
+        return torch.nn.functional.cross_entropy(self.layers(x), y), x  # the input beside the loss
+
+
+@pytest.mark.parametrize("caller_keeps", ["output", "loss"])
+def test_an_output_returning_the_input_reserves_nothing_for_it(caller_keeps):
+    """The input the model returns is the caller's tensor, outside every budget: reserved as part of a_N,
+    the least budget was above plain autograd's measured peak, and "100%" raised InfeasibleBudgetError
+    with caller_keeps="loss" (a fuzzing helper's repro, bench/repros/returned_input.py)."""
+    torch.manual_seed(0)
+    model = _ReturnsInput()
+    x, y = torch.randn(32, 64, requires_grad=True), torch.randint(0, 128, (32,))
+    wrapped = te.auto_checkpoint(model, "100%", caller_keeps=caller_keeps)
+    wrapped.prepare(x, y)
+    entry = wrapped.executor._last
+    reference = te.executor.reference_peak_bytes(entry)[0]
+    assert wrapped.executor.min_budget_bytes <= reference
+    wrapped.measure_memory(1)
+    loss, _ = wrapped(x, y)
+    loss.backward()
+    assert wrapped.memory_report()[-1].within_budget
+
+
 def test_integer_inputs_profile_the_first_stages_backward():
     model, args, kwargs, loss_of = A.make("transformer")
     wrapped = te.auto_checkpoint(model, "1GiB")

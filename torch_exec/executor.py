@@ -522,9 +522,16 @@ def output_grads_note(entry: Entry) -> str | None:
 def caller_output_bytes(chain: Chain, profile: dict) -> int:
     """Bytes of a_N a caller holding the output keeps (Note [The caller holds a_N]): the profile's
     ``held_nbytes`` of the last stage (every storage behind the output, those it shares with the
-    stage's input included), else ``act_bytes[N]``."""
-    held = profile["stages"][-1].get("held_nbytes")
-    return int(chain.act_bytes[-1]) if held is None else int(held)
+    stage's input included), else ``act_bytes[N]``; less the storages of the chain's input a_0 that
+    the output returns (``held_from`` origin 0: the caller's, outside every budget) unless the
+    executor clones the input (:func:`gpusolve.chain.clones_input`: then the clone is the step's)."""
+    last = profile["stages"][-1]
+    held = last.get("held_nbytes")
+    if held is None:
+        return int(chain.act_bytes[-1])
+    if "held_from" in last and not clones_input(profile["stages"][0]):
+        held -= sum(int(nbytes) for origin, nbytes in last["held_from"] if int(origin) == 0)
+    return int(held)
 
 
 def output_holds_note(entry: Entry) -> str | None:

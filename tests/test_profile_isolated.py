@@ -34,15 +34,19 @@ def _profiles(name):
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_stage_by_stage_reads_what_the_whole_step_reads(name):
     """Each stage alone, from its input, its output's gradient the one the next stage's backward made:
-    every reading equal to the whole step's, the backward deltas within 8 B (the whole step's scalar
-    loss and its seed), and so the least budget."""
+    the forward readings equal to the whole step's; the backward peaks equal, or on a tuple state that
+    passes a tensor on, above them by at most the stage's input; the backward deltas as close; and the
+    least budget equal. Measured on these six models: every backward peak equal but the pass-through
+    model's merging stages (+32 768 B), every delta within 8 B but theirs."""
     whole, isolated = _profiles(name)
     assert whole["isolated"] is False and isolated["isolated"] is True
     assert "store_all_peak_bytes" in whole["reference"] and "store_all_peak_bytes" not in isolated["reference"]
-    for a, b in zip(whole["stages"], isolated["stages"], strict=True):
-        assert {k: a.get(k) for k in FORWARD} == {k: b.get(k) for k in FORWARD}, a["name"]
-        assert b["bwd_peak"] == a["bwd_peak"], (a["name"], a["bwd_peak"], b["bwd_peak"])
-        assert abs(b["bwd_delta"] - a["bwd_delta"]) <= 8, (a["name"], a["bwd_delta"], b["bwd_delta"])
+    inputs = [whole["input_bytes"]] + [st["x_nbytes"] for st in whole["stages"]]
+    for k, (a, b) in enumerate(zip(whole["stages"], isolated["stages"], strict=True)):
+        assert {key: a.get(key) for key in FORWARD} == {key: b.get(key) for key in FORWARD}, a["name"]
+        slack = inputs[k] if name == "passthrough" else 0
+        assert a["bwd_peak"] <= b["bwd_peak"] <= a["bwd_peak"] + slack, (a["name"], a["bwd_peak"], b["bwd_peak"])
+        assert abs(b["bwd_delta"] - a["bwd_delta"]) <= max(8, slack), (a["name"], a["bwd_delta"], b["bwd_delta"])
     assert min_feasible_bytes(Chain.from_profile(isolated)) == min_feasible_bytes(Chain.from_profile(whole))
 
 
@@ -57,7 +61,7 @@ def _deep(depth=24, width=256, batch=128):
 def test_stage_by_stage_needs_a_fraction_of_the_whole_steps_memory():
     """What profiling itself allocates, measured by the allocator (the memory pass's own meter): a
     whole-step profile holds every stage's tape at once; one stage at a time holds about two stages'.
-    A 48-stage MLP: 14.3 % of the whole pass's peak, the host copies taken out (measured 2026-11-26)."""
+    A 48-stage MLP: 12.3 % of the whole pass's peak, the host copies taken out (measured 2026-11-26)."""
     model, x = _deep()
     fns = list(model)
     whole = profile_dict(fns, x, passes=1, warmup=0, isolated=False)["reference"]
@@ -103,9 +107,13 @@ def test_a_whole_step_out_of_memory_falls_back_to_stage_by_stage(monkeypatch):
         calls.append(1)
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
     monkeypatch.setattr(tp._Passes, "whole_memory", out_of_memory)
-    with pytest.warns(FallbackWarning, match="does not fit .*one stage at a time"):
+    fired = []
+    for p in model.parameters():  # an optimizer stepping from the backward: no profiling pass runs it
+        p.register_post_accumulate_grad_hook(lambda p: fired.append(1))
+    with pytest.warns(FallbackWarning, match="ran out of memory .*one stage at a time"):
         data = profile_dict(list(model), x, passes=1, warmup=0)
     assert data["isolated"] and calls == [1]
+    assert fired == []  # the retry kept them suspended (a review found them live there)
     assert all(p.grad is None for p in model.parameters())  # restored after the failed pass
     with pytest.raises(torch.OutOfMemoryError):  # asked for the whole step: no fallback
         profile_dict(list(model), x, passes=1, warmup=0, isolated=False)
@@ -133,3 +141,67 @@ def test_a_join_profiled_stage_by_stage_holds_its_budget():
     wrapped.measure_memory(1)
     loss_of(wrapped(*args)).backward()
     assert wrapped.memory_report()[-1].within_budget
+
+
+class _PassOn(nn.Module):
+    def forward(self, s):
+        h, g = s
+        return h, g * 2.0  # h passed on, nothing saved
+
+
+class _First(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.l0, self.l1 = nn.Linear(d, d), nn.Linear(d, d)
+
+    def forward(self, x):
+        return torch.relu(self.l0(x)), self.l1(x)  # relu saves its output h
+
+
+class _Last(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.lin = nn.Linear(d, d)
+
+    def forward(self, s):
+        h, g = s
+        return (torch.exp(self.lin(g)) * h).sum()
+
+
+class _Sum(nn.Module):
+    def forward(self, h):
+        return h.sum()
+
+
+def _held_by_an_earlier_stage():
+    """h, saved by the first stage's ReLU, passes through the second to the third: in a whole step the
+    first stage's tape still holds it through the third's backward."""
+    torch.manual_seed(0)
+    return nn.Sequential(_First(512), _PassOn(), _Last(512)), torch.randn(64, 512)
+
+
+def _broadcast_gradient():
+    """A sum loss hands the stage before it a broadcast (expanded) gradient, which the next backward
+    copies; AccumulateGrad on a leaf would have made it dense."""
+    torch.manual_seed(0)
+    return (nn.Sequential(nn.Embedding(1000, 256), nn.Linear(256, 256), nn.GELU(), nn.Linear(256, 256), _Sum()),
+            torch.randint(0, 1000, (32, 16)))
+
+
+@pytest.mark.parametrize("make", [_held_by_an_earlier_stage, _broadcast_gradient], ids=["held", "broadcast"])
+def test_plans_hold_where_a_review_found_the_readings_low(make):
+    """A review's repros: with the first version of stage-by-stage profiling, plans from it went over
+    their budget (1 705 992 B measured at 1 574 920 B; 2 359 300 B at 1 836 040 B)."""
+    model, x = make()
+    whole, isolated = (profile_dict(list(model), x, passes=1, warmup=0, isolated=flag) for flag in (False, True))
+    assert min_feasible_bytes(Chain.from_profile(isolated)) == min_feasible_bytes(Chain.from_profile(whole))
+    wrapped = te.CheckpointedSequential(model, budget="1GiB", backend="cpu", profile_isolated=True, profile_passes=1)
+    wrapped.prepare(x)
+    least = wrapped.min_budget_bytes
+    for budget in (least, least + 200_000):
+        wrapped.replan(budget)
+        for p in model.parameters():
+            p.grad = torch.zeros_like(p)
+        wrapped.measure_memory(1)
+        wrapped(x).backward()
+        assert wrapped.memory_report()[-1].within_budget, wrapped.memory_report()[-1]

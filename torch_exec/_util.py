@@ -542,7 +542,9 @@ class ModelSnapshot:
                     self.hooks.append((hooks, list(hooks.items())))
                     hooks.clear()
 
-    def restore(self) -> None:
+    def restore(self, hooks: bool = True) -> None:
+        """Put everything back; ``hooks=False`` leaves the suspended hooks suspended (a profile that
+        starts again)."""
         with torch.no_grad():
             for p, data in zip(self.params, self.param_data):
                 p.copy_(data)
@@ -553,6 +555,8 @@ class ModelSnapshot:
         self.rng.restore()
         for m, mode in self.training:
             m.training = mode
-        for hooks, items in self.hooks:
-            hooks.update(items)
+        if not hooks:
+            return
+        for held, items in self.hooks:
+            held.update(items)
         self.hooks = []

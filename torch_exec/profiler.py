@@ -25,16 +25,22 @@ Note [Profiling stage by stage]
     measure plain autograd's step: profiling needs the memory of the plain step, the very memory a
     model checkpointed under a budget does not have. ``isolated=True`` profiles one stage at a time
     instead: the no-grad pass keeps a copy of each stage's input on the host (exact copies, Note
-    [Exact copies] in torch_exec/offload.py); then each stage runs alone, its input brought back,
-    cloned where it needs a gradient (a non-leaf, as in a whole pass, so an in-place first op works),
-    forward with grad, then backward from a gradient of ones for each output tensor that requires
-    grad, its output and that gradient referenced by nothing else (as the executor's BWD runs it).
-    Device memory then peaks at about one stage's input, tape and workspace. The readings are the
-    same quantities; a stage output that gets no gradient in the real step is seeded one anyway (an
-    over-estimate). No plain step is measured: the plain-autograd figures (percent budgets, whether
-    plain autograd fits) are the model's store-all peak. ``isolated=None`` (the executors' default)
+    [Exact copies] in torch_exec/offload.py); then each stage runs alone, its input brought back and
+    cloned where it needs a gradient (a non-leaf, as in a whole pass, so an in-place first op works):
+    a forward pass, first to last, for the forward readings and what each stage saves; then, last to
+    first, each stage's forward and its backward from the gradient of its output that the next
+    stage's backward made, as it handed it over (a hook on that stage's input: a broadcast gradient
+    stays one), the last stage's seeded with ones. Its output and that gradient are referenced by
+    nothing else (as the executor's BWD runs it), and the input tensors an earlier stage saved stay
+    held through it, as in a whole pass (storages numbered in the no-grad pass: addresses come back).
+    Device memory then peaks at about one stage's input, tape, output gradient and workspace. No
+    plain step is measured: the plain-autograd figures (percent budgets, whether plain autograd fits)
+    are the model's store-all peak. ``isolated=None`` (the executors' default)
     profiles the whole step and, where that runs out of CUDA memory, starts again stage by stage,
-    saying so in one line (:class:`gpusolve.FallbackWarning`).
+    saying so in one line (:class:`gpusolve.FallbackWarning`). Readings equal the whole step's on the
+    test models, except on tuple states that pass a tensor on, where the whole step's spans overlap
+    (Note: ``_Boundaries._reached``) and either side can read higher; the least budgets stay equal
+    (tests/test_profile_isolated.py).
 """
 from __future__ import annotations
 
@@ -154,15 +160,18 @@ def profile_dict(stages, sample_input, passes: int = 5, warmup: int = 1, network
                 measured = kind(fns, sample_input, device, state, loss_only, stage_by_stage).run(passes, warmup)
                 break
             except torch.OutOfMemoryError as err:
-                if isolated is not None or stage_by_stage:
+                if stage_by_stage and isolated is None:
+                    raise torch.OutOfMemoryError(f"profiling one stage at a time ran out of memory too: {err}") from None
+                if isolated is not None:
                     raise
                 reason = str(err).splitlines()[0][:160]
             # Out of the except block: the error's traceback no longer holds the failed pass's tensors.
-            snapshot.restore()
+            snapshot.restore(hooks=False)  # the retry is no training step either: hooks stay suspended
             gc.collect()
             torch.cuda.empty_cache()
-            warnings.warn(f"plain autograd's step does not fit on {device} ({reason}): profiling one stage at a time "
-                          f"(Note [Profiling stage by stage] in torch_exec/profiler.py)", FallbackWarning, stacklevel=3)
+            warnings.warn(f"profiling the whole step ran out of memory on {device} ({reason}): profiling one stage at "
+                          f"a time (Note [Profiling stage by stage] in torch_exec/profiler.py)", FallbackWarning,
+                          stacklevel=3)
             stage_by_stage = True
     finally:
         _PROFILING.depth -= 1
@@ -336,14 +345,18 @@ class _Passes:
         n = self.n
         if self.isolated:
             self.stash = HostCopies(self.device, pinned=False).step()
+            self.in_keys = []  # per stage: its input tensors' storages in this pass (shared through the stages)
         state = clone(make_leaf(self.sample, False))  # an in-place first stage must not touch the sample
         devices = cuda_devices(state)
         origin = dict.fromkeys(storages(state), 0)  # storage -> the stage that made it (0: the input)
+        # storage -> a number for it while it lives: storage keys of freed storages come back (addresses)
+        ident = {key: i for i, key in enumerate(storages(state))}
         with torch.no_grad():
             for s, fn in enumerate(self.fns):
                 if self.isolated:
                     self.stash.offload(s, state)
                     self.stash.release(s)
+                    self.in_keys.append([ident.get(storage_key(t)) for t in tensors(state)])  # across stages
                 versions = _versions(state)
                 rng_before = RngState.capture(devices)
                 a = meter.mark()
@@ -355,6 +368,7 @@ class _Passes:
                 # held_nbytes: what a caller holding the output keeps (Note [The caller holds a_N])
                 # held_from: those storages by the stage that made them (Note [Outputs passed through])
                 origin = {key: origin.get(key, s + 1) for key in storages(out)}
+                ident = {key: ident.get(key, (s + 1, i)) for i, key in enumerate(storages(out))}
                 mem[s].update(x_nbytes=state_nbytes(out), held_nbytes=held_nbytes(out), aliases=bool(alias),
                               held_from=held_from(out, origin),
                               rng=not rng_before.equals(RngState.capture(devices)))
@@ -413,11 +427,12 @@ class _Passes:
 
     def isolated_forward(self, mark, mem: list) -> list:
         """Each stage's forward with grad alone, marked: ``(start, end)`` per stage; notes what each
-        saves (:meth:`note_saved`), which input tensors require grad (``flags``) and whether a stage
-        saves its own output (``saves_output``) for :meth:`isolated_backward`."""
+        saves (:meth:`note_saved`), which input tensors require grad (``flags``), and which storages of
+        the no-grad pass (``in_keys``) each stage's backward holds (``saved``) for :meth:`isolated_backward`."""
         marks = []
         self.flags = [self.rg]
-        self.saves_output = []
+        self.saved = []
+        n = self.n
         for s, fn in enumerate(self.fns):
             leaf, state = self._stage_input(s)
             with torch.enable_grad(), self.saved_hooks(no_backward=True) as saved:
@@ -425,32 +440,45 @@ class _Passes:
                 out = fn(state)
                 b = mark()
             self.note_saved(mem[s], out, state, saved)
-            self.saves_output.append(bool(set(storages(out)) & set(saved)))
+            keys = set(saved)
+            out_keys = self.in_keys[s + 1] if s + 1 < n else []
+            self.saved.append({self.in_keys[s][i] for i, t in enumerate(tensors(state)) if storage_key(t) in keys}
+                              | {out_keys[i] for i, t in enumerate(tensors(out)) if storage_key(t) in keys
+                                 and i < len(out_keys)})
             self.flags.append([t.requires_grad for t in tensors(out)])
             del saved, state, out, leaf
             marks.append((a, b))
-        self.stash.restart(frozenset(range(self.n)))  # the host copies serve the next pass again
+        self.stash.restart(frozenset(range(n)))  # the host copies serve the next pass again
         return marks
 
     def isolated_backward(self, mark) -> list:
         """Each stage alone, last to first: its forward with grad, then its backward from the gradient
-        of its output that the stage after it made (the last stage's seeded with ones and held to the
-        end, as a whole pass seeds a_N), ended by the gradient of its input: ``(forward start, forward
+        of its output that the stage after it made, as that stage's backward handed it over (a hook on
+        the input: a broadcast gradient stays one), the last stage's seeded with ones and held to the
+        end as a whole pass seeds a_N; ended by the gradient of its input: ``(forward start, forward
         end, backward start, backward end)`` per stage, the backward's None when no gradient reaches the
-        stage. Its output is gone before its backward unless the stage saved it; its input stays held
-        through it when the stage before saved it as its own output: both as in a whole pass."""
+        stage. As in a whole pass, its output is gone before its backward unless the stage saved it,
+        and the input tensors an earlier stage's backward saved (or, for the first stage, the caller's
+        input) stay held through it."""
         n = self.n
         marks = [None] * n
         grad = None  # the gradient of the current stage's output, made by the stage after it
+        earlier = [set()]  # per stage: storages the stages before it saved
+        for s in range(n - 1):
+            earlier.append(earlier[-1] | self.saved[s])
         for s in range(n - 1, -1, -1):
             leaf, state = self._stage_input(s)
-            held = state if s > 0 and self.saves_output[s - 1] else None
+            held = [t for t, key in zip(tensors(state), self.in_keys[s], strict=False) if s == 0 or key in earlier[s]]
             bounds = _Boundaries(1, mark)
             bounds.watch(state, 0)  # its input's gradient ends its backward
+            got = {}
+            hooks = [t.register_hook(lambda g, i=i: got.__setitem__(i, g))
+                     for i, t in enumerate(tensors(state)) if t.requires_grad]
             with torch.enable_grad():
                 a = mark()
                 out = self.fns[s](state)
                 b = mark()
+            count = len(tensors(state))
             del state
             final = [t for t in tensors(out) if t.requires_grad]
             seeds = None if grad is None else [g for t, g in zip(tensors(out), grad, strict=False) if t.requires_grad]
@@ -459,12 +487,12 @@ class _Passes:
                 final, seeds = [t for t, g in zip(final, seeds) if g is not None], [g for g in seeds if g is not None]
             bounds.backward(final, seeds=seeds)
             del final, seeds, held
+            for hook in hooks:
+                hook.remove()
             span = bounds.span(1)
             marks[s] = (a, b) + (span if span is not None else (None, None))
-            grad = [t.grad for t in tensors(leaf)]
-            for t in tensors(leaf):
-                t.grad = None
-            del leaf
+            grad = [got.get(i) for i in range(count)]
+            del leaf  # the leaf's .grad (AccumulateGrad may have made a dense copy) goes with it
         del grad
         self.stash.restart(frozenset(range(n)))
         return marks

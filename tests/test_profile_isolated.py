@@ -191,7 +191,7 @@ def _broadcast_gradient():
 @pytest.mark.parametrize("make", [_held_by_an_earlier_stage, _broadcast_gradient], ids=["held", "broadcast"])
 def test_plans_hold_where_a_review_found_the_readings_low(make):
     """A review's repros: with the first version of stage-by-stage profiling, plans from it went over
-    their budget (1 705 992 B measured at 1 574 920 B; 2 359 300 B at 1 836 040 B)."""
+    their budget (its least budget was below the whole step's; this test fails there)."""
     model, x = make()
     whole, isolated = (profile_dict(list(model), x, passes=1, warmup=0, isolated=flag) for flag in (False, True))
     assert min_feasible_bytes(Chain.from_profile(isolated)) == min_feasible_bytes(Chain.from_profile(whole))

@@ -213,6 +213,28 @@ def test_an_output_returning_the_input_reserves_nothing_for_it(caller_keeps):
     assert wrapped.memory_report()[-1].within_budget
 
 
+def test_a_smaller_last_batch_below_its_least_percentage_runs_within_the_others_budget():
+    """A percentage resolves per input signature: the transformer's least budget is a larger share of
+    plain autograd's peak at batch 1 than at batch 8 ("36%" lies between), so it raised
+    InfeasibleBudgetError at an epoch's last, smaller batch. It now runs within the budget batch 8
+    resolved to, saying so; alone, it still raises."""
+    from gpusolve import FallbackWarning, InfeasibleBudgetError
+    model, args, kwargs, loss_of = A.make("transformer", batch=8)
+    ids = args[0]
+    wrapped = te.auto_checkpoint(model, "36%")
+    loss_of(wrapped(ids, targets=ids)).backward()
+    ceiling = wrapped.plan.budget_bytes
+    wrapped.measure_memory(1)
+    with pytest.warns(FallbackWarning, match="below its least budget"):
+        loss_of(wrapped(ids[:1], targets=ids[:1])).backward()
+    assert wrapped.plan.budget_bytes == ceiling
+    assert any("below its least budget" in note for note in wrapped.plan.notes)
+    assert wrapped.memory_report()[-1].within_budget
+    alone = te.auto_checkpoint(A.make("transformer", batch=8)[0], "36%")
+    with pytest.raises(InfeasibleBudgetError, match="needs at least"):
+        alone(ids[:1], targets=ids[:1])
+
+
 def test_integer_inputs_profile_the_first_stages_backward():
     model, args, kwargs, loss_of = A.make("transformer")
     wrapped = te.auto_checkpoint(model, "1GiB")

@@ -1198,6 +1198,9 @@ class AutoCheckpointed(nn.Module):
         for other in self._captures.values():  # a CPU meter cannot start while another is running
             if other is not cap:
                 other.executor._meter.finalize()
+        # one model, one memory envelope: a percentage below a smaller batch's least budget plans it
+        # within the others' budgets (CheckpointedSequential._percent_ceiling)
+        cap.executor.siblings = [other.executor for other in self._captures.values() if other is not cap]
         if getattr(self, "_measure_next", 0) > 0:  # measure_memory(): this step is one of those asked for
             self._measure_next -= 1
             cap.executor.measure_memory(1)

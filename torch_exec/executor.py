@@ -212,7 +212,7 @@ from torch.utils._pytree import tree_leaves
 
 from gpusolve.baselines import store_all
 from gpusolve.chain import Chain, clones_input
-from gpusolve.errors import InfeasibleBudgetError
+from gpusolve.errors import FallbackWarning, InfeasibleBudgetError
 from gpusolve.offload.link import Link
 from gpusolve.offload.solver import OffloadPlan, solve_offload
 from gpusolve.schedule import SWAP_OPS, Op, OpKind, policy_to_schedule
@@ -1170,6 +1170,7 @@ class _PlannedModule(nn.Module):
         self.network = network
         self._entries: dict = {}
         self._last = None
+        self.siblings: list = []  # wrappers of the same model for other input signatures (auto_checkpoint's)
 
     @property
     def plan(self):
@@ -1438,7 +1439,7 @@ class CheckpointedSequential(_PlannedModule):
     def _plan_entry(self, entry: Entry) -> None:
         plain = entry.plain_chain
         chain = entry.exec_chain
-        budget = self.budget_bytes_for(entry)
+        budget = resolved = self.budget_bytes_for(entry)
         plain_peak = plain_peak_bytes(entry)
         link = entry.link = self.link_for(entry.device) if entry.device is not None else None
         if self.schedule_fn is not None:
@@ -1457,16 +1458,26 @@ class CheckpointedSequential(_PlannedModule):
             try:
                 plan = self._solve(chain, budget, link)
             except InfeasibleBudgetError as err:
-                more = (_needs_at_least(err, self.budget, reference_peak_bytes(entry)[0])
-                        if isinstance(self.budget, str) else "")
-                more += self._loss_only_hint(entry, budget, link)
-                if not more:
-                    raise
-                raise InfeasibleBudgetError(f"{err}{more}", err.min_bytes) from None
+                ceiling = self._percent_ceiling(entry, err.min_bytes)
+                if ceiling is None:
+                    more = (_needs_at_least(err, self.budget, reference_peak_bytes(entry)[0])
+                            if isinstance(self.budget, str) else "")
+                    more += self._loss_only_hint(entry, budget, link)
+                    if not more:
+                        raise
+                    raise InfeasibleBudgetError(f"{err}{more}", err.min_bytes) from None
+                # a smaller batch than the others (the last of an epoch): _percent_ceiling
+                message = (f"budget {self.budget} of this input signature's plain autograd peak is {budget} B, below "
+                           f"its least budget {err.min_bytes} B; planned within {ceiling} B, the largest budget "
+                           f"another input signature of this wrapper resolved to")
+                warnings.warn(f"CheckpointedSequential: {message}", FallbackWarning, stacklevel=5)
+                budget = ceiling
+                plan = self._solve(chain, budget, link)
+                plan.notes.append(message)
             release_device_memory()  # the solver's device workspace goes back to training
         if isinstance(self.budget, str):  # a percentage: say what it resolved to
             reference, what = reference_peak_bytes(entry)
-            plan.notes = [f"budget {self.budget} of plain autograd's peak {reference} B ({what}): {budget} B"
+            plan.notes = [f"budget {self.budget} of plain autograd's peak {reference} B ({what}): {resolved} B"
                           ] + list(plan.notes)
         # the notes of a plan that counts less of a_N or its gradients than all of them
         learned = [n for n in (output_grads_note(entry), output_holds_note(entry)) if n] if chain is not plain else []
@@ -1488,6 +1499,21 @@ class CheckpointedSequential(_PlannedModule):
                 f"offloading on {entry.device}: the 'host' copies are plain tensors in the same memory (a test path: "
                 f"nothing is saved; offloading only makes sense on a CUDA device)"]
         entry.plan = plan
+
+    def _percent_ceiling(self, entry: Entry, least: int) -> int | None:
+        """A percentage resolves per input signature,
+        and a smaller batch (the last of an epoch) can need a larger share of its own plain peak than
+        the budget gives. Where another signature of this wrapper already resolved to a byte budget at
+        or above this one's least, the step runs within that largest budget (the memory the training
+        already uses) instead of raising mid-epoch; a FallbackWarning and the plan's notes say so. None:
+        not a percentage, or no such budget (the error stands)."""
+        if not isinstance(self.budget, str):
+            return None
+        entries = [e for module in [self, *self.siblings] for e in module._entries.values()]
+        budgets = [e.plan.budget_bytes for e in entries
+                   if e is not entry and e.plan is not None and e.plan.budget_bytes is not None]
+        ceiling = max(budgets, default=None)
+        return ceiling if ceiling is not None and ceiling >= least else None
 
     def _loss_only_hint(self, entry: Entry, budget: int, link: Link | None) -> str:
         """What an infeasible budget's error adds when the caller may hold the whole output

@@ -394,3 +394,24 @@ def test_random_side_data_drawn_after_the_model_drew_keeps_plain_autograds_numbe
     assert torch.equal(_step(wrapped, args, lambda out: out), _step(reference, args, lambda out: out))
     for (key, p), q in zip(reference.named_parameters(), model.parameters()):
         torch.testing.assert_close(q.grad, p.grad, rtol=1e-6, atol=1e-7, msg=key)
+
+
+def test_a_smaller_last_batch_below_its_least_percentage_runs_within_the_others_budget():
+    """As for chains (tests/test_auto.py): the Siamese network's least budget is a larger share of
+    plain autograd's peak at batch 2 than at batch 8 ("55%" lies between)."""
+    from gpusolve import FallbackWarning, InfeasibleBudgetError
+    model, args, _, loss_of = A.make("siamese", batch=8)
+    small = tuple(t[:2] for t in args)
+    wrapped = te.auto_checkpoint(model, "55%")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", JoinOrderWarning)
+        loss_of(wrapped(*args)).backward()
+        ceiling = wrapped.plan.budget_bytes
+        wrapped.measure_memory(1)
+        with pytest.warns(FallbackWarning, match="below its least budget"):
+            loss_of(wrapped(*small)).backward()
+    assert isinstance(wrapped.executor, CheckpointedJoin)
+    assert wrapped.plan.budget_bytes == ceiling and wrapped.memory_report()[-1].within_budget
+    alone = te.auto_checkpoint(A.make("siamese", batch=8)[0], "55%")
+    with pytest.raises(InfeasibleBudgetError, match="needs at least"):
+        alone(*small)

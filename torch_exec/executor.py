@@ -1238,6 +1238,30 @@ class _PlannedModule(nn.Module):
             self._meter.end_with_backward_of([t for t in tree_leaves(out) if isinstance(t, torch.Tensor)])
         return out
 
+    def _percent_ceiling(self, entry, least: int) -> int | None:
+        """A percentage resolves per input signature,
+        and a smaller batch (the last of an epoch) can need a larger share of its own plain peak than
+        the budget gives. Where another signature of this wrapper already resolved to a byte budget at
+        or above this one's least, the step runs within that largest budget (the memory the training
+        already uses) instead of raising mid-epoch; a FallbackWarning and the plan's notes say so
+        (:meth:`_below_least`). None:
+        not a percentage, or no such budget (the error stands)."""
+        if not isinstance(self.budget, str):
+            return None
+        entries = [e for module in [self, *self.siblings] for e in module._entries.values()]
+        budgets = [e.plan.budget_bytes for e in entries
+                   if e is not entry and e.plan is not None and e.plan.budget_bytes is not None]
+        ceiling = max(budgets, default=None)
+        return ceiling if ceiling is not None and ceiling >= least else None
+
+    def _below_least(self, entry, budget: int, least: int, ceiling: int) -> str:
+        """The warning (and plan note) of a step planned within ``ceiling`` (:meth:`_percent_ceiling`)."""
+        message = (f"budget {self.budget} of this input signature's plain autograd peak is {budget} B, below its "
+                   f"least budget {least} B; planned within {ceiling} B, the largest budget another input "
+                   f"signature of this wrapper resolved to")
+        warnings.warn(f"{type(self).__name__}: {message}", FallbackWarning, stacklevel=6)
+        return message
+
     def _budget_repr(self) -> str:
         from gpusolve.units import format_bytes
         if self.budget is None:
@@ -1467,10 +1491,7 @@ class CheckpointedSequential(_PlannedModule):
                         raise
                     raise InfeasibleBudgetError(f"{err}{more}", err.min_bytes) from None
                 # a smaller batch than the others (the last of an epoch): _percent_ceiling
-                message = (f"budget {self.budget} of this input signature's plain autograd peak is {budget} B, below "
-                           f"its least budget {err.min_bytes} B; planned within {ceiling} B, the largest budget "
-                           f"another input signature of this wrapper resolved to")
-                warnings.warn(f"CheckpointedSequential: {message}", FallbackWarning, stacklevel=5)
+                message = self._below_least(entry, budget, err.min_bytes, ceiling)
                 budget = ceiling
                 plan = self._solve(chain, budget, link)
                 plan.notes.append(message)
@@ -1499,21 +1520,6 @@ class CheckpointedSequential(_PlannedModule):
                 f"offloading on {entry.device}: the 'host' copies are plain tensors in the same memory (a test path: "
                 f"nothing is saved; offloading only makes sense on a CUDA device)"]
         entry.plan = plan
-
-    def _percent_ceiling(self, entry: Entry, least: int) -> int | None:
-        """A percentage resolves per input signature,
-        and a smaller batch (the last of an epoch) can need a larger share of its own plain peak than
-        the budget gives. Where another signature of this wrapper already resolved to a byte budget at
-        or above this one's least, the step runs within that largest budget (the memory the training
-        already uses) instead of raising mid-epoch; a FallbackWarning and the plan's notes say so. None:
-        not a percentage, or no such budget (the error stands)."""
-        if not isinstance(self.budget, str):
-            return None
-        entries = [e for module in [self, *self.siblings] for e in module._entries.values()]
-        budgets = [e.plan.budget_bytes for e in entries
-                   if e is not entry and e.plan is not None and e.plan.budget_bytes is not None]
-        ceiling = max(budgets, default=None)
-        return ceiling if ceiling is not None and ceiling >= least else None
 
     def _loss_only_hint(self, entry: Entry, budget: int, link: Link | None) -> str:
         """What an infeasible budget's error adds when the caller may hold the whole output

@@ -533,10 +533,17 @@ class CheckpointedJoin(_PlannedModule):
                 plan = solve_join(net.branches, net.turn, budget, bucket=self.bucket, reserved_bytes=net.reserved_bytes,
                                   backend=self.backend)
             except InfeasibleBudgetError as err:
-                message = f"CheckpointedJoin: {err}"
-                if isinstance(self.budget, str):
-                    message += _needs_at_least(err, self.budget, self.plain_peak_bytes_for(entry))
-                raise InfeasibleBudgetError(message, err.min_bytes) from None
+                ceiling = self._percent_ceiling(entry, err.min_bytes)
+                if ceiling is None:
+                    message = f"CheckpointedJoin: {err}"
+                    if isinstance(self.budget, str):
+                        message += _needs_at_least(err, self.budget, self.plain_peak_bytes_for(entry))
+                    raise InfeasibleBudgetError(message, err.min_bytes) from None
+                note = self._below_least(entry, budget, err.min_bytes, ceiling)
+                budget = ceiling
+                plan = solve_join(net.branches, net.turn, budget, bucket=self.bucket,
+                                  reserved_bytes=net.reserved_bytes, backend=self.backend)
+                plan.notes.append(note)
         if isinstance(self.budget, str):  # a percentage: say what it resolved to
             what = "measured when profiling" if entry.plain_peak_bytes is not None else NOT_MEASURED
             plan.notes.insert(0, f"budget {self.budget} of plain autograd's peak {self.plain_peak_bytes_for(entry)} B "

@@ -1001,6 +1001,7 @@ class AutoCheckpointed(nn.Module):
         self.join = join
         self._executor_kwargs = dict(executor_kwargs)
         self._captures: dict = {}
+        self._measure_next = 0  # steps measure_memory() asked for that have not run yet
         self._last: Capture | None = None
         self._lock = threading.Lock()
         self._use_cache_note = False
@@ -1183,6 +1184,11 @@ class AutoCheckpointed(nn.Module):
             if cap.method == "blocks":
                 _check_blocks(self, cap, args, kwargs)
             self._captures[key] = cap
+            # one model, one memory envelope: a percentage below a smaller batch's least budget plans it
+            # within the other signatures' budgets (_PlannedModule._percent_ceiling)
+            executors = [c.executor for c in self._captures.values()]
+            for c in self._captures.values():
+                c.executor.siblings = [e for e in executors if e is not c.executor]
         self._last = cap
         return cap
 
@@ -1198,10 +1204,7 @@ class AutoCheckpointed(nn.Module):
         for other in self._captures.values():  # a CPU meter cannot start while another is running
             if other is not cap:
                 other.executor._meter.finalize()
-        # one model, one memory envelope: a percentage below a smaller batch's least budget plans it
-        # within the others' budgets (CheckpointedSequential._percent_ceiling)
-        cap.executor.siblings = [other.executor for other in self._captures.values() if other is not cap]
-        if getattr(self, "_measure_next", 0) > 0:  # measure_memory(): this step is one of those asked for
+        if self._measure_next > 0:  # measure_memory(): this step is one of those asked for
             self._measure_next -= 1
             cap.executor.measure_memory(1)
         if cap.method == "blocks":

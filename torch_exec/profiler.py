@@ -297,7 +297,7 @@ class _Passes:
         stage when ``isolated`` (Note [Profiling stage by stage]: no plain step)."""
         n = self.n
         mem = [dict() for _ in range(n)]
-        ng_marks, g_marks = [], []
+        ng_marks = []
         with MemoryMeter(self.device) as meter:
             self.nograd_memory(meter, mem, ng_marks)
             if self.isolated:

@@ -91,11 +91,41 @@ Note [Sharing the model's state]
 
 Note [Block fallback]
     When the graph cannot be captured, the ``nn.ModuleList``/``nn.Sequential`` of blocks (the one
-    holding the most parameters, then the longest) whose outputs feed the next block (each called once per forward, every other argument the same
-    for all blocks) becomes the chain: while the wrapper runs, the first block's call runs all the
-    blocks under the schedule and the later calls return its result. The rest of the model runs as
-    plain autograd, outside the budget (which then counts the blocks' chain only). The substitution is checked once on the sample (outputs equal to the plain
-    model's) before it is used.
+    holding the most parameters, then the longest) whose outputs feed the next block (each called
+    once per forward, every other argument the same for all blocks) becomes the chain: while the
+    wrapper runs, the first block's call runs all the blocks under the schedule and the later calls
+    return its result. The rest of the model runs as plain autograd, its memory measured once and
+    counted in the budget (Note [The rest of the model]
+    Under the block fallback the code before the blocks (embeddings) and after them (a language
+    model's head and its loss) runs as plain autograd inside the step. Counting the blocks only, a
+    measured step went over its budget by that code's memory (8-20 % on a gated transformer whose
+    logits are as large as a block's activations). When a capture is made, one step of the model runs
+    with the blocks replaced by a stand-in (:class:`_StandIn`: the blocks without grad in its
+    forward, a zero gradient of the hidden state from its backward, the hidden state kept until
+    then, as the chain keeps a_0), its parameters' new gradients dropped as they are set (the plans
+    count each as a transient, Note [Gradients set during the step] in torch_exec/report.py), its
+    outputs held and seeded through the backward (with ``caller_keeps="loss"`` only its scalar
+    outputs). A memory meter reads:
+
+    - ``held``: the bytes allocated when the blocks are reached (the hidden state, the tensors the
+      code before them saved for its backward), held until the chain's backward has run;
+    - ``kept``: what the code after the blocks still holds when the gradient of their output
+      arrives (that gradient, the outputs, what is saved for later), above the moment the blocks
+      returned;
+    - ``turn``: the most that code adds above that moment before then (its forward, the seeds, its
+      backward), less ``kept``;
+    - ``floor``: the most the step reaches outside the chain: before the blocks, and after their
+      backward (the code before them running its backward).
+
+    Every plan reserves ``held`` (made before the chain's meter starts: each measured step adds it)
+    and ``kept`` (``beside_bytes``: made while the meter runs) for the whole step, and ``turn`` at
+    the moment the code after the blocks runs: right after stage N's forward with tape, the last op
+    of the chain's forward (``turn_bytes``: stage N's forward transient is at least that). So at
+    every moment the step's bytes are at most what the plan counts; the gradient of the blocks'
+    output, which the chain reserves, is counted a second time in ``turn`` (a hidden state: 3 % of
+    the gated transformer's least budget).
+    A budget below ``floor`` raises :class:`~gpusolve.errors.InfeasibleBudgetError` before the blocks
+    run. Percentages are of the blocks' plain autograd peak plus ``held``, ``kept`` and ``turn``.
 """
 from __future__ import annotations
 
@@ -113,10 +143,12 @@ import torch
 import torch.utils._pytree as pytree
 from torch import fx, nn
 
+from gpusolve.errors import InfeasibleBudgetError
 from gpusolve.units import format_bytes
 from gpusolve.join.solve import JOIN_BACKENDS
 
 from . import _util as U
+from .meter import MemoryMeter
 from .executor import CheckpointedSequential, _budget_setting, _caller_keeps_setting
 from .join import CheckpointedJoin
 
@@ -219,6 +251,7 @@ class Capture:
     side_bytes: int | None = None     # bytes the prologue makes (besides the inputs), once known
     notes: list[str] = field(default_factory=list)
     blocks: object = None                # _Blocks of the fallback
+    rest: "_Rest | None" = None          # the block fallback's code around its blocks (Note [The rest of the model])
     # a join network (Note [Join detection]): per branch its stages and its a_0 (flat input positions)
     branches: list | None = None
     branch_inputs: list | None = None
@@ -1085,13 +1118,18 @@ class AutoCheckpointed(nn.Module):
                 blocks, box = cap.blocks
 
                 def prepare_then_run(hidden):
-                    cap.executor.prepare(hidden)
+                    _prepared(cap, hidden)
                     return _run_plain(cap.stages, hidden)
                 with _substituted(blocks, box, prepare_then_run):
                     self._model(*args, **kwargs)
         finally:
             snapshot.restore()
         return self.plan
+
+    def _finalize_meters(self) -> None:
+        """Stop the captures' ended step meters (a CPU meter cannot start while another is running)."""
+        for cap in self._captures.values():
+            cap.executor._meter.finalize()
 
     def _key(self, args, kwargs):
         def leaf_key(v):
@@ -1127,7 +1165,7 @@ class AutoCheckpointed(nn.Module):
                 if errors:
                     warnings.warn(f"auto_checkpoint: {errors[0]}; using the model's blocks "
                                   f"'{blocks.name}' ({len(blocks.blocks)} blocks) as the chain; the rest runs as plain "
-                                  f"autograd, and the budget counts the blocks only", stacklevel=4)
+                                  f"autograd, its memory measured once and counted in the budget", stacklevel=4)
         if cap is None:
             raise CaptureError(
                 f"auto_checkpoint could not find a chain in {type(self._model).__name__}: " + "; ".join(errors)
@@ -1141,7 +1179,8 @@ class AutoCheckpointed(nn.Module):
             # the blocks' output is the hidden state the rest of the model reads inside the step, not the loss
             kwargs_exec["caller_keeps"] = "output"
             cap.notes.append("caller_keeps='loss' does not apply to the blocks' chain: its output is the hidden "
-                             "state the rest of the model reads, reserved whole")
+                             "state the rest of the model reads, reserved whole; the model's code after the blocks "
+                             "is measured keeping only its scalar outputs through the backward")
         if cap.branches is not None:
             if kwargs_exec.pop("caller_keeps", "output") == "loss":
                 cap.notes.append("caller_keeps='loss' does not apply to a join network: the join reserves its head's "
@@ -1180,9 +1219,13 @@ class AutoCheckpointed(nn.Module):
         if cap is not None and not _current(cap, self._model):
             cap = None  # Note [Sharing the model's state]: the model's tensors changed (.to(), reassignment)
         if cap is None:
+            self._finalize_meters()  # a CPU meter cannot start while another is running
             cap = self._build(args, kwargs)
             if cap.method == "blocks":
                 _check_blocks(self, cap, args, kwargs)
+                cap.rest = _measure_rest(self, cap, args, kwargs)  # Note [The rest of the model]
+                cap.rest.apply(cap.executor)
+                cap.notes.append(cap.rest.note(cap.blocks[0].name))
             self._captures[key] = cap
             # one model, one memory envelope: a percentage below a smaller batch's least budget plans it
             # within the other signatures' budgets (_PlannedModule._percent_ceiling)
@@ -1201,9 +1244,7 @@ class AutoCheckpointed(nn.Module):
     def _call_scheduled(self, args, kwargs):
         kwargs = self._training_kwargs(kwargs)
         cap = self._capture_for(args, kwargs)
-        for other in self._captures.values():  # a CPU meter cannot start while another is running
-            if other is not cap:
-                other.executor._meter.finalize()
+        self._finalize_meters()
         if self._measure_next > 0:  # measure_memory(): this step is one of those asked for
             self._measure_next -= 1
             cap.executor.measure_memory(1)
@@ -1257,10 +1298,28 @@ class AutoCheckpointed(nn.Module):
                           "explicitly to silence this", stacklevel=4)
         return dict(kwargs, use_cache=False)
 
+    @U.without_autocast_cache  # the code around the blocks too (Note [Autocast's cache] in torch_exec/executor.py)
     def _run_blocks(self, cap: Capture, args, kwargs):
         blocks, box = cap.blocks
-        with _substituted(blocks, box, cap.executor):
+
+        def run_chain(hidden):
+            _prepared(cap, hidden)
+            return cap.executor(hidden)
+        with _substituted(blocks, box, run_chain):
             return self._model(*args, **kwargs)
+
+
+def _prepared(cap: Capture, hidden):
+    """The blocks' plan for this hidden state (profiled and solved on its first call), after checking
+    that its budget holds the rest of the model alone (Note [The rest of the model])."""
+    plan = cap.executor.prepare(hidden)
+    budget = None if plan is None else plan.budget_bytes
+    if cap.rest is not None and budget is not None and budget < cap.rest.floor:
+        raise InfeasibleBudgetError(
+            f"auto_checkpoint: budget {budget} B is below the {cap.rest.floor} B the model's code outside its blocks "
+            f"'{cap.blocks[0].name}' reaches by itself (before the blocks, or running its backward after theirs), which "
+            f"checkpointing the blocks cannot lower: give a budget of at least {cap.rest.floor} B", cap.rest.floor)
+    return plan
 
 
 @contextlib.contextmanager
@@ -1280,8 +1339,11 @@ def _substituted(blocks: _Blocks, box: list, executor: CheckpointedSequential):
             if k != i:
                 raise RuntimeError(f"auto_checkpoint: block {i} of '{blocks.name}' was called out of order")
             if i == 0:
-                box[0] = (a, kw)
                 hidden = a[0] if blocks.position == 0 else kw[blocks.position]
+                # the other arguments, for the blocks (their recomputations too); not the hidden state, which
+                # the box would keep alive after the step
+                box[0] = ((None, *a[1:]), kw) if blocks.position == 0 else (a, {k: v for k, v in kw.items()
+                                                                               if k != blocks.position})
                 state["inside"] = True
                 try:
                     state["out"] = executor(hidden)
@@ -1323,6 +1385,97 @@ def _check_blocks(wrapper: AutoCheckpointed, cap: Capture, args, kwargs) -> None
             a.shape == b.shape and torch.allclose(a, b, rtol=1e-4, atol=1e-5) for a, b in zip(ref_leaves, got_leaves)):
         raise CaptureError(f"running the blocks of '{blocks.name}' as one chain changes the model's outputs (the model "
                            f"uses a block's output for more than the next block)")
+
+
+@dataclass
+class _Rest:
+    """The memory of the model's code around its blocks, in bytes (Note [The rest of the model])."""
+
+    held: int    # allocated when the blocks are reached, held through the chain's step
+    kept: int    # held by the code after the blocks when the gradient of their output arrives
+    turn: int    # the most that code adds before then, beyond ``kept``
+    floor: int   # the most the step reaches outside the chain (before the blocks, after their backward)
+
+    def apply(self, executor: CheckpointedSequential) -> None:
+        executor.held_bytes, executor.beside_bytes, executor.turn_bytes = self.held, self.kept, self.turn
+
+    def note(self, name: str) -> str:
+        return (f"the model's code around the blocks of '{name}' (measured once) is counted in every plan: "
+                f"{self.held} B held from before them, {self.kept} B held after them through the backward, "
+                f"{self.turn} B more at the turn from forward to backward; alone it reaches {self.floor} B")
+
+
+class _StandIn(torch.autograd.Function):
+    """The blocks without their tape (Note [The rest of the model]): the forward runs them without
+    grad; the backward hands back a zero gradient of the hidden state, which is kept until then (the
+    chain keeps a_0 through its backward). ``tick(name)`` takes the meter's marks."""
+
+    @staticmethod
+    def forward(ctx, run, tick, hidden, _grad_anchor):
+        tick("enter")
+        out = run(hidden)
+        tick("return")
+        ctx.tick, ctx.hidden = tick, hidden
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        ctx.tick("gradient")
+        hidden, ctx.hidden = ctx.hidden, None
+        g = torch.zeros_like(hidden) if ctx.needs_input_grad[2] else None
+        del hidden, grad
+        ctx.tick("backward")
+        return None, None, g, None
+
+
+@U.without_autocast_cache  # as the steps run (Note [Autocast's cache] in torch_exec/executor.py)
+def _measure_rest(wrapper: "AutoCheckpointed", cap: Capture, args, kwargs) -> _Rest:
+    """One step of the model with a stand-in for its blocks, under a memory meter (Note [The rest of
+    the model]). Parameters, buffers, gradients and RNG state are left as they were."""
+    blocks, box = cap.blocks
+    model = wrapper._model
+    loss_only = wrapper._executor_kwargs.get("caller_keeps") == "loss"
+    leaves = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+    params = [p for p in model.parameters() if p.requires_grad]
+    device = (params or leaves or [torch.empty(0)])[0].device
+    # the inputs cut from the caller's graph: this backward must not reach (and free) it
+    args, kwargs = pytree.tree_map(lambda v: v.detach().requires_grad_(v.requires_grad)
+                                   if isinstance(v, torch.Tensor) else v, (args, kwargs))
+    snapshot = U.ModelSnapshot([model])  # suspends post-accumulate hooks until restored
+    for p in params:
+        p.grad = None
+    handles = [p.register_post_accumulate_grad_hook(lambda p: setattr(p, "grad", None)) for p in params]
+    anchor = torch.zeros(0, device=device, requires_grad=True)  # the stand-in's output carries a gradient
+    marks: dict = {}
+    try:
+        with torch.enable_grad(), MemoryMeter(device) as meter:  # prepare() may be called without grad
+            def tick(name):
+                marks[name] = meter.mark()
+            with _substituted(blocks, box, lambda h: _StandIn.apply(lambda x: _run_plain(cap.stages, x), tick, h,
+                                                                     anchor)):
+                out = model(*args, **kwargs)
+            outs = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.requires_grad
+                    and (not loss_only or t.numel() == 1)]
+            if loss_only:  # the loop keeps the loss only (Note [The caller holds a_N] in torch_exec/executor.py)
+                del out
+                out = None
+            if outs:
+                torch.autograd.backward(outs, [torch.ones_like(t) for t in outs])
+            tick("end")
+            del out, outs
+    finally:
+        for h in handles:
+            h.remove()
+        snapshot.restore()
+    start = meter.first_mark
+    if "gradient" not in marks:  # the backward never reached the blocks' output: the code after them ends at "end"
+        marks["gradient"] = marks["backward"] = marks["end"]
+    before = meter.between(start, marks["enter"])
+    after = meter.between(marks["return"], marks["gradient"])
+    later = meter.between(marks["backward"], marks["end"])
+    kept = max(after.delta, 0)
+    return _Rest(held=before.delta, kept=kept, turn=after.peak - kept,
+                 floor=max(before.peak, meter.between(start, marks["backward"]).delta + later.peak))
 
 
 def _sequential(stages: list) -> nn.Sequential:

@@ -566,8 +566,8 @@ def plain_peak_bytes(entry) -> int:
     """Plain autograd's step peak for this entry: measured by the profiler (the plain path runs
     exactly that step, its caller holding every output and seeding a gradient for each), else the
     model's store-all peak."""
-    if plain_peak_measured(entry):  # the profiled step held nothing beside the stages; the model counts held_bytes
-        return int(entry.profile["reference"]["store_all_peak_bytes"]) + entry.held_bytes
+    if plain_peak_measured(entry):  # the profiled step held nothing beside the stages; the model reserves them
+        return int(entry.profile["reference"]["store_all_peak_bytes"]) + entry.reserved_beside + entry.turn_peak_bytes
     return store_all_peak_bytes(entry.plain_chain)
 
 
@@ -577,7 +577,7 @@ def reference_peak_bytes(entry) -> tuple[int, str]:
     caller's own loop), else :func:`plain_peak_bytes`."""
     loss_only = entry.profile.get("reference", {}).get("loss_only_peak_bytes")
     if entry.loss_only and loss_only:
-        return int(loss_only) + entry.held_bytes, "a step keeping only the loss, measured when profiling"
+        return int(loss_only) + entry.reserved_beside + entry.turn_peak_bytes, "a step keeping only the loss, measured when profiling"
     if not plain_peak_measured(entry):
         return plain_peak_bytes(entry), NOT_MEASURED
     if entry.loss_only:  # a profile given to prepare() that was made without caller_keeps='loss'
@@ -589,7 +589,14 @@ def reference_peak_bytes(entry) -> tuple[int, str]:
 class ProgramSplit:
     """The annotated program of a plan cut where its autograd Function splits: ``program[:split + 1]``
     runs in its forward, the rest in its backward (an :class:`Entry`, a join's
-    :class:`torch_exec.join.JoinEntry`: dataclasses with ``program`` and ``split`` fields)."""
+    :class:`torch_exec.join.JoinEntry`: dataclasses with ``program``, ``split``, ``held_bytes`` and
+    ``beside_bytes`` fields)."""
+
+    @property
+    def reserved_beside(self) -> int:
+        """Bytes beside the stages every plan of this signature reserves (its ``held_bytes`` and
+        ``beside_bytes`` fields)."""
+        return self.held_bytes + self.beside_bytes
 
     @property
     def forward_ops(self):
@@ -621,6 +628,8 @@ class Entry(ProgramSplit):
     plain_chain: Chain | None = None  # the profiled chain: plain autograd's costs (nothing reserved)
     exec_chain: Chain | None = None   # executor_chain(plain_chain): what the interpreter holds
     held_bytes: int = 0               # held through each step beside the stages (CheckpointedSequential.held_bytes)
+    beside_bytes: int = 0             # made in each step beside the stages (CheckpointedSequential.beside_bytes)
+    turn_peak_bytes: int = 0          # what turn_bytes adds to the model's store-all peak
     device: torch.device | None = None  # the sample input's (first tensor's) device
     link: Link | None = None          # the host link the plan was made for (offload=), else None
     copies: HostCopies | None = None  # host buffers and copy stream of a plan that offloads (one per plan)
@@ -1158,8 +1167,11 @@ class _PlannedModule(nn.Module):
         self._meter = StepMeter(cuda_steps=measure_steps)
         # Bytes the caller holds through each step beside the stages, made before the step (its meter
         # does not see them: each measured step adds them, StepRecord.held_before) and counted in every
-        # plan as reserved: auto_checkpoint's side values.
+        # plan as reserved: auto_checkpoint's side values, and the model's code before its blocks.
         self.held_bytes = 0
+        # Bytes the code around the stages adds during the step (its meter sees them), counted in every
+        # plan as reserved: the model's code after its blocks (Note [The rest of the model] in auto.py).
+        self.beside_bytes = 0
         self.bucket = bucket
         self.backend = backend
         self.profile_passes = profile_passes
@@ -1171,6 +1183,10 @@ class _PlannedModule(nn.Module):
         self._entries: dict = {}
         self._last = None
         self.siblings: list = []  # wrappers of the same model for other input signatures (auto_checkpoint's)
+
+    def _reserved_beside(self) -> int:
+        """What every plan reserves for the memory beside the stages: ``held_bytes`` + ``beside_bytes``."""
+        return int(self.held_bytes) + int(self.beside_bytes)
 
     @property
     def plan(self):
@@ -1338,6 +1354,10 @@ class CheckpointedSequential(_PlannedModule):
                          network, measure_steps, profile_isolated)
         self.offload = _offload_setting(offload)
         self._measured_links: dict = {}  # str(device) -> Link measured for offload="measure"
+        # Bytes the caller's code adds right after the forward, above what the stages hold then, until the
+        # backward reaches the output: counted at the end of stage N's forward (auto_checkpoint's block
+        # fallback: the model after its blocks, Note [The rest of the model] in torch_exec/auto.py).
+        self.turn_bytes = 0
 
     # ------------------------------------------------------------ plans
     @property
@@ -1382,8 +1402,14 @@ class CheckpointedSequential(_PlannedModule):
                                     isolated=self.profile_isolated)
         # Map the fused stages' member names back to the callables.
         chain = chain_from_profile(data)
-        if self.held_bytes:  # held through the whole step: reserved (budget and plans count it)
-            chain = replace(chain, reserved_bytes=chain.reserved_bytes + int(self.held_bytes))
+        if self._reserved_beside():  # beside the stages through the whole step: reserved (budget and plans count it)
+            chain = replace(chain, reserved_bytes=chain.reserved_bytes + self._reserved_beside())
+        turn_peak = 0
+        if self.turn_bytes:  # after FWD_TAPE(N), the last op of the forward (a transient of it)
+            extra = chain.fwd_grad_extra.copy()
+            extra[-1] = max(int(extra[-1]), int(self.turn_bytes))
+            before, chain = chain, replace(chain, fwd_grad_extra=extra)
+            turn_peak = store_all_peak_bytes(chain) - store_all_peak_bytes(before)
         by_name = {stage["name"]: i for i, stage in enumerate(data["stages"])}
         groups, group_modules = [], []
         for members in chain.provenance["members"]:
@@ -1395,7 +1421,8 @@ class CheckpointedSequential(_PlannedModule):
                          for members in chain.provenance["members"]]
         has_buffers = [False] + [bool(U.buffers_of(mods)) for mods in group_modules]
         output = caller_output_bytes(chain, data)
-        entry = Entry(profile=data, chain=chain, plan=None, held_bytes=int(self.held_bytes), groups=groups,
+        entry = Entry(profile=data, chain=chain, plan=None, held_bytes=int(self.held_bytes),
+                      beside_bytes=int(self.beside_bytes), turn_peak_bytes=turn_peak, groups=groups,
                       device=U.tensors(state)[0].device,
                       group_modules=group_modules,
                       clone_input=clone_input, split=0, rng=rng, has_buffers=has_buffers, plain_chain=chain,

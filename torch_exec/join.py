@@ -127,6 +127,7 @@ class JoinEntry(ProgramSplit):
     head_profile: dict = field(default_factory=dict)
     plain_peak_bytes: int | None = 0  # plain autograd's step, measured (CheckpointedJoin._plain_step_peak); None: not
     held_bytes: int = 0              # held through each step beside the join (CheckpointedJoin.held_bytes)
+    beside_bytes: int = 0            # made in each step beside the join (CheckpointedJoin.beside_bytes)
     plain: bool = False              # plain autograd fits the budget: the step runs as such
     program: list = field(default_factory=list)   # annotate(plan.schedule)
     split: int = 0                   # index of the head's forward (the first TURN entry) in program
@@ -385,11 +386,12 @@ class CheckpointedJoin(_PlannedModule):
             plain_chains.append(entry.plain_chain)
         turn_grads = sum(int(chain.padded()["grad_bytes"][-1]) for chain in exec_chains)
         head_profile, turn, out_grad = self._profile_head(inputs, turn_grads)
-        reserved = out_grad + int(self.held_bytes)  # held_bytes: as for CheckpointedSequential
+        reserved = out_grad + self._reserved_beside()  # as for CheckpointedSequential
         entry = JoinEntry(plan=None, net=JoinNet(exec_chains, turn, reserved),
                           plain_net=JoinNet(plain_chains, turn, reserved), branches=branch_entries,
                           structures=structures, head=self.head_fn, head_profile=head_profile,
-                          plain_peak_bytes=self._plain_step_peak(inputs), held_bytes=int(self.held_bytes))
+                          plain_peak_bytes=self._plain_step_peak(inputs), held_bytes=int(self.held_bytes),
+                          beside_bytes=int(self.beside_bytes))
         self._plan_entry(entry)
         return entry
 
@@ -489,11 +491,11 @@ class CheckpointedJoin(_PlannedModule):
     @staticmethod
     def plain_peak_bytes_for(entry: JoinEntry) -> int:
         """Plain autograd's step peak for one signature: measured when it was profiled, with what the
-        caller holds beside the join (``held_bytes``, made before the step the meter saw); the model's
-        store-all peak where none was measured (which counts ``held_bytes`` as reserved)."""
+        caller holds or makes beside the join (``held_bytes``, ``beside_bytes``); the model's store-all
+        peak where none was measured (which counts them as reserved)."""
         if entry.plain_peak_bytes is None:
             return store_all_join_peak_bytes(entry.plain_net)
-        return entry.plain_peak_bytes + entry.held_bytes
+        return entry.plain_peak_bytes + entry.reserved_beside
 
     def budget_bytes_for(self, entry: JoinEntry) -> int | None:
         """The byte budget of one signature: bytes, or a percentage of plain autograd's step peak

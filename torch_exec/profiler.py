@@ -230,6 +230,12 @@ class _Passes:
         self.n = len(fns)
         self.isolated = isolated  # Note [Profiling stage by stage]
         self.stash = None         # isolated: each stage's input on the host (offload.StepCopies)
+        # isolated, filled by the no-grad pass and isolated_forward for isolated_backward: per stage the
+        # storages of its input tensors in the no-grad pass, the storages of that pass its backward holds,
+        # and which of its input tensors require grad
+        self.in_keys: list = []
+        self.saved: list = []
+        self.flags: list = []
         self.loss_only = loss_only  # also measure a plain step that keeps only the loss (metered_plain_step)
         self.sample = sample
         self.device = device
@@ -345,7 +351,7 @@ class _Passes:
         n = self.n
         if self.isolated:
             self.stash = HostCopies(self.device, pinned=False).step()
-            self.in_keys = []  # per stage: its input tensors' storages in this pass (shared through the stages)
+            self.in_keys = []  # shared through the stages: a storage passed on keeps its number
         state = clone(make_leaf(self.sample, False))  # an in-place first stage must not touch the sample
         devices = cuda_devices(state)
         origin = dict.fromkeys(storages(state), 0)  # storage -> the stage that made it (0: the input)

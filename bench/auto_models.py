@@ -120,7 +120,7 @@ def main(argv=None):
         parser.error("--hold-outputs keeps the whole output: it needs --caller-keeps output")
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
-    rows, grads = [], {}
+    rows, grads, uncaptured = [], {}, {}
     names = [m for name in args.models.split(",") for m in (HF if name == "hf" else [name])]
     for name in names:
         model, a, kw, loss_of = make(name)
@@ -128,7 +128,12 @@ def main(argv=None):
         plain = copy.deepcopy(model)
         wrapped = te.auto_checkpoint(model, "1TiB", backend="cpu", caller_keeps=args.caller_keeps,
                                      capture=args.capture)
-        wrapped.prepare(*a, **kw)
+        try:
+            wrapped.prepare(*a, **kw)
+        except te.CaptureError as err:  # reported in the record, the other models go on
+            uncaptured[name] = str(err).split(". Cut the model by hand")[0]
+            print(f"{name:12s} no chain: {uncaptured[name]}", flush=True)
+            continue
         ex = wrapped.executor
         lo, hi = ex.min_budget_bytes, plain_peak_bytes(ex._last)
         grads[name] = gradient_check(plain, model, wrapped, lo, a, kw, loss_of)
@@ -160,7 +165,7 @@ def main(argv=None):
     command = "python bench/auto_models.py " + " ".join(argv if argv is not None else sys.argv[1:])
     record = {"device": cpu_description(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
               "command": command.strip(), "torch": torch.__version__, "threads": 1, "grad_tol": GRAD_TOL,
-              "rows": rows}
+              "rows": rows, "uncaptured": uncaptured}
     out = Path(args.out)
     out.with_suffix(".json").write_text(json.dumps(record, indent=1) + "\n")
     try:
@@ -187,6 +192,8 @@ def main(argv=None):
              f"parameter gradients within {GRAD_TOL:g}): "
              + ("every model passes." if all(g["grad_ok"] for g in grads.values()) else
                 "FAILED for " + ", ".join(n for n, g in grads.items() if not g["grad_ok"]) + "."), "",
+             *[f"No chain found for {n}: {why}." for n, why in uncaptured.items()],
+             *([""] if uncaptured else []),
              "| model | chain found | stages (profiled) | f | budget B | predicted B | measured B | measured/predicted | held | overhead |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |"]
     for r in rows:

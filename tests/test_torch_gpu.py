@@ -183,6 +183,44 @@ def test_stage_by_stage_profile_reads_what_the_whole_step_reads_on_cuda(setup):
     assert peak <= model.plan.budget_bytes, (peak, model.plan.budget_bytes)
 
 
+@gpu
+@pytest.mark.parametrize("fraction", [0.0, 0.5])
+def test_block_fallback_holds_the_budget_over_the_whole_step_on_cuda(fraction):
+    """Note [The rest of the model] on the caching allocator: the gated transformer (torch.export cannot
+    capture it) at a size where its logits are several blocks' activations; the measured step (forward,
+    loss, backward) holds the budget, and gradients equal plain autograd's."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+    import models as A
+    from torch_exec.executor import plain_peak_bytes
+    torch.manual_seed(0)
+    model = A.GatedTransformer(vocab=4096, width=256, heads=4, layers=6, context=256).cuda().train()
+    reference = copy.deepcopy(model)
+    ids = torch.randint(0, 4096, (8, 256), device="cuda")
+    wrapped = te.auto_checkpoint(model, "64GiB")
+    with pytest.warns(UserWarning, match="using the model's blocks"):
+        wrapped.prepare(ids, targets=ids)
+    lo, hi = wrapped.executor.min_budget_bytes, plain_peak_bytes(wrapped.executor._last)
+    wrapped.replan(int(lo + fraction * (hi - lo)))
+    for m in (model, reference):
+        for p in m.parameters():
+            p.grad = torch.zeros_like(p)
+    wrapped(ids, targets=ids).backward()  # warm
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    wrapped(ids, targets=ids).backward()
+    torch.cuda.synchronize()
+    measured = torch.cuda.max_memory_allocated() - before
+    assert measured <= wrapped.plan.budget_bytes, (measured, wrapped.plan.budget_bytes, wrapped.capture.rest)
+    assert measured >= 0.85 * wrapped.plan.predicted_peak_bytes, (measured, wrapped.plan.predicted_peak_bytes)
+    for _ in range(2):
+        reference(ids, targets=ids).backward()
+    for (key, p), (_, q) in zip(model.named_parameters(), reference.named_parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-3, atol=1e-4, msg=key)
+
+
 # ---------------------------------------------------------------------------- CPU rehearsals (no gpu mark)
 class FakeCudaCounters:
     """The CUDA caching allocator's counters that ``torch_exec.meter.MemoryMeter`` reads, faked on the CPU:

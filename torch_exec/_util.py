@@ -520,15 +520,17 @@ class ModelSnapshot:
     backward whose memory the profile measures (suspended, a hook's temporaries were counted nowhere
     and plans went over their budgets by them). ``tensors``: loose leaf tensors (not parameters of
     ``modules``, e.g. those a callable stage closes over) kept the same way (see :func:`stage_state`).
+    ``values=False``: the parameters' values are not copied, for passes that change none (no optimizer
+    step, gradients only), whose copy would be one more model's worth of memory.
     """
 
-    def __init__(self, modules, tensors=()):
+    def __init__(self, modules, tensors=(), values: bool = True):
         self.params = params_of(modules)
         known = {id(p) for p in self.params}
         self.params += [t for t in {id(t): t for t in tensors}.values() if id(t) not in known]
         self.buffers = buffers_of(modules)
         with torch.no_grad():
-            self.param_data = [p.detach().clone() for p in self.params]
+            self.param_data = [p.detach().clone() for p in self.params] if values else []
             self.buffer_data = [b.detach().clone() for b in self.buffers]
         self.grads = [p.grad for p in self.params]
         self.rng = RngState.capture(all_rng_devices())

@@ -123,9 +123,16 @@ Note [Block fallback]
     of the chain's forward (``turn_bytes``: stage N's forward transient is at least that). So at
     every moment the step's bytes are at most what the plan counts; the gradient of the blocks'
     output, which the chain reserves, is counted a second time in ``turn`` (a hidden state: 3 % of
-    the gated transformer's least budget).
-    A budget below ``floor`` raises :class:`~gpusolve.errors.InfeasibleBudgetError` before the blocks
-    run. Percentages are of the blocks' plain autograd peak plus ``held``, ``kept`` and ``turn``.
+    the gated transformer's least budget). ``floor`` is the executor's ``floor_bytes``: no budget
+    below it is planned for (the least budget, an infeasible budget's error and plain autograd's
+    peak, of which percentages are taken, count it). Plain autograd's peak is the blocks' plus
+    ``held``, ``kept`` and what ``turn`` adds to the model's store-all peak.
+
+    Where the model returns a scalar (its loss) only the scalars are seeded, as a loop
+    back-propagates its loss; else every output. One step is measured, on the sample: code around the
+    blocks whose memory depends on the data (a head run only on the tokens that have a label) can
+    reach more on another batch of the same shape. The step meter (the first steps on CUDA,
+    ``measure_memory()``) warns when a step goes over its budget.
 """
 from __future__ import annotations
 
@@ -143,7 +150,6 @@ import torch
 import torch.utils._pytree as pytree
 from torch import fx, nn
 
-from gpusolve.errors import InfeasibleBudgetError
 from gpusolve.units import format_bytes
 from gpusolve.join.solve import JOIN_BACKENDS
 
@@ -1118,7 +1124,7 @@ class AutoCheckpointed(nn.Module):
                 blocks, box = cap.blocks
 
                 def prepare_then_run(hidden):
-                    _prepared(cap, hidden)
+                    cap.executor.prepare(hidden)
                     return _run_plain(cap.stages, hidden)
                 with _substituted(blocks, box, prepare_then_run):
                     self._model(*args, **kwargs)
@@ -1220,12 +1226,18 @@ class AutoCheckpointed(nn.Module):
             cap = None  # Note [Sharing the model's state]: the model's tensors changed (.to(), reassignment)
         if cap is None:
             self._finalize_meters()  # a CPU meter cannot start while another is running
-            cap = self._build(args, kwargs)
-            if cap.method == "blocks":
-                _check_blocks(self, cap, args, kwargs)
-                cap.rest = _measure_rest(self, cap, args, kwargs)  # Note [The rest of the model]
-                cap.rest.apply(cap.executor)
-                cap.notes.append(cap.rest.note(cap.blocks[0].name))
+            # finding the blocks and checking them run the model: its buffers (BatchNorm's statistics), gradients
+            # and RNG state are put back, as profiling leaves them (its parameters: nothing here changes them)
+            snapshot = U.ModelSnapshot([self._model], values=False)
+            try:
+                cap = self._build(args, kwargs)
+                if cap.method == "blocks":
+                    _check_blocks(self, cap, args, kwargs)
+                    cap.rest = _measure_rest(self, cap, args, kwargs)  # Note [The rest of the model]
+                    cap.rest.apply(cap.executor)
+                    cap.notes.append(cap.rest.note(cap.blocks[0].name))
+            finally:
+                snapshot.restore()
             self._captures[key] = cap
             # one model, one memory envelope: a percentage below a smaller batch's least budget plans it
             # within the other signatures' budgets (_PlannedModule._percent_ceiling)
@@ -1302,24 +1314,9 @@ class AutoCheckpointed(nn.Module):
     def _run_blocks(self, cap: Capture, args, kwargs):
         blocks, box = cap.blocks
 
-        def run_chain(hidden):
-            _prepared(cap, hidden)
-            return cap.executor(hidden)
-        with _substituted(blocks, box, run_chain):
+        with _substituted(blocks, box, cap.executor):
             return self._model(*args, **kwargs)
 
-
-def _prepared(cap: Capture, hidden):
-    """The blocks' plan for this hidden state (profiled and solved on its first call), after checking
-    that its budget holds the rest of the model alone (Note [The rest of the model])."""
-    plan = cap.executor.prepare(hidden)
-    budget = None if plan is None else plan.budget_bytes
-    if cap.rest is not None and budget is not None and budget < cap.rest.floor:
-        raise InfeasibleBudgetError(
-            f"auto_checkpoint: budget {budget} B is below the {cap.rest.floor} B the model's code outside its blocks "
-            f"'{cap.blocks[0].name}' reaches by itself (before the blocks, or running its backward after theirs), which "
-            f"checkpointing the blocks cannot lower: give a budget of at least {cap.rest.floor} B", cap.rest.floor)
-    return plan
 
 
 @contextlib.contextmanager
@@ -1340,6 +1337,7 @@ def _substituted(blocks: _Blocks, box: list, executor: CheckpointedSequential):
                 raise RuntimeError(f"auto_checkpoint: block {i} of '{blocks.name}' was called out of order")
             if i == 0:
                 hidden = a[0] if blocks.position == 0 else kw[blocks.position]
+                _check_block_arguments(blocks, a, kw)
                 # the other arguments, for the blocks (their recomputations too); not the hidden state, which
                 # the box would keep alive after the step
                 box[0] = ((None, *a[1:]), kw) if blocks.position == 0 else (a, {k: v for k, v in kw.items()
@@ -1363,6 +1361,23 @@ def _substituted(blocks: _Blocks, box: list, executor: CheckpointedSequential):
                 del b.forward
             else:
                 b.forward = f
+
+
+def _check_block_arguments(blocks: _Blocks, a: tuple, kw: dict) -> None:
+    """The blocks' other arguments carry no autograd graph: the schedule runs the blocks' forward and
+    backward again, and a graph made before the blocks (a gate, a learned bias computed from
+    parameters) would be back-propagated into several times (autograd raises on the second, or its
+    gradient would be lost). Parameters themselves are fine."""
+    other = {f"argument {j}": v for j, v in enumerate(a) if j != blocks.position}
+    other.update({f"argument '{k}'": v for k, v in kw.items() if k != blocks.position})
+    for where, value in other.items():
+        if any(isinstance(t, torch.Tensor) and t.grad_fn is not None for t in pytree.tree_leaves(value)):
+            raise CaptureError(
+                f"auto_checkpoint: the blocks of '{blocks.name}' take {where} computed with a gradient before them "
+                f"(from parameters: a gate, a learned bias); the block fallback runs the blocks again during the "
+                f"backward and cannot send that gradient back through the code that made it. Compute it inside "
+                f"each block, or cut the model by hand: torch_exec.CheckpointedSequential(stages, budget=...) (see "
+                f"the README, 'The manual route')")
 
 
 def _check_blocks(wrapper: AutoCheckpointed, cap: Capture, args, kwargs) -> None:
@@ -1398,6 +1413,7 @@ class _Rest:
 
     def apply(self, executor: CheckpointedSequential) -> None:
         executor.held_bytes, executor.beside_bytes, executor.turn_bytes = self.held, self.kept, self.turn
+        executor.floor_bytes = self.floor
 
     def note(self, name: str) -> str:
         return (f"the model's code around the blocks of '{name}' (measured once) is counted in every plan: "
@@ -1441,7 +1457,7 @@ def _measure_rest(wrapper: "AutoCheckpointed", cap: Capture, args, kwargs) -> _R
     # the inputs cut from the caller's graph: this backward must not reach (and free) it
     args, kwargs = pytree.tree_map(lambda v: v.detach().requires_grad_(v.requires_grad)
                                    if isinstance(v, torch.Tensor) else v, (args, kwargs))
-    snapshot = U.ModelSnapshot([model])  # suspends post-accumulate hooks until restored
+    snapshot = U.ModelSnapshot([model], values=False)  # suspends post-accumulate hooks until restored
     for p in params:
         p.grad = None
     handles = [p.register_post_accumulate_grad_hook(lambda p: setattr(p, "grad", None)) for p in params]
@@ -1454,15 +1470,20 @@ def _measure_rest(wrapper: "AutoCheckpointed", cap: Capture, args, kwargs) -> _R
             with _substituted(blocks, box, lambda h: _StandIn.apply(lambda x: _run_plain(cap.stages, x), tick, h,
                                                                      anchor)):
                 out = model(*args, **kwargs)
-            outs = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.requires_grad
-                    and (not loss_only or t.numel() == 1)]
+            outs = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.requires_grad]
+            losses = [t for t in outs if t.numel() == 1]
+            if loss_only and not losses:
+                raise ValueError("auto_checkpoint: caller_keeps='loss' but the model's output has no scalar tensor "
+                                 "that carries a gradient (a loss); a model returning logits for a loss computed "
+                                 "outside it needs caller_keeps='output' (the default)")
+            outs = losses or outs  # the loss where there is one, as the loop back-propagates it, else every output
             if loss_only:  # the loop keeps the loss only (Note [The caller holds a_N] in torch_exec/executor.py)
                 del out
                 out = None
             if outs:
                 torch.autograd.backward(outs, [torch.ones_like(t) for t in outs])
             tick("end")
-            del out, outs
+            del out, outs, losses
     finally:
         for h in handles:
             h.remove()

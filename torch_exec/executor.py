@@ -218,7 +218,7 @@ from gpusolve.offload.solver import OffloadPlan, solve_offload
 from gpusolve.schedule import SWAP_OPS, Op, OpKind, policy_to_schedule
 from gpusolve.simulate import budget_bytes_of, simulate, store_all_peak_bytes, store_all_time_ms
 from gpusolve.solve import Curve, Plan, release_device_memory, solve
-from gpusolve.units import parse_budget, parse_bytes, parse_percentage
+from gpusolve.units import format_bytes, parse_budget, parse_bytes, parse_percentage
 
 from . import _util as U
 from .offload import HostCopies, measure_link
@@ -567,8 +567,10 @@ def plain_peak_bytes(entry) -> int:
     exactly that step, its caller holding every output and seeding a gradient for each), else the
     model's store-all peak."""
     if plain_peak_measured(entry):  # the profiled step held nothing beside the stages; the model reserves them
-        return int(entry.profile["reference"]["store_all_peak_bytes"]) + entry.reserved_beside + entry.turn_peak_bytes
-    return store_all_peak_bytes(entry.plain_chain)
+        peak = int(entry.profile["reference"]["store_all_peak_bytes"]) + entry.reserved_beside + entry.turn_peak_bytes
+    else:
+        peak = store_all_peak_bytes(entry.plain_chain)
+    return max(peak, entry.floor_bytes)
 
 
 def reference_peak_bytes(entry) -> tuple[int, str]:
@@ -577,7 +579,8 @@ def reference_peak_bytes(entry) -> tuple[int, str]:
     caller's own loop), else :func:`plain_peak_bytes`."""
     loss_only = entry.profile.get("reference", {}).get("loss_only_peak_bytes")
     if entry.loss_only and loss_only:
-        return int(loss_only) + entry.reserved_beside + entry.turn_peak_bytes, "a step keeping only the loss, measured when profiling"
+        return (max(int(loss_only) + entry.reserved_beside + entry.turn_peak_bytes, entry.floor_bytes),
+                "a step keeping only the loss, measured when profiling")
     if not plain_peak_measured(entry):
         return plain_peak_bytes(entry), NOT_MEASURED
     if entry.loss_only:  # a profile given to prepare() that was made without caller_keeps='loss'
@@ -630,6 +633,7 @@ class Entry(ProgramSplit):
     held_bytes: int = 0               # held through each step beside the stages (CheckpointedSequential.held_bytes)
     beside_bytes: int = 0             # made in each step beside the stages (CheckpointedSequential.beside_bytes)
     turn_peak_bytes: int = 0          # what turn_bytes adds to the model's store-all peak
+    floor_bytes: int = 0              # the least budget whatever the plan (CheckpointedSequential.floor_bytes)
     device: torch.device | None = None  # the sample input's (first tensor's) device
     link: Link | None = None          # the host link the plan was made for (offload=), else None
     copies: HostCopies | None = None  # host buffers and copy stream of a plan that offloads (one per plan)
@@ -1279,7 +1283,6 @@ class _PlannedModule(nn.Module):
         return message
 
     def _budget_repr(self) -> str:
-        from gpusolve.units import format_bytes
         if self.budget is None:
             return "None (plain autograd)"
         if isinstance(self.budget, str):
@@ -1358,6 +1361,9 @@ class CheckpointedSequential(_PlannedModule):
         # backward reaches the output: counted at the end of stage N's forward (auto_checkpoint's block
         # fallback: the model after its blocks, Note [The rest of the model] in torch_exec/auto.py).
         self.turn_bytes = 0
+        # The least bytes the step reaches outside the stages' part of it (auto_checkpoint's block fallback:
+        # the model's code before the blocks, forward and backward): no budget below it is planned for.
+        self.floor_bytes = 0
 
     # ------------------------------------------------------------ plans
     @property
@@ -1369,7 +1375,7 @@ class CheckpointedSequential(_PlannedModule):
         """The least budget under which this wrapper can run the latest input signature (bytes)."""
         if self._last is None:
             return None
-        return least_budget_bytes(self._last.exec_chain, self._last.link)
+        return max(least_budget_bytes(self._last.exec_chain, self._last.link), self._last.floor_bytes)
 
     def prepare(self, *sample_input, profile: dict | None = None) -> Plan:
         """Profile and solve for inputs like ``sample_input`` now (otherwise the first call does it).
@@ -1422,7 +1428,8 @@ class CheckpointedSequential(_PlannedModule):
         has_buffers = [False] + [bool(U.buffers_of(mods)) for mods in group_modules]
         output = caller_output_bytes(chain, data)
         entry = Entry(profile=data, chain=chain, plan=None, held_bytes=int(self.held_bytes),
-                      beside_bytes=int(self.beside_bytes), turn_peak_bytes=turn_peak, groups=groups,
+                      beside_bytes=int(self.beside_bytes), turn_peak_bytes=turn_peak,
+                      floor_bytes=int(self.floor_bytes), groups=groups,
                       device=U.tensors(state)[0].device,
                       group_modules=group_modules,
                       clone_input=clone_input, split=0, rng=rng, has_buffers=has_buffers, plain_chain=chain,
@@ -1487,6 +1494,17 @@ class CheckpointedSequential(_PlannedModule):
             return solve(chain, budget, bucket=self.bucket, backend=self.backend)
         return solve_offload(chain, budget, link, bucket=self.bucket, backend=self.backend)
 
+    def _solve_above_floor(self, entry: Entry, chain: Chain, budget: int, link: Link | None) -> Plan:
+        """:meth:`_solve`, after checking the budget against ``entry.floor_bytes`` (at or above it, the
+        solver's least budget is the least)."""
+        if budget < entry.floor_bytes:
+            raise InfeasibleBudgetError(
+                f"budget {format_bytes(budget)} ({budget} B) is below the {entry.floor_bytes} B the step reaches "
+                f"outside the stages (the model's code before its blocks, which checkpointing the blocks cannot "
+                f"lower: Note [The rest of the model] in torch_exec/auto.py); raise the budget to at least "
+                f"{entry.floor_bytes} B", entry.floor_bytes)
+        return self._solve(chain, budget, link)
+
     def _plan_entry(self, entry: Entry) -> None:
         plain = entry.plain_chain
         chain = entry.exec_chain
@@ -1507,7 +1525,7 @@ class CheckpointedSequential(_PlannedModule):
                           f"profiling); running the stages as plain autograd"]
         else:
             try:
-                plan = self._solve(chain, budget, link)
+                plan = self._solve_above_floor(entry, chain, budget, link)
             except InfeasibleBudgetError as err:
                 ceiling = self._percent_ceiling(entry, err.min_bytes)
                 if ceiling is None:

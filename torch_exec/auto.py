@@ -432,10 +432,11 @@ class _Graph:
         return _cuts(self.main, self.grad_inputs, self.output.all_input_nodes)
 
 
-def _cuts(main: list, grad_inputs: list, ends) -> tuple[list[int], list[list[fx.Node]]]:
+def _cuts(main: list, grad_inputs: list, ends, blockers: dict | None = None) -> tuple[list[int], list[list[fx.Node]]]:
     """Valid cut positions in the carrying nodes ``main`` (program order; index into it: after that
     node) and the values crossing each (Note [Cut points]). ``grad_inputs``: the placeholders requiring
-    grad that ``main`` starts from; ``ends``: the values needed after ``main`` (its outputs)."""
+    grad that ``main`` starts from; ``ends``: the values needed after ``main`` (its outputs).
+    ``blockers``: filled with, per value, the points it crosses where more than ``MAX_CROSSING`` do."""
     index = {n: i for i, n in enumerate(main)}
     for n in grad_inputs:
         index[n] = -1
@@ -465,6 +466,9 @@ def _cuts(main: list, grad_inputs: list, ends) -> tuple[list[int], list[list[fx.
         if n in live and last.get(n, -1) <= p:
             del live[n]
         cross = list(live)
+        if blockers is not None and len(cross) > MAX_CROSSING:
+            for c in cross:
+                blockers[c] = blockers.get(c, 0) + 1
         if not cross or len(cross) > MAX_CROSSING:
             continue
         if not all(_is_tensor_value(c) for c in cross):
@@ -474,6 +478,35 @@ def _cuts(main: list, grad_inputs: list, ends) -> tuple[list[int], list[list[fx.
         positions.append(p)
         crossing.append(cross)
     return positions, crossing
+
+
+LONG_LIVED = 0.4
+"""A value crossing more than this fraction of a chain's points, beside the value carried, gets a
+warning (:func:`_long_lived_note`): no cut exists there, and the least budget is close to plain
+autograd's peak."""
+
+
+def _long_lived_note(main: list, grad_inputs: list, ends) -> str | None:
+    """Why a chain has few cuts, when one value made early and read late crosses most of its points
+    (router logits kept for an auxiliary loss, an encoder's output read by every decoder layer)."""
+    blockers: dict = {}
+    _cuts(main, grad_inputs, ends, blockers)
+    if not blockers:
+        return None
+    value, count = max(blockers.items(), key=lambda kv: kv[1])
+    points = len(main) - 1
+    if count <= LONG_LIVED * points:
+        return None
+    order = {n: i for i, n in enumerate(main)}
+    readers = sorted((n for n in value.users if n in order), key=order.get)
+    read = _module_path(readers[-1]) if readers and value not in set(ends) else ""  # an output: read at the end
+    made = _module_path(value)
+    return (f"few places to cut: {value.name}{f' (made in {made})' if made else ''} is read again "
+            f"{f'in {read}' if read else 'at the end'} "
+            f"and crosses {count} of the {points} points where a cut could go (only {MAX_CROSSING} value may cross "
+            f"a cut), so the least budget is close to plain autograd's peak. Such values: router logits kept for an "
+            f"auxiliary loss (a mixture of experts' output_router_logits), an encoder's output read by every decoder "
+            f"layer, a U-Net's skips; cut by hand (torch_exec.CheckpointedSequential) to checkpoint through them")
 
 
 def _fetch_attr(gm: nn.Module, target: str):
@@ -874,6 +907,10 @@ def _capture_export(model: nn.Module, args: tuple, kwargs: dict, max_stages: int
         chain_input = [g.placeholders.index(n) for n in a0]
         notes.append(f"captured with torch.export: {len(g.main)} operations carry gradient, {n_cuts} valid cuts, "
                      f"{len(stages)} stages kept (max_stages={max_stages})")
+        few = _long_lived_note(g.main, g.grad_inputs, chain_outputs)
+        if few:
+            notes.append(few)
+            warnings.warn(f"auto_checkpoint: {few}", UserWarning, stacklevel=5)
     # The prologue: every side value from the flat inputs.
     graph = fx.Graph()
     env = {}
@@ -1381,19 +1418,36 @@ def _check_block_arguments(blocks: _Blocks, a: tuple, kw: dict) -> None:
 
 
 def _check_blocks(wrapper: AutoCheckpointed, cap: Capture, args, kwargs) -> None:
-    """The block substitution computes the model's outputs (checked once, without grad)."""
+    """The block substitution computes the model's outputs (checked once), and nothing made inside the
+    blocks reaches them but the blocks' output: the substituted run records each block's graph apart
+    (its input detached: one block's activations at a time) and cuts the output, so an output whose
+    graph still reaches a block's parameters read something else the blocks made (transformers' MoE
+    models record each layer's router logits with hooks for their auxiliary loss). The schedule
+    cannot recompute such values: their backward raised in the middle of a training step."""
     blocks, box = cap.blocks
     devices = U.all_rng_devices()
-    with torch.no_grad(), torch.random.fork_rng(devices):
+    args, kwargs = pytree.tree_map(lambda v: v.detach() if isinstance(v, torch.Tensor) else v, (args, kwargs))
+    with torch.random.fork_rng(devices):
         state = U.RngState.capture(devices)  # both runs draw the same numbers (CPU and CUDA)
-        ref = wrapper._model(*args, **kwargs)
+        with torch.no_grad():
+            ref = wrapper._model(*args, **kwargs)
         state.restore()
         try:
-            with _substituted(blocks, box, lambda h: _run_plain(cap.stages, h)):
+            with torch.enable_grad(), _substituted(blocks, box, lambda h: _run_plain(cap.stages, h, cut=True)):
                 got = wrapper._model(*args, **kwargs)
+        except CaptureError:
+            raise
         except Exception as exc:  # noqa: BLE001 - the model did more with a block than feed the next
             raise CaptureError(f"running the blocks of '{blocks.name}' as one chain fails ({type(exc).__name__}: "
                                f"{exc})") from None
+    params = {id(p) for b in blocks.blocks for p in b.parameters()}
+    if _graph_reaches([t for t in pytree.tree_leaves(got) if isinstance(t, torch.Tensor)], params):
+        raise CaptureError(f"the model's outputs read values made inside the blocks of '{blocks.name}' other than "
+                           f"the last block's output (such as router logits kept for an auxiliary loss: "
+                           f"output_router_logits=True), which the block fallback cannot recompute; turn that "
+                           f"output off, or cut the model by hand: torch_exec.CheckpointedSequential(stages, "
+                           f"budget=...) (see the README, 'The manual route')")
+    got = pytree.tree_map(lambda v: v.detach() if isinstance(v, torch.Tensor) else v, got)
     ref_leaves = [t for t in pytree.tree_leaves(ref) if isinstance(t, torch.Tensor)]
     got_leaves = [t for t in pytree.tree_leaves(got) if isinstance(t, torch.Tensor)]
     if len(ref_leaves) != len(got_leaves) or not all(
@@ -1511,10 +1565,27 @@ def _executor_inputs(cap: Capture, flat: list) -> list:
     return [flat[pos[0]] if len(pos) == 1 else tuple(flat[i] for i in pos) for pos in cap.branch_inputs]
 
 
-def _run_plain(stages, hidden):
+def _run_plain(stages, hidden, cut: bool = False):
+    """The stages one after the other; ``cut``: each on its input detached, and the output detached
+    (each stage's autograd graph apart from the others', none reaching the caller's)."""
     for s in stages:
-        hidden = s(hidden)
-    return hidden
+        hidden = s(hidden.detach() if cut else hidden)
+    return hidden.detach() if cut else hidden
+
+
+def _graph_reaches(outputs: list, params: set) -> bool:
+    """Whether the autograd graph of ``outputs`` reaches a parameter whose ``id`` is in ``params``."""
+    seen, stack = set(), [t.grad_fn for t in outputs if t.grad_fn is not None]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        variable = getattr(node, "variable", None)  # AccumulateGrad: a leaf's
+        if variable is not None and id(variable) in params:
+            return True
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return False
 
 
 def _current(cap: Capture, model: nn.Module) -> bool:

@@ -500,6 +500,31 @@ def test_a_value_read_late_that_blocks_most_cuts_is_warned_about():
     assert not [w for w in caught if "few places to cut" in str(w.message)]
 
 
+def test_prepare_under_inference_mode_says_why_it_cannot():
+    # it raised "Inference tensors do not track version counter"
+    model, args, kwargs, _ = A.make("transformer")
+    sequential = te.CheckpointedSequential(nn.Sequential(nn.Linear(4, 4), nn.Tanh()), budget="1GiB", backend="cpu")
+    for prepare, sample in ((te.auto_checkpoint(model, "1GiB", backend="cpu").prepare, (args, kwargs)),
+                            (sequential.prepare, ((torch.randn(2, 4),), {}))):
+        with torch.inference_mode(), pytest.raises(RuntimeError, match=r"prepare\(\) profiles a training step .* "
+                                                                        r"torch.inference_mode\(\)"):
+            prepare(*sample[0], **sample[1])
+
+
+def test_many_input_signatures_are_warned_about():
+    # a number that changes every step (transformers' num_items_in_batch as an int) captured, profiled and
+    # solved the model again on every step, silently
+    model, ids = _SharedGate(computed=False), torch.randint(0, 97, (4, 16))
+    model.forward = lambda ids, scale=1.0: _SharedGate.forward(model, ids) * scale
+    wrapped = te.auto_checkpoint(model, "1GiB", backend="cpu")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for step in range(te.auto.MANY_CAPTURES):
+            wrapped(ids, scale=1.0 + step)
+    many = [str(w.message) for w in caught if "input signatures captured" in str(w.message)]
+    assert len(many) == 1 and "differs from the one before in argument 'scale' (value)" in many[0], many
+
+
 def test_no_chain_names_the_manual_route():
     wrapped = te.auto_checkpoint(A.Tangled(), "1GiB")
     with pytest.raises(te.CaptureError, match=r"(?s)torch.export could not capture.*no nn.ModuleList.*"

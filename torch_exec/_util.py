@@ -437,6 +437,14 @@ def without_autocast_cache(fn):
     return run
 
 
+def refuse_inference_mode(who: str) -> None:
+    """``prepare()`` profiles a training step: under ``torch.inference_mode()`` autograd records nothing
+    and inference tensors cannot be used by it."""
+    if torch.is_inference_mode_enabled():
+        raise RuntimeError(f"{who}.prepare() profiles a training step (forward and backward) and cannot run under "
+                           f"torch.inference_mode(): call it outside that block, with inputs made outside it")
+
+
 def autocast_key() -> tuple:
     """The autocast settings of the calling thread as part of an input signature (plans differ per
     autocast dtype)."""

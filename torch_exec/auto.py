@@ -169,6 +169,10 @@ DEFAULT_MAX_STAGES = {"cpu": 64, "exact": 32, "cuda": 256, "auto": 96}
 """Most chain stages kept by default, per solver backend: the CPU backend's time grows as N^3 (64
 stages at 1024 buckets: about a second), the GPU's makes hundreds cheap."""
 
+MANY_CAPTURES = 8
+"""Input signatures (shapes, dtypes, non-tensor values) captured by one wrapper before it warns: each is
+captured, profiled and solved once, which costs seconds per new signature."""
+
 JOIN_DP_WORK = {"cpu": 150_000, "auto": 150_000, "cuda": 15_000_000}
 """Most (l + 2)^k * k * l per join (k branches of at most l stages: the join DP's rows times its
 candidates per row), per solver backend. On this project's 2-core CPU the NumPy join DP at 1024
@@ -1149,6 +1153,7 @@ class AutoCheckpointed(nn.Module):
     def prepare(self, *args, **kwargs):
         """Capture, profile and solve for inputs like these now (otherwise the first call does it);
         returns the plan. Parameters, buffers, gradients and RNG state are left as they were."""
+        U.refuse_inference_mode("auto_checkpoint")
         kwargs = self._training_kwargs(kwargs)
         snapshot = U.ModelSnapshot([self._model])
         try:
@@ -1276,6 +1281,8 @@ class AutoCheckpointed(nn.Module):
             finally:
                 snapshot.restore()
             self._captures[key] = cap
+            if len(self._captures) == MANY_CAPTURES:
+                _warn_many_captures(list(self._captures)[-2], key, args, kwargs)
             # one model, one memory envelope: a percentage below a smaller batch's least budget plans it
             # within the other signatures' budgets (_PlannedModule._percent_ceiling)
             executors = [c.executor for c in self._captures.values()]
@@ -1551,6 +1558,27 @@ def _measure_rest(wrapper: "AutoCheckpointed", cap: Capture, args, kwargs) -> _R
     kept = max(after.delta, 0)
     return _Rest(held=before.delta, kept=kept, turn=after.peak - kept,
                  floor=max(before.peak, meter.between(start, marks["backward"]).delta + later.peak))
+
+
+def _warn_many_captures(before: tuple, key: tuple, args, kwargs) -> None:
+    """:data:`MANY_CAPTURES` input signatures: say where the latest differs from the one before (keys of
+    :meth:`AutoCheckpointed._key`, whose leaves follow ``(args, sorted kwargs)``)."""
+    paths = [pytree.keystr(path) for path, _ in pytree.tree_flatten_with_path((args, dict(sorted(kwargs.items()))))[0]]
+    where = [f"argument {_argument_name(path)} ({'shape' if a[0] == 'T' else 'value'})"
+             for path, a, b in zip(paths, before[0], key[0]) if a != b] if len(before[0]) == len(key[0]) else []
+    if before[2:] != key[2:]:
+        where.append("training mode or autocast")
+    warnings.warn(f"auto_checkpoint: {MANY_CAPTURES} input signatures captured so far, each profiled and solved once; "
+                  f"the latest differs from the one before in {', '.join(where[:3]) or 'its arguments'}. Pass numbers "
+                  f"that change every step (a token count, a step number) as tensors, and pad batches to a few "
+                  f"lengths", UserWarning, stacklevel=4)
+
+
+def _argument_name(path: str) -> str:
+    """``[0][1]`` -> ``1`` (positional), ``[1]['labels']`` -> ``'labels'``, inner keys kept."""
+    rest = path[path.index("]") + 1:]  # without [0] (the positional arguments) or [1] (the keywords)
+    first, _, more = rest[1:].partition("]")
+    return first + more
 
 
 def _sequential(stages: list) -> nn.Sequential:

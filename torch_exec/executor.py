@@ -1384,6 +1384,7 @@ class CheckpointedSequential(_PlannedModule):
         or a saved file) to use instead of profiling; its stage names must be this module's.
         """
         state = sample_input[0] if len(sample_input) == 1 else tuple(sample_input)
+        U.refuse_inference_mode("CheckpointedSequential")
         if profile is not None:
             names = [stage["name"] for stage in profile["stages"]]
             if names != self.names:

@@ -354,6 +354,7 @@ class CheckpointedJoin(_PlannedModule):
 
     def prepare(self, *inputs) -> JoinPlan:
         """Profile and solve for inputs like these now (otherwise the first call does it)."""
+        U.refuse_inference_mode("CheckpointedJoin")
         self._check_inputs(inputs)
         self._last = self._entry(inputs)
         return self._last.plan

@@ -95,7 +95,12 @@ Note [Block fallback]
     once per forward, every other argument the same for all blocks) becomes the chain: while the
     wrapper runs, the first block's call runs all the blocks under the schedule and the later calls
     return its result. The rest of the model runs as plain autograd, its memory measured once and
-    counted in the budget (Note [The rest of the model]
+    counted in the budget (Note [The rest of the model]). The substitution is checked once on the
+    sample before it is used: outputs equal to the plain model's, no block argument carrying an
+    autograd graph, and nothing made inside the blocks reaching the outputs but the last block's
+    output (:func:`_check_blocks`).
+
+Note [The rest of the model]
     Under the block fallback the code before the blocks (embeddings) and after them (a language
     model's head and its loss) runs as plain autograd inside the step. Counting the blocks only, a
     measured step went over its budget by that code's memory (8-20 % on a gated transformer whose

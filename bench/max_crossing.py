@@ -1,0 +1,145 @@
+"""Research record: auto_checkpoint with more than one value allowed across a cut. Only one may cross
+today (``torch_exec.auto.MAX_CROSSING = 1``, Note [Cut points]); models with a value made early and read
+late (an encoder's output read by every decoder layer, router logits kept for an auxiliary loss) then
+have few cuts (the capture warns "few places to cut", ``bench/long_lived.py``). This sets the module
+constant to each k and measures, per model: stages, the least budget as a share of plain autograd's
+peak, the measured step (CPU allocator) against the budget at f = 0 and 0.5 of the way from the least
+budget to plain autograd's peak, and gradients at the least budget against plain autograd.
+
+    python bench/max_crossing.py [--k 1,2,8] [--models bart,t5,mixtral_aux,gpt2,transformer,resnet,densenet]
+        [--out bench/results/max_crossing_cpu]
+
+Not a setting users have: the DenseNet example goes over its least budget at k >= 2 (see the record).
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime
+import json
+import sys
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "examples"))
+
+import torch  # noqa: E402
+
+import models as A  # noqa: E402
+import torch_exec as te  # noqa: E402
+import torch_exec.auto as auto  # noqa: E402
+from bench._common import cpu_description  # noqa: E402
+from torch_exec.executor import plain_peak_bytes  # noqa: E402
+from torch_exec.meter import measure_peak  # noqa: E402
+
+
+def make(name: str):
+    """(model, args, kwargs, loss_of): transformers' BART 2+8, T5 8+8, Mixtral 8 layers with its
+    auxiliary loss (tiny random configurations), else examples/models.py's."""
+    if name not in ("bart", "t5", "mixtral_aux"):
+        return A.make(name)
+    import transformers as T
+    ids = torch.randint(3, 97, (2, 16), generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    if name == "bart":
+        cfg = T.BartConfig(d_model=32, encoder_layers=2, decoder_layers=8, encoder_attention_heads=4,
+                           decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, vocab_size=97,
+                           max_position_embeddings=32, pad_token_id=1, bos_token_id=0, eos_token_id=2,
+                           decoder_start_token_id=2)
+        model = T.BartForConditionalGeneration(cfg)
+    elif name == "t5":
+        model = T.T5ForConditionalGeneration(T.T5Config(vocab_size=97, d_model=32, d_ff=64, num_layers=8, num_heads=4,
+                                                        d_kv=8, decoder_start_token_id=0))
+    else:
+        model = T.MixtralForCausalLM(T.MixtralConfig(
+            hidden_size=32, intermediate_size=64, num_hidden_layers=8, num_attention_heads=4, num_key_value_heads=2,
+            vocab_size=97, max_position_embeddings=32, num_local_experts=4, num_experts_per_tok=2,
+            output_router_logits=True))
+    return model, (), dict(input_ids=ids, labels=ids), lambda out: out.loss
+
+
+def run(name: str, k: int) -> dict:
+    auto.MAX_CROSSING = k
+    model, a, kw, loss_of = make(name)
+    model.train()
+    plain = copy.deepcopy(model)
+    wrapped = te.auto_checkpoint(model, "1TiB", backend="cpu")
+    wrapped.prepare(*a, **kw)
+    ex = wrapped.executor
+    lo, hi = ex.min_budget_bytes, plain_peak_bytes(ex._last)
+    row = dict(model=name, k=k, stages=ex.chain.n, least_bytes=lo, plain_peak_bytes=hi, least_pct=100 * lo / hi,
+               steps=[])
+    for f in (0.0, 0.5):
+        wrapped.replan(int(lo + f * (hi - lo)))
+        for p in model.parameters():
+            p.grad = torch.zeros_like(p)
+
+        def step():
+            loss_of(wrapped(*a, **kw)).backward()
+        step()
+        _, reading = measure_peak(step)
+        row["steps"].append(dict(fraction=f, budget_bytes=wrapped.plan.budget_bytes,
+                                 predicted_peak_bytes=wrapped.plan.predicted_peak_bytes,
+                                 measured_peak_bytes=reading.peak,
+                                 within_budget=reading.peak <= wrapped.plan.budget_bytes))
+    wrapped.replan(lo)
+    for m in (model, plain):
+        for p in m.parameters():
+            p.grad = None
+    losses = []
+    for m in (wrapped, plain):
+        torch.manual_seed(5)
+        loss = loss_of(m(*a, **kw))
+        loss.backward()
+        losses.append(loss.item())
+    row["loss_equal"] = losses[0] == losses[1]
+    row["grad_max_abs_diff"] = max(((p.grad - q.grad).abs().max().item() for p, q in
+                                    zip(model.parameters(), plain.parameters())
+                                    if p.grad is not None and q.grad is not None), default=0.0)
+    return row
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--k", default="1,2,8")
+    parser.add_argument("--models", default="bart,t5,mixtral_aux,gpt2,transformer,resnet,densenet")
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "max_crossing_cpu"))
+    args = parser.parse_args(argv)
+    warnings.simplefilter("ignore")
+    torch.set_num_threads(1)
+    rows = []
+    default = auto.MAX_CROSSING
+    try:
+        for name in args.models.split(","):
+            for k in (int(x) for x in args.k.split(",")):
+                rows.append(run(name, k))
+                r = rows[-1]
+                print(f"{name:12s} k={k} {r['stages']:3d} stages, least {r['least_pct']:5.1f} %, held "
+                      f"{all(s['within_budget'] for s in r['steps'])}", flush=True)
+    finally:
+        auto.MAX_CROSSING = default
+    command = "python bench/max_crossing.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    record = {"device": cpu_description(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+              "command": command.strip(), "torch": torch.__version__, "rows": rows}
+    out = Path(args.out)
+    out.with_suffix(".json").write_text(json.dumps(record, indent=1) + "\n")
+    lines = ["# More than one value across a cut (CPU, research record)", "",
+             f"Device: {record['device']}; torch {torch.__version__}, 1 thread; date {record['date']}.",
+             f"Command: `{record['command']}`. k: values allowed across a cut (`torch_exec.auto.MAX_CROSSING`, 1 "
+             f"today). Measured: the CPU allocator's peak of one step above the bytes before it, parameter gradients "
+             f"allocated; f: of the way from the least budget to plain autograd's peak.", "",
+             "| model | k | stages | least % of plain | f = 0: measured / budget | f = 0.5: measured / budget | held | "
+             "loss equal | largest gradient difference |",
+             "| --- | ---: | ---: | ---: | --- | --- | --- | --- | ---: |"]
+    for r in rows:
+        cells = [f"{s['measured_peak_bytes']} / {s['budget_bytes']}" for s in r["steps"]]
+        held = "yes" if all(s["within_budget"] for s in r["steps"]) else "NO"
+        lines.append(f"| {r['model']} | {r['k']} | {r['stages']} | {r['least_pct']:.1f} | {cells[0]} | {cells[1]} | "
+                     f"{held} | {r['loss_equal']} | {r['grad_max_abs_diff']:.1e} |")
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()

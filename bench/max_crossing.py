@@ -8,6 +8,7 @@ budget to plain autograd's peak, and gradients at the least budget against plain
 
     python bench/max_crossing.py [--k 1,2,8] [--models bart,t5,mixtral_aux,gpt2,transformer,resnet,densenet]
         [--out bench/results/max_crossing_cpu]
+    python bench/max_crossing.py --trace densenet,2   # the measured bytes op by op: where it goes over
 
 Not a setting users have: the DenseNet example goes over its least budget at k >= 2 (see the record).
 """
@@ -101,14 +102,59 @@ def run(name: str, k: int) -> dict:
     return row
 
 
+def trace(name: str, k: int) -> None:
+    """Print the measured bytes after each op of the executor's program for one step at the least budget
+    (the CPU allocator, per op: the level after it and the peak while it ran, above the step's start),
+    beside the plan's budget and prediction: where a plan goes over."""
+    import torch_exec.executor as E
+    from torch_exec.meter import MemoryMeter
+    auto.MAX_CROSSING = k
+    model, a, kw, loss_of = make(name)
+    model.train()
+    wrapped = te.auto_checkpoint(model, "1TiB", backend="cpu")
+    wrapped.prepare(*a, **kw)
+    wrapped.replan(wrapped.executor.min_budget_bytes)
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    loss_of(wrapped(*a, **kw)).backward()
+    marks, interpret = [], E.interpret
+
+    def one_op_at_a_time(program, runtime):
+        for op in program:
+            interpret([op], runtime)
+            marks.append((op, meter.mark()))
+    E.interpret = one_op_at_a_time
+    try:
+        with MemoryMeter("cpu") as meter:
+            start = meter.mark()
+            loss_of(wrapped(*a, **kw)).backward()
+    finally:
+        E.interpret = interpret
+    plan = wrapped.plan
+    print(f"{name} k={k}: budget {plan.budget_bytes} B, predicted {plan.predicted_peak_bytes} B")
+    codes = {v: k for k, v in vars(E).items() if k in ("TAPE", "NOGRAD", "BWD", "FREE", "TURN")}
+    before = start
+    for i, (op, mark) in enumerate(marks):
+        peak = meter.between(start, before).delta + meter.between(before, mark).peak
+        flag = "  OVER" if peak > plan.budget_bytes else ""
+        print(f"{i:4d} {codes.get(op[0], op[0]):>6} stage {op[1]:3d} arg {op[2]!s:>4}  after {meter.between(start, mark).delta:10d}"
+              f"  peak {peak:10d}{flag}")
+        before = mark
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--k", default="1,2,8")
     parser.add_argument("--models", default="bart,t5,mixtral_aux,gpt2,transformer,resnet,densenet")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "max_crossing_cpu"))
+    parser.add_argument("--trace", metavar="MODEL,K",
+                        help="print the measured bytes after each op of one model's step at its least budget")
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
     torch.set_num_threads(1)
+    if args.trace:
+        name, k = args.trace.split(",")
+        return trace(name, int(k))
     rows = []
     default = auto.MAX_CROSSING
     try:

@@ -30,6 +30,27 @@ def command_line(script: str, argv=None) -> str:
     return " ".join(["python", f"bench/{script}", *(sys.argv[1:] if argv is None else argv)])
 
 
+def write_cpu_record(out, script: str, argv, rows: list, **fields) -> dict:
+    """The record of a CPU run (device, date, command, torch's version, ``fields``, ``rows``) written to
+    ``out`` with the suffix ``.json``; returned for the ``.md`` beside it."""
+    import datetime
+    import json
+    from pathlib import Path
+
+    import torch
+    record = {"device": cpu_description(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+              "command": command_line(script, argv), "torch": torch.__version__, **fields, "rows": rows}
+    Path(out).with_suffix(".json").write_text(json.dumps(record, indent=1) + "\n")
+    return record
+
+
+def record_header(record: dict, title: str, what: str) -> list[str]:
+    """The first lines of a results ``.md``: its title, the device, torch, date and command of
+    ``record`` (:func:`write_cpu_record`), then ``what`` the run measured."""
+    return [f"# {title}", "", f"Device: {record['device']}; torch {record['torch']}, 1 thread; date {record['date']}.",
+            f"Command: `{record['command']}`. {what}", ""]
+
+
 def slug(text: str) -> str:
     """``text`` (a device name) as part of a results file name: lower case, every run of characters
     other than a-z and 0-9 one ``_``, none at either end."""

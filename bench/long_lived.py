@@ -12,8 +12,6 @@ decoder layer's cross-attention. A decoder-only model of the same size is the co
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import sys
 import warnings
 from pathlib import Path
@@ -24,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 import torch_exec as te  # noqa: E402
-from bench._common import cpu_description  # noqa: E402
+from bench._common import record_header, write_cpu_record  # noqa: E402
 from torch_exec.executor import plain_peak_bytes  # noqa: E402
 
 
@@ -76,18 +74,14 @@ def main(argv=None):
                          warning=few[0] if few else None, notes=wrapped.capture.notes))
         print(f"{name:40s} {ex.chain.n:3d} stages, least {100 * lo / hi:5.1f} % of plain, warned {bool(few)}",
               flush=True)
-    command = "python bench/long_lived.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    record = {"device": cpu_description(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-              "command": command.strip(), "torch": torch.__version__, "rows": rows}
     out = Path(args.out)
-    out.with_suffix(".json").write_text(json.dumps(record, indent=1) + "\n")
-    lines = ["# Few places to cut: values read late (CPU)", "",
-             f"Device: {record['device']}; torch {torch.__version__}, 1 thread; date {record['date']}.",
-             f"Command: `{record['command']}`. transformers' models at tiny random configurations (width 32, "
-             f"2 x 16 tokens), `caller_keeps='loss'`; the least budget as a share of plain autograd's measured "
-             f"peak; warned: the capture said \"few places to cut\" (`torch_exec/auto.py`, `_long_lived_note`).", "",
-             "| model | capture | stages | least budget B | plain peak B | least % | warned |",
-             "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
+    record = write_cpu_record(out, "long_lived.py", argv, rows)
+    lines = record_header(record, "Few places to cut: values read late (CPU)",
+                          "transformers' models at tiny random configurations (width 32, 2 x 16 tokens), "
+                          "`caller_keeps='loss'`; the least budget as a share of plain autograd's measured peak; "
+                          "warned: the capture said \"few places to cut\" (`torch_exec/auto.py`, `_long_lived_note`).")
+    lines += ["| model | capture | stages | least budget B | plain peak B | least % | warned |",
+              "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
     for r in rows:
         lines.append(f"| {r['model']} | {r['method']} | {r['stages']} | {r['least_bytes']} | {r['plain_peak_bytes']} | "
                      f"{r['least_pct']:.1f} | {'yes' if r['warned'] else 'no'} |")

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import datetime
-import json
 import sys
 import warnings
 from pathlib import Path
@@ -31,7 +29,7 @@ import torch  # noqa: E402
 import models as A  # noqa: E402
 import torch_exec as te  # noqa: E402
 import torch_exec.auto as auto  # noqa: E402
-from bench._common import cpu_description  # noqa: E402
+from bench._common import record_header, write_cpu_record  # noqa: E402
 from torch_exec.executor import plain_peak_bytes  # noqa: E402
 from torch_exec.meter import measure_peak  # noqa: E402
 
@@ -166,19 +164,15 @@ def main(argv=None):
                       f"{all(s['within_budget'] for s in r['steps'])}", flush=True)
     finally:
         auto.MAX_CROSSING = default
-    command = "python bench/max_crossing.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    record = {"device": cpu_description(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-              "command": command.strip(), "torch": torch.__version__, "rows": rows}
     out = Path(args.out)
-    out.with_suffix(".json").write_text(json.dumps(record, indent=1) + "\n")
-    lines = ["# More than one value across a cut (CPU, research record)", "",
-             f"Device: {record['device']}; torch {torch.__version__}, 1 thread; date {record['date']}.",
-             f"Command: `{record['command']}`. k: values allowed across a cut (`torch_exec.auto.MAX_CROSSING`, 1 "
-             f"today). Measured: the CPU allocator's peak of one step above the bytes before it, parameter gradients "
-             f"allocated; f: of the way from the least budget to plain autograd's peak.", "",
-             "| model | k | stages | least % of plain | f = 0: measured / budget | f = 0.5: measured / budget | held | "
-             "loss equal | largest gradient difference |",
-             "| --- | ---: | ---: | ---: | --- | --- | --- | --- | ---: |"]
+    record = write_cpu_record(out, "max_crossing.py", argv, rows)
+    lines = record_header(record, "More than one value across a cut (CPU, research record)",
+                          "k: values allowed across a cut (`torch_exec.auto.MAX_CROSSING`, 1 today). Measured: the CPU "
+                          "allocator's peak of one step above the bytes before it, parameter gradients allocated; f: of "
+                          "the way from the least budget to plain autograd's peak.")
+    lines += ["| model | k | stages | least % of plain | f = 0: measured / budget | f = 0.5: measured / budget | held | "
+              "loss equal | largest gradient difference |",
+              "| --- | ---: | ---: | ---: | --- | --- | --- | --- | ---: |"]
     for r in rows:
         cells = [f"{s['measured_peak_bytes']} / {s['budget_bytes']}" for s in r["steps"]]
         held = "yes" if all(s["within_budget"] for s in r["steps"]) else "NO"

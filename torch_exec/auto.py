@@ -495,11 +495,10 @@ warning (:func:`_long_lived_note`): no cut exists there, and the least budget is
 autograd's peak."""
 
 
-def _long_lived_note(main: list, grad_inputs: list, ends) -> str | None:
+def _long_lived_note(main: list, ends, blockers: dict) -> str | None:
     """Why a chain has few cuts, when one value made early and read late crosses most of its points
-    (router logits kept for an auxiliary loss, an encoder's output read by every decoder layer)."""
-    blockers: dict = {}
-    _cuts(main, grad_inputs, ends, blockers)
+    (router logits kept for an auxiliary loss, an encoder's output read by every decoder layer);
+    ``blockers``: what :func:`_cuts` filled in while cutting ``main``."""
     if not blockers:
         return None
     value, count = max(blockers.items(), key=lambda kv: kv[1])
@@ -800,14 +799,15 @@ def _used_side(nodes: list, side_pos: dict, given: list) -> list:
 
 
 def _chain_of(gm: fx.GraphModule, g: _Graph, flat: list, main: list, grad_inputs: list, outs: list, side_pos: dict,
-              side: _Side, max_stages: int, tuple_out: bool, fallback: fx.Node, inputs=None) -> tuple[list, list, int]:
+              side: _Side, max_stages: int, tuple_out: bool, fallback: fx.Node, inputs=None,
+              blockers: dict | None = None) -> tuple[list, list, int]:
     """``main`` (carrying nodes in program order) cut into at most ``max_stages`` stages computing
     ``outs`` (the last stage returns a tuple when ``tuple_out``): (the stages, their input a_0 as
     placeholders, the number of valid cuts). a_0 is ``grad_inputs`` and the other tensor inputs the
     first stage reads (its input then, so that the profiler sees them as the chain's input, which
     the budget leaves out); with ``inputs``, only those. When the first stage reads none (its data is
-    made inside), a_0 is ``fallback``, which it does not take."""
-    positions, crossing = _cuts(main, grad_inputs, outs)
+    made inside), a_0 is ``fallback``, which it does not take. ``blockers``: as for :func:`_cuts`."""
+    positions, crossing = _cuts(main, grad_inputs, outs, blockers)
     weights = [_weight([n]) for n in main]
     chosen = _choose(positions, weights, max_stages)
     cross_at = dict(zip(positions, crossing))
@@ -911,12 +911,13 @@ def _capture_export(model: nn.Module, args: tuple, kwargs: dict, max_stages: int
                      f"{len(split.head)} operations")
     else:
         first_tensor = next(n for n, v in zip(g.placeholders, flat) if isinstance(v, torch.Tensor))
+        blockers: dict = {}
         stages, a0, n_cuts = _chain_of(gm, g, flat, g.main, g.grad_inputs, chain_outputs, side_pos, side,
-                                       max_stages, True, first_tensor)
+                                       max_stages, True, first_tensor, blockers=blockers)
         chain_input = [g.placeholders.index(n) for n in a0]
         notes.append(f"captured with torch.export: {len(g.main)} operations carry gradient, {n_cuts} valid cuts, "
                      f"{len(stages)} stages kept (max_stages={max_stages})")
-        few = _long_lived_note(g.main, g.grad_inputs, chain_outputs)
+        few = _long_lived_note(g.main, chain_outputs, blockers)
         if few:
             notes.append(few)
             warnings.warn(f"auto_checkpoint: {few}", UserWarning, stacklevel=5)

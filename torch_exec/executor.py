@@ -562,15 +562,19 @@ def plain_peak_measured(entry) -> bool:
     return bool(entry.profile.get("reference", {}).get("store_all_peak_bytes"))
 
 
+def _with_beside(entry, measured: int) -> int:
+    """A step peak the profiler measured (it held nothing beside the stages) with what the entry counts
+    beside them: its reserves, what its turn adds, and its floor."""
+    return max(int(measured) + entry.reserved_beside + entry.turn_peak_bytes, entry.floor_bytes)
+
+
 def plain_peak_bytes(entry) -> int:
     """Plain autograd's step peak for this entry: measured by the profiler (the plain path runs
     exactly that step, its caller holding every output and seeding a gradient for each), else the
     model's store-all peak."""
-    if plain_peak_measured(entry):  # the profiled step held nothing beside the stages; the model reserves them
-        peak = int(entry.profile["reference"]["store_all_peak_bytes"]) + entry.reserved_beside + entry.turn_peak_bytes
-    else:
-        peak = store_all_peak_bytes(entry.plain_chain)
-    return max(peak, entry.floor_bytes)
+    if plain_peak_measured(entry):
+        return _with_beside(entry, entry.profile["reference"]["store_all_peak_bytes"])
+    return max(store_all_peak_bytes(entry.plain_chain), entry.floor_bytes)
 
 
 def reference_peak_bytes(entry) -> tuple[int, str]:
@@ -579,8 +583,7 @@ def reference_peak_bytes(entry) -> tuple[int, str]:
     caller's own loop), else :func:`plain_peak_bytes`."""
     loss_only = entry.profile.get("reference", {}).get("loss_only_peak_bytes")
     if entry.loss_only and loss_only:
-        return (max(int(loss_only) + entry.reserved_beside + entry.turn_peak_bytes, entry.floor_bytes),
-                "a step keeping only the loss, measured when profiling")
+        return _with_beside(entry, loss_only), "a step keeping only the loss, measured when profiling"
     if not plain_peak_measured(entry):
         return plain_peak_bytes(entry), NOT_MEASURED
     if entry.loss_only:  # a profile given to prepare() that was made without caller_keeps='loss'

@@ -306,21 +306,8 @@ class _Passes:
         ng_marks = []
         with MemoryMeter(self.device) as meter:
             self.nograd_memory(meter, mem, ng_marks)
-            if self.isolated:
-                g_marks = self.isolated_forward(meter.mark, mem)
-                bwd_marks = self.isolated_backward(meter.mark)
-                reference = {"host_copies_bytes": int(self.stash.host_bytes())}
-            else:
-                bounds, g_marks, ref_marks = self.whole_memory(meter, mem)
-        if self.isolated:
-            spans = [(c, d) if c is not None else None for _, _, c, d in bwd_marks]
-        else:
-            spans = [bounds.span(s) for s in range(1, n + 1)]
-            ref_start, retained, ref_end, loss_marks = ref_marks
-            reference = {"store_all_peak_bytes": int(meter.between(ref_start, ref_end).peak),
-                         "retained_after_forward_bytes": int(meter.between(ref_start, retained).delta)}
-            if loss_marks is not None:
-                reference["loss_only_peak_bytes"] = int(meter.between(loss_marks[0], loss_marks[2]).peak)
+            g_marks, readings = (self.isolated_memory if self.isolated else self.whole_memory)(meter, mem)
+        spans, reference = readings()  # readings exist once the meter has stopped
         # what profiling itself allocated at its peak on the device (on the CPU the host copies of the
         # stages' inputs, host_copies_bytes, are the same memory and counted too)
         reference["memory_pass_peak_bytes"] = int(meter.total.peak)
@@ -391,8 +378,8 @@ class _Passes:
 
     def whole_memory(self, meter, mem: list) -> tuple:
         """A forward with grad holding every stage's output, its backward as plain autograd runs it, and
-        plain autograd's step: (the backward's stage boundaries, the forward's marks per stage, the
-        plain steps' marks)."""
+        plain autograd's step: (the forward's marks per stage, ``readings()``: the backward's span per
+        stage and the plain steps' reference figures, once the meter has stopped)."""
         n = self.n
         g_marks = []
         # forward with grad, outputs of all earlier stages held: xbar is what the stage adds
@@ -421,7 +408,23 @@ class _Passes:
         # plain autograd's step, for the reference figures
         ref_start, retained, ref_end = self.metered_plain_step(meter, loss_only=False)
         loss_marks = self.metered_plain_step(meter, loss_only=True) if self.loss_only else None
-        return bounds, g_marks, (ref_start, retained, ref_end, loss_marks)
+
+        def readings():
+            reference = {"store_all_peak_bytes": int(meter.between(ref_start, ref_end).peak),
+                         "retained_after_forward_bytes": int(meter.between(ref_start, retained).delta)}
+            if loss_marks is not None:
+                reference["loss_only_peak_bytes"] = int(meter.between(loss_marks[0], loss_marks[2]).peak)
+            return [bounds.span(s) for s in range(1, n + 1)], reference
+        return g_marks, readings
+
+    def isolated_memory(self, meter, mem: list) -> tuple:
+        """Each stage alone (Note [Profiling stage by stage]): (the forward's marks per stage,
+        ``readings()``: the backward's span per stage and what the host copies took; no plain step)."""
+        g_marks = self.isolated_forward(meter.mark, mem)
+        bwd_marks = self.isolated_backward(meter.mark)
+        host = int(self.stash.host_bytes())
+        return g_marks, lambda: ([(c, d) if c is not None else None for _, _, c, d in bwd_marks],
+                                 {"host_copies_bytes": host})
 
     def _stage_input(self, s: int):
         """Stage s's input brought back from ``stash`` (Note [Profiling stage by stage]): (the leaf, the

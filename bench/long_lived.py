@@ -1,13 +1,18 @@
-"""Models whose graph leaves auto_checkpoint few cuts: a value made early and read late crosses most
-points of the chain (only one value may cross a cut, ``torch_exec.auto.MAX_CROSSING``). For each of
-transformers' models below (tiny random configurations, CPU): the capture, the stages kept, the least
-budget as a share of plain autograd's peak, and whether the capture warned ("few places to cut").
+"""Models whose graph leaves auto_checkpoint few cuts with one value across a cut: a value made early and
+read late crosses most points of the chain (Note [Values read late] in ``torch_exec/auto.py``). For each
+of transformers' models below (tiny random configurations, CPU): the capture, the stages kept, the least
+budget as a share of plain autograd's peak, whether the capture warned ("few places to cut") or cut with
+more values across a cut (noted), and one measured step (the CPU allocator's peak above the bytes before
+it) at the least budget and halfway to plain autograd's peak, against the budget.
 
     python bench/long_lived.py [--out bench/results/long_lived_cpu]
+    python bench/long_lived.py --limit 1 --out bench/results/long_lived_cpu_narrow   # one value across a cut
 
-A mixture of experts trained with its load-balancing loss (``output_router_logits=True``) keeps
-every layer's router logits for that loss; an encoder-decoder's encoder output is read by every
-decoder layer's cross-attention. A decoder-only model of the same size is the comparison.
+``--limit``: ``torch_exec.auto.LONG_LIVED_CROSSING`` for the run (1: never more than one value, as before
+Note [Values read late]). A mixture of experts trained with its load-balancing loss
+(``output_router_logits=True``) keeps every layer's router logits for that loss; an encoder-decoder's
+encoder output is read by every decoder layer's cross-attention. A decoder-only model of the same size is
+the comparison.
 """
 from __future__ import annotations
 
@@ -54,11 +59,31 @@ def models():
     yield "Llama, 16 layers (decoder only)", T.LlamaForCausalLM(cfg), dict(input_ids=ids, labels=ids)
 
 
+def measured(wrapped, inputs: dict, budget: int) -> dict:
+    """One step at ``budget`` under the CPU meter (parameter gradients allocated, one step before)."""
+    from torch_exec.meter import measure_peak
+    wrapped.replan(budget)
+    for p in wrapped.parameters():
+        p.grad = torch.zeros_like(p)
+
+    def step():
+        wrapped(**inputs).loss.backward()
+    step()
+    _, reading = measure_peak(step)
+    return dict(budget_bytes=wrapped.plan.budget_bytes, predicted_peak_bytes=wrapped.plan.predicted_peak_bytes,
+                measured_peak_bytes=reading.peak, within_budget=reading.peak <= wrapped.plan.budget_bytes)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "long_lived_cpu"))
+    parser.add_argument("--limit", type=int, default=None,
+                        help="torch_exec.auto.LONG_LIVED_CROSSING for this run (default: the module's)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    import torch_exec.auto as auto
+    if args.limit is not None:
+        auto.LONG_LIVED_CROSSING = args.limit
     rows = []
     for name, model, inputs in models():
         model.train()
@@ -69,25 +94,36 @@ def main(argv=None):
         few = [str(w.message) for w in caught if "few places to cut" in str(w.message)]
         ex = wrapped.executor
         lo, hi = ex.min_budget_bytes, plain_peak_bytes(ex._last)
+        wide = any("values across a cut instead" in n for n in wrapped.capture.notes)
+        steps = [dict(fraction=f, **measured(wrapped, inputs, int(lo + f * (hi - lo)))) for f in (0.0, 0.5)]
         rows.append(dict(model=name, method=wrapped.capture.method, stages=ex.chain.n, least_bytes=lo,
-                         plain_peak_bytes=hi, least_pct=100 * lo / hi, warned=bool(few),
-                         warning=few[0] if few else None, notes=wrapped.capture.notes))
-        print(f"{name:40s} {ex.chain.n:3d} stages, least {100 * lo / hi:5.1f} % of plain, warned {bool(few)}",
-              flush=True)
+                         plain_peak_bytes=hi, least_pct=100 * lo / hi, warned=bool(few), wide=wide,
+                         warning=few[0] if few else None, notes=wrapped.capture.notes, steps=steps))
+        print(f"{name:40s} {ex.chain.n:3d} stages, least {100 * lo / hi:5.1f} % of plain, warned {bool(few)}, "
+              f"wide {wide}, held {all(s['within_budget'] for s in steps)}", flush=True)
     out = Path(args.out)
-    record = write_cpu_record(out, "long_lived.py", argv, rows)
+    record = write_cpu_record(out, "long_lived.py", argv, rows, long_lived_crossing=auto.LONG_LIVED_CROSSING)
     lines = record_header(record, "Few places to cut: values read late (CPU)",
                           "transformers' models at tiny random configurations (width 32, 2 x 16 tokens), "
                           "`caller_keeps='loss'`; the least budget as a share of plain autograd's measured peak; "
-                          "warned: the capture said \"few places to cut\" (`torch_exec/auto.py`, `_long_lived_note`).")
-    lines += ["| model | capture | stages | least budget B | plain peak B | least % | warned |",
-              "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
+                          "warned: the capture said \"few places to cut\"; wide: it cut with up to "
+                          f"{auto.LONG_LIVED_CROSSING} values across a cut (`LONG_LIVED_CROSSING`, Note [Values read "
+                          "late] in `torch_exec/auto.py`); measured: one step's peak (CPU allocator) / the budget, "
+                          "at the least budget (f = 0) and halfway to plain autograd's peak (f = 0.5).")
+    lines += ["| model | capture | stages | least budget B | plain peak B | least % | warned | wide | "
+              "f = 0: measured / budget | f = 0.5: measured / budget | held |",
+              "| --- | --- | ---: | ---: | ---: | ---: | --- | --- | --- | --- | --- |"]
     for r in rows:
+        cells = [f"{s['measured_peak_bytes']} / {s['budget_bytes']}" for s in r["steps"]]
         lines.append(f"| {r['model']} | {r['method']} | {r['stages']} | {r['least_bytes']} | {r['plain_peak_bytes']} | "
-                     f"{r['least_pct']:.1f} | {'yes' if r['warned'] else 'no'} |")
+                     f"{r['least_pct']:.1f} | {'yes' if r['warned'] else 'no'} | {'yes' if r['wide'] else 'no'} | "
+                     f"{cells[0]} | {cells[1]} | {'yes' if all(s['within_budget'] for s in r['steps']) else 'NO'} |")
     warned = [r for r in rows if r["warned"]]
     if warned:
         lines += ["", "The warning, for the first model that got it:", "", f"> {warned[0]['warning']}"]
+    noted = [n for r in rows for n in r["notes"] if "values across a cut instead" in n]
+    if noted:
+        lines += ["", "The note, for the first model that got it:", "", f"> {noted[0]}"]
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
 
 

@@ -3,6 +3,7 @@ measured step peak hold the budget? (CPU; the allocator's events measure every p
 
     python bench/tuple_fuzz.py --seeds 0:40                 # recompute only, 5 budgets per model
     python bench/tuple_fuzz.py --seeds 200:240 --offload    # offloading over a free link, 4 budgets
+    python bench/tuple_fuzz.py --seeds 0:40 --views          # cat stages too: gradient slices handed on
 
 Each model is an ``nn.Sequential`` of stages drawn from a small vocabulary: some make new tensors,
 some pass one of their inputs on untouched, some alias (pick or swap the parts of a pair), some
@@ -149,16 +150,38 @@ class LossKeep(_Stage):   # t -> (loss, t): the caller may hold t
         return t.square().mean(), t
 
 
+class CatFc(_Stage):      # (a, b) -> fc2(cat(a, fc(b))): a's gradient is a slice of the cat's (a DenseNet layer)
+    arity, weighted = (2, 1), True
+
+    def __init__(self):
+        super().__init__()
+        self.fc2 = nn.Linear(2 * WIDTH, WIDTH)
+
+    def forward(self, p):
+        return self.fc2(torch.cat([p[0], self.fc(p[1])], -1))
+
+
+class CatPass(CatFc):     # (a, b) -> (fc2(cat(a, fc(b))), a): passes a on too
+    arity = (2, 2)
+
+    def forward(self, p):
+        return super().forward(p), p[0]
+
+
 KINDS = (Lin, LinNoAct, Scale, Fork, ForkFree, Keep, KeepFree, Flip, First, Second, Merge, MulMerge)
+VIEW_KINDS = (CatFc, CatPass)
+"""Drawn too with ``--views``: stages whose backward hands a slice of a larger gradient to a tensor of their
+input (Note [Segment inputs] in torch_exec/executor.py)."""
 
 
-def kinds(seed: int, stages: int, hold: bool) -> list[type]:
+def kinds(seed: int, stages: int, hold: bool, views: bool = False) -> list[type]:
     """The stage kinds of model ``seed``: a Lin, then random kinds whose arities chain, ending on a
-    tensor, then the loss."""
+    tensor, then the loss. ``views``: :data:`VIEW_KINDS` are drawn too."""
     rng = random.Random(seed)
     out, arity = [Lin], 1
+    vocabulary = KINDS + VIEW_KINDS if views else KINDS
     while len(out) < stages or arity != 1:
-        fits = [k for k in KINDS if k.arity[0] == arity]
+        fits = [k for k in vocabulary if k.arity[0] == arity]
         if len(out) >= stages:
             fits = [k for k in fits if k.arity[1] == 1] or fits
         out.append(rng.choice(fits))
@@ -178,7 +201,7 @@ def _step(model, x, drop: bool = False):
 
 
 def run(seed: int, args) -> dict:
-    stage_kinds = kinds(seed, args.stages, args.hold or args.drop)
+    stage_kinds = kinds(seed, args.stages, args.hold or args.drop, args.views)
 
     def make():
         torch.manual_seed(seed)
@@ -224,6 +247,8 @@ def main(argv=None) -> int:
     parser.add_argument("--hold", action="store_true", help="the model returns (loss, state), held by the caller")
     parser.add_argument("--drop", action="store_true",
                         help="the model returns (loss, state), the caller drops the state before the backward")
+    parser.add_argument("--views", action="store_true",
+                        help="draw stages whose backward hands a slice of a larger gradient on (VIEW_KINDS) too")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "tuple_fuzz_cpu"))
     args = parser.parse_args(argv)
     try:
@@ -254,7 +279,8 @@ def main(argv=None) -> int:
              f"Command: `{record['command']}` (module docstring of `bench/tuple_fuzz.py`).", "",
              f"- models: {len(models)} ({args.stages} drawn stages each, then the loss"
              f"{', output held through the backward' if args.hold else ''}"
-             f"{', the state dropped before the backward' if args.drop else ''}); runs: {len(runs)}",
+             f"{', the state dropped before the backward' if args.drop else ''}"
+             f"{', cat stages drawn too (--views)' if args.views else ''}); runs: {len(runs)}",
              f"- budgets held: {len(runs) - len(over)} of {len(runs)}",
              f"- measured / predicted: {min(ratios):.4f} - {max(ratios):.4f}"]
     if args.offload:

@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 import torch_exec as te  # noqa: E402
+import torch_exec.executor as E  # noqa: E402
 from gpusolve import Chain, InfeasibleBudgetError, store_all_peak_bytes  # noqa: E402
 from gpusolve.schedule import OpKind, segments_policy, tape_chain  # noqa: E402
 from gpusolve.simulate import simulate  # noqa: E402
@@ -600,3 +601,54 @@ def test_profiling_suspends_post_accumulate_hooks_and_nested_wrappers_work():
     loss_of(outer(x)).backward()  # neither wrapper prepared: the outer profiles the inner as a plain stage
     for p, q in zip(ref.parameters(), inner.parameters()):
         torch.testing.assert_close(q.grad, p.grad, rtol=0, atol=0)
+
+
+def test_a_segment_input_keeps_the_gradient_the_engine_hands_it_without_a_copy():
+    # Note [Segment inputs]: the gradient of a tensor read only by a cat is a slice of the cat's gradient;
+    # a leaf's AccumulateGrad copied it (the leaf's strides), with the whole cat gradient still alive.
+    from torch_exec._util import SegmentInput
+    x, c = torch.randn(2, 3, 4), torch.randn(2, 5, 4)
+    leaf = SegmentInput((x, c, torch.arange(3)), True)
+    a, b, ids = leaf.state
+    assert a.requires_grad and b.requires_grad and not ids.requires_grad
+    g = torch.randn(2, 8, 4)
+    torch.cat([a, b], 1).backward(g)
+    ga, gb, gi = leaf.take_grads()
+    assert gi is None and not leaf.box
+    assert ga.untyped_storage().data_ptr() == g.untyped_storage().data_ptr()  # the slice itself
+    assert torch.equal(ga, g[:, :3]) and torch.equal(gb, g[:, 3:])
+    assert x.grad is None and not leaf.written()
+    with torch.enable_grad():
+        a.mul_(2)  # aliases x, which the schedule holds
+    assert leaf.written()
+    # the cat's other part consumed inside the segment: the slice would hold all of the cat's gradient
+    leaf = SegmentInput((x, c), True)
+    a, b = leaf.state
+    torch.cat([a, torch.tanh(b)], 1).backward(g)
+    ga, gb = leaf.take_grads()
+    assert ga.untyped_storage().nbytes() == ga.numel() * ga.element_size() and torch.equal(ga, g[:, :3])
+    # an expanded gradient (of a sum) stays one: smaller than the tensor
+    leaf = SegmentInput(x, True)
+    leaf.state.sum().backward()
+    (gx,) = leaf.take_grads()
+    assert gx.stride() == (0, 0, 0) and torch.equal(gx, torch.ones_like(x))
+
+
+def test_a_stage_writing_into_its_segments_input_is_refused():
+    # Note [Segment inputs]: the segment input aliases the held a_{s-1}; a write would change a checkpoint.
+    # The profiler fuses such a stage with the one before it, so the write is slipped in after profiling.
+    class Writes(nn.Module):
+        def forward(self, x):
+            return x.mul_(2)
+
+    net = te.CheckpointedSequential(nn.Sequential(*(nn.Linear(8, 8) for _ in range(4))), budget="1GiB",
+                                    backend="cpu")
+    x = torch.randn(4, 8)
+    net.prepare(x)
+    net.replan(net.min_budget_bytes)
+    entry = next(iter(net._entries.values()))
+    program = entry.forward_ops + entry.backward_ops
+    s = next(s for code, s, arg, _ in program if code == E.TAPE and not arg and s > 1)
+    entry.groups[s - 1].insert(0, Writes())
+    with pytest.raises(RuntimeError, match=f"stage {s} wrote in place into a tensor of its autograd segment's input"):
+        net(x).sum().backward()

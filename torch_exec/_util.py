@@ -228,6 +228,87 @@ def make_leaf(state, requires_grad):
     return map_state(leaf, state)
 
 
+_ANCHORS: dict = {}  # device -> an empty leaf requiring grad (_anchor)
+
+
+def _anchor(device) -> torch.Tensor:
+    """An empty leaf requiring grad on ``device``, never given a gradient: what makes a :class:`_Grip`'s
+    outputs require grad (one per device: making one per segment cost a few microseconds)."""
+    anchor = _ANCHORS.get(device)
+    if anchor is None:
+        anchor = _ANCHORS[device] = torch.empty(0, device=device, requires_grad=True)
+    return anchor
+
+
+class _Grip(torch.autograd.Function):
+    """The node a segment's input tensors hang from (:class:`SegmentInput`): ``forward(box, anchor, *ts)``
+    returns aliases of ``ts``; ``backward`` puts the gradients in the box as the engine hands them over.
+    ``anchor`` (:func:`_anchor`) makes the outputs require grad."""
+
+    @staticmethod
+    def forward(ctx, box, anchor, *ts):
+        ctx.box = box
+        ctx.set_materialize_grads(False)
+        return tuple(t.detach() for t in ts)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        ctx.box[:] = grads
+        return (None, None) + (None,) * len(grads)
+
+
+class SegmentInput:
+    """The input of an autograd segment (Note [Segment inputs] in torch_exec/executor.py): ``state``, what its
+    first stage reads (``state`` with the tensors that need a gradient, ``requires_grad`` a bool or a list
+    per tensor, made outputs of one :class:`_Grip` node), and after the segment's backward :meth:`take_grads`,
+    each tensor's gradient as the engine handed it over (None where it needs none or none arrived)."""
+
+    __slots__ = ("state", "inputs", "box", "slots", "versions")
+
+    def __init__(self, state, requires_grad):
+        flat = tensors(state)
+        flags = list(requires_grad) if isinstance(requires_grad, (list, tuple)) else [requires_grad] * len(flat)
+        self.slots = [i for i, (t, flag) in enumerate(zip(flat, flags, strict=False)) if flag and differentiable(t)]
+        self.box = []
+        if not self.slots:
+            self.state, self.inputs, self.versions = detach(state), [], []
+            return
+        with torch.enable_grad():
+            self.inputs = list(_Grip.apply(self.box, _anchor(flat[0].device), *(flat[i].detach() for i in self.slots)))
+        by_slot = dict(zip(self.slots, self.inputs, strict=True))
+        position = iter(range(len(flat)))
+
+        def pick(t):
+            i = next(position)
+            return by_slot[i] if i in by_slot else t.detach()
+        self.state = map_state(pick, state)
+        self.versions = [t._version for t in self.inputs]
+
+    def written(self) -> bool:
+        """Whether something wrote in place into a tensor that needs a gradient (a leaf made by ``detach()``
+        raised on that; these alias the held input, which must not change)."""
+        return any(t._version != v for t, v in zip(self.inputs, self.versions, strict=True))
+
+    def take_grads(self) -> list:
+        """The gradient of each tensor of ``state`` (None where none), leaving none held here. A gradient
+        that is part of a storage the gradients handed over do not cover (a slice of a ``cat``'s gradient
+        whose other part was consumed inside the segment) is copied, so the rest can go."""
+        out = [None] * len(tensors(self.state))
+        for i, g in zip(self.slots, self.box, strict=False):
+            out[i] = g
+        self.box.clear()
+        if not any(g is not None and g._is_view() for g in out):  # each owns its storage (the usual case)
+            return out
+        covered: dict = {}
+        for g in out:
+            if g is not None and (key := storage_key(g)) is not None:
+                covered[key] = covered.get(key, 0) + g.numel() * g.element_size()
+        for i, g in enumerate(out):
+            if g is not None and (key := storage_key(g)) is not None and key[2] > covered[key]:
+                out[i] = g.clone()
+        return out
+
+
 def clone(state):
     return map_state(lambda t: t.clone(), state)
 

@@ -19,8 +19,9 @@ Note [Cut points]
     through the step, so the budget counts them:
     each new storage behind them once, whole (:func:`side_nbytes`; views such as a mask expanded to
     the batch add nothing). A cut after carrying node p is valid when the carrying values
-    made up to p and used after p are at most :data:`MAX_CROSSING` tensor(s), and no later node writes
-    in place into one of them (a held checkpoint must not change). These are the articulation points
+    made up to p and used after p are at most :data:`MAX_CROSSING` tensor(s) (more where a value read late
+    leaves few cuts: Note [Values read late]), and no later node writes in place into one of them (a
+    held checkpoint must not change). These are the articulation points
     of the data-flow graph with parameters, buffers and side data excluded. Of the valid cuts at most
     ``max_stages - 1`` are kept, spread evenly over the bytes the carrying nodes allocate (a proxy of
     both memory and time; the solver then merges stages where nothing is saved between them).
@@ -80,6 +81,28 @@ Note [Running concatenation]
     differ (promotion could round the shared tensors differently) and when anything may write in
     place into the earlier result or a shared tensor (through a view, a list argument, or inside an
     exported ``no_grad``/autocast region, whose inputs all count as written).
+
+Note [Values read late]
+    A value made early and read late (every layer's router logits, kept for a mixture of experts'
+    load-balancing loss; an encoder's output, read by every decoder layer's cross-attention) crosses
+    every point in between beside the hidden state. With one value across a cut no cut exists
+    there, and the least budget stayed close to plain autograd's peak (transformers' Mixtral with its
+    auxiliary loss 94.8 %, BART and T5 65-88 %; ``bench/results/long_lived_cpu_narrow.md``). When one
+    value crosses more than :data:`LONG_LIVED` of the points, the graph is cut again with up to
+    :data:`LONG_LIVED_CROSSING` values across a cut (the state between two stages is then a tuple: the
+    hidden state and the values read late so far), and that chain is taken when it has more cuts; a
+    note on the capture says so. Of the cuts several values cross, only those whose values hold at most
+    :data:`WIDE_CUT_BYTES` times the median bytes crossing a valid cut are kept: inside an MLP's
+    activation (GPT-2's tanh GELU) several intermediates of four times the hidden width cross, and
+    a stage boundary there holds all of them as a checkpoint and as a gradient; with them GPT-2's
+    least budget was 49.9 % of plain autograd's peak with up to 8 values across every cut instead of
+    41.9 % with one, without them 40.8 % (``bench/results/max_crossing_cpu.md``). The budget holds as
+    for any tuple state: the cost model counts the tensors a stage passes on (Note [Outputs passed
+    through] in gpusolve/chain.py) and a segment's input takes the gradients the engine hands it
+    without a copy in the middle of the backward (Note [Segment inputs] in torch_exec/executor.py;
+    before it, such a copy took DenseNet cut this way 14 % over its budget). Where more values than
+    that still cross most points, the capture warns "few places to cut". Not the default for every
+    graph (:data:`MAX_CROSSING`).
 
 Note [Sharing the model's state]
     The wrapper shares the model's ``_parameters``, ``_buffers`` and ``_modules`` dictionaries, so
@@ -164,11 +187,17 @@ from .executor import CheckpointedSequential, _budget_setting, _caller_keeps_set
 from .join import CheckpointedJoin
 
 MAX_CROSSING = 1
-"""Most tensors that may cross a cut (Note [Cut points]). One: with more, a tensor a skip connection
-carries past several cuts would be a member of several stages' states, and the profiler's per-stage
-backward boundaries (a gradient hook on each stage's output) would all fire when that tensor's
-gradient is complete, long after those stages' backwards ran; measured on a ResNet block, such
-plans under-predicted their peak by 25 %."""
+"""Most tensors that may cross a cut (Note [Cut points]), unless one value read late leaves few cuts
+(:data:`LONG_LIVED_CROSSING`). More on every graph changes every chain (more, smaller stages: longer
+profiling and solving), and a state of several tensors counts what it passes on in every checkpoint and
+tape holding it (two held at once count a shared one twice, Note [Outputs passed through] in
+gpusolve/chain.py). On seven example models, up to 8 with :data:`WIDE_CUT_BYTES` gave least budgets
+equal or lower (``bench/results/max_crossing_cpu.md``); it is not the default until the wider sweeps
+(``bench/auto_models.py``) are run that way."""
+
+LONG_LIVED_CROSSING = 64
+"""Most tensors that may cross a cut when, with :data:`MAX_CROSSING`, one value crosses most points of
+the chain (Note [Values read late])."""
 
 DEFAULT_MAX_STAGES = {"cpu": 64, "exact": 32, "cuda": 256, "auto": 96}
 """Most chain stages kept by default, per solver backend: the CPU backend's time grows as N^3 (64
@@ -441,11 +470,14 @@ class _Graph:
         return _cuts(self.main, self.grad_inputs, self.output.all_input_nodes)
 
 
-def _cuts(main: list, grad_inputs: list, ends, blockers: dict | None = None) -> tuple[list[int], list[list[fx.Node]]]:
+def _cuts(main: list, grad_inputs: list, ends, blockers: dict | None = None,
+          limit: int | None = None) -> tuple[list[int], list[list[fx.Node]]]:
     """Valid cut positions in the carrying nodes ``main`` (program order; index into it: after that
-    node) and the values crossing each (Note [Cut points]). ``grad_inputs``: the placeholders requiring
-    grad that ``main`` starts from; ``ends``: the values needed after ``main`` (its outputs).
-    ``blockers``: filled with, per value, the points it crosses where more than ``MAX_CROSSING`` do."""
+    node) and the values crossing each (Note [Cut points]), at most ``limit`` (default
+    :data:`MAX_CROSSING`). ``grad_inputs``: the placeholders requiring grad that ``main`` starts from;
+    ``ends``: the values needed after ``main`` (its outputs). ``blockers``: filled with, per value, the
+    points it crosses where more than ``limit`` do."""
+    limit = MAX_CROSSING if limit is None else limit
     index = {n: i for i, n in enumerate(main)}
     for n in grad_inputs:
         index[n] = -1
@@ -475,10 +507,10 @@ def _cuts(main: list, grad_inputs: list, ends, blockers: dict | None = None) -> 
         if n in live and last.get(n, -1) <= p:
             del live[n]
         cross = list(live)
-        if blockers is not None and len(cross) > MAX_CROSSING:
+        if blockers is not None and len(cross) > limit:
             for c in cross:
                 blockers[c] = blockers.get(c, 0) + 1
-        if not cross or len(cross) > MAX_CROSSING:
+        if not cross or len(cross) > limit:
             continue
         if not all(_is_tensor_value(c) for c in cross):
             continue
@@ -486,19 +518,35 @@ def _cuts(main: list, grad_inputs: list, ends, blockers: dict | None = None) -> 
             continue
         positions.append(p)
         crossing.append(cross)
+    if limit > 1 and positions:  # Note [Values read late]: where several cross, what crosses must be small
+        sizes = [sum(_nbytes(c) for c in cross) for cross in crossing]
+        most = WIDE_CUT_BYTES * sorted(sizes)[len(sizes) // 2]
+        keep = [i for i, cross in enumerate(crossing) if len(cross) == 1 or sizes[i] <= most]
+        positions, crossing = [positions[i] for i in keep], [crossing[i] for i in keep]
     return positions, crossing
 
 
+WIDE_CUT_BYTES = 4.0
+"""A cut that several values cross is kept only where they hold at most this many times the median bytes
+crossing the graph's valid cuts (Note [Values read late])."""
+
+
 LONG_LIVED = 0.4
-"""A value crossing more than this fraction of a chain's points, beside the value carried, gets a
-warning (:func:`_long_lived_note`): no cut exists there, and the least budget is close to plain
-autograd's peak."""
+"""A value crossing more than this fraction of a chain's points, beside the value carried, leaves few
+cuts (:func:`_long_lived_note`): the chain is cut again with more values across a cut, or the capture
+warns (Note [Values read late])."""
+
+LONG_LIVED_ADVICE = (
+    "so the least budget is close to plain autograd's peak. Such values: router logits kept for an auxiliary loss "
+    "(a mixture of experts' output_router_logits), an encoder's output read by every decoder layer, a U-Net's skips; "
+    "cut by hand (torch_exec.CheckpointedSequential) to checkpoint through them")
 
 
-def _long_lived_note(main: list, ends, blockers: dict) -> str | None:
+def _long_lived_note(main: list, ends, blockers: dict, limit: int) -> str | None:
     """Why a chain has few cuts, when one value made early and read late crosses most of its points
     (router logits kept for an auxiliary loss, an encoder's output read by every decoder layer);
-    ``blockers``: what :func:`_cuts` filled in while cutting ``main``."""
+    ``blockers``: what :func:`_cuts` filled in while cutting ``main`` with at most ``limit`` values
+    across a cut. The warning adds :data:`LONG_LIVED_ADVICE`."""
     if not blockers:
         return None
     value, count = max(blockers.items(), key=lambda kv: kv[1])
@@ -511,10 +559,8 @@ def _long_lived_note(main: list, ends, blockers: dict) -> str | None:
     made = _module_path(value)
     return (f"few places to cut: {value.name}{f' (made in {made})' if made else ''} is read again "
             f"{f'in {read}' if read else 'at the end'} "
-            f"and crosses {count} of the {points} points where a cut could go (only {MAX_CROSSING} value may cross "
-            f"a cut), so the least budget is close to plain autograd's peak. Such values: router logits kept for an "
-            f"auxiliary loss (a mixture of experts' output_router_logits), an encoder's output read by every decoder "
-            f"layer, a U-Net's skips; cut by hand (torch_exec.CheckpointedSequential) to checkpoint through them")
+            f"and crosses {count} of the {points} points where a cut could go (a cut takes at most {limit} "
+            f"value{'s' if limit > 1 else ''})")
 
 
 def _fetch_attr(gm: nn.Module, target: str):
@@ -800,14 +846,14 @@ def _used_side(nodes: list, side_pos: dict, given: list) -> list:
 
 def _chain_of(gm: fx.GraphModule, g: _Graph, flat: list, main: list, grad_inputs: list, outs: list, side_pos: dict,
               side: _Side, max_stages: int, tuple_out: bool, fallback: fx.Node, inputs=None,
-              blockers: dict | None = None) -> tuple[list, list, int]:
+              blockers: dict | None = None, limit: int | None = None) -> tuple[list, list, int]:
     """``main`` (carrying nodes in program order) cut into at most ``max_stages`` stages computing
     ``outs`` (the last stage returns a tuple when ``tuple_out``): (the stages, their input a_0 as
     placeholders, the number of valid cuts). a_0 is ``grad_inputs`` and the other tensor inputs the
     first stage reads (its input then, so that the profiler sees them as the chain's input, which
     the budget leaves out); with ``inputs``, only those. When the first stage reads none (its data is
-    made inside), a_0 is ``fallback``, which it does not take. ``blockers``: as for :func:`_cuts`."""
-    positions, crossing = _cuts(main, grad_inputs, outs, blockers)
+    made inside), a_0 is ``fallback``, which it does not take. ``blockers``, ``limit``: as for :func:`_cuts`."""
+    positions, crossing = _cuts(main, grad_inputs, outs, blockers, limit)
     weights = [_weight([n]) for n in main]
     chosen = _choose(positions, weights, max_stages)
     cross_at = dict(zip(positions, crossing))
@@ -911,16 +957,27 @@ def _capture_export(model: nn.Module, args: tuple, kwargs: dict, max_stages: int
                      f"{len(split.head)} operations")
     else:
         first_tensor = next(n for n, v in zip(g.placeholders, flat) if isinstance(v, torch.Tensor))
-        blockers: dict = {}
-        stages, a0, n_cuts = _chain_of(gm, g, flat, g.main, g.grad_inputs, chain_outputs, side_pos, side,
-                                       max_stages, True, first_tensor, blockers=blockers)
+
+        def chain(limit: int, blockers: dict) -> tuple[list, list, int]:
+            return _chain_of(gm, g, flat, g.main, g.grad_inputs, chain_outputs, side_pos, side, max_stages, True,
+                             first_tensor, blockers=blockers, limit=limit)
+        limit, blockers = MAX_CROSSING, {}
+        stages, a0, n_cuts = chain(limit, blockers)
+        few = _long_lived_note(g.main, chain_outputs, blockers, limit)
+        if few and LONG_LIVED_CROSSING > limit:  # Note [Values read late]
+            wide: dict = {}
+            cut = chain(LONG_LIVED_CROSSING, wide)
+            if cut[2] > n_cuts:
+                notes.append(f"{few}: cut with up to {LONG_LIVED_CROSSING} values "
+                             f"across a cut instead, {cut[2]} valid cuts instead of {n_cuts} (Note [Values read late])")
+                (stages, a0, n_cuts), limit = cut, LONG_LIVED_CROSSING
+                few = _long_lived_note(g.main, chain_outputs, wide, limit)
         chain_input = [g.placeholders.index(n) for n in a0]
         notes.append(f"captured with torch.export: {len(g.main)} operations carry gradient, {n_cuts} valid cuts, "
                      f"{len(stages)} stages kept (max_stages={max_stages})")
-        few = _long_lived_note(g.main, chain_outputs, blockers)
         if few:
-            notes.append(few)
-            warnings.warn(f"auto_checkpoint: {few}", UserWarning, stacklevel=5)
+            notes.append(f"{few}, {LONG_LIVED_ADVICE}")
+            warnings.warn(f"auto_checkpoint: {few}, {LONG_LIVED_ADVICE}", UserWarning, stacklevel=5)
     # The prologue: every side value from the flat inputs.
     graph = fx.Graph()
     env = {}

@@ -5,15 +5,15 @@ The schedule IR is interpreted by ONE loop, :func:`interpret`, over ``plan.sched
 - ``FWD_NOGRAD(s, keep)``: under ``no_grad`` run fused stage s on a_{s-1} (a held checkpoint, the
   detached output of a tape, or the input a_0); hold the result as checkpoint a_s; drop a_{s-1}
   unless ``keep``.
-- ``FWD_TAPE(s)``: run stage s under ``enable_grad``. Its input is a fresh leaf made from a_{s-1}
-  (``detach().requires_grad_()``), or, when the op before it was ``FWD_TAPE(s-1)``, the recorded
+- ``FWD_TAPE(s)``: run stage s under ``enable_grad``. Its input is a fresh segment input made from
+  a_{s-1} (Note [Segment inputs]), or, when the op before it was ``FWD_TAPE(s-1)``, the recorded
   output of that tape itself: a run of consecutive tapes is ONE autograd segment (see
-  Note [Tape runs]). Hold (segment leaf, output) as the tape of s.
+  Note [Tape runs]). Hold (segment input, output) as the tape of s.
 - ``BWD(s)``: for the last stage t of a segment, back-propagate the held gradient of a_t through
   the whole segment (parameter ``.grad`` accumulate as usual); the gradient of the segment's input
-  is its leaf's ``.grad``. The ``BWD`` of the segment's other stages follow it in the schedule and
-  have nothing left to do. The held gradient is handed to the engine without a reference left
-  behind (Note [Releasing the incoming gradient]).
+  is what the engine hands its segment input. The ``BWD`` of the segment's other stages follow it in
+  the schedule and have nothing left to do. The held gradient is handed to the engine without a
+  reference left behind (Note [Releasing the incoming gradient]).
 - ``FREE(s)``: drop checkpoint a_s.
 - ``OFFLOAD(s)``, ``RELEASE(s)``, ``PREFETCH(s)``, ``ACQUIRE(s)`` (plans that move checkpoints to host
   memory, ``offload=``): the step's :class:`torch_exec.offload.StepCopies` copies the held checkpoint a_s
@@ -21,7 +21,7 @@ The schedule IR is interpreted by ONE loop, :func:`interpret`, over ``plan.sched
   a_s again and copies it back, and makes the compute stream wait for that copy (a_s is held again).
   Exactly the simulator's copy timeline (:mod:`gpusolve.simulate`); see :mod:`torch_exec.offload`.
 - ``TURN`` (join schedules only, :mod:`torch_exec.join`): the head over the k branch outputs. Its
-  forward (recording, on leaves made from the branch outputs) and its backward (handing each branch
+  forward (recording, on segment inputs made from the branch outputs) and its backward (handing each branch
   the gradient of its output) are two program entries, so the join's autograd Function splits
   between them (Note [The head's graph] in :mod:`torch_exec.join`).
 
@@ -34,12 +34,30 @@ of a_N and interprets the rest (starting with ``BWD(N)``), returning the gradien
 
 Note [Tape runs]
     Nested tapes (``Tape(Tape(...))``) give consecutive ``FWD_TAPE(s), ..., FWD_TAPE(t)`` and later
-    consecutive ``BWD(t), ..., BWD(s)``. Recording them as one graph costs one leaf and one backward
+    consecutive ``BWD(t), ..., BWD(s)``. Recording them as one graph costs one segment input and one backward
     call instead of t - s + 1, and autograd frees what no backward saved (a stage output that only
     fed the next stage) exactly as plain autograd does; the cost model, which keeps each tape
     whole until its backward, stays an upper bound. :func:`annotate` checks the structure of every
     run and records, per op, whether it attaches to the previous tape and which segment a ``BWD``
     closes; a run whose backwards are not consecutive is not merged.
+
+Note [Segment inputs]
+    A segment's input tensors that need a gradient are the outputs of one small autograd node
+    (:class:`torch_exec._util.SegmentInput`) whose backward keeps the gradients the engine hands it, as
+    it hands them: what plain autograd holds at that point of its backward, and what the profiler's
+    boundaries see. Leaves (``detach().requires_grad_()``) took them through ``AccumulateGrad``, which
+    copies a gradient that does not have the leaf's strides, in the middle of the segment's backward:
+    the gradient of a tensor read only by a ``cat`` is a slice of the ``cat``'s gradient, and that
+    copy, with the whole ``cat`` gradient and the backward's workspace still alive, took a DenseNet
+    layer cut between its convolution and its ``cat`` (two tensors crossing) 14 % over its budget
+    (``bench/max_crossing.py --trace``); an expanded gradient (of a ``sum``) was made whole. Kept as
+    it is, though, such a slice holds the whole ``cat`` gradient, part of which the segment consumed,
+    until the next backward: 9 of 200 random chains with ``cat`` stages then went over (by up to 11 %;
+    ``bench/results/tuple_fuzz_views_cpu_uncopied.md``). So once the segment's backward is done, a gradient in a storage
+    the handed-over gradients do not cover is copied: the plans count the gradient of a_{s-1} beside
+    that of a_s until the backward ends, so the copy fits where the slice's storage is still held, and
+    after it exactly the gradient of a_{s-1} is. A stage may not write in place into those tensors
+    (they alias the held a_{s-1}; a leaf raised, so does :func:`interpret`).
 
 Note [Releasing the incoming gradient]
     ``torch.autograd.backward(out, grad)`` would keep ``grad`` referenced by the caller until the
@@ -118,7 +136,7 @@ Note [Autograd calls that name tensors]
     The segment backwards are nested engine calls. In a plain ``backward()`` (no tensor named:
     ``torch.autograd._is_checkpoint_valid()``) they accumulate into every ``.grad``, as plain
     autograd does. ``torch.autograd.grad(...)`` and ``backward(inputs=...)`` name tensors: then each
-    segment runs as ``torch.autograd.grad`` over its leaf (and the parameters below), so no ``.grad``
+    segment runs as ``torch.autograd.grad`` over its input (and the parameters below), so no ``.grad``
     is filled, and the Function returns the gradient of a_0 as usual; the engine captures it or
     accumulates it into exactly the named tensors. Parameters are not inputs of the Function, so a
     call naming only parameters would never reach it: each step routes the trainable parameters
@@ -687,9 +705,9 @@ class Runtime:
         for s, state in self.acts.items():
             if s != skip:
                 keys.update(U.storages(state))
-        for tape in self.tapes.values():
-            for state in tape:
-                keys.update(U.storages(state))
+        for leaf, out in self.tapes.values():
+            keys.update(U.storages(leaf.state))
+            keys.update(U.storages(out))
         return keys
 
     def host_copies(self):
@@ -772,9 +790,12 @@ def interpret(program, runtime) -> None:
             if arg:  # same segment as the tape of s-1: its output itself is the input
                 leaf, inp = rt.tapes.pop(s - 1)
             else:
-                leaf = inp = U.make_leaf(rt.input_of(s), rt.rg0 if s == 1 else True)
+                leaf = U.SegmentInput(rt.input_of(s), rt.rg0 if s == 1 else True)
+                inp = leaf.state
             with torch.enable_grad():
                 rt.tapes[s] = [leaf, rt.run_stage(s, inp)]
+            if leaf.written():
+                raise RuntimeError(_WRITTEN_ERROR.format(s=s))
             del leaf, inp
         elif code == NOGRAD:
             inp = rt.input_of(s)
@@ -788,9 +809,8 @@ def interpret(program, runtime) -> None:
                 continue
             tape = rt.tapes.pop(s)
             _backward_segment(tape, rt.grads.pop(s))
-            leaf = tape.pop()
-            rt.grads[arg - 1] = [t.grad if t.requires_grad else None for t in U.tensors(leaf)]
-            del leaf, tape
+            rt.grads[arg - 1] = tape.pop().take_grads()
+            del tape
         elif code == FREE:
             del rt.acts[s]
         elif code == TURN:  # join schedules only; arg 0 the head's forward, 1 its backward
@@ -817,6 +837,10 @@ _DOUBLE_BACKWARD_ERROR = (
 _TWICE_ERROR = (
     "CheckpointedSequential: backward ran twice through the same step, and the first backward freed it; "
     "pass retain_graph=True to the earlier backward (as plain autograd needs) to run it again")
+_WRITTEN_ERROR = (
+    "CheckpointedSequential: stage {s} wrote in place into a tensor of its autograd segment's input, which the "
+    "schedule holds (a checkpoint or an earlier stage's output) and may read again. Make that operation out of place "
+    "(e.g. nn.ReLU(inplace=False)), or fuse it into the stage that makes the tensor")
 _COMPILE_REASON = (
     "CheckpointedSequential runs its checkpointed schedule eagerly, outside the compiled graph: the first call "
     "profiles the stages and solves with NumPy, and the recomputations in its backward must redraw exactly the "
@@ -976,7 +1000,7 @@ class _SegmentMode:
         outs, box = U.take_output_and_gradients(tape, grad)
         if not outs:
             return
-        leaves = [t for t in U.tensors(leaf) if t.requires_grad]
+        leaves = leaf.inputs
         inputs = leaves + self.params
         with torch.enable_grad():
             root = U.Feed.apply(box, *outs)
@@ -988,8 +1012,7 @@ class _SegmentMode:
                 return
             got = torch.autograd.grad(root, inputs, root.new_empty(0), retain_graph=retain, allow_unused=True)
         del root
-        for t, g in zip(leaves, got, strict=False):  # the segment's own leaves: read by interpret's BWD
-            t.grad = g
+        leaf.box[:] = got[:len(leaves)]  # the segment input's gradients: read by interpret's BWD
         acc = self.param_grads
         for i, g in enumerate(got[len(leaves):]):
             if g is not None:
@@ -1059,8 +1082,7 @@ class _ScheduleFunction(torch.autograd.Function):
             _SEGMENT.mode = outer
         if keep:  # the forward's segment leaves serve again: drop the gradients they were given
             for tape in snapshot[1].values():
-                for t in U.tensors(tape[0]):
-                    t.grad = None
+                tape[0].box.clear()
         grads = rt.grads.pop(0)
         rt.acts.clear()
         if rt.tapes or rt.acts or rt.grads:

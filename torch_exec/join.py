@@ -24,14 +24,14 @@ Note [The head's graph]
     its backward:
 
     - :class:`_JoinFunction` ``forward``: interprets the forward phase, then the head's forward *with
-      recording*, on leaves made from the k branch outputs (``detach().requires_grad_()``; an empty
-      branch's leaf is its input, requiring grad as the input does). The head's graph stays inside
+      recording*, on segment inputs made from the k branch outputs (Note [Segment inputs] in
+      :mod:`torch_exec.executor`; an empty branch's is its input, requiring grad as the input does). The head's graph stays inside
       the runtime (its tape); the Function returns the head's output tensors detached, and the module
       rebuilds the head's output structure (any pytree) around them.
     - ``backward``: receives the gradient of the head's output from the engine (1.0 for a scalar loss,
       or whatever the user's graph after the head sends), back-propagates it through the head's
-      recorded graph (the head's parameters accumulate their ``.grad``; each leaf's ``.grad`` is the
-      gradient of a branch output, handed to that branch's runtime), then interprets the backward
+      recorded graph (the head's parameters accumulate their ``.grad``; what the engine hands each
+      segment input is the gradient of a branch output, handed to that branch's runtime), then interprets the backward
       phase, and returns the gradient of every branch input.
 
     Between the two halves nothing else of the schedule runs, so the memory held is the model's turn
@@ -148,8 +148,8 @@ class JoinRuntime:
             self.branches.append(Runtime(branch, a0, list(input_requires_grad[pos:pos + count]), autocast,
                                          preserve_rng))
             pos += count
-        self.head_tape = None    # [the head's input leaves (flat), its output tensors]
-        self.head_leaves = None  # per branch: the leaf state the head read
+        self.head_tape = None    # [the head's segment inputs, its output tensors]
+        self.head_leaves = None  # per branch: the segment input the head read
         self.head_grads = None   # gradients of the head's output tensors (set when the backward starts)
         self.output = None       # (the head's output, flattened, its pytree spec) after its forward
 
@@ -165,9 +165,12 @@ class JoinRuntime:
             self._head_forward()
 
     def _head_forward(self) -> None:
-        leaves = [U.make_leaf(rt.input_of(rt.n + 1), rt.rg0 if rt.n == 0 else True) for rt in self.branches]
+        leaves = [U.SegmentInput(rt.input_of(rt.n + 1), rt.rg0 if rt.n == 0 else True) for rt in self.branches]
         with torch.enable_grad():
-            out = self.entry.head(*leaves)
+            out = self.entry.head(*(leaf.state for leaf in leaves))
+        if any(leaf.written() for leaf in leaves):
+            raise RuntimeError("CheckpointedJoin: the head wrote in place into a branch output, which the schedule "
+                               "holds; make that operation out of place")
         flat, spec = tree_flatten(out)
         del out
         outs = tuple(t for t in flat if isinstance(t, torch.Tensor))
@@ -176,7 +179,7 @@ class JoinRuntime:
                             "or a structure holding tensors")
         self.output = (flat, spec)
         self.head_leaves = leaves
-        self.head_tape = [tuple(t for leaf in leaves for t in U.tensors(leaf)), outs]
+        self.head_tape = [leaves, outs]
 
     def _head_backward(self) -> None:
         tape, leaves = self.head_tape, self.head_leaves
@@ -184,7 +187,7 @@ class JoinRuntime:
         _backward_segment(tape, self.head_grads)  # empties both: no reference left here
         self.head_grads = None
         for rt, leaf in zip(self.branches, leaves, strict=True):
-            rt.grads[rt.n] = [t.grad if t.requires_grad else None for t in U.tensors(leaf)]
+            rt.grads[rt.n] = leaf.take_grads()
         del tape, leaves
 
     def input_grads(self) -> list:

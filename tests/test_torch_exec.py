@@ -652,3 +652,27 @@ def test_a_stage_writing_into_its_segments_input_is_refused():
     entry.groups[s - 1].insert(0, Writes())
     with pytest.raises(RuntimeError, match=f"stage {s} wrote in place into a tensor of its autograd segment's input"):
         net(x).sum().backward()
+
+
+def test_tracing_a_prepared_wrapper_leaves_no_fake_tensor_behind():
+    # a review found torch.export's fake anchor cached and used by every later eager step
+    import torch_exec._util as U
+    U._ANCHORS.clear()
+    torch.manual_seed(0)
+    net = te.CheckpointedSequential(nn.Sequential(*(nn.Sequential(nn.Linear(16, 16), nn.Tanh()) for _ in range(6))),
+                                    budget="1GiB", backend="cpu")
+    x = torch.randn(4, 16)
+    net.prepare(x)
+    net.replan(net.min_budget_bytes)
+
+    class Outer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = net
+
+        def forward(self, x):
+            return self.net(x).square().mean()
+    torch.export.export(Outer(), (x,))
+    assert all(type(a) is torch.Tensor for a in U._ANCHORS.values()), U._ANCHORS
+    net(x).square().mean().backward()
+    assert all(type(a) is torch.Tensor for a in U._ANCHORS.values()) and U._ANCHORS, U._ANCHORS

@@ -233,7 +233,10 @@ _ANCHORS: dict = {}  # device -> an empty leaf requiring grad (_anchor)
 
 def _anchor(device) -> torch.Tensor:
     """An empty leaf requiring grad on ``device``, never given a gradient: what makes a :class:`_Grip`'s
-    outputs require grad (one per device: making one per segment cost a few microseconds)."""
+    outputs require grad (one per device: making one per segment cost a few microseconds). Under a
+    dispatch mode (``torch.export``'s fake tensors) one is made for the call, never kept."""
+    if torch._C._len_torch_dispatch_stack():
+        return torch.empty(0, device=device, requires_grad=True)
     anchor = _ANCHORS.get(device)
     if anchor is None:
         anchor = _ANCHORS[device] = torch.empty(0, device=device, requires_grad=True)

@@ -85,24 +85,28 @@ Note [Running concatenation]
 Note [Values read late]
     A value made early and read late (every layer's router logits, kept for a mixture of experts'
     load-balancing loss; an encoder's output, read by every decoder layer's cross-attention) crosses
-    every point in between beside the hidden state. With one value across a cut no cut exists
-    there, and the least budget stayed close to plain autograd's peak (transformers' Mixtral with its
-    auxiliary loss 94.8 %, BART and T5 65-88 %; ``bench/results/long_lived_cpu_narrow.md``). When one
-    value crosses more than :data:`LONG_LIVED` of the points, the graph is cut again with up to
+    every point in between beside the hidden state. With one value across a cut no cut exists there, and
+    the least budget stayed close to plain autograd's peak (transformers' Mixtral with its auxiliary
+    loss 94.8 %, BART and T5 65-88 %; ``bench/results/long_lived_cpu_narrow.md``). When one value
+    crosses more than :data:`LONG_LIVED` of the points, the graph is cut again with up to
     :data:`LONG_LIVED_CROSSING` values across a cut (the state between two stages is then a tuple: the
-    hidden state and the values read late so far), and that chain is taken when it has more cuts; a
-    note on the capture says so. Of the cuts several values cross, only those whose values hold at most
-    :data:`WIDE_CUT_BYTES` times the median bytes crossing a valid cut are kept: inside an MLP's
-    activation (GPT-2's tanh GELU) several intermediates of four times the hidden width cross, and
-    a stage boundary there holds all of them as a checkpoint and as a gradient; with them GPT-2's
-    least budget was 49.9 % of plain autograd's peak with up to 8 values across every cut instead of
-    41.9 % with one, without them 40.8 % (``bench/results/max_crossing_cpu.md``). The budget holds as
-    for any tuple state: the cost model counts the tensors a stage passes on (Note [Outputs passed
-    through] in gpusolve/chain.py) and a segment's input takes the gradients the engine hands it
-    without a copy in the middle of the backward (Note [Segment inputs] in torch_exec/executor.py;
-    before it, such a copy took DenseNet cut this way 14 % over its budget). Where more values than
-    that still cross most points, the capture warns "few places to cut". Not the default for every
-    graph (:data:`MAX_CROSSING`).
+    hidden state and the values read late so far). That chain is taken when it has more cuts and its
+    :func:`_least_unit` is smaller (the largest part between two cuts, which may run whole, with twice
+    the state after it: a state that passes a large value on counts it in every checkpoint and gradient
+    of it, so where the values read late are large beside what the layers reading them make, an
+    encoder's output over a long source read by a decoder over a few tokens, the wider chain's least
+    budget came out 14 % higher, ``tests/test_auto.py``); a note on the capture says which. Of the cuts
+    several values cross, only those whose values hold at most :data:`WIDE_CUT_BYTES` times the median
+    bytes crossing a valid cut are kept: inside an MLP's activation (GPT-2's tanh GELU) several
+    intermediates of four times the hidden width cross, and a stage boundary there holds all of them as
+    a checkpoint and as a gradient; with them GPT-2's least budget was 49.9 % of plain autograd's peak
+    with up to 8 values across every cut instead of 41.9 % with one, without them 40.8 %
+    (``bench/results/max_crossing_cpu.md``). The budget holds as for any tuple state: the cost model
+    counts the tensors a stage passes on (Note [Outputs passed through] in gpusolve/chain.py) and a
+    segment's input takes the gradients the engine hands it without a copy in the middle of the backward
+    (Note [Segment inputs] in torch_exec/executor.py; before it, such a copy took DenseNet cut this way
+    14 % over its budget). Where more values than that still cross most points, the capture warns "few
+    places to cut". Not the default for every graph (:data:`MAX_CROSSING`).
 
 Note [Sharing the model's state]
     The wrapper shares the model's ``_parameters``, ``_buffers`` and ``_modules`` dictionaries, so
@@ -818,12 +822,26 @@ def _weight(nodes) -> int:
     return sum(0 if _is_view(n) or _written_args(n) else _nbytes(n) for n in nodes)
 
 
+def _least_unit(main: list, grad_inputs: list, ends: list, limit: int) -> int:
+    """A proxy of the least budget of ``main`` cut with at most ``limit`` values across a cut: the most, over
+    the stretches between its valid cuts, of the bytes the stretch's nodes allocate (it may run whole)
+    and twice the bytes crossing the cut after it (that state held, and its gradient). Note [Values read
+    late]."""
+    positions, crossing = _cuts(main, grad_inputs, ends, limit=limit)
+    state = [sum(_nbytes(c) for c in cross) for cross in crossing] + [0]
+    return max(w + 2 * size for w, size in zip(_stretch_weights(main, positions), state, strict=True))
+
+
+def _stretch_weights(main: list, positions: list[int]) -> list[int]:
+    """The :func:`_weight` of each stretch of ``main`` between the cut ``positions``."""
+    bounds = [-1] + positions + [len(main) - 1]
+    return [_weight(main[a + 1:b + 1]) for a, b in zip(bounds, bounds[1:])]
+
+
 def _largest_stage(main: list, grad_inputs: list, ends: list) -> int:
     """The largest :func:`_weight` of the stretches of ``main`` between its valid cuts: what no plan can
     split (a stage runs whole)."""
-    positions, _ = _cuts(main, grad_inputs, ends)
-    bounds = [-1] + positions + [len(main) - 1]
-    return max(_weight(main[a + 1:b + 1]) for a, b in zip(bounds, bounds[1:]))
+    return max(_stretch_weights(main, _cuts(main, grad_inputs, ends)[0]))
 
 
 def _label(nodes: list) -> str:
@@ -967,11 +985,17 @@ def _capture_export(model: nn.Module, args: tuple, kwargs: dict, max_stages: int
         if few and LONG_LIVED_CROSSING > limit:  # Note [Values read late]
             wide: dict = {}
             cut = chain(LONG_LIVED_CROSSING, wide)
-            if cut[2] > n_cuts:
-                notes.append(f"{few}: cut with up to {LONG_LIVED_CROSSING} values "
-                             f"across a cut instead, {cut[2]} valid cuts instead of {n_cuts} (Note [Values read late])")
+            units = [_least_unit(g.main, g.grad_inputs, chain_outputs, k) for k in (limit, LONG_LIVED_CROSSING)]
+            if cut[2] > n_cuts and units[1] < units[0]:
+                notes.append(f"{few}: cut with up to {LONG_LIVED_CROSSING} values across a cut instead, {cut[2]} "
+                             f"valid cuts instead of {n_cuts}, the largest part between two cuts and the state after "
+                             f"it {units[1]} B instead of {units[0]} B (Note [Values read late])")
                 (stages, a0, n_cuts), limit = cut, LONG_LIVED_CROSSING
                 few = _long_lived_note(g.main, chain_outputs, wide, limit)
+            elif cut[2] > n_cuts:
+                notes.append(f"not cut with up to {LONG_LIVED_CROSSING} values across a cut: the largest part between "
+                             f"two cuts and the state after it would be {units[1]} B instead of {units[0]} B "
+                             f"(Note [Values read late])")
         chain_input = [g.placeholders.index(n) for n in a0]
         notes.append(f"captured with torch.export: {len(g.main)} operations carry gradient, {n_cuts} valid cuts, "
                      f"{len(stages)} stages kept (max_stages={max_stages})")

@@ -70,3 +70,30 @@ def torchvision_models():
         raise ImportError(f"torchvision does not load ({type(err).__name__}: {str(err).splitlines()[0]}); install "
                           f"the torchvision built for your torch") from None
     return models
+
+
+def measured_steps(wrapped, step, least: int, plain: int, fractions=(0.0, 0.5)) -> list[dict]:
+    """One step (``step()``: the wrapper's forward and backward) measured by the CPU meter at each budget a
+    fraction f of the way from ``least`` to ``plain`` (parameter gradients allocated, one step before):
+    per fraction its budget, the plan's prediction, the measured peak and whether it held."""
+    import torch
+
+    from torch_exec.meter import measure_peak
+    out = []
+    for f in fractions:
+        wrapped.replan(int(least + f * (plain - least)))
+        for p in wrapped.parameters():
+            p.grad = torch.zeros_like(p)
+        step()
+        _, reading = measure_peak(step)
+        plan = wrapped.plan
+        out.append(dict(fraction=f, budget_bytes=plan.budget_bytes, predicted_peak_bytes=plan.predicted_peak_bytes,
+                        measured_peak_bytes=reading.peak, within_budget=reading.peak <= plan.budget_bytes))
+    return out
+
+
+def steps_cells(steps: list[dict]) -> list[str]:
+    """A results table's cells for :func:`measured_steps`: ``measured / budget`` per fraction, then held
+    (``yes`` or ``NO``)."""
+    return [f"{s['measured_peak_bytes']} / {s['budget_bytes']}" for s in steps] + [
+        "yes" if all(s["within_budget"] for s in steps) else "NO"]

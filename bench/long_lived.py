@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 import torch_exec as te  # noqa: E402
-from bench._common import record_header, write_cpu_record  # noqa: E402
+from bench._common import measured_steps, record_header, steps_cells, write_cpu_record  # noqa: E402
 from torch_exec.executor import plain_peak_bytes  # noqa: E402
 
 
@@ -59,21 +59,6 @@ def models():
     yield "Llama, 16 layers (decoder only)", T.LlamaForCausalLM(cfg), dict(input_ids=ids, labels=ids)
 
 
-def measured(wrapped, inputs: dict, budget: int) -> dict:
-    """One step at ``budget`` under the CPU meter (parameter gradients allocated, one step before)."""
-    from torch_exec.meter import measure_peak
-    wrapped.replan(budget)
-    for p in wrapped.parameters():
-        p.grad = torch.zeros_like(p)
-
-    def step():
-        wrapped(**inputs).loss.backward()
-    step()
-    _, reading = measure_peak(step)
-    return dict(budget_bytes=wrapped.plan.budget_bytes, predicted_peak_bytes=wrapped.plan.predicted_peak_bytes,
-                measured_peak_bytes=reading.peak, within_budget=reading.peak <= wrapped.plan.budget_bytes)
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "long_lived_cpu"))
@@ -95,7 +80,7 @@ def main(argv=None):
         ex = wrapped.executor
         lo, hi = ex.min_budget_bytes, plain_peak_bytes(ex._last)
         wide = any("values across a cut instead" in n for n in wrapped.capture.notes)
-        steps = [dict(fraction=f, **measured(wrapped, inputs, int(lo + f * (hi - lo)))) for f in (0.0, 0.5)]
+        steps = measured_steps(wrapped, lambda: wrapped(**inputs).loss.backward(), lo, hi)
         rows.append(dict(model=name, method=wrapped.capture.method, stages=ex.chain.n, least_bytes=lo,
                          plain_peak_bytes=hi, least_pct=100 * lo / hi, warned=bool(few), wide=wide,
                          warning=few[0] if few else None, notes=wrapped.capture.notes, steps=steps))
@@ -114,10 +99,9 @@ def main(argv=None):
               "f = 0: measured / budget | f = 0.5: measured / budget | held |",
               "| --- | --- | ---: | ---: | ---: | ---: | --- | --- | --- | --- | --- |"]
     for r in rows:
-        cells = [f"{s['measured_peak_bytes']} / {s['budget_bytes']}" for s in r["steps"]]
         lines.append(f"| {r['model']} | {r['method']} | {r['stages']} | {r['least_bytes']} | {r['plain_peak_bytes']} | "
                      f"{r['least_pct']:.1f} | {'yes' if r['warned'] else 'no'} | {'yes' if r['wide'] else 'no'} | "
-                     f"{cells[0]} | {cells[1]} | {'yes' if all(s['within_budget'] for s in r['steps']) else 'NO'} |")
+                     f"{' | '.join(steps_cells(r['steps']))} |")
     warned = [r for r in rows if r["warned"]]
     if warned:
         lines += ["", "The warning, for the first model that got it:", "", f"> {warned[0]['warning']}"]

@@ -30,9 +30,8 @@ import torch  # noqa: E402
 import models as A  # noqa: E402
 import torch_exec as te  # noqa: E402
 import torch_exec.auto as auto  # noqa: E402
-from bench._common import record_header, write_cpu_record  # noqa: E402
+from bench._common import measured_steps, record_header, steps_cells, write_cpu_record  # noqa: E402
 from torch_exec.executor import plain_peak_bytes  # noqa: E402
-from torch_exec.meter import measure_peak  # noqa: E402
 
 
 def make(name: str):
@@ -75,20 +74,7 @@ def run(name: str, k: int) -> dict:
     ex = wrapped.executor
     lo, hi = ex.min_budget_bytes, plain_peak_bytes(ex._last)
     row = dict(model=name, k=k, stages=ex.chain.n, least_bytes=lo, plain_peak_bytes=hi, least_pct=100 * lo / hi,
-               steps=[])
-    for f in (0.0, 0.5):
-        wrapped.replan(int(lo + f * (hi - lo)))
-        for p in model.parameters():
-            p.grad = torch.zeros_like(p)
-
-        def step():
-            loss_of(wrapped(*a, **kw)).backward()
-        step()
-        _, reading = measure_peak(step)
-        row["steps"].append(dict(fraction=f, budget_bytes=wrapped.plan.budget_bytes,
-                                 predicted_peak_bytes=wrapped.plan.predicted_peak_bytes,
-                                 measured_peak_bytes=reading.peak,
-                                 within_budget=reading.peak <= wrapped.plan.budget_bytes))
+               steps=measured_steps(wrapped, lambda: loss_of(wrapped(*a, **kw)).backward(), lo, hi))
     wrapped.replan(lo)
     for m in (model, plain):
         for p in m.parameters():
@@ -181,10 +167,8 @@ def main(argv=None):
               "loss equal | largest gradient difference |",
               "| --- | ---: | ---: | ---: | --- | --- | --- | --- | ---: |"]
     for r in rows:
-        cells = [f"{s['measured_peak_bytes']} / {s['budget_bytes']}" for s in r["steps"]]
-        held = "yes" if all(s["within_budget"] for s in r["steps"]) else "NO"
-        lines.append(f"| {r['model']} | {r['k']} | {r['stages']} | {r['least_pct']:.1f} | {cells[0]} | {cells[1]} | "
-                     f"{held} | {r['loss_equal']} | {r['grad_max_abs_diff']:.1e} |")
+        lines.append(f"| {r['model']} | {r['k']} | {r['stages']} | {r['least_pct']:.1f} | {' | '.join(steps_cells(r['steps']))} | "
+                     f"{r['loss_equal']} | {r['grad_max_abs_diff']:.1e} |")
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
 
 

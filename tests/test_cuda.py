@@ -129,12 +129,30 @@ def test_solve_front_end_same_time(gpu, path):
                                                                      rel=1e-9)
 
 
+def held_by_others() -> int:
+    """Bytes of CuPy's pool in use before a test: arrays that earlier tests' objects still hold (on
+    the H100, 271 987 200 B after 25 gpu tests, before release() collected reference cycles; its
+    holder was not identified there). release() frees what the solver holds, not what they hold."""
+    import cupy
+    import gc
+    gc.collect()
+    return cupy.get_default_memory_pool().used_bytes()
+
+
+def assert_pool_emptied(held_before: int) -> None:
+    import cupy
+    pool = cupy.get_default_memory_pool()
+    assert pool.free_bytes() == 0  # every cached block went back to the device
+    assert pool.used_bytes() <= held_before, (pool.used_bytes(), held_before)  # nothing of this test's stays
+
+
 @pytest.mark.gpu
 @pytest.mark.device_state
 def test_timings_and_workspace_reuse(gpu):
     """Phases are timed; a second solve of the same shape reuses the table and the side arrays;
-    a larger one grows the table; release() empties CuPy's pool."""
+    a larger one grows the table; release() empties CuPy's pool of what this test allocated."""
     import cupy
+    held_before = held_by_others()
     chain = Chain.from_profile(PROFILES[0], fuse_aliasing=False)
     budget = int(chain.tape_bytes.sum() // 3)
     problem = Problem.build(chain, -(-budget // 256), 256)
@@ -154,18 +172,18 @@ def test_timings_and_workspace_reuse(gpu):
     assert ws.table.size >= (bigger.pairs + 1) * (bigger.buckets + 1)
     gpu.release()
     assert gpu.workspace_bytes() == 0
-    assert cupy.get_default_memory_pool().total_bytes() == 0
+    assert_pool_emptied(held_before)
 
 
 @pytest.mark.gpu
 @pytest.mark.device_state
 def test_memory_check_and_user_bucket_too_fine(gpu):
-    import cupy
+    held_before = held_by_others()
     chain = Chain.from_profile(PROFILES[0], fuse_aliasing=False)
     budget = int(chain.tape_bytes.sum() // 3)
     solve(chain, budget, backend="cuda")
     gpu.release()
-    assert cupy.get_default_memory_pool().total_bytes() == 0
+    assert_pool_emptied(held_before)
     free = gpu.free_device_bytes()
     too_fine = max(1, budget // (4 * free // (chain.n * (chain.n + 1) * 2) + 1))
     with pytest.raises(MemoryError, match="use a bucket of at least"):

@@ -30,6 +30,10 @@ from _torch_helpers import assert_grads_close, budget_between  # noqa: E402
 from _torch_helpers import cuda_net as net  # noqa: E402
 from _torch_helpers import measure_cuda_step as measure_step  # noqa: E402
 
+# The caching allocator splits a cached block for a request of over 1 MiB only where more than 1 MiB
+# would remain: a request can hold up to this much more than it asked for, depending on the cache.
+BLOCK_REMAINDER = 1 << 20
+
 
 @pytest.fixture(scope="module")
 def setup():
@@ -172,7 +176,11 @@ def test_stage_by_stage_profile_reads_what_the_whole_step_reads_on_cuda(setup):
     for a, b in zip(whole["stages"], isolated["stages"], strict=True):
         for key in ("x", "xbar", "fwd_peak_nograd", "fwd_peak_grad", "bwd_peak"):
             assert a[key] == b[key], (a["name"], key, a[key], b[key])
-        assert abs(a["bwd_delta"] - b["bwd_delta"]) <= 512, a["name"]
+        # the caching allocator hands a request of over 1 MiB a cached block whole where at most 1 MiB
+        # would remain (it splits only above that): what a backward frees depends on the cache's blocks
+        # (on the H100 a Conv2d's read -17 MiB against -16 MiB, pytest_gpu.txt of
+        # bench/results/gpu_runs/2026-11-26_nvidia_h100_80gb_hbm3/)
+        assert abs(a["bwd_delta"] - b["bwd_delta"]) <= BLOCK_REMAINDER, a["name"]
     assert isolated["reference"]["memory_pass_peak_bytes"] < whole["reference"]["memory_pass_peak_bytes"]
     from gpusolve import Chain
     assert min_feasible_bytes(Chain.from_profile(isolated)) == min_feasible_bytes(Chain.from_profile(whole))
@@ -256,7 +264,16 @@ def test_tuple_states_hold_the_budget_on_cuda(case, monkeypatch):
         def loss_of(out):
             return out.loss
     wrapped = te.auto_checkpoint(model, "64GiB", caller_keeps="loss" if case == "bart_read_late" else "output")
-    wrapped.prepare(*args, **kwargs)
+    try:
+        wrapped.prepare(*args, **kwargs)
+    except auto.CaptureError as err:
+        # transformers 5.17 (the GPU machine's, 2026-11) decides LayerDrop with torch.rand in training
+        # mode: torch.export cannot capture that branch, and the block fallback refuses the decoder
+        # blocks' encoder output (it carries a gradient). 5.24 exports it (bench/results/long_lived_cpu.md).
+        if case == "bart_read_late" and "computed with a gradient before them" in str(err):
+            pytest.skip(f"transformers {transformers.__version__}: torch.export cannot capture BART in training "
+                        f"mode (LayerDrop's torch.rand branch); the block fallback refuses: {err}")
+        raise
     if case == "bart_read_late":
         assert any("values across a cut instead" in n for n in wrapped.capture.notes), wrapped.capture.notes
     lo, hi = wrapped.executor.min_budget_bytes, plain_peak_bytes(wrapped.executor._last)

@@ -432,27 +432,89 @@ class _SharedGate(nn.Module):
         return x.square().mean()
 
 
+@pytest.mark.parametrize("fraction", [0.0, 0.5])
 @pytest.mark.parametrize("computed", [False, True])
-def test_blocks_fallback_and_an_argument_shared_by_the_blocks(computed):
-    # a computed gate crashed in the profiler ("Trying to backward through the graph a second time")
+def test_blocks_fallback_and_an_argument_shared_by_the_blocks(computed, fraction):
+    # a computed gate crashed in the profiler ("Trying to backward through the graph a second time"), then
+    # was refused; now it travels in the chain's state (Note [Block fallback]) and its gradient reaches the
+    # code that made it: the gate's parameters get plain autograd's gradients
     torch.manual_seed(0)
     model, ids = _SharedGate(computed), torch.randint(0, 97, (4, 16))
     reference = copy.deepcopy(model)
     wrapped = te.auto_checkpoint(model, "1GiB", capture="blocks", backend="cpu")
-    if computed:
-        with pytest.raises(te.CaptureError, match=r"blocks of 'blocks' take argument 1 computed with a gradient "
-                                                  r"before them.*CheckpointedSequential"):
-            wrapped(ids)
-        return
     wrapped.prepare(ids)
-    wrapped.replan(wrapped.executor.min_budget_bytes)
+    lo, hi = wrapped.executor.min_budget_bytes, plain_peak_bytes(wrapped.executor._last)
+    wrapped.replan(int(lo + fraction * (hi - lo)))
+    step, reading = _measured_step(wrapped, (ids,), {}, lambda out: out)
+    assert reading.peak <= wrapped.plan.budget_bytes, (reading.peak, wrapped.plan.budget_bytes)
+    for p in model.parameters():
+        p.grad = None
     wrapped(ids).backward()
     reference(ids).backward()
     for (key, p), (_, q) in zip(model.named_parameters(), reference.named_parameters()):
         if q.grad is None:
             assert p.grad is None, key
         else:
+            assert p.grad is not None, key
             torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-7, msg=key)
+
+
+class _CrossBlock(nn.Module):
+    """A decoder block: reads the encoder's output and a learned scale by keyword, returns a tuple."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(32, 32)
+
+    def forward(self, x, memory=None, scale=None):
+        return (x + torch.tanh(self.linear(x) + memory.mean(1, keepdim=True)) * scale,)
+
+
+class _EncoderDecoder(nn.Module):
+    """Data-dependent control flow (torch.export cannot capture it, as transformers 5.17's LayerDrop) and
+    decoder blocks that all read values computed with a gradient before them: the encoder's output and
+    a scale computed from a parameter."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(97, 32)
+        self.encoder = nn.Sequential(nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 32))
+        self.log_scale = nn.Parameter(torch.zeros(()))
+        self.blocks = nn.ModuleList(_CrossBlock() for _ in range(6))
+
+    def forward(self, ids):
+        x = self.embed(ids)
+        if x.abs().max() > 1e6:  # data-dependent
+            x = x / 2
+        memory, scale = self.encoder(x), self.log_scale.exp()
+        for block in self.blocks:
+            x = block(x, memory=memory, scale=scale)[0]
+        return x.square().mean()
+
+
+@pytest.mark.parametrize("fraction", [0.0, 0.5])
+def test_blocks_fallback_sends_gradients_to_what_the_blocks_read(fraction):
+    # Note [Block fallback]: the encoder's output and the scale travel in the chain's state; the encoder's
+    # and the scale's parameters get plain autograd's gradients, and the measured step holds its budget
+    torch.manual_seed(0)
+    model, ids = _EncoderDecoder(), torch.randint(0, 97, (8, 64))
+    reference = copy.deepcopy(model)
+    wrapped = te.auto_checkpoint(model, "1GiB", backend="cpu")
+    with pytest.warns(UserWarning, match="using the model's blocks 'blocks'"):
+        plan = _between(wrapped, (ids,), {}, fraction=fraction) if fraction else wrapped.prepare(ids)
+    if not fraction:
+        wrapped.replan(wrapped.executor.min_budget_bytes)
+        plan = wrapped.plan
+    assert wrapped.capture.method == "blocks"
+    _, reading = _measured_step(wrapped, (ids,), {}, lambda out: out)
+    assert reading.peak <= plan.budget_bytes, (reading.peak, plan.budget_bytes)
+    for p in model.parameters():
+        p.grad = None
+    wrapped(ids).backward()
+    reference(ids).backward()
+    for (key, p), (_, q) in zip(model.named_parameters(), reference.named_parameters()):
+        assert p.grad is not None, key
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-7, msg=key)
 
 
 class _RouterAux(nn.Module):

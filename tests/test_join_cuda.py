@@ -72,7 +72,9 @@ def compare(gpu, jp: JoinProblem, geometry=None, points: int = 5):
     for m in picks:
         assert got.policy(m) == ref.policy(m), m
     _, chain_elements = gpu.chain_table_offsets(jp)
-    assert got.copied_bytes <= 1.05 * (jp.table_bytes() + 4 * chain_elements)  # each row at most once
+    # each row at most once, row 0 (the curve) at most twice: small tables are copied whole at the first
+    # recovery (HOST_COPY_BYTES), after the curve
+    assert got.copied_bytes <= 1.05 * (jp.table_bytes() + 4 * chain_elements) + 4 * (jp.buckets + 1)
     return got
 
 

@@ -261,6 +261,7 @@ def test_on_demand_recovery_gives_the_cpu_policies(monkeypatch):
     elements it reads are copied, each row once) on a stand-in for device memory gives the CPU's
     policies at every fifth feasible budget."""
     monkeypatch.setitem(sys.modules, "cupy", fake_cupy())
+    monkeypatch.setattr(join_cuda, "HOST_COPY_BYTES", 0)  # no table is small enough to copy whole
     jp = bucketed(random_net(9, 3, False, True, "all"), 260)
     ref = fill_join(jp)
     _, total = join_cuda.chain_table_offsets(jp)
@@ -273,4 +274,24 @@ def test_on_demand_recovery_gives_the_cpu_policies(monkeypatch):
         assert got.policy(int(m)) == ref.policy(int(m)), m
     # Each row is copied at most once (a filled table never changes), whatever the number of policies.
     assert got.copied_bytes <= 1.05 * (jp.table_bytes() + 4 * total), (got.copied_bytes, jp.table_bytes())
+    assert got.copied_bytes < jp.table_bytes()  # on demand: not the whole table
     assert np.array_equal(got.host_table(), ref.table)
+
+
+def test_small_tables_are_copied_whole_once(monkeypatch):
+    """Tables of at most HOST_COPY_BYTES are copied to the host at the first recovery, once: the CPU's
+    policies, and nothing copied after."""
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy())
+    jp = bucketed(random_net(9, 3, False, True, "all"), 260)
+    ref = fill_join(jp)
+    _, total = join_cuda.chain_table_offsets(jp)
+    got = join_fill(jp)
+    assert jp.table_bytes() + 4 * total <= join_cuda.HOST_COPY_BYTES
+    got._copied[0] = 0
+    feasible = np.flatnonzero(np.isfinite(ref.curve))
+    assert got.policy(int(feasible[0])) == ref.policy(int(feasible[0]))
+    whole = got.copied_bytes
+    assert whole >= jp.table_bytes() + 4 * total
+    for m in feasible[::5]:
+        assert got.policy(int(m)) == ref.policy(int(m)), m
+    assert got.copied_bytes == whole

@@ -264,18 +264,12 @@ def test_tuple_states_hold_the_budget_on_cuda(case, monkeypatch):
         def loss_of(out):
             return out.loss
     wrapped = te.auto_checkpoint(model, "64GiB", caller_keeps="loss" if case == "bart_read_late" else "output")
-    try:
-        wrapped.prepare(*args, **kwargs)
-    except auto.CaptureError as err:
-        # transformers 5.17 (the GPU machine's, 2026-11) decides LayerDrop with torch.rand in training
-        # mode: torch.export cannot capture that branch, and the block fallback refuses the decoder
-        # blocks' encoder output (it carries a gradient). 5.24 exports it (bench/results/long_lived_cpu.md).
-        if case == "bart_read_late" and "computed with a gradient before them" in str(err):
-            pytest.skip(f"transformers {transformers.__version__}: torch.export cannot capture BART in training "
-                        f"mode (LayerDrop's torch.rand branch); the block fallback refuses: {err}")
-        raise
-    if case == "bart_read_late":
+    wrapped.prepare(*args, **kwargs)
+    if case == "bart_read_late" and wrapped.capture.method == "export":
         assert any("values across a cut instead" in n for n in wrapped.capture.notes), wrapped.capture.notes
+    # transformers 5.17 (the GPU machine's, 2026-11) decides LayerDrop with torch.rand in training mode:
+    # torch.export cannot capture that branch, and the decoder blocks run as the chain, the encoder's
+    # output travelling in its state (Note [Block fallback]); its first GPU run refused that argument
     lo, hi = wrapped.executor.min_budget_bytes, plain_peak_bytes(wrapped.executor._last)
     for p in model.parameters():
         p.grad = torch.zeros_like(p)

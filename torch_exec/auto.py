@@ -123,9 +123,17 @@ Note [Block fallback]
     wrapper runs, the first block's call runs all the blocks under the schedule and the later calls
     return its result. The rest of the model runs as plain autograd, its memory measured once and
     counted in the budget (Note [The rest of the model]). The substitution is checked once on the
-    sample before it is used: outputs equal to the plain model's, no block argument carrying an
-    autograd graph, and nothing made inside the blocks reaching the outputs but the last block's
-    output (:func:`_check_blocks`).
+    sample before it is used: outputs equal to the plain model's, and nothing made inside the blocks
+    reaching the outputs but the last block's output (:func:`_check_blocks`). Arguments the blocks
+    share that carry an autograd graph (an encoder's output read by every decoder block, a gate made
+    from parameters) cannot stay in the blocks' closure: the schedule runs the blocks' forward and
+    backward again, and a graph made before them would be back-propagated into several times
+    (autograd raises on the second). They travel in the chain's state instead, ``(hidden, *those)``,
+    each block passing them on beside its output (:class:`_BoundBlock`), so the executor hands their
+    gradient, summed over the blocks, to the code that made them, once (Note [Outputs passed
+    through] in gpusolve/chain.py: a checkpoint does not count them again). transformers 5.17's BART
+    (LayerDrop drawn with torch.rand: torch.export cannot capture it) reached this fallback with its
+    encoder's output, and its first GPU run raised a CaptureError on it.
 
 Note [The rest of the model]
     Under the block fallback the code before the blocks (embeddings) and after them (a language
@@ -1118,7 +1126,9 @@ def _same_constant(x, y) -> bool:
 
 
 class _BoundBlock(nn.Module):
-    """A block as a chain stage, called with the hidden state and the step's other arguments."""
+    """A block as a chain stage, called with the hidden state and the step's other arguments. With
+    arguments that carry a gradient (Note [Block fallback]: an encoder's output), the state is
+    ``(hidden, *those)``: they are put back in their places, and passed on beside the block's output."""
 
     def __init__(self, block: nn.Module, blocks: _Blocks, args_box: list):
         super().__init__()
@@ -1126,14 +1136,21 @@ class _BoundBlock(nn.Module):
         self._blocks = blocks
         self._box = args_box
 
-    def forward(self, hidden):
-        a, kw = self._box[0]
+    def forward(self, state):
+        a, kw, spec, side_at = self._box[0]
+        hidden, side = (state[0], tuple(state[1:])) if side_at else (state, ())
+        if side_at:  # the arguments that carry a gradient come from the state, not from the box
+            leaves = pytree.tree_leaves((a, kw))
+            for j, t in zip(side_at, side, strict=True):
+                leaves[j] = t
+            a, kw = pytree.tree_unflatten(leaves, spec)
         position = self._blocks.position
         if position == 0:
             out = self.block(hidden, *a[1:], **kw)
         else:
             out = self.block(*a, **dict(kw, **{position: hidden}))
-        return out[0] if isinstance(out, (tuple, list)) else out
+        out = out[0] if isinstance(out, (tuple, list)) else out
+        return (out, *side) if side_at else out
 
 
 # ---------------------------------------------------------------------------- the module
@@ -1468,14 +1485,21 @@ def _substituted(blocks: _Blocks, box: list, executor: CheckpointedSequential):
                 raise RuntimeError(f"auto_checkpoint: block {i} of '{blocks.name}' was called out of order")
             if i == 0:
                 hidden = a[0] if blocks.position == 0 else kw[blocks.position]
-                _check_block_arguments(blocks, a, kw)
                 # the other arguments, for the blocks (their recomputations too); not the hidden state, which
-                # the box would keep alive after the step
-                box[0] = ((None, *a[1:]), kw) if blocks.position == 0 else (a, {k: v for k, v in kw.items()
-                                                                               if k != blocks.position})
+                # the box would keep alive after the step, nor the arguments that carry a gradient: those
+                # travel in the chain's state (Note [Block fallback])
+                other = ((None, *a[1:]), kw) if blocks.position == 0 else (a, {k: v for k, v in kw.items()
+                                                                              if k != blocks.position})
+                leaves, spec = pytree.tree_flatten(other)
+                side_at = [j for j, v in enumerate(leaves) if isinstance(v, torch.Tensor) and v.grad_fn is not None]
+                side = [leaves[j] for j in side_at]
+                for j in side_at:
+                    leaves[j] = None
+                box[0] = (*pytree.tree_unflatten(leaves, spec), spec, side_at)
                 state["inside"] = True
                 try:
-                    state["out"] = executor(hidden)
+                    out = executor((hidden, *side) if side_at else hidden)
+                    state["out"] = out[0] if side_at else out
                 finally:
                     state["inside"] = False
             out = state["out"]
@@ -1492,23 +1516,6 @@ def _substituted(blocks: _Blocks, box: list, executor: CheckpointedSequential):
                 del b.forward
             else:
                 b.forward = f
-
-
-def _check_block_arguments(blocks: _Blocks, a: tuple, kw: dict) -> None:
-    """The blocks' other arguments carry no autograd graph: the schedule runs the blocks' forward and
-    backward again, and a graph made before the blocks (a gate, a learned bias computed from
-    parameters) would be back-propagated into several times (autograd raises on the second, or its
-    gradient would be lost). Parameters themselves are fine."""
-    other = {f"argument {j}": v for j, v in enumerate(a) if j != blocks.position}
-    other.update({f"argument '{k}'": v for k, v in kw.items() if k != blocks.position})
-    for where, value in other.items():
-        if any(isinstance(t, torch.Tensor) and t.grad_fn is not None for t in pytree.tree_leaves(value)):
-            raise CaptureError(
-                f"auto_checkpoint: the blocks of '{blocks.name}' take {where} computed with a gradient before them "
-                f"(from parameters: a gate, a learned bias); the block fallback runs the blocks again during the "
-                f"backward and cannot send that gradient back through the code that made it. Compute it inside "
-                f"each block, or cut the model by hand: torch_exec.CheckpointedSequential(stages, budget=...) (see "
-                f"the README, 'The manual route')")
 
 
 def _check_blocks(wrapper: AutoCheckpointed, cap: Capture, args, kwargs) -> None:
@@ -1575,11 +1582,12 @@ class _StandIn(torch.autograd.Function):
     chain keeps a_0 through its backward). ``tick(name)`` takes the meter's marks."""
 
     @staticmethod
-    def forward(ctx, run, tick, hidden, _grad_anchor):
+    def forward(ctx, run, tick, hidden, _grad_anchor, *side):
         tick("enter")
         out = run(hidden)
         tick("return")
         ctx.tick, ctx.hidden = tick, hidden
+        ctx.side = [(t.shape, t.dtype, t.device) for t in side]  # a gradient of each arrives (zeros here)
         return out
 
     @staticmethod
@@ -1588,8 +1596,20 @@ class _StandIn(torch.autograd.Function):
         hidden, ctx.hidden = ctx.hidden, None
         g = torch.zeros_like(hidden) if ctx.needs_input_grad[2] else None
         del hidden, grad
+        side = [torch.zeros(shape, dtype=dtype, device=device) if ctx.needs_input_grad[4 + j] else None
+                for j, (shape, dtype, device) in enumerate(ctx.side)]
         ctx.tick("backward")
-        return None, None, g, None
+        return None, None, g, None, *side
+
+
+def _stand_in(run, tick, state, anchor):
+    """:class:`_StandIn` on the chain's state: the hidden state, or (hidden, *the arguments that carry a
+    gradient) passed on beside the blocks' output as the chain passes them (Note [Block fallback])."""
+    if not isinstance(state, tuple):
+        return _StandIn.apply(run, tick, state, anchor)
+    hidden, *side = state
+    out = _StandIn.apply(lambda x: run((x, *side))[0], tick, hidden, anchor, *side)
+    return (out, *side)
 
 
 @U.without_autocast_cache  # as the steps run (Note [Autocast's cache] in torch_exec/executor.py)
@@ -1615,8 +1635,7 @@ def _measure_rest(wrapper: "AutoCheckpointed", cap: Capture, args, kwargs) -> _R
         with torch.enable_grad(), MemoryMeter(device) as meter:  # prepare() may be called without grad
             def tick(name):
                 marks[name] = meter.mark()
-            with _substituted(blocks, box, lambda h: _StandIn.apply(lambda x: _run_plain(cap.stages, x), tick, h,
-                                                                     anchor)):
+            with _substituted(blocks, box, lambda h: _stand_in(lambda x: _run_plain(cap.stages, x), tick, h, anchor)):
                 out = model(*args, **kwargs)
             outs = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.requires_grad]
             losses = [t for t in outs if t.numel() == 1]
@@ -1680,12 +1699,16 @@ def _executor_inputs(cap: Capture, flat: list) -> list:
     return [flat[pos[0]] if len(pos) == 1 else tuple(flat[i] for i in pos) for pos in cap.branch_inputs]
 
 
-def _run_plain(stages, hidden, cut: bool = False):
+def _run_plain(stages, state, cut: bool = False):
     """The stages one after the other; ``cut``: each on its input detached, and the output detached
     (each stage's autograd graph apart from the others', none reaching the caller's)."""
     for s in stages:
-        hidden = s(hidden.detach() if cut else hidden)
-    return hidden.detach() if cut else hidden
+        state = s(_detached(state) if cut else state)
+    return _detached(state) if cut else state
+
+
+def _detached(state):
+    return tuple(t.detach() for t in state) if isinstance(state, tuple) else state.detach()
 
 
 def _graph_reaches(outputs: list, params: set) -> bool:

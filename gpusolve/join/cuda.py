@@ -260,14 +260,23 @@ class _ChainOnDevice:
         self.table = table
 
 
+# Tables up to this size are copied to the host whole at the first recovery: on the H100 (2026-11-26,
+# join_speed_nvidia_h100_80gb_hbm3.json) recovery and candidates read row by row took 0.10-0.55 s against a
+# 1 ms fill for two ResNet-50 branches, whose J and chain tables hold 1.1-16.4 MB at 256-4095 buckets
+# (slower than the CPU backend's 0.03-0.44 s).
+HOST_COPY_BYTES = 256 << 20
+
+
 class DeviceJoinTable(JoinTable):
     """A J table filled on the device: ``curve`` (copied back) and policies recovered by
-    :meth:`JoinTable.policy` over on-demand reads (the CPU's walk and tie-break, unchanged).
+    :meth:`JoinTable.policy` (the CPU's walk and tie-break, unchanged), over the tables copied to the
+    host whole where they hold at most :data:`HOST_COPY_BYTES`, else over on-demand reads.
     ``copied_bytes`` counts what recovery copied back. Holds the device buffers until dropped."""
 
     def __init__(self, jp: JoinProblem, table_dev, ctab_dev, timings: dict | None):
         width = jp.buckets + 1
         self._copied = [0]
+        self._on_host = False
         self._table_dev, self._ctab_dev = table_dev, ctab_dev
         offsets, _ = chain_table_offsets(jp)
         chains = [None if p is None else
@@ -279,6 +288,15 @@ class DeviceJoinTable(JoinTable):
     @property
     def copied_bytes(self) -> int:
         return int(self._copied[0])
+
+    def policy(self, m: int):
+        if not self._on_host and self._table_dev.nbytes + self._ctab_dev.nbytes <= HOST_COPY_BYTES:
+            width = self.problem.buckets + 1
+            self.table = self._table_dev[:self.problem.rows * width].get().reshape(self.problem.rows, width)
+            self.ctables = self.host_chain_tables()
+            self._copied[0] += self.table.nbytes + sum(t.nbytes for t in self.ctables if t is not None)
+            self._on_host = True
+        return super().policy(m)
 
     def host_table(self) -> np.ndarray:
         """The whole J table copied back (rows x (M+1)); for tests and debugging."""

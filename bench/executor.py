@@ -135,6 +135,7 @@ class Meter:
     def __init__(self, device):
         self.device = torch.device(device)
         self.cuda = self.device.type == "cuda"
+        self.requested_peak = None
 
     def sync(self):
         if self.cuda:
@@ -149,11 +150,13 @@ class Meter:
         for _ in range(warmup):
             run()
         times, peak = [], None
+        self.requested_peak = None  # the step's peak of requested bytes (CUDA), read by the caller
         for _ in range(steps):
             gc.collect()
             self.sync()
             if self.cuda:
                 base = torch.cuda.memory_allocated(self.device)
+                requested_base = torch.cuda.memory_stats(self.device).get("requested_bytes.all.current")
                 torch.cuda.reset_peak_memory_stats(self.device)
                 start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record()
@@ -162,6 +165,13 @@ class Meter:
                 self.sync()
                 times.append(start.elapsed_time(stop))
                 step_peak = torch.cuda.max_memory_allocated(self.device) - base
+                # before the caching allocator's rounding to its blocks (a request of over 1 MiB can hold up
+                # to 1 MiB more: BLOCK_REMAINDER in tests/test_torch_gpu.py)
+                requested_top = torch.cuda.memory_stats(self.device).get("requested_bytes.all.peak")
+                if requested_base is not None and requested_top is not None:  # counters of torch >= 2.1
+                    requested = requested_top - requested_base
+                    self.requested_peak = requested if self.requested_peak is None else max(self.requested_peak,
+                                                                                             requested)
             else:
                 t0 = time.perf_counter()
                 run()
@@ -236,7 +246,7 @@ def bench_network(name, args, meter, records, errors):
     predicted_all = store_all_peak_bytes(chain)
     records.append(dict(common, budget_bytes=None, method="store_all", segments=None,
                         measured_peak_bytes=peak_all, predicted_peak_bytes=int(predicted_all),
-                        step_ms=ms_all, step_ms_each=each_all,
+                        step_ms=ms_all, step_ms_each=each_all, requested_peak_bytes=meter.requested_peak,
                         predicted_step_ms=float(chain.t_fwd.sum() + chain.t_bwd.sum())))
     store_all_ref = peak_all if peak_all is not None else predicted_all
     min_bytes = min_feasible_bytes(chain)
@@ -265,7 +275,7 @@ def bench_network(name, args, meter, records, errors):
                     loss.backward()
                 peak, ms, each = meter.step(step, params, args.steps, args.warmup)
                 row.update(measured_peak_bytes=peak, predicted_peak_bytes=int(sim.peak_bytes), step_ms=ms,
-                           step_ms_each=each,
+                           step_ms_each=each, requested_peak_bytes=meter.requested_peak,
                            predicted_step_ms=float(sim.time_ms), solve_seconds=plan.solve_seconds,
                            ops=len(plan.schedule))
                 print(f"   gpusolve[{kind}] {label} ({budget} B): peak {peak} B (pred {sim.peak_bytes}), "
@@ -293,7 +303,8 @@ def bench_network(name, args, meter, records, errors):
                 loss = checkpoint_sequential(stages, segments, x, use_reentrant=False)
                 loss.backward()
             peak, ms, each = meter.step(step, params, args.steps, args.warmup)
-            row.update(measured_peak_bytes=peak, step_ms=ms, step_ms_each=each)
+            row.update(measured_peak_bytes=peak, step_ms=ms, step_ms_each=each,
+                       requested_peak_bytes=meter.requested_peak)
             print(f"   checkpoint_sequential({segments}): peak {peak} B, {ms:.2f} ms", flush=True)
         except Exception as err:
             row.update(measured_peak_bytes=None, step_ms=None, error=f"{type(err).__name__}: {str(err).splitlines()[0]}")
@@ -308,7 +319,8 @@ def bench_network(name, args, meter, records, errors):
     peak_again, ms_again, each_again = meter.step(plain, params, args.steps, args.warmup)
     records.append(dict(common, budget_bytes=None, method="store_all (again, last)", segments=None,
                         measured_peak_bytes=peak_again, predicted_peak_bytes=int(predicted_all), step_ms=ms_again,
-                        step_ms_each=each_again, predicted_step_ms=float(chain.t_fwd.sum() + chain.t_bwd.sum())))
+                        step_ms_each=each_again, requested_peak_bytes=meter.requested_peak,
+                        predicted_step_ms=float(chain.t_fwd.sum() + chain.t_bwd.sum())))
     print(f"   store_all again: peak {peak_again} B, {ms_again:.2f} ms", flush=True)
     stages = x = wrapped = None  # drop the network before the next one (the closures above read these cells)
     _free()

@@ -159,6 +159,8 @@ def test_timings_and_workspace_reuse(gpu):
     timings: dict = {}
     gpu.run(problem, problem.buckets, timings=timings)
     assert {"dp", "recover", "device_setup", "curve"} <= set(timings) and timings["dp"] > 0
+    parts = timings["device_check"] + timings["device_upload"] + timings["device_table"]  # device_setup's parts
+    assert parts == pytest.approx(timings["device_setup"], rel=1e-6)
     ws = gpu._WORKSPACES[cupy.cuda.Device().id]
     table_ptr, arrays = ws.table.data.ptr, dict(ws.dev)
     held = gpu.workspace_bytes()

@@ -278,11 +278,16 @@ def test_tuple_states_hold_the_budget_on_cuda(case, monkeypatch):
         loss_of(wrapped(*args, **kwargs)).backward()  # warm
         torch.cuda.synchronize()
         before = torch.cuda.memory_allocated()
+        requested_before = torch.cuda.memory_stats().get("requested_bytes.all.current", 0)
         torch.cuda.reset_peak_memory_stats()
         loss_of(wrapped(*args, **kwargs)).backward()
         torch.cuda.synchronize()
         measured = torch.cuda.max_memory_allocated() - before
-        assert measured <= wrapped.plan.budget_bytes, (case, fraction, measured, wrapped.plan.budget_bytes)
+        # what the program asked for, before the allocator's rounding to its blocks: on the H100 the
+        # DenseNet case went 1 049 088 B over at its least budget; is that one unsplit block (BLOCK_REMAINDER)?
+        requested = torch.cuda.memory_stats().get("requested_bytes.all.peak", 0) - requested_before
+        assert measured <= wrapped.plan.budget_bytes, (case, fraction, measured, wrapped.plan.budget_bytes,
+                                                       "requested", requested)
 
 
 # ---------------------------------------------------------------------------- CPU rehearsals (no gpu mark)

@@ -492,8 +492,9 @@ def run(problem: Problem, m_top: int, progress=None, band: bool = True, timings:
 
     ``timings``, when a dict, receives seconds per phase (added to what is there): ``"dp"`` the
     table fill (launch to device synchronisation), ``"recover"`` device recovery, copy back and the
-    host policy tree, ``"device_setup"`` memory check, arrays, uploads and allocation,
-    ``"curve"`` the curve's download, and ``"compile"`` when the kernels were compiled now.
+    host policy tree, ``"device_setup"`` memory check, arrays, uploads and allocation (its parts:
+    ``"device_check"``, ``"device_upload"``, ``"device_table"``), ``"curve"`` the curve's download,
+    and ``"compile"`` when the kernels were compiled now.
     """
     table = fill(problem, progress, timings, band=band, geometry=geometry)
     return table.curve, table.policy(m_top)
@@ -538,8 +539,15 @@ def fill(problem: Problem, progress=None, timings: dict | None = None, band: boo
         need = device_bytes(n, problem.buckets)
         check_device_memory(need, lambda free: device_memory_message(
             need, n, problem.buckets, free, finest_fitting_bucket(problem.bucket_bytes * problem.buckets, n, free)))
+        # device_setup's parts, each synchronised (on the H100 a first solve's device_setup took 83 ms at
+        # M = 8192 and 3.4 ms at M = 16384: bench/SOLVER_NOTES.md): "device_check", "device_upload", "device_table"
+        clock = time.perf_counter()
+        add_time(timings, "device_check", clock - started_setup)
         ws = _WORKSPACES.setdefault(cupy.cuda.Device().id, _Workspace())
         dev = ws.upload(cupy, device_arrays(problem))
+        stream.synchronize()
+        clock, before = time.perf_counter(), clock
+        add_time(timings, "device_upload", clock - before)
         pairs = problem.pairs
         table = ws.table_for(cupy, (pairs + 1) * width)
         table[pairs * width:(pairs + 1) * width].fill(np.inf)  # the sentinel row
@@ -549,6 +557,7 @@ def fill(problem: Problem, progress=None, timings: dict | None = None, band: boo
                    np.int64(problem.bucket_bytes))
         stream.synchronize()
         started_dp = time.perf_counter()
+        add_time(timings, "device_table", started_dp - clock)
         add_time(timings, "device_setup", started_dp - started_setup)
         diag = module.get_function("dp_diag")
         bulk = module.get_function("dp_bulk")

@@ -244,10 +244,13 @@ def bench_network(name, args, meter, records, errors):
     (args.out / f"profile_{name}_{args.gpu_tag}.json").write_text(json.dumps(data, indent=1))
     chain = te.chain_from_profile(data)
     predicted_all = store_all_peak_bytes(chain)
-    records.append(dict(common, budget_bytes=None, method="store_all", segments=None,
-                        measured_peak_bytes=peak_all, predicted_peak_bytes=int(predicted_all),
-                        step_ms=ms_all, step_ms_each=each_all, requested_peak_bytes=meter.requested_peak,
-                        predicted_step_ms=float(chain.t_fwd.sum() + chain.t_bwd.sum())))
+
+    def plain_row(method, peak, ms, each):
+        return dict(common, budget_bytes=None, method=method, segments=None, measured_peak_bytes=peak,
+                    predicted_peak_bytes=int(predicted_all), step_ms=ms, step_ms_each=each,
+                    requested_peak_bytes=meter.requested_peak,
+                    predicted_step_ms=float(chain.t_fwd.sum() + chain.t_bwd.sum()))
+    records.append(plain_row("store_all", peak_all, ms_all, each_all))
     store_all_ref = peak_all if peak_all is not None else predicted_all
     min_bytes = min_feasible_bytes(chain)
     budgets = [("%d%%" % round(100 * f), int(f * store_all_ref)) for f in FRACTIONS]
@@ -317,10 +320,7 @@ def bench_network(name, args, meter, records, errors):
     # plain autograd again, last: on the H100 DenseNet-121's first measurement (81.1 ms) sat 27 % above
     # the 100 % plan's (63.8 ms) at the same peak; the two readings bracket the run's drift
     peak_again, ms_again, each_again = meter.step(plain, params, args.steps, args.warmup)
-    records.append(dict(common, budget_bytes=None, method="store_all (again, last)", segments=None,
-                        measured_peak_bytes=peak_again, predicted_peak_bytes=int(predicted_all), step_ms=ms_again,
-                        step_ms_each=each_again, requested_peak_bytes=meter.requested_peak,
-                        predicted_step_ms=float(chain.t_fwd.sum() + chain.t_bwd.sum())))
+    records.append(plain_row("store_all (again, last)", peak_again, ms_again, each_again))
     print(f"   store_all again: peak {peak_again} B, {ms_again:.2f} ms", flush=True)
     stages = x = wrapped = None  # drop the network before the next one (the closures above read these cells)
     _free()

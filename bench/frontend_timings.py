@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gpusolve import Chain, solve, store_all_peak_bytes  # noqa: E402
+from gpusolve import BackendUnavailableError, Chain, solve, store_all_peak_bytes  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import cpu_description  # noqa: E402  (same folder)
@@ -44,7 +44,10 @@ def main(argv=None) -> int:
     warnings.simplefilter("ignore")
     chain = Chain.from_profile(ROOT / "gpusolve" / "profiles" / f"{args.profile}.json", fuse_aliasing=False)
     budget = store_all_peak_bytes(chain) // 2
-    solve(chain, budget, bucket=-(-budget // 16), backend=args.backend)  # warm NumPy, the imports, the kernels
+    try:
+        solve(chain, budget, bucket=-(-budget // 16), backend=args.backend)  # warm NumPy, the imports, the kernels
+    except BackendUnavailableError as err:
+        parser.exit(2, f"frontend_timings.py: {err}\n")
     rows = []
     for buckets in (int(b) for b in args.buckets.split(",")):
         runs, walls = [], []

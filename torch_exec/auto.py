@@ -1703,12 +1703,8 @@ def _run_plain(stages, state, cut: bool = False):
     """The stages one after the other; ``cut``: each on its input detached, and the output detached
     (each stage's autograd graph apart from the others', none reaching the caller's)."""
     for s in stages:
-        state = s(_detached(state) if cut else state)
-    return _detached(state) if cut else state
-
-
-def _detached(state):
-    return tuple(t.detach() for t in state) if isinstance(state, tuple) else state.detach()
+        state = s(U.detach(state) if cut else state)
+    return U.detach(state) if cut else state
 
 
 def _graph_reaches(outputs: list, params: set) -> bool:

@@ -291,8 +291,7 @@ class DeviceJoinTable(JoinTable):
 
     def policy(self, m: int):
         if not self._on_host and self._table_dev.nbytes + self._ctab_dev.nbytes <= HOST_COPY_BYTES:
-            width = self.problem.buckets + 1
-            self.table = self._table_dev[:self.problem.rows * width].get().reshape(self.problem.rows, width)
+            self.table = self.host_table()
             self.ctables = self.host_chain_tables()
             self._copied[0] += self.table.nbytes + sum(t.nbytes for t in self.ctables if t is not None)
             self._on_host = True

@@ -136,6 +136,7 @@ class Meter:
         self.device = torch.device(device)
         self.cuda = self.device.type == "cuda"
         self.requested_peak = None
+        self.diagnostics = {}
 
     def sync(self):
         if self.cuda:
@@ -151,6 +152,12 @@ class Meter:
             run()
         times, peak = [], None
         self.requested_peak = None  # the step's peak of requested bytes (CUDA), read by the caller
+        # Why a step's time moves (DenseNet-121's plain step read 81.1 and 55.7 ms on one H100, 2026-11-26):
+        # the host's time to queue the step (about the step's time where launching sets the pace, or where
+        # the step waits on the host), and the caching allocator's cudaMalloc calls and its retries (a
+        # retry frees the whole cache and synchronises) during the measured steps. Read by the caller.
+        enqueue = []
+        stats_before = torch.cuda.memory_stats(self.device) if self.cuda else {}
         for _ in range(steps):
             gc.collect()
             self.sync()
@@ -160,7 +167,9 @@ class Meter:
                 torch.cuda.reset_peak_memory_stats(self.device)
                 start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record()
+                t0 = time.perf_counter()
                 run()
+                enqueue.append((time.perf_counter() - t0) * 1e3)
                 stop.record()
                 self.sync()
                 times.append(start.elapsed_time(stop))
@@ -180,6 +189,13 @@ class Meter:
             peak = step_peak if peak is None or step_peak is None else max(peak, step_peak)
         for p in params:
             p.grad = None
+        self.diagnostics = {}
+        if self.cuda:
+            stats = torch.cuda.memory_stats(self.device)
+            self.diagnostics = {"enqueue_ms_each": enqueue, **{
+                name: stats[key] - stats_before[key] for name, key in
+                (("alloc_retries", "num_alloc_retries"), ("device_mallocs", "num_device_alloc"))
+                if key in stats and key in stats_before}}
         return peak, statistics.median(times), times
 
 
@@ -248,7 +264,7 @@ def bench_network(name, args, meter, records, errors):
     def plain_row(method, peak, ms, each):
         return dict(common, budget_bytes=None, method=method, segments=None, measured_peak_bytes=peak,
                     predicted_peak_bytes=int(predicted_all), step_ms=ms, step_ms_each=each,
-                    requested_peak_bytes=meter.requested_peak,
+                    requested_peak_bytes=meter.requested_peak, **meter.diagnostics,
                     predicted_step_ms=float(chain.t_fwd.sum() + chain.t_bwd.sum()))
     records.append(plain_row("store_all", peak_all, ms_all, each_all))
     store_all_ref = peak_all if peak_all is not None else predicted_all
@@ -278,7 +294,7 @@ def bench_network(name, args, meter, records, errors):
                     loss.backward()
                 peak, ms, each = meter.step(step, params, args.steps, args.warmup)
                 row.update(measured_peak_bytes=peak, predicted_peak_bytes=int(sim.peak_bytes), step_ms=ms,
-                           step_ms_each=each, requested_peak_bytes=meter.requested_peak,
+                           step_ms_each=each, requested_peak_bytes=meter.requested_peak, **meter.diagnostics,
                            predicted_step_ms=float(sim.time_ms), solve_seconds=plan.solve_seconds,
                            ops=len(plan.schedule))
                 print(f"   gpusolve[{kind}] {label} ({budget} B): peak {peak} B (pred {sim.peak_bytes}), "
@@ -307,7 +323,7 @@ def bench_network(name, args, meter, records, errors):
                 loss.backward()
             peak, ms, each = meter.step(step, params, args.steps, args.warmup)
             row.update(measured_peak_bytes=peak, step_ms=ms, step_ms_each=each,
-                       requested_peak_bytes=meter.requested_peak)
+                       requested_peak_bytes=meter.requested_peak, **meter.diagnostics)
             print(f"   checkpoint_sequential({segments}): peak {peak} B, {ms:.2f} ms", flush=True)
         except Exception as err:
             row.update(measured_peak_bytes=None, step_ms=None, error=f"{type(err).__name__}: {str(err).splitlines()[0]}")

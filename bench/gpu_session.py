@@ -117,6 +117,9 @@ STEPS = [
     # candidates, simulation too): 55.8 ms for the former warm at M = 8192, 2026-11-26
     Step("solve-whole", "7.2", 90, 40,
          "{PY} bench/frontend_timings.py --backend cuda --buckets 1024,4096,8192 --repeats 3 --out {R}"),
+    # dp_bulk is DRAM-bound (ncu, 2026-11-26): a wider band moves fewer bytes per candidate, costs registers
+    # and edge work; the launch geometries measured side by side, each checked bit for bit against the default
+    Step("geometry-sweep", "7.2", 120, 50, "{PY} bench/geometry_sweep.py --out {R}"),
     # items 4 and 5: the executor on torchvision's and transformers' networks, the profiler's accuracy
     Step("executor-densenet121", "7.4", 200, 90, "{PY} bench/executor.py --networks densenet121 --out {R}/densenet121"),
     Step("executor-resnet50", "7.4", 170, 90, "{PY} bench/executor.py --networks resnet50 --out {R}/resnet50"),
@@ -140,6 +143,11 @@ STEPS = [
     # 63.8 ms, medians of 5 steps: again with every step's time and plain autograd measured first and last
     Step("executor-densenet121-again", "7.4", 150, 80,
          "{PY} bench/executor.py --networks densenet121 --no-cost-models --steps 10 --out {R}/densenet121_again"),
+    # DenseNet-121's combined plans measured 28-37 % above their prediction (2026-11-26); release no longer
+    # waits on the host (Note [Release in stream order] in torch_exec/offload.py): again, with each step's
+    # time, the host's time to queue it and the allocator's calls (bench/executor.py's Meter)
+    Step("offload-executor-densenet121-again", "11.5", 150, 80,
+         "{PY} bench/offload_executor.py --networks densenet121 --steps 7 --out {R}/offload_densenet121_again"),
 ]
 STEP_NAMES = {s.name for s in STEPS}
 

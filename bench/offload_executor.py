@@ -68,10 +68,11 @@ def bench_network(name, args, link, meter, records, errors):
 
     def plain():
         stages(x).backward()
-    peak_all, ms_all, _ = meter.step(plain, params, args.steps, args.warmup)
+    peak_all, ms_all, each_all = meter.step(plain, params, args.steps, args.warmup)
     print(f"   store_all: peak {peak_all} B, {ms_all:.2f} ms", flush=True)
     records.append(dict(common, method="store_all", budget_label=None, budget_bytes=None, measured_peak_bytes=peak_all,
-                        step_ms=ms_all, predicted_peak_bytes=None, predicted_step_ms=None))
+                        step_ms=ms_all, step_ms_each=each_all, predicted_peak_bytes=None, predicted_step_ms=None,
+                        **meter.diagnostics))
 
     def offload_only():
         with torch.autograd.graph.save_on_cpu(pin_memory=True):
@@ -80,8 +81,8 @@ def bench_network(name, args, link, meter, records, errors):
     row = dict(common, method="offload_only", budget_label=None, budget_bytes=None, predicted_peak_bytes=None,
                predicted_step_ms=None, note="torch.autograd.graph.save_on_cpu(pin_memory=True), plain autograd")
     try:
-        peak, ms, _ = meter.step(offload_only, params, args.steps, args.warmup)
-        row.update(measured_peak_bytes=peak, step_ms=ms)
+        peak, ms, each = meter.step(offload_only, params, args.steps, args.warmup)
+        row.update(measured_peak_bytes=peak, step_ms=ms, step_ms_each=each, **meter.diagnostics)
         print(f"   offload_only (save_on_cpu): peak {peak} B, {ms:.2f} ms", flush=True)
     except Exception as err:
         row.update(measured_peak_bytes=None, step_ms=None, error=_error(err))
@@ -116,9 +117,10 @@ def bench_network(name, args, link, meter, records, errors):
                            swaps=sum(op.kind is OpKind.OFFLOAD for op in schedule),
                            recomputations=count_recomputations(schedule), ops=len(schedule))
                 copies = wrapped._last.copies
-                peak, ms, _ = meter.step(step, params, args.steps, args.warmup)
+                peak, ms, each = meter.step(step, params, args.steps, args.warmup)
                 row.update(measured_peak_bytes=peak, step_ms=ms, within_budget=peak is not None and peak <= budget,
-                           host_bytes=None if copies is None else copies.host_bytes())
+                           host_bytes=None if copies is None else copies.host_bytes(), step_ms_each=each,
+                           requested_peak_bytes=meter.requested_peak, **meter.diagnostics)
                 print(f"   {method} {label} ({budget} B): peak {peak} B (pred {plan.predicted_peak_bytes}), "
                       f"{ms:.2f} ms (pred {plan.predicted_time_ms:.2f}), {row['swaps']} swaps, "
                       f"{row['recomputations']} recomputed", flush=True)

@@ -58,3 +58,41 @@ def test_batch_and_size_must_be_positive(option, capsys):
     with pytest.raises(SystemExit) as err:
         bench.main(["--networks", "gpt2-like", "--device", "cpu", "--quick", option, "0"])
     assert err.value.code == 2 and "0 is not a positive integer" in capsys.readouterr().err
+
+
+def test_meter_on_cuda_records_enqueue_time_and_allocator_calls(monkeypatch):
+    """The CUDA path of Meter.step, rehearsed with CUDA's counters and events faked: per measured step the
+    host's time to queue it, and the cudaMalloc calls and allocator retries of the measured steps only."""
+    import torch
+    stats = {"num_alloc_retries": 0, "num_device_alloc": 0, "requested_bytes.all.current": 0,
+             "requested_bytes.all.peak": 0}
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            pass
+
+        def record(self, stream=None):
+            pass
+
+        def elapsed_time(self, other):
+            return 5.0
+
+    for name, value in (("synchronize", lambda device=None: None), ("memory_allocated", lambda device=None: 0),
+                        ("max_memory_allocated", lambda device=None: 0),
+                        ("reset_peak_memory_stats", lambda device=None: None),
+                        ("memory_stats", lambda device=None: dict(stats)), ("Event", Event)):
+        monkeypatch.setattr(torch.cuda, name, value)
+    calls = []
+
+    def run():
+        calls.append(1)
+        stats["num_device_alloc"] += 2  # two cudaMallocs per step
+        if len(calls) == 4:
+            stats["num_alloc_retries"] += 1
+
+    meter = bench.Meter("cuda")
+    peak, ms, each = meter.step(run, [], steps=3, warmup=2)
+    assert len(calls) == 5 and each == [5.0] * 3 and ms == 5.0
+    d = meter.diagnostics
+    assert len(d["enqueue_ms_each"]) == 3 and all(t >= 0 for t in d["enqueue_ms_each"])
+    assert d["device_mallocs"] == 6 and d["alloc_retries"] == 1  # the warm-up's are not counted

@@ -172,6 +172,35 @@ def test_host_copies_errors():
         st.acquire(3)
 
 
+def test_release_waits_in_stream_order_not_on_the_host(monkeypatch):
+    """Note [Release in stream order]: on CUDA ``release`` makes the compute stream wait for the copy's
+    event and never blocks the host on it (the CUDA behaviour: tests/test_torch_offload_gpu.py); here the
+    CUDA calls are faked, so the test fails if release synchronises the host."""
+    class Event:
+        def synchronize(self):
+            raise AssertionError("release blocked the host on the copy's event")
+
+        def query(self):
+            return False
+
+    waited = []
+
+    class Stream:
+        def wait_event(self, event):
+            waited.append(event)
+
+    copies = HostCopies("cpu")
+    event = Event()
+    monkeypatch.setattr(copies, "copy", lambda pairs: event)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: Stream())
+    st = copies.step()
+    x = torch.randn(8)
+    st.offload(4, x)
+    assert not waited
+    st.release(4, x)
+    assert waited == [event]
+
+
 def test_host_copies_pool_reuse_and_shared_storages():
     copies = HostCopies("cpu")
     x, y = torch.randn(8, dtype=DT), torch.randn(8, dtype=DT)

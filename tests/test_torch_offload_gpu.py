@@ -77,6 +77,29 @@ def test_host_copies_round_trip_on_cuda():
     assert {id(b) for b in bufs} == {id(b) for b in copies.buffers()}
 
 
+def test_release_does_not_block_the_host_and_the_reused_block_waits_for_the_copy():
+    """Note [Release in stream order]: release returns while the copy to the host is still queued (the
+    compute stream sleeps before it), and a block the allocator hands out again at once is written only
+    after the copy has read it: the host copy holds a_s's values."""
+    copies = HostCopies("cuda")
+    st = copies.step()
+    a = torch.randn(16 << 20, device="cuda")  # 64 MiB
+    want = a.cpu()
+    torch.cuda.synchronize()
+    torch.cuda._sleep(400_000_000)  # ~0.2 s of GPU time ahead of the copy on the compute stream
+    st.offload(1, a)
+    event = st.done[1]
+    st.release(1, a)
+    assert not event.query(), "release waited on the host for the copy"
+    del a
+    b = torch.full((16 << 20,), 7.0, device="cuda")  # may reuse a_1's block: queued behind the wait
+    st.prefetch(1)
+    back = st.acquire(1)
+    torch.cuda.synchronize()
+    assert torch.equal(back.cpu(), want) and bool((b == 7).all())
+    st.close()
+
+
 def low_budget(chain, where: float = 0.1) -> int:
     """A budget ``where`` of the way from the least the combined class can run in to the store-all peak:
     near the least, the plan offloads (copies cost nothing over FAST) and the 1024-bucket DP finds one."""

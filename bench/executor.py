@@ -175,7 +175,7 @@ class Meter:
                 times.append(start.elapsed_time(stop))
                 step_peak = torch.cuda.max_memory_allocated(self.device) - base
                 # before the caching allocator's rounding to its blocks (a request of over 1 MiB can hold up
-                # to 1 MiB more: BLOCK_REMAINDER in tests/test_torch_gpu.py)
+                # to 1 MiB more: Note [Allocator blocks] in torch_exec/_util.py)
                 requested_top = torch.cuda.memory_stats(self.device).get("requested_bytes.all.peak")
                 if requested_base is not None and requested_top is not None:  # counters of torch >= 2.1
                     requested = requested_top - requested_base

@@ -30,9 +30,8 @@ from _torch_helpers import assert_grads_close, budget_between  # noqa: E402
 from _torch_helpers import cuda_net as net  # noqa: E402
 from _torch_helpers import measure_cuda_step as measure_step  # noqa: E402
 
-# The caching allocator splits a cached block for a request of over 1 MiB only where more than 1 MiB
-# would remain: a request can hold up to this much more than it asked for, depending on the cache.
-BLOCK_REMAINDER = 1 << 20
+# A request can hold up to this much more than it asked for, depending on the cache (Note [Allocator blocks])
+from torch_exec._util import ALLOCATOR_REMAINDER as BLOCK_REMAINDER  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -235,7 +234,10 @@ def test_tuple_states_hold_the_budget_on_cuda(case, monkeypatch):
     """Note [Segment inputs] and Note [Values read late] on the caching allocator: the DenseNet example cut
     with two values across a cut (a cat's gradient slices handed to segment inputs; 14 % over on the CPU
     before), and BART cut through its encoder's output; measured steps at the least budget and halfway
-    to plain autograd's peak hold the budget."""
+    to plain autograd's peak hold the budget. The DenseNet case's loss is the test's own code after the
+    model, which no plan counts: the measured step may hold its bytes beside the budget (``beside``, its
+    peak measured alone; the H100's first run went 1 049 088 B over: a 1 MiB allocator remainder, now
+    reserved (Note [Allocator blocks] in torch_exec/_util.py), and the loss's 512-byte block)."""
     import sys
     from pathlib import Path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
@@ -251,6 +253,14 @@ def test_tuple_states_hold_the_budget_on_cuda(case, monkeypatch):
 
         def loss_of(out):
             return nn.functional.cross_entropy(out, y)
+        stand_in = torch.zeros(32, 10, device="cuda", requires_grad=True)  # the model's output, alone
+        torch.cuda.synchronize()
+        start = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        loss_of(stand_in).backward()
+        torch.cuda.synchronize()
+        beside = torch.cuda.max_memory_allocated() - start  # also counts the output's gradient, which plans reserve
+        del stand_in
     else:
         transformers = pytest.importorskip("transformers")
         cfg = transformers.BartConfig(d_model=256, encoder_layers=2, decoder_layers=6, encoder_attention_heads=4,
@@ -263,6 +273,7 @@ def test_tuple_states_hold_the_budget_on_cuda(case, monkeypatch):
 
         def loss_of(out):
             return out.loss
+        beside = 0  # the loss is the model's
     wrapped = te.auto_checkpoint(model, "64GiB", caller_keeps="loss" if case == "bart_read_late" else "output")
     wrapped.prepare(*args, **kwargs)
     if case == "bart_read_late" and wrapped.capture.method == "export":
@@ -284,10 +295,10 @@ def test_tuple_states_hold_the_budget_on_cuda(case, monkeypatch):
         torch.cuda.synchronize()
         measured = torch.cuda.max_memory_allocated() - before
         # what the program asked for, before the allocator's rounding to its blocks: on the H100 the
-        # DenseNet case went 1 049 088 B over at its least budget; is that one unsplit block (BLOCK_REMAINDER)?
+        # DenseNet case went 1 049 088 B over at its least budget; was that one unsplit block (BLOCK_REMAINDER)?
         requested = torch.cuda.memory_stats().get("requested_bytes.all.peak", 0) - requested_before
-        assert measured <= wrapped.plan.budget_bytes, (case, fraction, measured, wrapped.plan.budget_bytes,
-                                                       "requested", requested)
+        assert measured <= wrapped.plan.budget_bytes + beside, (case, fraction, measured, wrapped.plan.budget_bytes,
+                                                                "beside", beside, "requested", requested)
 
 
 # ---------------------------------------------------------------------------- CPU rehearsals (no gpu mark)

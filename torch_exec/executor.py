@@ -364,7 +364,7 @@ def output_out_of_tape(tape: int, bwd_tape: int, made: int) -> tuple[int, int]:
 
 
 def executor_chain(chain: Chain, rng: list, sample, preserve_rng: bool, group_modules: list,
-                   output_grad_held: bool = True, output_bytes: int = 0) -> Chain:
+                   output_grad_held: bool = True, output_bytes: int = 0, allocator: bool = True) -> Chain:
     """The chain as the executor runs it: what it holds beyond the stages' tensors is reserved.
 
     - a_N, which the caller may hold through the backward (Note [The caller holds a_N]):
@@ -380,6 +380,9 @@ def executor_chain(chain: Chain, rng: list, sample, preserve_rng: bool, group_mo
       ``fork_rng`` takes while one is replayed.
     - The clones of a stage's buffers that its re-runs work on: workspace of a no-grad re-run, part
       of a recorded re-run's tape.
+    - On a CUDA device, one cached block the caching allocator may hand over unsplit (Note [Allocator
+      blocks] in torch_exec/_util.py); ``allocator=False`` for a join's branches, whose step (the
+      join's) reserves it once.
     """
     grads = chain.grad_bytes.copy()
     reserved = int(grads[-1]) if output_grad_held else 0
@@ -399,8 +402,11 @@ def executor_chain(chain: Chain, rng: list, sample, preserve_rng: bool, group_mo
     if preserve_rng and drawing:
         state = U.RngState.capture(U.cuda_devices(sample)).nbytes(device_type)
         reserved += (drawing + 1) * state
+    remainder = U.allocator_reserve_bytes(device_type) if allocator else 0
+    reserved += remainder
     held = "the gradient of a_N, held by autograd's engine through the backward, " if output_grad_held else ""
     held += f"a_N ({output} B), which the caller may hold through the backward, " if output else ""
+    held += f"one unsplit allocator block ({remainder} B, Note [Allocator blocks]), " if remainder else ""
     notes = list(chain.provenance.get("notes", [])) + [
         f"executor: {reserved} B reserved for the step ({held}{drawing} recorded RNG state(s))"]
     return replace(chain, grad_bytes=grads, reserved_bytes=chain.reserved_bytes + reserved,

@@ -255,6 +255,11 @@ def _is_empty(stages) -> bool:
     return False
 
 
+def _device_type(inputs) -> str:
+    """The device type of the join's inputs (their first tensor's)."""
+    return next(t for x in inputs for t in U.tensors(x)).device.type
+
+
 def _structure(x, beta: int):
     if isinstance(x, torch.Tensor):
         return ("tensor", 1)
@@ -382,7 +387,7 @@ class CheckpointedJoin(_PlannedModule):
                 continue
             entry = seq._build(sample)  # profiles the branch (its own plain plan is never used)
             entry.exec_chain = executor_chain(entry.plain_chain, entry.rng, sample, self.preserve_rng_state,
-                                              entry.group_modules, output_grad_held=False)
+                                              entry.group_modules, output_grad_held=False, allocator=False)
             entry.chain = entry.exec_chain
             entry.plan = None
             branch_entries.append(entry)
@@ -390,7 +395,8 @@ class CheckpointedJoin(_PlannedModule):
             plain_chains.append(entry.plain_chain)
         turn_grads = sum(int(chain.padded()["grad_bytes"][-1]) for chain in exec_chains)
         head_profile, turn, out_grad = self._profile_head(inputs, turn_grads)
-        reserved = out_grad + self._reserved_beside()  # as for CheckpointedSequential
+        # as for CheckpointedSequential, with the allocator's one remainder for the whole step (executor_chain)
+        reserved = out_grad + self._reserved_beside() + U.allocator_reserve_bytes(_device_type(inputs))
         entry = JoinEntry(plan=None, net=JoinNet(exec_chains, turn, reserved),
                           plain_net=JoinNet(plain_chains, turn, reserved), branches=branch_entries,
                           structures=structures, head=self.head_fn, head_profile=head_profile,

@@ -132,25 +132,32 @@ def chen_cuts(chain: Chain, threshold: float) -> list[int]:
     return list(next(iter(chen_segmentations(chain, [threshold]))))
 
 
-def chen_segmentations(chain: Chain, thresholds=None) -> dict[tuple[int, ...], int]:
+def chen_segmentations(chain: Chain, thresholds=None, stop: int | None = None) -> dict[tuple[int, ...], int]:
     """Every distinct greedy segmentation, over the thresholds b in {0} and the prefix sums of the
     tape bytes (no other b gives another one), or over ``thresholds``: {cuts: the smallest b that
-    gives them}. All thresholds advance together, one cut per round."""
+    gives them}. All thresholds advance together, one cut per round. ``stop``: leave out the
+    segmentations with a cut at or past it (their last cut is too: a caller that wants only last
+    cuts before ``stop`` saves the rounds of the thresholds that cut often)."""
     prefix = _tape_prefix(chain)
     thresholds = np.unique(prefix) if thresholds is None else np.asarray(thresholds, dtype=np.int64)
     starts = np.zeros(len(thresholds), dtype=np.int64)
     cuts = [[] for _ in thresholds]
+    kept = np.ones(len(thresholds), dtype=bool)
     live = np.arange(len(thresholds))
     while len(live):
         nxt = _chen_next(prefix, starts[live], thresholds[live])
         going = nxt < chain.n
+        if stop is not None:
+            kept[live[going & (nxt >= stop)]] = False
+            going &= nxt < stop
         for idx, cut in zip(live[going].tolist(), nxt[going].tolist()):
             cuts[idx].append(cut)
         starts[live[going]] = nxt[going]
         live = live[going]
     out: dict[tuple[int, ...], int] = {}
-    for b, c in zip(thresholds.tolist(), cuts):
-        out.setdefault(tuple(c), int(b))
+    for b, c, keep in zip(thresholds.tolist(), cuts, kept.tolist()):
+        if keep:
+            out.setdefault(tuple(c), int(b))
     return out
 
 

@@ -214,3 +214,50 @@ def test_bisection_fixed_splits_at_half_forward_time():
     found = bisection(chain, store_all_peak_bytes(chain))
     assert found.policy == store_all_policy(chain)
     assert bisection(chain, min_feasible_bytes(chain) - 1) is None
+
+
+def _fastest_segment_reference(chain, problem, budget_bytes, better_than):
+    """_fastest_segment_policy before its pruning: every candidate, sorted, the first that fits."""
+    from gpusolve.baselines import chen_segmentations
+    from gpusolve.dp.segments import SegmentEvaluator
+    from gpusolve.simulate import store_all_time_ms
+    n, prefix, base = chain.n, problem.fwd_prefix, store_all_time_ms(chain)
+    candidates = {(): "store-all"}
+    for k in range(2, n + 1):
+        candidates.setdefault(tuple(sequential_boundaries(n, k)), "checkpoint_sequential")
+    for cuts in chen_segmentations(chain):
+        candidates.setdefault(cuts, "Chen's greedy")
+    evaluator = SegmentEvaluator(chain, problem)
+    for seg_time, cuts in sorted((base + float(prefix[c[-1]] - prefix[0]) if c else base, c) for c in candidates):
+        if seg_time >= better_than - 1e-9:
+            return None
+        _, peak = evaluator.evaluate(cuts)
+        if peak <= budget_bytes:
+            return seg_time, peak, cuts, candidates[cuts]
+    return None
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_segment_candidates_pruned_by_their_last_cut_give_the_same_answer(seed):
+    """_fastest_segment_policy leaves out the candidates whose last cut makes them no faster than the
+    optimum it must beat (Chen's greedy stops those thresholds early): the same answer, label included."""
+    from conftest import random_chain
+    from gpusolve.baselines import chen_segmentations
+    from gpusolve.dp.problem import Problem
+    from gpusolve.solve import _fastest_segment_policy
+    rng = np.random.default_rng(seed)
+    chain = random_chain(rng, int(rng.integers(3, 40)))
+    problem = Problem.build(chain, 1, 0)
+    low, high = min_feasible_bytes(chain), store_all_peak_bytes(chain)
+    full = chen_segmentations(chain)
+    for stop in range(1, chain.n + 2):
+        assert chen_segmentations(chain, stop=stop) == {c: b for c, b in full.items() if not c or c[-1] < stop}
+    base = float(chain.t_fwd.sum() + chain.t_bwd.sum())
+    for budget in (low, (low + high) // 2, high):
+        limits = [np.inf, base, base + 0.3 * chain.t_fwd_nograd.sum(), base + chain.t_fwd_nograd.sum()]
+        found = _fastest_segment_reference(chain, problem, budget, np.inf)
+        if found is not None:  # just above the answer's time: its last cut is the last one kept
+            limits += [found[0] + 1e-6, found[0] + 1e-9, found[0]]
+        for better_than in limits:
+            assert (_fastest_segment_policy(chain, problem, budget, better_than)
+                    == _fastest_segment_reference(chain, problem, budget, better_than)), (budget, better_than)

@@ -80,9 +80,15 @@ def policy_peak_bytes(problem: Problem, act: np.ndarray, tape: np.ndarray, polic
                       j: int | None = None) -> int:
     """Exact peak (bytes) of ``policy`` over (i, j), by the rules of :func:`min_peak_tables`
     (``problem``'s byte arrays: any bucket; ``act``/``tape`` from ``chain.padded()``). Equal to
-    :func:`gpusolve.simulate` 's peak of the policy's schedule, in O(nodes) without building it."""
+    :func:`gpusolve.simulate` 's peak of the policy's schedule, in O(nodes) without building it.
+
+    Post-order without recursion (a chain of tapes nests N deep); plain Python ints throughout: the
+    slack band of :func:`gpusolve.solve` calls this once per candidate, on the whole solve's path
+    (1.2 ms a call with NumPy scalars per node, 0.13 ms so, densenet121_fine_b32)."""
     j = problem.n if j is None else j
-    peaks: dict[int, int] = {}
+    grad, tape_fwd, need = problem.grad_bytes.tolist(), problem.tape_fwd.tolist(), problem.tape_need.tolist()
+    act, tape, nograd = np.asarray(act).tolist(), np.asarray(tape).tolist(), problem.nograd_peak.item
+    done: list[int] = []  # peaks of the finished subtrees: a checkpoint's left one, then its right one
     stack = [(policy, i, j, False)]
     while stack:
         node, lo, hi, ready = stack.pop()
@@ -90,14 +96,15 @@ def policy_peak_bytes(problem: Problem, act: np.ndarray, tape: np.ndarray, polic
             if node.right is not None and not ready:
                 stack += [(node, lo, hi, True), (node.right, lo + 1, hi, False)]
                 continue
-            peak = int(problem.thr_tape_bytes(lo, hi))
+            peak = max(grad[hi] + tape_fwd[lo + 1], need[lo + 1])  # thr_tape_bytes
             if node.right is not None:
-                peak = max(peak, int(tape[lo + 1]) + peaks.pop(id(node.right)))
+                peak = max(peak, tape[lo + 1] + done.pop())
         else:
+            k = node.k
             if not ready:
-                stack += [(node, lo, hi, True), (node.right, node.k, hi, False), (node.left, lo, node.k, False)]
+                stack += [(node, lo, hi, True), (node.right, k, hi, False), (node.left, lo, k, False)]
                 continue
-            peak = max(int(problem.thr_ckpt_bytes(lo, hi, node.k)), int(act[node.k]) + peaks.pop(id(node.right)),
-                       peaks.pop(id(node.left)))
-        peaks[id(node)] = peak
-    return peaks[id(policy)]
+            right = done.pop()
+            peak = max(grad[hi] + nograd(lo, k), act[k] + right, done.pop())  # thr_ckpt_bytes, right, left
+        done.append(peak)
+    return done[0]

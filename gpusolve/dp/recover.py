@@ -86,13 +86,16 @@ def build_policy(problem: Problem, order) -> Policy:
 def policy_from_choices(order, tape, act) -> Policy:
     """Policy tree from (i, j, m, k) choices in visiting order (parents before children; k = 0 is
     Tape), sub-problem sizes ``tape``/``act`` as in :func:`walk_policy`."""
-    order = [tuple(int(v) for v in quad) for quad in order]
+    # plain Python ints throughout (the device walk's quads arrive as an int32 array; NumPy scalars per
+    # quad made this 5x slower, and the slack band of gpusolve.solve builds one tree per candidate)
+    order = np.asarray(order, dtype=np.int64).reshape(-1, 4).tolist()
+    tape, act = np.asarray(tape).tolist(), np.asarray(act).tolist()
     built: dict[tuple[int, int, int], Policy] = {}
     for i, j, mm, k in reversed(order):  # children were visited after their parent
         if k == 0:
-            node = Tape(built.pop((i + 1, j, mm - int(tape[i + 1]))) if j > i + 1 else None)
+            node = Tape(built.pop((i + 1, j, mm - tape[i + 1])) if j > i + 1 else None)
         else:
-            node = Checkpoint(k, right=built.pop((k, j, mm - int(act[k]))), left=built.pop((i, k, mm)))
+            node = Checkpoint(k, right=built.pop((k, j, mm - act[k])), left=built.pop((i, k, mm)))
         built[(i, j, mm)] = node
     i, j, mm, _ = order[0]
     return built[(i, j, mm)]

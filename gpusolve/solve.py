@@ -285,6 +285,10 @@ def exact_candidates(chain: Chain, problem: Problem, table, full_curve: np.ndarr
     fitting segment policy (:func:`_fastest_segment_policy`), or None. Shared by :func:`solve` and the
     combined offload DP (:func:`gpusolve.offload.solve_offload`), whose class contains all of them."""
     best = None
+    prefetch = getattr(table, "prefetch", None)  # a device table walks every column it may be asked for at once
+    if prefetch is not None:
+        optimum = full_curve[buckets] if np.isfinite(full_curve[buckets]) else np.inf
+        prefetch([buckets, *slack_band_columns(full_curve, buckets, problem.buckets, optimum)])
     policy = table.policy(buckets)
     if policy is not None:
         best = (full_curve[buckets], None, policy, None)
@@ -321,7 +325,7 @@ def slack_band_fit(curve: np.ndarray, buckets: int, top: int, better_than: float
     optima are faster and less likely to fit: a binary search for the last that fits (at most
     :data:`SLACK_TRIES` tries). ``fits(m) -> (fits, payload)``; returns ``(m, payload)`` or None. The
     chain's :func:`exact_candidates` and the join's :func:`gpusolve.join.solve_join` use it."""
-    starts = [m for m in _plateau_starts(curve, buckets, top) if curve[m] < better_than]
+    starts = _band_starts(curve, buckets, top, better_than)
     lo, hi, tried, found = 0, len(starts) - 1, 0, None
     while lo <= hi and tried < SLACK_TRIES:
         mid = (lo + hi) // 2
@@ -333,6 +337,27 @@ def slack_band_fit(curve: np.ndarray, buckets: int, top: int, better_than: float
         else:
             hi = mid - 1
     return found
+
+
+def _band_starts(curve: np.ndarray, buckets: int, top: int, better_than: float) -> list[int]:
+    """The plateau starts :func:`slack_band_fit` searches, in its order."""
+    return [m for m in _plateau_starts(curve, buckets, top) if curve[m] < better_than]
+
+
+def slack_band_columns(curve: np.ndarray, buckets: int, top: int, better_than: float) -> list[int]:
+    """Every column :func:`slack_band_fit` may try with these arguments, whatever ``fits`` answers:
+    the midpoints of its binary search down to :data:`SLACK_TRIES` levels (a device table recovers
+    them all in one launch before the search: ``DeviceTable.prefetch`` in gpusolve/dp/cuda.py)."""
+    starts = _band_starts(curve, buckets, top, better_than)
+    reach, pending = [], [(0, len(starts) - 1, 0)]
+    while pending:
+        lo, hi, depth = pending.pop()
+        if lo > hi or depth >= SLACK_TRIES:
+            continue
+        mid = (lo + hi) // 2
+        reach.append(starts[mid])
+        pending += [(lo, mid - 1, depth + 1), (mid + 1, hi, depth + 1)]
+    return sorted(reach)
 
 
 def slack_note(past: int, peak: int) -> str:

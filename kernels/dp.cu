@@ -174,13 +174,20 @@ dp_bulk(float* __restrict__ table, DP_PARAMS, int band_start, int band_len) {
     }
 }
 
-// One block of DP_REC_THREADS: the policy at m_top as (i, j, m, k) quads in recover_policy's
-// visiting order (see dp_common.cuh). result[0] = count (or -1: infeasible state, -2: buffers too
-// small). stack: 3 ints per entry, max_stack entries.
+// Grid (B): block b, DP_REC_THREADS threads, walks the policy at m_tops[b] into its own slices of the
+// buffers: (i, j, m, k) quads in recover_policy's visiting order (see dp_common.cuh) at
+// out + 4 b max_nodes, result[b] = count (or -1: infeasible state, -2: buffers too small); stack: 3
+// ints per entry, max_stack entries from stack + 3 b max_stack. The walks are independent: one
+// launch recovers every candidate a solve may need (gpusolve/dp/cuda.py, DeviceTable.prefetch).
 extern "C" __global__ void __launch_bounds__(DP_REC_THREADS)
-dp_recover(const float* __restrict__ table, DP_PARAMS, int m_top, int* __restrict__ out, int max_nodes,
-           int* __restrict__ stack, int max_stack, int* __restrict__ result) {
+dp_recover(const float* __restrict__ table, DP_PARAMS, const int* __restrict__ m_tops, int* __restrict__ out,
+           int max_nodes, int* __restrict__ stack, int max_stack, int* __restrict__ result) {
     const DpArgs a = DP_ARGS;
+    const int b = blockIdx.x;
+    const int m_top = m_tops[b];
+    out += (long long)b * 4 * max_nodes;
+    stack += (long long)b * 3 * max_stack;
+    result += b;
     __shared__ float warp_value[DP_REC_THREADS / 32];
     __shared__ int warp_arg[DP_REC_THREADS / 32];
     __shared__ int state[4];  // i, j, m, status (1: visit, 0: done, < 0: error)

@@ -150,6 +150,9 @@ class HostArray(np.ndarray):
     def get(self):
         return np.array(self)
 
+    def set(self, arr):
+        self[...] = arr
+
 
 def fake_cupy():
     """A ``cupy`` module with only ``asarray`` (NumPy's): enough for the device tables' reads of

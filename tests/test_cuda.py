@@ -129,6 +129,29 @@ def test_solve_front_end_same_time(gpu, path):
                                                                      rel=1e-9)
 
 
+@pytest.mark.gpu
+@pytest.mark.device_state
+@pytest.mark.parametrize("seed", range(3))
+def test_batched_walks_give_the_cpu_policies(gpu, seed):
+    """DeviceTable.prefetch: dp_recover with one block per column (each its own slices of the buffers),
+    over two launches when the columns exceed RECOVERY_BATCH; every policy the CPU's, and a table that
+    walks them one at a time agrees. (device_state: the stand-in's tables are the CPU's, without it.)"""
+    rng = np.random.default_rng(100 + seed)
+    chain = random_chain(rng, int(rng.integers(20, 80)), True)
+    buckets = 700
+    problem = Problem.build(chain, max(1, int(chain.tape_bytes.sum()) // (buckets // 2)), buckets)
+    host = cpu.fill(problem)
+    feasible = [int(m) for m in np.flatnonzero(np.isfinite(host.curve))]
+    assert len(feasible) > gpu.RECOVERY_BATCH
+    table = gpu.fill(problem)
+    table.prefetch(feasible)
+    for m in feasible[::3]:
+        assert table.policy(m) == host.policy(m), m
+    alone = gpu.fill(problem)
+    for m in feasible[::41]:
+        assert alone.policy(m) == host.policy(m), m
+
+
 def held_by_others() -> int:
     """Bytes of CuPy's pool in use before a test: arrays that earlier tests' objects still hold (on
     the H100, 271 987 200 B after 25 gpu tests, before release() collected reference cycles; its

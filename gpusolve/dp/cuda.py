@@ -47,6 +47,10 @@ from .recover import build_policy
 # bench/nvrtc_check.py compiles with exactly these.
 COMPILE_OPTIONS = ("--std=c++14",)
 KERNEL_NAMES = ("dp_diag", "dp_bulk", "dp_recover")
+# One dp_recover launch walks up to this many policies, one block each (DeviceTable.prefetch): the
+# optimum at the budget and every slack-band column a solve may try (Note [Exact candidates] in
+# gpusolve/solve.py: up to 1 + 255 for its 8 tries), instead of one launch and copy back per policy.
+RECOVERY_BATCH = 256
 # CuPy rounds every allocation up to 512 bytes; 16 arrays of slack.
 _ALLOC_SLACK = 16 * 512
 
@@ -204,9 +208,10 @@ def block(kind: str, geometry: Geometry | None = None) -> int:
 
 # ---------------------------------------------------------------------------- memory
 def _side_bytes(n: int) -> int:
-    """Device bytes besides the table: the side arrays, the recovery buffers, allocation rounding."""
+    """Device bytes besides the table: the side arrays, the recovery buffers (a whole batch),
+    allocation rounding."""
     nodes = 2 * n + 2
-    return (n + 1) ** 2 * 12 + (n + 1) * 56 + (7 * nodes + 1) * 4 + _ALLOC_SLACK
+    return (n + 1) ** 2 * 12 + (n + 1) * 56 + RECOVERY_BATCH * (7 * nodes + 2) * 4 + _ALLOC_SLACK
 
 
 def device_bytes(n: int, buckets: int) -> int:
@@ -399,8 +404,9 @@ class _Workspace:
         self.table = None
         self.host: dict[str, np.ndarray] = {}
         self.dev: dict = {}
-        self.recovery = None  # (out, stack, result), sized for self.nodes states
+        self.recovery = None  # (m_tops, out, stack, result), for self.batch walks of self.nodes states
         self.nodes = 0
+        self.batch = 0
 
     def held_bytes(self) -> int:
         arrays = [self.table, *self.dev.values(), *(self.recovery or ())]
@@ -432,11 +438,14 @@ class _Workspace:
             out.append(dev)
         return out
 
-    def recovery_buffers(self, cupy, nodes: int):
-        if self.recovery is None or self.nodes < nodes:
-            self.recovery = (cupy.empty(4 * nodes, dtype=cupy.int32), cupy.empty(3 * nodes, dtype=cupy.int32),
-                             cupy.empty(1, dtype=cupy.int32))
-            self.nodes = nodes
+    def recovery_buffers(self, cupy, nodes: int, batch: int = 1):
+        """(m_tops, out, stack, result) for ``batch`` walks of at most ``nodes`` states (dp_recover's
+        block b uses the b-th slice of each); the kept ones when large enough."""
+        if self.recovery is None or self.nodes < nodes or self.batch < batch:
+            nodes, batch = max(nodes, self.nodes), max(batch, self.batch)
+            self.recovery = (cupy.empty(batch, dtype=cupy.int32), cupy.empty(4 * nodes * batch, dtype=cupy.int32),
+                             cupy.empty(3 * nodes * batch, dtype=cupy.int32), cupy.empty(batch, dtype=cupy.int32))
+            self.nodes, self.batch = nodes, batch
         return self.recovery
 
 
@@ -504,24 +513,48 @@ class DeviceTable:
     """A filled table in the device workspace: its curve C(0, N, m) and policies recovered on demand
     (:meth:`policy`, on the device). Valid until the next solve on this device or :func:`release`."""
 
-    def __init__(self, problem, module, table, dev, scalars, recovery, geometry, timings):
+    def __init__(self, problem, module, table, dev, scalars, workspace, geometry, timings):
         self.problem, self._module, self._table, self._dev = problem, module, table, dev
-        self._scalars, self._recovery, self._geometry, self._timings = scalars, recovery, geometry, timings
+        self._scalars, self._workspace, self._geometry, self._timings = scalars, workspace, geometry, timings
         self.curve = None
+        self._walked: dict[int, np.ndarray] = {}  # m -> the device walk's quads (prefetch, policy)
 
     def device_rows(self):
         """The filled table on the device, flat (pairs x (M+1) float32, without the sentinel row): a
         view into the workspace, valid until the next solve on this device (copy it to keep it)."""
         return self._table[:self.problem.pairs * (self.problem.buckets + 1)]
 
-    def policy(self, m: int) -> Policy | None:
-        """The optimal policy at ``m`` buckets, or None where the curve is infinite."""
-        if not (0 <= m < len(self.curve) and np.isfinite(self.curve[m])):
-            return None
+    def _feasible(self, m: int) -> bool:
+        return 0 <= m < len(self.curve) and bool(np.isfinite(self.curve[m]))
+
+    def prefetch(self, ms) -> None:
+        """Walk the policies at every feasible ``m`` of ``ms`` on the device in one launch (one block
+        each, :data:`RECOVERY_BATCH` per launch) and keep their quads on the host: :meth:`policy` then
+        builds them without a launch. ``gpusolve.solve`` names every column its exact candidates may
+        try (Note [Exact candidates]): one launch and one copy back instead of one per try."""
+        todo = sorted({int(m) for m in ms if self._feasible(int(m))} - self._walked.keys())
+        if not todo:
+            return
         started = time.perf_counter()
         with torch_device():
-            policy = _recover_on_device(self._module, self.problem, self._table, self._dev, self._scalars, int(m),
-                                        self._recovery, 2 * self.problem.n + 2, self._geometry)
+            for at in range(0, len(todo), RECOVERY_BATCH):
+                part = todo[at:at + RECOVERY_BATCH]
+                self._walked.update(zip(part, _walk_on_device(self._module, self.problem, self._table, self._dev,
+                                                              self._scalars, part, self._workspace, self._geometry)))
+        add_time(self._timings, "recover", time.perf_counter() - started)
+
+    def policy(self, m: int) -> Policy | None:
+        """The optimal policy at ``m`` buckets, or None where the curve is infinite."""
+        if not self._feasible(int(m)):
+            return None
+        started = time.perf_counter()
+        quads = self._walked.get(int(m))
+        if quads is None:
+            with torch_device():
+                quads, = _walk_on_device(self._module, self.problem, self._table, self._dev, self._scalars, [int(m)],
+                                         self._workspace, self._geometry)
+            self._walked[int(m)] = quads
+        policy = policy_from_order(self.problem, quads)
         add_time(self._timings, "recover", time.perf_counter() - started)
         return policy
 
@@ -551,8 +584,7 @@ def fill(problem: Problem, progress=None, timings: dict | None = None, band: boo
         pairs = problem.pairs
         table = ws.table_for(cupy, (pairs + 1) * width)
         table[pairs * width:(pairs + 1) * width].fill(np.inf)  # the sentinel row
-        nodes = 2 * n + 2
-        recovery = ws.recovery_buffers(cupy, nodes)
+        ws.recovery_buffers(cupy, 2 * n + 2, RECOVERY_BATCH)
         scalars = (np.int32(n), np.int32(width), np.int32(1 if problem.multi_tape else 0),
                    np.int64(problem.bucket_bytes))
         stream.synchronize()
@@ -570,23 +602,31 @@ def fill(problem: Problem, progress=None, timings: dict | None = None, band: boo
         started_curve = time.perf_counter()
         add_time(timings, "dp", started_curve - started_dp)
         top = int(problem.row(0, n))
-        handle = DeviceTable(problem, module, table, dev, scalars, recovery, geometry, timings)
+        handle = DeviceTable(problem, module, table, dev, scalars, ws, geometry, timings)
         handle.curve = table[top * width:(top + 1) * width].get()
         add_time(timings, "curve", time.perf_counter() - started_curve)
         return handle
 
 
-def _recover_on_device(module, problem: Problem, table, dev, scalars, m_top: int, recovery, nodes: int,
-                       geometry: Geometry) -> Policy:
-    out, stack, result = recovery
-    module.get_function("dp_recover")((1,), (block("recover", geometry),),
-                                      (table, *dev, *scalars, np.int32(m_top), out, np.int32(nodes), stack,
-                                       np.int32(nodes), result))
-    count = int(result.get()[0])
-    if count < 0:
-        raise RuntimeError(f"internal error: device recovery failed ({'infeasible state' if count == -1 else 'overflow'})")
-    quads = out[:4 * count].get().reshape(count, 4)
-    return policy_from_order(problem, quads)
+def _walk_on_device(module, problem: Problem, table, dev, scalars, ms: list[int], workspace,
+                    geometry: Geometry) -> list[np.ndarray]:
+    """The device walks of the policies at ``ms`` (one dp_recover launch, block b at ms[b]): their
+    (i, j, m, k) quads in visiting order, one int32 array [count, 4] per m, copied back at once."""
+    cupy = import_cupy()
+    nodes, batch = 2 * problem.n + 2, len(ms)
+    m_tops, out, stack, result = workspace.recovery_buffers(cupy, nodes, batch)
+    m_tops[:batch].set(np.asarray(ms, dtype=np.int32))
+    module.get_function("dp_recover")((batch,), (block("recover", geometry),),
+                                      (table, *dev, *scalars, m_tops, out, np.int32(nodes), stack, np.int32(nodes),
+                                       result))
+    counts = result[:batch].get()
+    if (counts < 0).any():
+        b = int(np.flatnonzero(counts < 0)[0])
+        what = "infeasible state" if counts[b] == -1 else "overflow"
+        raise RuntimeError(f"internal error: device recovery at m = {ms[b]} failed ({what})")
+    longest = int(counts.max())
+    walks = out[:4 * nodes * batch].reshape(batch, 4 * nodes)[:, :4 * longest].get()  # one copy
+    return [walks[b, :4 * c].reshape(c, 4) for b, c in enumerate(counts.tolist())]
 
 
 def policy_from_order(problem: Problem, quads: np.ndarray) -> Policy:

@@ -468,3 +468,34 @@ def test_the_slack_band_recovers_plans_bucket_rounding_hides():
             recovered += 1
             assert plan.predicted_time_ms < without.predicted_time_ms
     assert recovered >= 3, recovered
+
+
+def _min_plus_reference(total, curve):
+    """split_budget's first min-plus product: every pair (rest, own), O(M^2) memory."""
+    m = np.arange(len(total))
+    own = m[None, :]
+    rest = m[:, None] - own
+    cand = np.where(rest >= 0, total[np.maximum(rest, 0)] + curve[own], np.inf)
+    pick = np.argmin(cand, axis=1)
+    return cand[m, pick], pick
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_min_plus_shares_over_plateau_starts_equals_every_pair(seed, monkeypatch):
+    """The split-budget baseline's product over the plateau starts of the next branch's curve: the same
+    best times and the same (least) shares as over every pair, blocks of rows or not."""
+    from gpusolve.join import baselines
+    rng = np.random.default_rng(seed)
+    width = int(rng.integers(1, 300))
+
+    def curve():  # nonincreasing with plateaus, an infeasible (inf) prefix, sometimes all inf
+        c = np.round(np.sort(rng.random(width) * 10)[::-1], int(rng.integers(0, 2)))
+        c[:int(rng.integers(0, width + 1))] = np.inf
+        return np.minimum.accumulate(c)
+    total, nxt = curve(), curve()
+    want = _min_plus_reference(total, nxt)
+    if seed % 2:
+        monkeypatch.setattr(baselines, "_SHARE_BLOCK", int(rng.integers(1, 50)))
+    got = baselines.min_plus_shares(total, nxt)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])

@@ -98,12 +98,8 @@ def split_budget(net: JoinNet, budget_bytes: int, bucket_bytes: int | None = Non
         if index == 0:
             total = curve
             continue
-        m = np.arange(buckets + 1)
-        own = m[None, :]                      # share of this branch
-        rest = m[:, None] - own               # what the branches before it get
-        cand = np.where(rest >= 0, total[np.maximum(rest, 0)] + curve[own], np.inf)
-        picks.append(np.argmin(cand, axis=1))
-        total = cand[m, picks[-1]]
+        total, pick = min_plus_shares(total, curve)
+        picks.append(pick)
     if not chains or not np.isfinite(total[buckets]):
         if not chains:
             schedule = [Op(OpKind.TURN, 0)]
@@ -127,6 +123,32 @@ def split_budget(net: JoinNet, budget_bytes: int, bucket_bytes: int | None = Non
     detail = "shares " + ", ".join(f"branch {beta}: {share * bucket} B"
                                    for (beta, _), share in zip(chains, shares, strict=True))
     return JoinBaseline(name, schedule, sim.time_ms, sim.peak_bytes, sim.peak_bytes <= budget_bytes, detail)
+
+
+# Rows of the min-plus product evaluated at once (rows x plateau starts candidates in memory).
+_SHARE_BLOCK = 1 << 22
+
+
+def min_plus_shares(total: np.ndarray, curve: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(best, share): best[m] = min over s of total[m - s] + curve[s], share[m] the least s reaching it
+    (``total`` the branches so far, ``curve`` the next branch's, both nonincreasing over buckets).
+
+    Only the first column of each plateau of ``curve`` can be that least s: inside a plateau, one
+    bucket less for the branch leaves its time as it is and gives the others one more, which never
+    makes them slower. So the product runs over the plateau starts (a few hundred at 4096 buckets on
+    ResNet-50, against the 4096^2 pairs, 134 MB, of the first version), a block of rows at a time."""
+    width = len(total)
+    starts = np.flatnonzero(np.r_[True, curve[1:] != curve[:-1]])  # inf == inf: the infeasible prefix is one
+    best = np.empty(width)
+    share = np.empty(width, dtype=np.int64)
+    rows = max(1, _SHARE_BLOCK // len(starts))
+    for lo in range(0, width, rows):
+        m = np.arange(lo, min(width, lo + rows))
+        rest = m[:, None] - starts[None, :]
+        cand = np.where(rest >= 0, total[np.maximum(rest, 0)] + curve[starts][None, :], np.inf)
+        at = np.argmin(cand, axis=1)
+        best[m], share[m] = cand[np.arange(len(m)), at], starts[at]
+    return best, share
 
 
 def _compose(net: JoinNet, parts: dict, order) -> list[Op]:

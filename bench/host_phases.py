@@ -57,7 +57,7 @@ def main(argv=None) -> int:
     from gpusolve.dp.minpeak import policy_peak_bytes
     from gpusolve.dp.problem import Problem
     from gpusolve.dp.recover import build_policy
-    from gpusolve.schedule import Tape, policy_to_schedule
+    from gpusolve.schedule import policy_to_schedule
     from gpusolve.simulate import simulate
     from gpusolve.solve import _fastest_segment_policy
 
@@ -67,19 +67,16 @@ def main(argv=None) -> int:
     problem = Problem.build(chain, -(-budget // args.buckets), args.buckets)
     table = cpu.fill(problem)
     optimum = float(table.curve[args.buckets])
-    policy = table.policy(args.buckets)
     padded = chain.padded()
-    quads, stack = [], [(policy, 0, chain.n, args.buckets)]  # the device walk's order
-    while stack:
-        node, i, j, m = stack.pop()
-        if isinstance(node, Tape):
-            quads.append((i, j, m, 0))
-            if node.right is not None:
-                stack.append((node.right, i + 1, j, m - int(problem.tape_b[i + 1])))
-        else:
-            quads.append((i, j, m, node.k))
-            stack += [(node.right, node.k, j, m - int(problem.act_b[node.k])), (node.left, i, node.k, m)]
-    quads = np.asarray(quads, dtype=np.int32)
+    # the walk's (i, j, m, k) order as the recovery hands it to the tree build (what the device walk returns)
+    from gpusolve.dp import recover
+    real, orders = recover.policy_from_choices, []
+    recover.policy_from_choices = lambda order, tape, act: orders.append(list(order)) or real(order, tape, act)
+    try:
+        policy = table.policy(args.buckets)
+    finally:
+        recover.policy_from_choices = real
+    quads = np.asarray(orders[-1], dtype=np.int32)
     assert build_policy(problem, quads) == policy
     ms = {
         "segment candidates": median_ms(lambda: _fastest_segment_policy(chain, problem, budget, optimum), args.repeats),

@@ -15,7 +15,7 @@ import pytest
 from conftest import random_chain
 from gpusolve.dp import cpu, cuda
 from gpusolve.dp.problem import Problem
-from gpusolve.schedule import Tape
+from gpusolve.dp.recover import build_policy, walk_order
 from gpusolve.solve import SLACK_TRIES, slack_band_columns, slack_band_fit
 from _kernel_host import HostArray, fake_cupy
 
@@ -45,17 +45,7 @@ def test_the_search_tries_only_columns_it_named(seed):
 
 def walk_quads(problem, policy, m):
     """(i, j, m, k) of a policy's states in the device walk's order (left child next, right later)."""
-    quads, stack = [], [(policy, 0, problem.n, m)]
-    while stack:
-        node, i, j, mm = stack.pop()
-        if isinstance(node, Tape):
-            quads.append((i, j, mm, 0))
-            if node.right is not None:
-                stack.append((node.right, i + 1, j, mm - int(problem.tape_b[i + 1])))
-        else:
-            quads.append((i, j, mm, node.k))
-            stack += [(node.right, node.k, j, mm - int(problem.act_b[node.k])), (node.left, i, node.k, mm)]
-    return quads
+    return walk_order(policy, problem.n, m, problem.tape_b, problem.act_b)
 
 
 class StandInModule:
@@ -144,3 +134,25 @@ def test_a_failed_walk_names_its_column(device_table):
     module.get_function = failing
     with pytest.raises(RuntimeError, match="at m = 0 failed .infeasible state"):
         table.prefetch([0])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_walk_order_inverts_the_tree_build(seed):
+    """recover.walk_order gives the CPU walk's own visiting order, which build_policy turns back into the policy."""
+    from gpusolve.dp import recover
+    rng = np.random.default_rng(seed)
+    chain = random_chain(rng, int(rng.integers(3, 25)))
+    problem = Problem.build(chain, 3, 80)
+    host = cpu.fill(problem)
+    seen = []
+    real = recover.policy_from_choices
+    for m in np.flatnonzero(np.isfinite(host.curve))[::7]:
+        m = int(m)
+        recover.policy_from_choices = lambda order, tape, act: seen.append(list(order)) or real(order, tape, act)
+        try:
+            policy = host.policy(m)
+        finally:
+            recover.policy_from_choices = real
+        order = walk_order(policy, problem.n, m, problem.tape_b, problem.act_b)
+        assert order == [tuple(int(v) for v in q) for q in seen[-1]]
+        assert build_policy(problem, np.asarray(order, dtype=np.int32)) == policy

@@ -53,6 +53,18 @@ def main() -> int:
         bucket = max(1, budget // buckets)
         cpu, cuda = (solve(chain, budget, bucket=bucket, backend=b) for b in ("cpu", device))
         ok &= agree(f"chain DP, M = {buckets}", cpu.predicted_time_ms, cuda.predicted_time_ms, device)
+    # the batched walk (DeviceTable.prefetch: one dp_recover block per column, each its own buffer slices)
+    from gpusolve.dp import cpu as dp_cpu
+    from gpusolve.dp.problem import Problem
+    problem = Problem.build(chain, max(1, budget // 300), 300)
+    host = dp_cpu.fill(problem)
+    table = (dp_cuda if device == "cuda" else dp_cpu).fill(problem)
+    feasible = [int(m) for m in np.flatnonzero(np.isfinite(host.curve))]
+    if hasattr(table, "prefetch"):
+        table.prefetch(feasible)
+    same = all(table.policy(m) == host.policy(m) for m in feasible)
+    print(f"batched walks of {len(feasible)} columns: {'ok' if same else 'DIFFERENT'}", flush=True)
+    ok &= same
     branches = [random_chain(rng, 12, scale=1000), random_chain(rng, 9, scale=1000)]
     turn = Turn(t_fwd=0.5, t_bwd=0.5, tape_bytes=500, bwd_extra=100)
     peak = sum(store_all_peak_bytes(b) for b in branches)

@@ -107,6 +107,8 @@ STEPS = [
          "| tee {R}/pytest_gpu.txt; exit ${{PIPESTATUS[0]}}"),
     Step("sanitize-memcheck", "7.1", 90, 40, SANITIZE.format(tool="memcheck")),
     Step("sanitize-racecheck", "7.1", 120, 40, SANITIZE.format(tool="racecheck")),
+    # dp_recover now walks one policy per block in one launch (DeviceTable.prefetch): its slices checked again
+    Step("sanitize-memcheck-batched-recovery", "7.1", 90, 30, SANITIZE.format(tool="memcheck")),
     # item 2: the solver's speed, and what bounds its kernels
     Step("solver-speed", "7.2", 150, 60,
          "{PY} bench/solver_speed.py --backends cuda --buckets 1024,4096,8192,16384,65536 --max-seconds 10 "

@@ -156,7 +156,7 @@ class Meter:
         # the host's time to queue the step (about the step's time where launching sets the pace, or where
         # the step waits on the host), and the caching allocator's cudaMalloc calls and its retries (a
         # retry frees the whole cache and synchronises) during the measured steps. Read by the caller.
-        enqueue = []
+        enqueue, clocks = [], []
         stats_before = torch.cuda.memory_stats(self.device) if self.cuda else {}
         for _ in range(steps):
             gc.collect()
@@ -171,6 +171,7 @@ class Meter:
                 run()
                 enqueue.append((time.perf_counter() - t0) * 1e3)
                 stop.record()
+                clocks.append(_sm_clock_mhz(self.device))  # while the step runs (a clock still ramping up?)
                 self.sync()
                 times.append(start.elapsed_time(stop))
                 step_peak = torch.cuda.max_memory_allocated(self.device) - base
@@ -192,11 +193,19 @@ class Meter:
         self.diagnostics = {}
         if self.cuda:
             stats = torch.cuda.memory_stats(self.device)
-            self.diagnostics = {"enqueue_ms_each": enqueue, **{
+            self.diagnostics = {"enqueue_ms_each": enqueue, "sm_clock_mhz_each": clocks, **{
                 name: stats[key] - stats_before[key] for name, key in
                 (("alloc_retries", "num_alloc_retries"), ("device_mallocs", "num_device_alloc"))
                 if key in stats and key in stats_before}}
         return peak, statistics.median(times), times
+
+
+def _sm_clock_mhz(device):
+    """The SM clock now (torch.cuda.clock_rate, through NVML), or None where NVML is not there."""
+    try:
+        return int(torch.cuda.clock_rate(device))
+    except Exception:  # no pynvml on the machine, or a torch without it
+        return None
 
 
 def _free():

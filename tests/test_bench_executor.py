@@ -95,4 +95,5 @@ def test_meter_on_cuda_records_enqueue_time_and_allocator_calls(monkeypatch):
     assert len(calls) == 5 and each == [5.0] * 3 and ms == 5.0
     d = meter.diagnostics
     assert len(d["enqueue_ms_each"]) == 3 and all(t >= 0 for t in d["enqueue_ms_each"])
+    assert len(d["sm_clock_mhz_each"]) == 3  # None without NVML
     assert d["device_mallocs"] == 6 and d["alloc_retries"] == 1  # the warm-up's are not counted

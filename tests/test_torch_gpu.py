@@ -354,6 +354,26 @@ def test_step_meter_closing_mark_leaves_the_callers_peak_counter(monkeypatch):
     assert [r.measured_peak for r in meter.records] == [600, 100]
 
 
+@pytest.mark.parametrize("expandable", [False, True])
+def test_over_budget_warning_on_cuda_names_the_allocator_remedy(monkeypatch, expandable):
+    """A measured CUDA step over its budget warns once; without expandable segments the warning names the
+    allocator setting that makes every block split (Note [Allocator blocks])."""
+    from torch_exec.report import MemoryBudgetWarning, StepMeter
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", f"expandable_segments:{expandable}")
+    monkeypatch.delenv("PYTORCH_ALLOC_CONF", raising=False)
+    counters = FakeCudaCounters(monkeypatch)
+    meter = StepMeter(cuda_steps=1)
+    plan = SimpleNamespace(backend="cpu", predicted_peak_bytes=600)
+    meter.begin(torch.device("cuda", 0), [], plan, budget=700, plain=False)
+    counters.alloc(900)
+    counters.free(900)
+    meter.end()
+    with pytest.warns(MemoryBudgetWarning, match="exceeds the budget") as caught:
+        meter.finalize()
+    text = str(caught[0].message)
+    assert ("expandable_segments:True" in text) is not expandable
+
+
 def test_fidelity_moves_the_loss_targets_to_the_device():
     """bench/fidelity.py --device cuda: the loss stages' targets and labels are plain attributes, which
     ``Module.to`` leaves on the CPU (cross-entropy would then get CUDA logits and CPU targets); the meta

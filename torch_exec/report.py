@@ -36,6 +36,7 @@ import torch
 
 from gpusolve.units import format_bytes
 
+from ._util import expandable_segments
 from .meter import MemoryMeter
 
 
@@ -258,6 +259,12 @@ class StepMeter:
         if not record.within_budget and not self._warned:
             self._warned = True
             over = record.beyond_param_grads - budget
+            blocks = ""
+            if device.type == "cuda" and not expandable_segments():
+                blocks = ("; on CUDA, cached blocks the allocator hands over unsplit hold up to 1 MiB more than asked "
+                          "for each (the plans reserve one: Note [Allocator blocks] in torch_exec/_util.py): "
+                          "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, set before CUDA starts, makes the "
+                          "allocator split every block")
             warnings.warn(
                 f"step {record.step}: measured peak {format_bytes(record.beyond_param_grads)} "
                 f"({record.beyond_param_grads} B, beyond parameter gradients) exceeds the budget "
@@ -265,4 +272,4 @@ class StepMeter:
                 f"{format_bytes(record.predicted_peak)}. What the caller computes from the model's output (its loss) "
                 f"is measured too but not planned for; beyond that, the profile under-estimated a stage's memory: re-profile "
                 f"(model.replan(profile=True)) or lower the budget by the excess; model.memory_report() has every "
-                f"measured step", MemoryBudgetWarning, stacklevel=4)
+                f"measured step{blocks}", MemoryBudgetWarning, stacklevel=4)

@@ -6,7 +6,7 @@
 // the band, the minimum over the checkpoints whose two sub-pairs lie on diagonals < D (a min-plus
 // product with DP_BAND x DP_BAND register tiles: each loaded value feeds DP_BAND candidates), then
 // dp_diag runs once per diagonal of the band for the remaining (edge) checkpoints and the tape.
-// Below the first band dp_diag does every checkpoint. dp_recover then walks the policy (one block).
+// Below the first band dp_diag does every checkpoint. dp_recover then walks policies (one block each).
 // The table has one +inf sentinel row after the last pair (the host fills it before the launches).
 //
 // Compiles with NVRTC (cupy.RawModule) and with `nvcc --ptx`; include path: this directory.

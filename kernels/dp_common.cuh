@@ -61,7 +61,7 @@
 #define DP_BULK_KTILE 8       // dp_bulk: k values staged per tile
 #endif
 #ifndef DP_REC_THREADS
-#define DP_REC_THREADS 256    // dp_recover: threads of its one block
+#define DP_REC_THREADS 256    // dp_recover: threads of a block (one block per policy walked)
 #endif
 
 static_assert(DP_DIAG_THREADS % 32 == 0 && DP_DIAG_THREADS <= 1024, "DP_DIAG_THREADS: a multiple of 32, <= 1024");
@@ -409,7 +409,7 @@ __host__ __device__ static inline void dp_diag_apply(const DpKStage& s, const in
 }
 
 // ------------------------------------------------------------------ recovery
-// dp_recover runs one block that visits the states of the optimal policy one after another, in
+// Each dp_recover block (one per policy walked) visits the states of its policy one after another, in
 // recover.recover_policy's order; at each state every thread evaluates its share of the k, the
 // block reduces them, and thread 0 decides with recover.choose's tie-break (Tape wins ties, then
 // the smallest k) and moves to the next state.

@@ -19,16 +19,33 @@ OPTS = dict(profile_passes=1, profile_warmup=0)
 MiB = 1 << 20
 
 
-@pytest.mark.parametrize("name", ["PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"])
-def test_the_rule_reserves_one_remainder_on_cuda_without_expandable_segments(monkeypatch, name):
-    for var in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
-        monkeypatch.delenv(var, raising=False)
-    assert U.allocator_reserve_bytes("cuda") == U.ALLOCATOR_REMAINDER == MiB
-    assert U.allocator_reserve_bytes("cpu") == 0
-    monkeypatch.setenv(name, "max_split_size_mb:128,expandable_segments:False")
+@pytest.mark.parametrize("settings, expandable", [
+    ("", False), ("max_split_size_mb:128,expandable_segments:False", False),
+    ("max_split_size_mb:128,expandable_segments:True", True), ("expandable_segments : True", True),
+    ("expandable_segments:True,expandable_segments:False", False),  # torch keeps the last entry
+    ("expandable_segments:true", False),                            # torch takes only "True"
+])
+def test_the_rule_reserves_one_remainder_on_cuda_without_expandable_segments(monkeypatch, settings, expandable):
+    """What torch parsed decides (its settings accessor), whatever the environment says."""
+    monkeypatch.setattr(torch._C, "_accelerator_getAllocatorSettings", lambda: settings, raising=False)
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True" if not expandable else "")
+    assert U.ALLOCATOR_REMAINDER == MiB and U.allocator_reserve_bytes("cpu") == 0
+    assert U.expandable_segments() is expandable
+    assert U.allocator_reserve_bytes("cuda") == (0 if expandable else MiB)
+
+
+def test_without_torch_s_accessor_the_variable_older_torch_reads_decides(monkeypatch):
+    monkeypatch.delattr(torch._C, "_accelerator_getAllocatorSettings", raising=False)
+    monkeypatch.setenv("PYTORCH_ALLOC_CONF", "expandable_segments:True")  # older torch does not read it
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
     assert U.allocator_reserve_bytes("cuda") == MiB
-    monkeypatch.setenv(name, "max_split_size_mb:128, expandable_segments : True")
-    assert U.expandable_segments() and U.allocator_reserve_bytes("cuda") == 0
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:64,expandable_segments:True")
+    assert U.allocator_reserve_bytes("cuda") == 0
+
+    def broken():
+        raise RuntimeError("no allocator")
+    monkeypatch.setattr(torch._C, "_accelerator_getAllocatorSettings", broken, raising=False)
+    assert U.allocator_reserve_bytes("cuda") == 0  # the accessor failed: the variable
 
 
 def stages():
@@ -73,5 +90,6 @@ def test_a_join_reserves_it_once_not_per_branch(monkeypatch):
     monkeypatch.setattr(U, "allocator_reserve_bytes", lambda device_type: MiB)
     with_reserve = join()
     assert with_reserve.net.reserved_bytes - without.net.reserved_bytes == MiB
+    assert with_reserve._last.plain_net.reserved_bytes == without._last.plain_net.reserved_bytes
     assert [c.reserved_bytes for c in with_reserve.net.branches] == [c.reserved_bytes for c in without.net.branches]
     assert with_reserve.min_budget_bytes - without.min_budget_bytes == MiB

@@ -299,6 +299,10 @@ def test_tuple_states_hold_the_budget_on_cuda(case, monkeypatch):
         requested = torch.cuda.memory_stats().get("requested_bytes.all.peak", 0) - requested_before
         assert measured <= wrapped.plan.budget_bytes + beside, (case, fraction, measured, wrapped.plan.budget_bytes,
                                                                 "beside", beside, "requested", requested)
+        # the bytes asked for hold the plan without the allocator's remainder the plan reserves: the reserve
+        # must not hide an under-counting model (requested sizes are at most the model's 512-byte blocks)
+        assert requested <= wrapped.plan.predicted_peak_bytes - BLOCK_REMAINDER + beside, (
+            case, fraction, "requested", requested, "predicted", wrapped.plan.predicted_peak_bytes, "beside", beside)
 
 
 # ---------------------------------------------------------------------------- CPU rehearsals (no gpu mark)
@@ -359,8 +363,8 @@ def test_over_budget_warning_on_cuda_names_the_allocator_remedy(monkeypatch, exp
     """A measured CUDA step over its budget warns once; without expandable segments the warning names the
     allocator setting that makes every block split (Note [Allocator blocks])."""
     from torch_exec.report import MemoryBudgetWarning, StepMeter
-    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", f"expandable_segments:{expandable}")
-    monkeypatch.delenv("PYTORCH_ALLOC_CONF", raising=False)
+    monkeypatch.setattr(torch._C, "_accelerator_getAllocatorSettings",
+                        lambda: f"expandable_segments:{expandable}", raising=False)
     counters = FakeCudaCounters(monkeypatch)
     meter = StepMeter(cuda_steps=1)
     plan = SimpleNamespace(backend="cpu", predicted_peak_bytes=600)

@@ -391,17 +391,29 @@ def device_block_bytes(device, nbytes: int) -> int:
 #     remainder for the step (ALLOCATOR_REMAINDER); more than one at the peak is possible, and the
 #     wrapper's step meter warns when a measured step goes over. With
 #     ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` (``PYTORCH_ALLOC_CONF`` in newer torch) the
-#     allocator splits every block at 512 B and nothing is reserved.
+#     allocator splits every block at 512 B and nothing is reserved (:func:`expandable_segments` asks
+#     torch what it parsed).
 ALLOCATOR_REMAINDER = 1 << 20
 
 
 def expandable_segments() -> bool:
-    """Whether the CUDA caching allocator was configured with expandable segments (its environment
-    settings; a setting changed at run time through torch's private API is not seen: the reserve stays)."""
+    """Whether the caching allocator runs with expandable segments: the last ``expandable_segments``
+    entry of the settings torch parsed (``torch._C._accelerator_getAllocatorSettings``, torch >= 2.9;
+    it reads ``PYTORCH_ALLOC_CONF`` or ``PYTORCH_CUDA_ALLOC_CONF``), else of ``PYTORCH_CUDA_ALLOC_CONF``,
+    which older torch reads. Torch takes only ``True`` (exact case). In doubt: no, and the reserve stays."""
     import os
     import re
-    conf = ",".join(os.environ.get(name, "") for name in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"))
-    return re.search(r"expandable_segments\s*:\s*true\b", conf, re.IGNORECASE) is not None
+    settings = getattr(torch._C, "_accelerator_getAllocatorSettings", None)
+    text = None
+    if settings is not None:
+        try:
+            text = settings()
+        except Exception:  # a torch whose accessor fails: the variable torch reads
+            text = None
+    if text is None:
+        text = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
+    values = re.findall(r"expandable_segments\s*:\s*(\w+)", text)
+    return bool(values) and values[-1] == "True"
 
 
 def allocator_reserve_bytes(device_type: str) -> int:

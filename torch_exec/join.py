@@ -395,9 +395,11 @@ class CheckpointedJoin(_PlannedModule):
             plain_chains.append(entry.plain_chain)
         turn_grads = sum(int(chain.padded()["grad_bytes"][-1]) for chain in exec_chains)
         head_profile, turn, out_grad = self._profile_head(inputs, turn_grads)
-        # as for CheckpointedSequential, with the allocator's one remainder for the whole step (executor_chain)
-        reserved = out_grad + self._reserved_beside() + U.allocator_reserve_bytes(_device_type(inputs))
-        entry = JoinEntry(plan=None, net=JoinNet(exec_chains, turn, reserved),
+        reserved = out_grad + self._reserved_beside()  # as for CheckpointedSequential
+        # the executor's join also reserves the allocator's one remainder for the whole step (executor_chain);
+        # plain autograd's net, like a chain's plain chain, does not
+        remainder = U.allocator_reserve_bytes(_device_type(inputs))
+        entry = JoinEntry(plan=None, net=JoinNet(exec_chains, turn, reserved + remainder),
                           plain_net=JoinNet(plain_chains, turn, reserved), branches=branch_entries,
                           structures=structures, head=self.head_fn, head_profile=head_profile,
                           plain_peak_bytes=self._plain_step_peak(inputs), held_bytes=int(self.held_bytes),

@@ -36,6 +36,9 @@ Note [Release in stream order]
     host (``done.synchronize()``): the GPU could drain its queue at every release and wait for what
     the host queued next wherever launching is slower than the GPU. A suspect, not yet confirmed, for
     DenseNet-121's combined plans measuring 28-37 % above their prediction on the H100 (2026-11-26).
+    This relies on a_s's blocks belonging to the stream that is current at ``release`` (the stages run
+    on it): a tensor a stage made under another stream of its own goes back to that stream's pool,
+    whose next allocations are not ordered after the wait.
 
 Note [Pinned buffers once per plan]
     Pinning host memory is slow (it maps pages for DMA), so host buffers are allocated the first time

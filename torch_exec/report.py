@@ -263,8 +263,8 @@ class StepMeter:
             if device.type == "cuda" and not expandable_segments():
                 blocks = ("; on CUDA, cached blocks the allocator hands over unsplit hold up to 1 MiB more than asked "
                           "for each (the plans reserve one: Note [Allocator blocks] in torch_exec/_util.py): "
-                          "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, set before CUDA starts, makes the "
-                          "allocator split every block")
+                          "expandable_segments:True in the allocator settings (PYTORCH_CUDA_ALLOC_CONF, or "
+                          "PYTORCH_ALLOC_CONF in newer torch), set before CUDA starts, makes it split every block")
             warnings.warn(
                 f"step {record.step}: measured peak {format_bytes(record.beyond_param_grads)} "
                 f"({record.beyond_param_grads} B, beyond parameter gradients) exceeds the budget "

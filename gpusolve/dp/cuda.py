@@ -3,9 +3,10 @@
 The table lives on the device in the layout of :mod:`gpusolve.dp.problem` (one float32 row of M+1
 buckets per pair, by diagonal), followed by one +inf sentinel row. Diagonals are solved in order;
 each launch covers every (i, m) of a diagonal (see ``kernels/dp.cu`` for the kernels and
-``bench/SOLVER_NOTES.md`` for the design). The policy is recovered on the device by one block that
-visits the states in order and evaluates each state's checkpoints in parallel; only the curve row
-and the visited states (at most 2N - 1 quads) are copied back, never the table.
+``bench/SOLVER_NOTES.md`` for the design). A policy is recovered on the device by one block that
+visits the states in order and evaluates each state's checkpoints in parallel, several policies in
+one launch (a block each: :meth:`DeviceTable.prefetch`); only the curve row and the visited states
+(at most 2N - 1 quads per policy) are copied back, never the table.
 
 Launch geometry has one home: :class:`Geometry`. Its values reach the kernels as ``#define`` lines
 prepended to the NVRTC source (the header's ``#ifndef`` defaults serve ``nvcc`` and the host
@@ -70,7 +71,7 @@ class Geometry:
     band: int = 8             # dp_bulk: diagonals per band, band x band pairs per block
     bulk_threads: int = 128   # dp_bulk: threads per block, one bucket each
     bulk_ktile: int = 8       # dp_bulk: k values staged per tile
-    rec_threads: int = 256    # dp_recover: threads of its single block
+    rec_threads: int = 256    # dp_recover: threads of a block (one block per policy walked)
 
     def __post_init__(self):
         for name, value in asdict(self).items():
@@ -517,7 +518,7 @@ class DeviceTable:
         self.problem, self._module, self._table, self._dev = problem, module, table, dev
         self._scalars, self._workspace, self._geometry, self._timings = scalars, workspace, geometry, timings
         self.curve = None
-        self._walked: dict[int, np.ndarray] = {}  # m -> the device walk's quads (prefetch, policy)
+        self._walked: dict[int, np.ndarray | str] = {}  # m -> the device walk's quads, or why it failed
 
     def device_rows(self):
         """The filled table on the device, flat (pairs x (M+1) float32, without the sentinel row): a
@@ -531,7 +532,8 @@ class DeviceTable:
         """Walk the policies at every feasible ``m`` of ``ms`` on the device in one launch (one block
         each, :data:`RECOVERY_BATCH` per launch) and keep their quads on the host: :meth:`policy` then
         builds them without a launch. ``gpusolve.solve`` names every column its exact candidates may
-        try (Note [Exact candidates]): one launch and one copy back instead of one per try."""
+        try (Note [Exact candidates]): one launch and one copy back instead of one per try. A walk that
+        fails is reported by :meth:`policy` for its column only (most of these columns are never asked for)."""
         todo = sorted({int(m) for m in ms if self._feasible(int(m))} - self._walked.keys())
         if not todo:
             return
@@ -554,6 +556,8 @@ class DeviceTable:
                 quads, = _walk_on_device(self._module, self.problem, self._table, self._dev, self._scalars, [int(m)],
                                          self._workspace, self._geometry)
             self._walked[int(m)] = quads
+        if isinstance(quads, str):
+            raise RuntimeError(quads)
         policy = policy_from_order(self.problem, quads)
         add_time(self._timings, "recover", time.perf_counter() - started)
         return policy
@@ -584,7 +588,7 @@ def fill(problem: Problem, progress=None, timings: dict | None = None, band: boo
         pairs = problem.pairs
         table = ws.table_for(cupy, (pairs + 1) * width)
         table[pairs * width:(pairs + 1) * width].fill(np.inf)  # the sentinel row
-        ws.recovery_buffers(cupy, 2 * n + 2, RECOVERY_BATCH)
+        ws.recovery_buffers(cupy, 2 * n + 2)  # one walk; prefetch grows them to its batch
         scalars = (np.int32(n), np.int32(width), np.int32(1 if problem.multi_tape else 0),
                    np.int64(problem.bucket_bytes))
         stream.synchronize()
@@ -609,9 +613,11 @@ def fill(problem: Problem, progress=None, timings: dict | None = None, band: boo
 
 
 def _walk_on_device(module, problem: Problem, table, dev, scalars, ms: list[int], workspace,
-                    geometry: Geometry) -> list[np.ndarray]:
+                    geometry: Geometry) -> list[np.ndarray | str]:
     """The device walks of the policies at ``ms`` (one dp_recover launch, block b at ms[b]): their
-    (i, j, m, k) quads in visiting order, one int32 array [count, 4] per m, copied back at once."""
+    (i, j, m, k) quads in visiting order, one int32 array [count, 4] per m, copied back at once (the
+    whole output region: a strided read would make a device copy no memory check counts); the error
+    message instead for a walk that failed."""
     cupy = import_cupy()
     nodes, batch = 2 * problem.n + 2, len(ms)
     m_tops, out, stack, result = workspace.recovery_buffers(cupy, nodes, batch)
@@ -620,13 +626,10 @@ def _walk_on_device(module, problem: Problem, table, dev, scalars, ms: list[int]
                                       (table, *dev, *scalars, m_tops, out, np.int32(nodes), stack, np.int32(nodes),
                                        result))
     counts = result[:batch].get()
-    if (counts < 0).any():
-        b = int(np.flatnonzero(counts < 0)[0])
-        what = "infeasible state" if counts[b] == -1 else "overflow"
-        raise RuntimeError(f"internal error: device recovery at m = {ms[b]} failed ({what})")
-    longest = int(counts.max())
-    walks = out[:4 * nodes * batch].reshape(batch, 4 * nodes)[:, :4 * longest].get()  # one copy
-    return [walks[b, :4 * c].reshape(c, 4) for b, c in enumerate(counts.tolist())]
+    walks = out[:4 * nodes * batch].get().reshape(batch, 4 * nodes)
+    return [walks[b, :4 * c].reshape(c, 4) if c >= 0 else
+            f"internal error: device recovery at m = {ms[b]} failed ({'infeasible state' if c == -1 else 'overflow'})"
+            for b, c in enumerate(counts.tolist())]
 
 
 def policy_from_order(problem: Problem, quads: np.ndarray) -> Policy:

@@ -48,6 +48,9 @@ from .recover import build_policy
 # bench/nvrtc_check.py compiles with exactly these.
 COMPILE_OPTIONS = ("--std=c++14",)
 KERNEL_NAMES = ("dp_diag", "dp_bulk", "dp_recover")
+# Timing keys that are parts of others (device_setup's, recover's), not phases of their own: a sum of the
+# phases leaves them out (bench/frontend_timings.py).
+SUB_PHASES = ("device_check", "device_upload", "device_table", "recover_walks")
 # One dp_recover launch walks up to this many policies, one block each (DeviceTable.prefetch): the
 # optimum at the budget and every slack-band column a solve may try (Note [Exact candidates] in
 # gpusolve/solve.py: up to 1 + 255 for its 8 tries), instead of one launch and copy back per policy.
@@ -502,7 +505,8 @@ def run(problem: Problem, m_top: int, progress=None, band: bool = True, timings:
 
     ``timings``, when a dict, receives seconds per phase (added to what is there): ``"dp"`` the
     table fill (launch to device synchronisation), ``"recover"`` device recovery, copy back and the
-    host policy tree, ``"device_setup"`` memory check, arrays, uploads and allocation (its parts:
+    host policy tree (its device part, launches to copy back: ``"recover_walks"``),
+    ``"device_setup"`` memory check, arrays, uploads and allocation (its parts:
     ``"device_check"``, ``"device_upload"``, ``"device_table"``), ``"curve"`` the curve's download,
     and ``"compile"`` when the kernels were compiled now.
     """
@@ -543,7 +547,9 @@ class DeviceTable:
                 part = todo[at:at + RECOVERY_BATCH]
                 self._walked.update(zip(part, _walk_on_device(self._module, self.problem, self._table, self._dev,
                                                               self._scalars, part, self._workspace, self._geometry)))
-        add_time(self._timings, "recover", time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        add_time(self._timings, "recover", seconds)
+        add_time(self._timings, "recover_walks", seconds)
 
     def policy(self, m: int) -> Policy | None:
         """The optimal policy at ``m`` buckets, or None where the curve is infinite."""
@@ -556,6 +562,7 @@ class DeviceTable:
                 quads, = _walk_on_device(self._module, self.problem, self._table, self._dev, self._scalars, [int(m)],
                                          self._workspace, self._geometry)
             self._walked[int(m)] = quads
+            add_time(self._timings, "recover_walks", time.perf_counter() - started)
         if isinstance(quads, str):
             raise RuntimeError(quads)
         policy = policy_from_order(self.problem, quads)

@@ -1,0 +1,23 @@
+"""bench/frontend_timings.py's sum of the phases besides the table and its walks: the parts of a phase
+(device_setup's, recover's: gpusolve.dp.cuda.SUB_PHASES) are not counted twice."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+import frontend_timings as ft  # noqa: E402
+
+
+def test_other_phases_leave_the_parts_of_a_phase_out(tmp_path, monkeypatch):
+    timings = {"setup": 0.002, "dp": 0.05, "device_setup": 0.003, "device_check": 0.001, "device_upload": 0.001,
+               "device_table": 0.001, "recover": 0.004, "recover_walks": 0.003, "candidates": 0.002,
+               "schedule": 0.003, "curve": 0.0005}
+    monkeypatch.setattr(ft, "solve", lambda *a, **k: SimpleNamespace(timings=dict(timings)))
+    assert ft.main(["--buckets", "16", "--repeats", "1", "--out", str(tmp_path)]) == 0
+    [row] = json.loads((tmp_path / "frontend_timings.json").read_text())["records"]
+    assert row["other_s"] == pytest.approx(0.002 + 0.003 + 0.002 + 0.003 + 0.0005)

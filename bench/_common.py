@@ -97,3 +97,13 @@ def steps_cells(steps: list[dict]) -> list[str]:
     (``yes`` or ``NO``)."""
     return [f"{s['measured_peak_bytes']} / {s['budget_bytes']}" for s in steps] + [
         "yes" if all(s["within_budget"] for s in steps) else "NO"]
+
+
+def unfused_profile_or_exit(parser, path):
+    """``Chain.from_profile(path, fuse_aliasing=False)`` (every measured stage a stage), or the script's
+    one-line error and exit 2 when the profile is missing or malformed."""
+    from gpusolve import Chain
+    try:
+        return Chain.from_profile(path, fuse_aliasing=False)
+    except (OSError, ValueError, KeyError) as err:
+        parser.exit(2, f"{parser.prog}: profile {path}: {err}\n")

@@ -25,11 +25,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gpusolve import BackendUnavailableError, Chain, solve, store_all_peak_bytes  # noqa: E402
+from gpusolve import BackendUnavailableError, solve, store_all_peak_bytes  # noqa: E402
 from gpusolve.dp.cuda import SUB_PHASES  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import cpu_description  # noqa: E402  (same folder)
+from _common import cpu_description, unfused_profile_or_exit  # noqa: E402  (same folder)
 
 TARGET_S = 0.015
 
@@ -43,7 +43,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
-    chain = Chain.from_profile(ROOT / "gpusolve" / "profiles" / f"{args.profile}.json", fuse_aliasing=False)
+    chain = unfused_profile_or_exit(parser, ROOT / "gpusolve" / "profiles" / f"{args.profile}.json")
     budget = store_all_peak_bytes(chain) // 2
     try:
         solve(chain, budget, bucket=-(-budget // 16), backend=args.backend)  # warm NumPy, the imports, the kernels

@@ -34,10 +34,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpusolve import BackendUnavailableError, Chain, store_all_peak_bytes  # noqa: E402
+from gpusolve import BackendUnavailableError, store_all_peak_bytes  # noqa: E402
 from gpusolve.dp import cuda  # noqa: E402
 from gpusolve.dp.problem import Problem  # noqa: E402
-from _common import command_line, slug  # noqa: E402
+from _common import command_line, slug, unfused_profile_or_exit  # noqa: E402
 
 DEFAULT_GEOMETRIES = (
     "",                                # the default (the reference every other row is compared with)
@@ -109,7 +109,7 @@ def main(argv=None) -> int:
     except BackendUnavailableError as err:
         parser.exit(2, f"geometry_sweep.py: {err}\n")
     import cupy
-    chain = Chain.from_profile(ROOT / "gpusolve" / "profiles" / f"{args.profile}.json", fuse_aliasing=False)
+    chain = unfused_profile_or_exit(parser, ROOT / "gpusolve" / "profiles" / f"{args.profile}.json")
     budget = store_all_peak_bytes(chain) // 2
     problem = Problem.build(chain, -(-budget // args.buckets), args.buckets)
     device = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]

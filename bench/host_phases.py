@@ -30,7 +30,7 @@ import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import cpu_description  # noqa: E402  (same folder)
+from _common import cpu_description, unfused_profile_or_exit  # noqa: E402  (same folder)
 
 
 def median_ms(fn, repeats: int) -> float:
@@ -52,7 +52,7 @@ def main(argv=None) -> int:
     warnings.simplefilter("ignore")
     import gpusolve
     import numpy as np
-    from gpusolve import Chain, store_all_peak_bytes
+    from gpusolve import store_all_peak_bytes
     from gpusolve.dp import cpu
     from gpusolve.dp.minpeak import policy_peak_bytes
     from gpusolve.dp.problem import Problem
@@ -62,7 +62,7 @@ def main(argv=None) -> int:
     from gpusolve.solve import _fastest_segment_policy
 
     root = Path(gpusolve.__file__).resolve().parent
-    chain = Chain.from_profile(root / "profiles" / f"{args.profile}.json", fuse_aliasing=False)
+    chain = unfused_profile_or_exit(parser, root / "profiles" / f"{args.profile}.json")
     budget = store_all_peak_bytes(chain) // 2
     problem = Problem.build(chain, -(-budget // args.buckets), args.buckets)
     table = cpu.fill(problem)

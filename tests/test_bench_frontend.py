@@ -21,3 +21,11 @@ def test_other_phases_leave_the_parts_of_a_phase_out(tmp_path, monkeypatch):
     assert ft.main(["--buckets", "16", "--repeats", "1", "--out", str(tmp_path)]) == 0
     [row] = json.loads((tmp_path / "frontend_timings.json").read_text())["records"]
     assert row["other_s"] == pytest.approx(0.002 + 0.003 + 0.002 + 0.003 + 0.0005)
+
+
+def test_a_missing_profile_is_one_line_and_exit_2(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        ft.main(["--profile", "no_such_profile"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "no_such_profile" in err

@@ -15,7 +15,8 @@ import pytest
 from conftest import random_chain
 from gpusolve.dp import cpu, cuda
 from gpusolve.dp.problem import Problem
-from gpusolve.dp.recover import build_policy, walk_order
+from gpusolve.dp.recover import build_policy
+from gpusolve.schedule import Tape
 from gpusolve.solve import SLACK_TRIES, slack_band_columns, slack_band_fit
 from _kernel_host import HostArray, fake_cupy
 
@@ -44,8 +45,19 @@ def test_the_search_tries_only_columns_it_named(seed):
 
 
 def walk_quads(problem, policy, m):
-    """(i, j, m, k) of a policy's states in the device walk's order (left child next, right later)."""
-    return walk_order(policy, problem.n, m, problem.tape_b, problem.act_b)
+    """(i, j, m, k) of a policy's states in the device walk's order (left child next, right later): the
+    inverse of recover.policy_from_choices (test_walk_quads_invert_the_tree_build)."""
+    order, stack = [], [(policy, 0, problem.n, int(m))]
+    while stack:
+        node, i, j, mm = stack.pop()
+        if isinstance(node, Tape):
+            order.append((i, j, mm, 0))
+            if node.right is not None:
+                stack.append((node.right, i + 1, j, mm - int(problem.tape_b[i + 1])))
+        else:
+            order.append((i, j, mm, node.k))
+            stack += [(node.right, node.k, j, mm - int(problem.act_b[node.k])), (node.left, i, node.k, mm)]
+    return order
 
 
 class StandInModule:
@@ -140,8 +152,8 @@ def test_a_failed_walk_is_reported_for_its_column_only(device_table):
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_walk_order_inverts_the_tree_build(seed):
-    """recover.walk_order gives the CPU walk's own visiting order, which build_policy turns back into the policy."""
+def test_walk_quads_invert_the_tree_build(seed):
+    """walk_quads gives the CPU walk's own visiting order, which build_policy turns back into the policy."""
     from gpusolve.dp import recover
     rng = np.random.default_rng(seed)
     chain = random_chain(rng, int(rng.integers(3, 25)))
@@ -156,6 +168,6 @@ def test_walk_order_inverts_the_tree_build(seed):
             policy = host.policy(m)
         finally:
             recover.policy_from_choices = real
-        order = walk_order(policy, problem.n, m, problem.tape_b, problem.act_b)
+        order = walk_quads(problem, policy, m)
         assert order == [tuple(int(v) for v in q) for q in seen[-1]]
         assert build_policy(problem, np.asarray(order, dtype=np.int32)) == policy

@@ -36,7 +36,7 @@ import torch
 
 from gpusolve.units import format_bytes
 
-from ._util import expandable_segments
+from ._util import allocator_reserve_bytes
 from .meter import MemoryMeter
 
 
@@ -260,7 +260,7 @@ class StepMeter:
             self._warned = True
             over = record.beyond_param_grads - budget
             blocks = ""
-            if device.type == "cuda" and not expandable_segments():
+            if allocator_reserve_bytes(device.type):  # the rule of Note [Allocator blocks]
                 blocks = ("; on CUDA, cached blocks the allocator hands over unsplit hold up to 1 MiB more than asked "
                           "for each (the plans reserve one: Note [Allocator blocks] in torch_exec/_util.py): "
                           "expandable_segments:True in the allocator settings (PYTORCH_CUDA_ALLOC_CONF, or "

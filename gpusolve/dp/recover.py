@@ -77,23 +77,6 @@ def walk_policy(choose_at, n: int, m: int, tape, act, start: int = 0) -> Policy:
     return policy_from_choices(order, tape, act)
 
 
-def walk_order(policy: Policy, n: int, m: int, tape, act, start: int = 0) -> list[tuple[int, int, int, int]]:
-    """The (i, j, m, k) states of ``policy`` over (``start``, n) from m, in :func:`walk_policy`'s
-    visiting order (the device walk's): the inverse of :func:`policy_from_choices`."""
-    order: list[tuple[int, int, int, int]] = []
-    stack = [(policy, int(start), n, int(m))]
-    while stack:
-        node, i, j, mm = stack.pop()
-        if isinstance(node, Tape):
-            order.append((i, j, mm, 0))
-            if node.right is not None:
-                stack.append((node.right, i + 1, j, mm - int(tape[i + 1])))
-        else:
-            order.append((i, j, mm, node.k))
-            stack += [(node.right, node.k, j, mm - int(act[node.k])), (node.left, i, node.k, mm)]
-    return order
-
-
 def build_policy(problem: Problem, order) -> Policy:
     """Policy tree from (i, j, m, k) choices in visiting order at bucketed sizes (the CUDA
     backend's device-side walk returns the same order)."""

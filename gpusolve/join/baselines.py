@@ -141,11 +141,12 @@ def min_plus_shares(total: np.ndarray, curve: np.ndarray) -> tuple[np.ndarray, n
     starts = np.flatnonzero(np.r_[True, curve[1:] != curve[:-1]])  # inf == inf: the infeasible prefix is one
     best = np.empty(width)
     share = np.empty(width, dtype=np.int64)
+    at_starts = curve[starts][None, :]
     rows = max(1, _SHARE_BLOCK // len(starts))
     for lo in range(0, width, rows):
         m = np.arange(lo, min(width, lo + rows))
         rest = m[:, None] - starts[None, :]
-        cand = np.where(rest >= 0, total[np.maximum(rest, 0)] + curve[starts][None, :], np.inf)
+        cand = np.where(rest >= 0, total[np.maximum(rest, 0)] + at_starts, np.inf)
         at = np.argmin(cand, axis=1)
         best[m], share[m] = cand[np.arange(len(m)), at], starts[at]
     return best, share

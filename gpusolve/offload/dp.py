@@ -50,6 +50,30 @@ host while the right part runs" costs at least that (the right part ends with bw
 t_bwd[k+1] and the bound is <= the exact candidate term by term), so the bound table is <= the exact
 one everywhere, equal to it over a free link and to the chain DP's over a useless one. It is a bound,
 not a plan: nothing is recovered from it.
+
+Note [Inner window]
+~~~~~~~~~~~~~~~~~~~
+The bound leaves most room where it matters (ResNet-50 at 25 % over 50 GB/s: 10 ms under Swap k), but it
+neither charges a_i's block while it is copied nor serialises the copies. One wider window the DP
+*can* price exactly without a new state: a_i on the host only while the right part's right part runs.
+``solve_tables(..., windows="inner", recompute=R)`` (R: the chain DP's table, the same problem) adds,
+for i < k < k2 < j on plane 1,
+
+  ((w_off(i, k2) + C(k2, j, min(M, m - act_b[k] - act_b[k2] + act_b[i]), 1))
+   + max(tau_h2d(act[i]), R(k, k2, m - act_b[k]))) + C(i, k, m, 1)
+  allowed where m >= thr_ckpt(i, j, k) and m - act_b[k] >= thr_ckpt(k, j, k2)
+
+emitted as ``offload(i), fwd_nograd(i+1, keep) .. (k), fwd_nograd(k+1, keep) .. (k2), release(i),
+<(k2, j)>, free(k2), prefetch(i), <(k, k2), recompute only>, free(k), acquire(i), <(i, k)>``: the
+device-to-host copy overlaps every no-grad forward from a_i to a_k2 (a_i stays in (i, j)'s frame, which
+does not count it, until ``release``), the host-to-device copy the whole recompute-only solve of (k, k2)
+with a_i's block charged (so (k, k2) gets m - act_b[k], exactly what it had without the swap). The copy
+channel is idle at both issues: every transfer in (k2, j) was acquired inside it, and R makes none.
+``tests/test_offload_windows.py`` checks that formula against the simulator on composed schedules.
+It is a measuring instrument (O(N^4 M), no recovery, CPU only), like the bound; ``bench/offload_windows.py``
+records what it gains (``bench/results/offload_windows_cpu.md``): at most 0.57 ms of a 103 ms step on the
+bundled profiles, too little for an O(N^4 M) fill, a CUDA kernel and a new IR node, so Swap k stays the
+solver's only swap.
 """
 from __future__ import annotations
 
@@ -104,12 +128,18 @@ class SwapArrays:
                    tau_both=tau_both.astype(dtype))
 
 
-def solve_tables(problem: Problem, swap: SwapArrays, progress=None, windows: str = "bwd") -> tuple[np.ndarray, np.ndarray]:
+def solve_tables(problem: Problem, swap: SwapArrays, progress=None, windows: str = "bwd",
+                 recompute: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Fill both planes (rows x (M+1), ``problem.dtype``) diagonal by diagonal; returns (plane 0,
     plane 1). ``progress``, if given, is called with the number of pairs finished after each block.
-    ``windows``: "bwd" (the Swap k above, exact) or "any" (the bound of Note [Any-window bound])."""
-    if windows not in ("bwd", "any"):
-        raise ValueError(f"windows must be 'bwd' or 'any', got {windows!r}")
+    ``windows``: "bwd" (the Swap k above, exact), "any" (the bound of Note [Any-window bound]) or
+    "inner" (Swap k plus the candidate of Note [Inner window], which reads ``recompute``: the chain
+    DP's table of ``problem``, :func:`gpusolve.dp.cpu.solve_table`)."""
+    if windows not in ("bwd", "any", "inner"):
+        raise ValueError(f"windows must be 'bwd', 'any' or 'inner', got {windows!r}")
+    if (windows == "inner") != (recompute is not None):
+        raise ValueError("windows='inner' needs recompute= (the chain DP's table, gpusolve.dp.cpu.solve_table), "
+                         "and only it reads one")
     width, big_m = problem.buckets + 1, problem.buckets
     dtype = problem.dtype
     inf = dtype(np.inf)
@@ -148,6 +178,8 @@ def solve_tables(problem: Problem, swap: SwapArrays, progress=None, windows: str
             cand += left1
             np.copyto(cand, inf, where=closed)
             np.minimum(best1, cand, out=best1)
+            if windows == "inner":
+                _inner_candidates(problem, swap, recompute, t1, best1, closed, left1, room, d, start, stop, r)
         rows = slice(offsets[d] + start, offsets[d] + stop)
         t0[rows] = best0
         t1[rows] = best1
@@ -155,6 +187,28 @@ def solve_tables(problem: Problem, swap: SwapArrays, progress=None, windows: str
         if progress is not None:
             progress(len(i))
     return t0, t1
+
+
+def _inner_candidates(problem: Problem, swap: SwapArrays, recompute, t1, best1, closed, left1, room, d, start, stop,
+                      r) -> None:
+    """Note [Inner window]'s candidates of the block's pairs (i, j = i + d) with k = i + r, every k2 in
+    (k, j), into ``best1``; ``closed``, ``left1`` and ``room`` (m - act_b[k]) are the Swap k's."""
+    big_m, offsets, inf = problem.buckets, problem.diag_offset, problem.dtype(np.inf)
+    act_b = problem.act_b.astype(np.int64)
+    i = np.arange(start, stop, dtype=np.int64)
+    k, j = i + r, i + d
+    mid_cols = np.clip(room, 0, big_m)
+    for r2 in range(r + 1, d):
+        k2 = i + r2
+        right_rows = slice(offsets[d - r2] + start + r2, offsets[d - r2] + stop + r2)  # (k2, j)
+        mid_rows = slice(offsets[r2 - r] + start + r, offsets[r2 - r] + stop + r)      # (k, k2)
+        cols = np.clip(room - act_b[k2][:, None] + act_b[i][:, None], 0, big_m)
+        cand = swap.w_off[i, k2][:, None] + np.take_along_axis(t1[right_rows], cols, axis=1)
+        cand += np.maximum(swap.e_full[i][:, None], np.take_along_axis(recompute[mid_rows], mid_cols, axis=1))
+        cand += left1
+        shut = closed | (room < problem.thr_ckpt(k, j, k2)[:, None])
+        np.copyto(cand, inf, where=shut)
+        np.minimum(best1, cand, out=best1)
 
 
 def choose(problem: Problem, swap: SwapArrays, tables, i: int, j: int, m: int, s: int):

@@ -1,0 +1,183 @@
+"""Note [Inner window] (gpusolve/offload/dp.py): the wider-window candidate the combined DP can price
+exactly, checked against a second implementation (a memoised recursion), against the simulator on the
+schedule it stands for, and against the plain Swap k table and the any-window bound."""
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+import pytest
+
+from conftest import random_chain
+from gpusolve import Chain, Op, OpKind, simulate
+from gpusolve.dp import cpu
+from gpusolve.dp.problem import Problem
+from gpusolve.offload.dp import SwapArrays, solve_tables
+from gpusolve.offload.link import Link
+from gpusolve.schedule import policy_to_schedule, tape_chain
+from test_offload_dp import dyadic_chain, dyadic_link
+
+
+def inner_by_recursion(chain: Chain, link: Link, budget: int):
+    """C(i, j, m, s) for m <= ``budget`` with Tape, Checkpoint, Swap k and the inner-window candidate,
+    written as a memoised recursion in exact bytes and float64 (not the vectorised fill)."""
+    problem = Problem.build(chain, 1, budget, dtype=np.float64)
+    swap = SwapArrays.build(problem, chain, link)
+    act = [int(x) for x in chain.padded()["act_bytes"]]
+
+    @lru_cache(maxsize=None)
+    def c(i, j, m, s, recompute_only=False):
+        if m < 0:
+            return math.inf
+        best = math.inf
+        if m >= int(problem.thr_tape(i, j)):
+            if j == i + 1:
+                best = float(problem.t_tape[i + 1])
+            elif chain.multi_tape:
+                best = float(problem.t_tape[i + 1]) + c(i + 1, j, m - int(problem.tape_b[i + 1]), 0, recompute_only)
+        for k in range(i + 1, j):
+            if m < int(problem.thr_ckpt(i, j, k)):
+                continue
+            best = min(best, float(problem.sfn(i, k)) + c(k, j, m - act[k], 1, recompute_only)
+                       + c(i, k, m, s, recompute_only))
+            if not s or recompute_only:
+                continue
+            room = m - act[k]
+            e = swap.e_overlap[i, k] if room >= swap.pre_b[k + 1] else swap.e_full[i]
+            best = min(best, swap.w_off[i, k] + c(k, j, min(budget, room + act[i]), 1) + e + c(i, k, m, 1))
+            for k2 in range(k + 1, j):
+                if room < int(problem.thr_ckpt(k, j, k2)):
+                    continue
+                right = c(k2, j, min(budget, room - act[k2] + act[i]), 1)
+                best = min(best, swap.w_off[i, k2] + right + max(swap.e_full[i], c(k, k2, room, 0, True))
+                           + c(i, k, m, 1))
+        return best
+
+    return c
+
+
+def test_inner_window_against_a_recursion():
+    """Every state of both planes (dyadic times: exact in both); the inner candidate must decide some."""
+    decided = 0
+    for seed in range(10):
+        decided += _compare_with_recursion(np.random.default_rng(500 + seed), bool(seed % 4))
+    assert decided > 20
+
+
+def _compare_with_recursion(rng, multi_tape) -> int:
+    chain = dyadic_chain(rng, int(rng.integers(4, 8)), multi_tape=multi_tape)
+    data = chain.to_dict()  # large no-grad transients: the second forward's own threshold binds
+    data["fwd_nograd_extra"] = [int(v) for v in rng.integers(0, 40, chain.n)]
+    chain = Chain.from_dict(data)
+    link = Link(float(rng.choice([2, 4, 8, 16])), float(rng.choice([2, 4, 8, 16])), float(rng.choice([0.0, 0.25])))
+    budget = 80
+    problem = Problem.build(chain, 1, budget, dtype=np.float64)
+    swap = SwapArrays.build(problem, chain, link)
+    tables = solve_tables(problem, swap, windows="inner", recompute=cpu.solve_table(problem))
+    exact = solve_tables(problem, swap)
+    c = inner_by_recursion(chain, link, budget)
+    decided = 0
+    for i in range(chain.n):
+        for j in range(i + 1, chain.n + 1):
+            for s in (0, 1):
+                want = [c(i, j, m, s) for m in range(budget + 1)]
+                assert tables[s][problem.row(i, j)].tolist() == want, (i, j, s)
+                decided += int(np.sum(tables[s][problem.row(i, j)] < exact[s][problem.row(i, j)]))
+    return decided
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_inner_window_lies_between_the_bound_and_swap_k(seed):
+    """Top row (only reachable states feed it): any-window bound <= inner <= Swap k <= recompute only;
+    state by state, inner <= Swap k (it only adds candidates). Over a useless link all equal the chain
+    DP's table bit for bit."""
+    rng = np.random.default_rng(600 + seed)
+    chain = dyadic_chain(rng, int(rng.integers(3, 9)))
+    link = dyadic_link(rng)
+    problem = Problem.build(chain, 1, 130)
+    recompute = cpu.solve_table(problem)
+    swap = SwapArrays.build(problem, chain, link)
+    exact, inner = solve_tables(problem, swap), solve_tables(problem, swap, windows="inner", recompute=recompute)
+    bound = solve_tables(problem, swap, windows="any")
+    for plane in (0, 1):
+        assert np.all(inner[plane] <= exact[plane])
+    top = problem.row(0, chain.n)
+    assert np.all(bound[0][top] <= inner[0][top]) and np.all(inner[0][top] <= recompute[top])
+    useless = solve_tables(problem, SwapArrays.build(problem, chain, Link.useless()), windows="inner",
+                           recompute=recompute)
+    assert np.array_equal(useless[0], recompute) and np.array_equal(useless[1], recompute)
+
+
+def test_inner_window_is_used():
+    """The candidate is not dead: on random chains and links it beats Swap k at some top states."""
+    better = 0
+    for seed in range(12):
+        rng = np.random.default_rng(700 + seed)
+        chain = random_chain(rng, int(rng.integers(4, 9)))
+        link = Link(float(rng.uniform(2, 40)), float(rng.uniform(2, 40)), 0.0)
+        problem = Problem.build(chain, 1, 150)
+        swap = SwapArrays.build(problem, chain, link)
+        top = problem.row(0, chain.n)
+        exact = solve_tables(problem, swap)[0][top]
+        inner = solve_tables(problem, swap, windows="inner", recompute=cpu.solve_table(problem))[0][top]
+        better += int(np.sum(inner < exact))
+    assert better > 10
+
+
+def test_inner_window_needs_the_recompute_table():
+    rng = np.random.default_rng(1)
+    chain = random_chain(rng, 4)
+    problem = Problem.build(chain, 1, 50)
+    swap = SwapArrays.build(problem, chain, Link(8.0, 8.0))
+    with pytest.raises(ValueError, match="recompute="):
+        solve_tables(problem, swap, windows="inner")
+    with pytest.raises(ValueError, match="recompute="):
+        solve_tables(problem, swap, recompute=cpu.solve_table(problem))
+
+
+def composed(i: int, j: int, k: int, k2: int) -> list[Op]:
+    """The schedule Note [Inner window] prices, with plain tape chains as the three sub-schedules."""
+    ops = [Op(OpKind.OFFLOAD, i)]
+    ops += [Op(OpKind.FWD_NOGRAD, s, keep_input=(s == i + 1)) for s in range(i + 1, k + 1)]
+    ops += [Op(OpKind.FWD_NOGRAD, s, keep_input=(s == k + 1)) for s in range(k + 1, k2 + 1)]
+    ops += [Op(OpKind.RELEASE, i), *policy_to_schedule(tape_chain(k2, j), k2, j), Op(OpKind.FREE, k2),
+            Op(OpKind.PREFETCH, i), *policy_to_schedule(tape_chain(k, k2), k, k2), Op(OpKind.FREE, k),
+            Op(OpKind.ACQUIRE, i), *policy_to_schedule(tape_chain(i, k), i, k)]
+    return ops
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_inner_window_formula_is_the_simulated_time_and_its_conditions_bound_the_peak(seed):
+    """The candidate's value with the sub-problems' own simulated times in place of table reads equals
+    the two-timeline simulation of the schedule it stands for, over links where either copy is exposed
+    or hidden; the peak is at most what the DP's conditions and reads allow."""
+    rng = np.random.default_rng(800 + seed)
+    chain = dyadic_chain(rng, int(rng.integers(4, 9)))
+    n = chain.n
+    i = int(rng.integers(1, n - 2))
+    k = int(rng.integers(i + 1, n - 1))
+    k2 = int(rng.integers(k + 1, n))
+    j = int(rng.integers(k2 + 1, n + 1))
+    link = dyadic_link(rng)
+    if math.isinf(link.h2d_ms(1)) or math.isinf(link.d2h_ms(1)):
+        link = Link(8.0, 8.0)
+    act = [int(x) for x in chain.padded()["act_bytes"]]
+    problem = Problem.build(chain, 1, 0, dtype=np.float64)
+
+    def part(a, b):
+        return simulate(chain, policy_to_schedule(tape_chain(a, b), a, b), start=(a, b))
+
+    right, mid, left = part(k2, j), part(k, k2), part(i, k)
+    sfn = float(problem.fwd_prefix[k2] - problem.fwd_prefix[i])
+    value = (max(sfn, link.d2h_ms(act[i])) + right.time_ms + max(link.h2d_ms(act[i]), mid.time_ms)
+             + left.time_ms)
+    # a_i must be a checkpoint of the simulated sub-chain: (i - 1, j) with a Checkpoint at i around it
+    tail = part(i - 1, i)
+    ops = [Op(OpKind.FWD_NOGRAD, i, keep_input=True), *composed(i, j, k, k2), Op(OpKind.FREE, i),
+           *policy_to_schedule(tape_chain(i - 1, i), i - 1, i)]
+    sim = simulate(chain, ops, start=(i - 1, j), link=link)
+    assert sim.time_ms == float(problem.sfn(i - 1, i)) + value + tail.time_ms
+    allowed = max(int(problem.thr_ckpt_bytes(i, j, k)), act[k] + int(problem.thr_ckpt_bytes(k, j, k2)),
+                  act[k] + act[k2] - act[i] + right.peak_bytes, act[k] + mid.peak_bytes, left.peak_bytes)
+    assert sim.peak_bytes <= max(int(problem.thr_ckpt_bytes(i - 1, j, i)), act[i] + allowed, tail.peak_bytes)

@@ -263,6 +263,17 @@ def test_swap_is_used_and_beneficial_on_random_chains():
 
 
 # ------------------------------------------------------------- Note [Any-window bound]
+def tape_by_recursion(problem: Problem, i: int, j: int, m: int, right) -> float:
+    """The Tape candidate of a memoised recursion in exact bytes: ``right(m')`` is C(i + 1, j, m', 0)."""
+    if m < int(problem.thr_tape(i, j)):
+        return math.inf
+    if j == i + 1:
+        return float(problem.t_tape[i + 1])
+    if not problem.multi_tape:
+        return math.inf
+    return float(problem.t_tape[i + 1]) + right(m - int(problem.tape_b[i + 1]))
+
+
 def bound_by_recursion(chain: Chain, link: Link, budget: int) -> float:
     """The any-window bound written directly as a memoised recursion in exact bytes and float64 (a
     second implementation of the Note's recurrence, not the vectorised fill)."""
@@ -275,12 +286,7 @@ def bound_by_recursion(chain: Chain, link: Link, budget: int) -> float:
     def c(i, j, m, s):
         if m < 0:
             return math.inf
-        best = math.inf
-        if m >= int(problem.thr_tape(i, j)):
-            if j == i + 1:
-                best = float(problem.t_tape[i + 1])
-            elif chain.multi_tape:
-                best = float(problem.t_tape[i + 1]) + c(i + 1, j, m - int(problem.tape_b[i + 1]), 0)
+        best = tape_by_recursion(problem, i, j, m, lambda mm: c(i + 1, j, mm, 0))
         for k in range(i + 1, j):
             if m < int(problem.thr_ckpt(i, j, k)):
                 continue

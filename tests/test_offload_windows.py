@@ -16,7 +16,7 @@ from gpusolve.dp.problem import Problem
 from gpusolve.offload.dp import SwapArrays, solve_tables
 from gpusolve.offload.link import Link
 from gpusolve.schedule import policy_to_schedule, tape_chain
-from test_offload_dp import dyadic_chain, dyadic_link
+from test_offload_dp import dyadic_chain, dyadic_link, tape_by_recursion
 
 
 def inner_by_recursion(chain: Chain, link: Link, budget: int):
@@ -30,12 +30,7 @@ def inner_by_recursion(chain: Chain, link: Link, budget: int):
     def c(i, j, m, s, recompute_only=False):
         if m < 0:
             return math.inf
-        best = math.inf
-        if m >= int(problem.thr_tape(i, j)):
-            if j == i + 1:
-                best = float(problem.t_tape[i + 1])
-            elif chain.multi_tape:
-                best = float(problem.t_tape[i + 1]) + c(i + 1, j, m - int(problem.tape_b[i + 1]), 0, recompute_only)
+        best = tape_by_recursion(problem, i, j, m, lambda mm: c(i + 1, j, mm, 0, recompute_only))
         for k in range(i + 1, j):
             if m < int(problem.thr_ckpt(i, j, k)):
                 continue

@@ -1,10 +1,14 @@
 """Note [Inner window] (gpusolve/offload/dp.py): the wider-window candidate the combined DP can price
 exactly, checked against a second implementation (a memoised recursion), against the simulator on the
-schedule it stands for, and against the plain Swap k table and the any-window bound."""
+schedule it stands for, and against the plain Swap k table and the any-window bound; and the TapeSwap
+candidates of bench/offload_tapes.py (through ``solve_tables``' ``extra``) against the same recursion."""
 from __future__ import annotations
 
 import math
 from functools import lru_cache
+
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,19 +22,41 @@ from gpusolve.offload.link import Link
 from gpusolve.schedule import policy_to_schedule, tape_chain
 from test_offload_dp import dyadic_chain, dyadic_link, tape_by_recursion
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+import offload_tapes  # noqa: E402  (bench/offload_tapes.py: the TapeSwap candidates under study)
 
-def inner_by_recursion(chain: Chain, link: Link, budget: int):
-    """C(i, j, m, s) for m <= ``budget`` with Tape, Checkpoint, Swap k and the inner-window candidate,
-    written as a memoised recursion in exact bytes and float64 (not the vectorised fill)."""
+
+def by_recursion(chain: Chain, link: Link, budget: int, inner: bool = True, tape_fraction: float | None = None):
+    """C(i, j, m, s) for m <= ``budget`` with Tape, Checkpoint, Swap k, the inner-window candidate
+    (``inner``) and TapeSwap k with x = ``tape_fraction`` x (tape - act) (None: none), written as a
+    memoised recursion in exact bytes and float64 (not the vectorised fill)."""
     problem = Problem.build(chain, 1, budget, dtype=np.float64)
     swap = SwapArrays.build(problem, chain, link)
-    act = [int(x) for x in chain.padded()["act_bytes"]]
+    arr = chain.padded()
+    act = [int(x) for x in arr["act_bytes"]]
+
+    def tape_swaps(i, j, m):
+        s = i + 1
+        x = int(math.floor(max(0, int(arr["tape_bytes"][s]) - act[s]) * tape_fraction))
+        if x == 0 or j - i < 3 or not chain.multi_tape or m < int(problem.thr_tape(i, j)):
+            return math.inf
+        m1 = m - int(arr["tape_bytes"][s])
+        best = math.inf
+        for k in range(i + 2, j):
+            if m1 < int(problem.thr_ckpt(s, j, k)):
+                continue
+            right = c(k, j, min(budget, m1 - act[k] + x), 1)
+            best = min(best, float(arr["t_fwd"][s]) + max(float(problem.sfn(s, k)), link.d2h_ms(x)) + right
+                       + max(link.h2d_ms(x), c(s, k, m1, 0, True)) + float(arr["t_bwd"][s]))
+        return best
 
     @lru_cache(maxsize=None)
     def c(i, j, m, s, recompute_only=False):
         if m < 0:
             return math.inf
         best = tape_by_recursion(problem, i, j, m, lambda mm: c(i + 1, j, mm, 0, recompute_only))
+        if tape_fraction is not None and not recompute_only:
+            best = min(best, tape_swaps(i, j, m))
         for k in range(i + 1, j):
             if m < int(problem.thr_ckpt(i, j, k)):
                 continue
@@ -41,7 +67,7 @@ def inner_by_recursion(chain: Chain, link: Link, budget: int):
             room = m - act[k]
             e = swap.e_overlap[i, k] if room >= swap.pre_b[k + 1] else swap.e_full[i]
             best = min(best, swap.w_off[i, k] + c(k, j, min(budget, room + act[i]), 1) + e + c(i, k, m, 1))
-            for k2 in range(k + 1, j):
+            for k2 in range(k + 1, j) if inner else ():
                 if room < int(problem.thr_ckpt(k, j, k2)):
                     continue
                 right = c(k2, j, min(budget, room - act[k2] + act[i]), 1)
@@ -71,7 +97,7 @@ def _compare_with_recursion(rng, multi_tape) -> int:
     swap = SwapArrays.build(problem, chain, link)
     tables = solve_tables(problem, swap, windows="inner", recompute=cpu.solve_table(problem))
     exact = solve_tables(problem, swap)
-    c = inner_by_recursion(chain, link, budget)
+    c = by_recursion(chain, link, budget)
     decided = 0
     for i in range(chain.n):
         for j in range(i + 1, chain.n + 1):
@@ -176,3 +202,27 @@ def test_inner_window_formula_is_the_simulated_time_and_its_conditions_bound_the
     allowed = max(int(problem.thr_ckpt_bytes(i, j, k)), act[k] + int(problem.thr_ckpt_bytes(k, j, k2)),
                   act[k] + act[k2] - act[i] + right.peak_bytes, act[k] + mid.peak_bytes, left.peak_bytes)
     assert sim.peak_bytes <= max(int(problem.thr_ckpt_bytes(i - 1, j, i)), act[i] + allowed, tail.peak_bytes)
+
+
+@pytest.mark.parametrize("fraction", [1.0, 0.5])
+def test_tape_swap_candidates_against_the_recursion(fraction):
+    """bench/offload_tapes.py's TapeSwap through ``extra``: every state of both planes equals the
+    recursion's (dyadic: exact), and it decides some states."""
+    decided = 0
+    for seed in range(8):
+        rng = np.random.default_rng(900 + seed)
+        chain = dyadic_chain(rng, int(rng.integers(4, 8)))
+        link = Link(float(rng.choice([2, 4, 8, 16])), float(rng.choice([2, 4, 8, 16])), float(rng.choice([0.0, 0.25])))
+        budget = 90
+        problem = Problem.build(chain, 1, budget, dtype=np.float64)
+        swap = SwapArrays.build(problem, chain, link)
+        recompute = cpu.solve_table(problem)
+        extra = offload_tapes.tape_swap_candidates(problem, chain, link, recompute, fraction)
+        tables, plain = solve_tables(problem, swap, extra=extra), solve_tables(problem, swap)
+        c = by_recursion(chain, link, budget, inner=False, tape_fraction=fraction)
+        for i in range(chain.n):
+            for j in range(i + 1, chain.n + 1):
+                for s in (0, 1):
+                    assert tables[s][problem.row(i, j)].tolist() == [c(i, j, m, s) for m in range(budget + 1)]
+                    decided += int(np.sum(tables[s][problem.row(i, j)] < plain[s][problem.row(i, j)]))
+    assert decided > 20

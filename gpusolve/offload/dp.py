@@ -128,13 +128,33 @@ class SwapArrays:
                    tau_both=tau_both.astype(dtype))
 
 
+@dataclass
+class Block:
+    """One block of the fill (:func:`~gpusolve.dp.cpu.diagonal_blocks`), as an experimental action's
+    candidates see it: pairs (i, j = i + d) for i = start..stop-1, the buckets ``m``, both planes (every
+    lower diagonal filled) and the block's running minimums ``best0``, ``best1`` ([pairs, M+1])."""
+
+    d: int
+    start: int
+    stop: int
+    i: np.ndarray
+    j: np.ndarray
+    m: np.ndarray
+    t0: np.ndarray
+    t1: np.ndarray
+    best0: np.ndarray
+    best1: np.ndarray
+
+
 def solve_tables(problem: Problem, swap: SwapArrays, progress=None, windows: str = "bwd",
-                 recompute: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                 recompute: np.ndarray | None = None, extra=None) -> tuple[np.ndarray, np.ndarray]:
     """Fill both planes (rows x (M+1), ``problem.dtype``) diagonal by diagonal; returns (plane 0,
     plane 1). ``progress``, if given, is called with the number of pairs finished after each block.
     ``windows``: "bwd" (the Swap k above, exact), "any" (the bound of Note [Any-window bound]) or
     "inner" (Swap k plus the candidate of Note [Inner window], which reads ``recompute``: the chain
-    DP's table of ``problem``, :func:`gpusolve.dp.cpu.solve_table`)."""
+    DP's table of ``problem``, :func:`gpusolve.dp.cpu.solve_table`). ``extra``, if given, is called
+    with each :class:`Block` after the built-in candidates and may lower ``best0``/``best1``: the
+    candidates of an action under study that the solver does not have (``bench/offload_tapes.py``)."""
     if windows not in ("bwd", "any", "inner"):
         raise ValueError(f"windows must be 'bwd', 'any' or 'inner', got {windows!r}")
     if (windows == "inner") != (recompute is not None):
@@ -180,6 +200,8 @@ def solve_tables(problem: Problem, swap: SwapArrays, progress=None, windows: str
             np.minimum(best1, cand, out=best1)
             if windows == "inner":
                 _inner_candidates(problem, swap, recompute, t1, best1, closed, left1, room, d, start, stop, r)
+        if extra is not None:
+            extra(Block(d, start, stop, i, j, m, t0, t1, best0, best1))
         rows = slice(offsets[d] + start, offsets[d] + stop)
         t0[rows] = best0
         t1[rows] = best1

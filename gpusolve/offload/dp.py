@@ -71,8 +71,8 @@ with a_i's block charged (so (k, k2) gets m - act_b[k], exactly what it had with
 channel is idle at both issues: every transfer in (k2, j) was acquired inside it, and R makes none.
 ``tests/test_offload_windows.py`` checks that formula against the simulator on composed schedules.
 It is a measuring instrument (O(N^4 M), no recovery, CPU only), like the bound; ``bench/offload_windows.py``
-records what it gains (``bench/results/offload_windows_cpu.md``): at most 0.57 ms of a 103 ms step on the
-bundled profiles, too little for an O(N^4 M) fill, a CUDA kernel and a new IR node, so Swap k stays the
+records what it gains (``bench/results/offload_windows_cpu.md``): at most 0.57 ms of a 103 ms step on
+resnet50_b128 and densenet121_b64, too little for an O(N^4 M) fill, a CUDA kernel and a new IR node, so Swap k stays the
 solver's only swap.
 """
 from __future__ import annotations

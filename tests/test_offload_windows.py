@@ -24,6 +24,7 @@ from test_offload_dp import dyadic_chain, dyadic_link, tape_by_recursion
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import offload_tapes  # noqa: E402  (bench/offload_tapes.py: the TapeSwap candidates under study)
+import offload_windows  # noqa: E402  (bench/offload_windows.py: the local search of --hoist)
 
 
 def by_recursion(chain: Chain, link: Link, budget: int, inner: bool = True, tape_fraction: float | None = None):
@@ -226,3 +227,28 @@ def test_tape_swap_candidates_against_the_recursion(fraction):
                     assert tables[s][problem.row(i, j)].tolist() == [c(i, j, m, s) for m in range(budget + 1)]
                     decided += int(np.sum(tables[s][problem.row(i, j)] < plain[s][problem.row(i, j)]))
     assert decided > 20
+
+
+def test_the_hoisting_search_returns_schedules_that_fit_and_run_that_fast():
+    """bench/offload_windows.py --hoist: plans for a fast link, simulated over a slow one, get faster by
+    moving prefetches earlier and releases later; what it returns is a valid schedule whose simulated
+    time is the one reported and whose peak fits the budget."""
+    from gpusolve.offload import solve_offload
+    from gpusolve.simulate import store_all_peak_bytes
+    gained = 0
+    for seed in range(10):
+        rng = np.random.default_rng(1000 + seed)
+        chain = random_chain(rng, int(rng.integers(5, 10)), scale=1000)
+        budget = store_all_peak_bytes(chain) * 2 // 3
+        fast, slow = Link(4000.0, 4000.0), Link(300.0, 300.0)
+        try:
+            plan = solve_offload(chain, budget, fast, backend="cpu")
+        except ValueError:
+            continue
+        emitted = simulate(chain, plan.schedule, link=slow).time_ms
+        best, ops = offload_windows.hoisted(chain, plan.schedule, budget, slow)
+        moved = simulate(chain, ops, link=slow)
+        assert moved.time_ms == best <= emitted and moved.peak_bytes <= budget
+        assert sorted(map(str, ops)) == sorted(map(str, plan.schedule))  # the same ops, reordered
+        gained += best < emitted
+    assert gained >= 2

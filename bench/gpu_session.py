@@ -147,9 +147,12 @@ STEPS = [
          "{PY} bench/executor.py --networks densenet121 --no-cost-models --steps 10 --out {R}/densenet121_again"),
     # DenseNet-121's combined plans measured 28-37 % above their prediction (2026-11-26); release no longer
     # waits on the host (Note [Release in stream order] in torch_exec/offload.py): again, with each step's
-    # time, the host's time to queue it and the allocator's calls (bench/executor.py's Meter)
+    # time, the host's time to queue it and the allocator's calls (bench/executor.py's Meter), and one
+    # more step per plan with every op's time against the simulator's (--op-times: copies waited for, or
+    # slower kernels, or an idle stream)
     Step("offload-executor-densenet121-again", "11.5", 150, 80,
-         "{PY} bench/offload_executor.py --networks densenet121 --steps 7 --out {R}/offload_densenet121_again"),
+         "{PY} bench/offload_executor.py --networks densenet121 --steps 7 --op-times "
+         "--out {R}/offload_densenet121_again"),
     # issue 7's <= 2 % at 100 %: the first run forced the solver's schedule through the executor (+2.8 % on
     # ResNet-50, a plan recomputing a little); bench/executor.py now also measures what the wrapper itself does
     Step("executor-resnet50-again", "7.4", 120, 60,

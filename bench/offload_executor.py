@@ -25,6 +25,11 @@ above what is allocated just before the step (parameters, their gradients alloca
 what the budget counts; pinned host memory is not device memory. Times: median of ``--steps`` steps (CUDA
 events) after ``--warmup`` steps (the first step of a plan pins its host buffers).
 
+With ``--op-times`` each plan runs one more step under :class:`torch_exec.opclock.OpClock` (an event after
+every op on the compute stream) and its row gets ``op_times``: measured against simulated time per op kind
+and the ops furthest over their prediction (:func:`op_time_table`), to tell copies the compute stream waits
+for from slower kernels or an idle stream.
+
 Writes ``<out>/offload_executor_<gpu>.json`` (link, records) and ``<out>/offload_executor_<gpu>.md``, with the
 device, the date and the command.
 """
@@ -47,7 +52,42 @@ import torch  # noqa: E402
 from _common import command_line, slug  # noqa: E402  (same folder)
 
 NETWORKS = ("densenet121", "resnet50")
+KIND_COLUMNS = ("fwd_nograd", "fwd_tape", "bwd", "offload", "release", "prefetch", "acquire", "free")
 FRACTIONS = (0.5, 0.35, 0.25)
+
+
+def op_time_table(schedule, measured, predicted_ms, worst: int = 8) -> dict:
+    """Per-op times of one step (``measured``: :meth:`torch_exec.opclock.OpClock.ops`, in schedule order)
+    against the simulator's (``predicted_ms``: ``simulate(..., trace=True).op_ms``): sums per op kind, the
+    ``worst`` ops furthest over their prediction and every op's ``[op, measured, predicted]``. A backward that a tape segment's first BWD ran for
+    it (``annotate``'s arg 0) is measured there, so its prediction is counted there too."""
+    from torch_exec.executor import _CODES, BWD, annotate
+    if len(measured) != len(schedule) or len(predicted_ms) != len(schedule):
+        raise ValueError(f"{len(measured)} measured and {len(predicted_ms)} predicted op times for "
+                         f"{len(schedule)} ops")
+    for op, (code, stage, branch, _) in zip(schedule, measured, strict=True):
+        if code != _CODES[op.kind] or stage != op.stage or branch != op.branch:
+            raise ValueError(f"the measured ops are not the schedule's ({op} against code {code} stage {stage})")
+    predicted = list(map(float, predicted_ms))
+    segment_at = {}  # branch -> index of the BWD that runs its current segment
+    for index, (code, _, arg, branch) in enumerate(annotate(schedule)):
+        if code == BWD:
+            if arg:
+                segment_at[branch] = index
+            else:
+                predicted[segment_at[branch]] += predicted[index]
+                predicted[index] = 0.0
+    kinds: dict = {}
+    for op, m, p in zip(schedule, measured, predicted, strict=True):
+        row = kinds.setdefault(op.kind.value, {"count": 0, "measured_ms": 0.0, "predicted_ms": 0.0})
+        row["count"] += 1
+        row["measured_ms"] += m[3]
+        row["predicted_ms"] += p
+    over = sorted(range(len(schedule)), key=lambda k: predicted[k] - measured[k][3])[:worst]
+    return {"measured_ms": sum(m[3] for m in measured), "predicted_ms": sum(predicted), "by_kind": kinds,
+            "worst": [{"index": k, "op": str(schedule[k]), "measured_ms": measured[k][3], "predicted_ms": predicted[k]}
+                      for k in over],
+            "ops": [[str(op), m[3], p] for op, m, p in zip(schedule, measured, predicted, strict=True)]}
 
 
 def _require_cuda() -> None:
@@ -61,6 +101,8 @@ def bench_network(name, args, link, meter, records, errors):
 
     import torch_exec as te
     from gpusolve.schedule import OpKind, count_recomputations
+    from gpusolve.simulate import simulate
+    from torch_exec.opclock import OpClock
     stages, x, desc = chain_bench.build(name, args.device, quick=False)
     params = list(stages.parameters())
     print(f"== {name}: {desc}, {len(stages)} measured stages", flush=True)
@@ -124,6 +166,14 @@ def bench_network(name, args, link, meter, records, errors):
                 print(f"   {method} {label} ({budget} B): peak {peak} B (pred {plan.predicted_peak_bytes}), "
                       f"{ms:.2f} ms (pred {plan.predicted_time_ms:.2f}), {row['swaps']} swaps, "
                       f"{row['recomputations']} recomputed", flush=True)
+                if args.op_times:
+                    with OpClock() as clock:
+                        step()
+                    sim = simulate(wrapped.chain, schedule, link=link if offload is not None else None, trace=True)
+                    row["op_times"] = table = op_time_table(schedule, clock.ops(), sim.op_ms)
+                    print("   op times (measured/predicted ms): " + ", ".join(
+                        f"{k} {v['measured_ms']:.1f}/{v['predicted_ms']:.1f}" for k, v in table["by_kind"].items()),
+                        flush=True)
             except Exception as err:  # infeasible at this budget, OOM, ...
                 row.update(measured_peak_bytes=None, step_ms=None, error=_error(err))
                 row.setdefault("predicted_peak_bytes", None)
@@ -168,6 +218,19 @@ def write_report(link_data, records, errors, args, command):
                      f"{r.get('recomputations', '-')} | {mib(r.get('measured_peak_bytes'))} | "
                      f"{mib(r.get('predicted_peak_bytes'))} | {within} | {ms(r.get('step_ms'))} | "
                      f"{ms(r.get('predicted_step_ms'))} |")
+    timed = [r for r in records if r.get("op_times")]
+    if timed:
+        lines += ["", "## Op times (--op-times)", "",
+                  "One more step per plan with an event after every op on the compute stream; measured / "
+                  "predicted ms per op kind (a tape segment's backward counted at the BWD that runs it).", "",
+                  "| network | budget | method | total | " + " | ".join(KIND_COLUMNS) + " |",
+                  "| --- | --- | --- | --- |" + " --- |" * len(KIND_COLUMNS)]
+        for r in timed:
+            t = r["op_times"]
+            cells = [f"{t['by_kind'][k]['measured_ms']:.1f} / {t['by_kind'][k]['predicted_ms']:.1f}"
+                     if k in t["by_kind"] else "-" for k in KIND_COLUMNS]
+            lines.append(f"| {r['network']} | {r['budget_label']} | {r['method']} | {t['measured_ms']:.1f} / "
+                         f"{t['predicted_ms']:.1f} | " + " | ".join(cells) + " |")
     lines += ["", "## Errors", ""] + ([f"- {e}" for e in errors] or ["- none"])
     path_md.write_text("\n".join(lines) + "\n")
     print(f"wrote {path_json} and {path_md}")
@@ -183,6 +246,8 @@ def main(argv=None):
     parser.add_argument("--passes", type=int, default=3, help="profiling passes")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     parser.add_argument("--verbose", action="store_true")
+    parser.add_argument("--op-times", action="store_true",
+                        help="one more step per plan with per-op times against the simulator's (module docstring)")
     args = parser.parse_args(argv)
     _require_cuda()
     import executor as chain_bench

@@ -35,18 +35,20 @@ class SimResult:
     peak_op: int
     ops: int
     memory_trace: list[int] = field(default_factory=list, repr=False)
+    op_ms: list[float] = field(default_factory=list, repr=False)  # with trace: each op's time on the compute timeline
 
 
 class Tally:
     """The running figures of a simulation, the one place they are added up: bytes held (from
     ``held`` at the start), the peak (held plus each op's transient) and the op at it, total time,
-    and with ``trace`` the bytes held after each op."""
+    and with ``trace`` the bytes held after each op and each op's time."""
 
     def __init__(self, held: int, trace: bool):
         self.held = held
         self.peak, self.peak_op = held, -1
         self.time_ms = 0.0
         self.trace: list[int] | None = [] if trace else None
+        self.op_ms: list[float] | None = [] if trace else None
 
     def add(self, index: int, transient: int, change: int, seconds: float) -> None:
         if self.held + transient > self.peak:
@@ -55,10 +57,12 @@ class Tally:
         self.time_ms += seconds
         if self.trace is not None:
             self.trace.append(self.held)
+            self.op_ms.append(seconds)
 
     def result(self, ops: int) -> SimResult:
         return SimResult(time_ms=self.time_ms, peak_bytes=int(self.peak), peak_op=self.peak_op, ops=ops,
-                         memory_trace=self.trace if self.trace is not None else [])
+                         memory_trace=self.trace if self.trace is not None else [],
+                         op_ms=self.op_ms if self.op_ms is not None else [])
 
 
 class CopyChannel:

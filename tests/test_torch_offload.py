@@ -568,3 +568,55 @@ def test_profile_marks_outputs_the_executor_cannot_move():
     model = nn.Sequential(nn.Linear(4, 16), ToSparse(), ToDense(), nn.Linear(16, 2)).to(DT)
     data = te.profile_dict(model, torch.randn(8, 4, dtype=DT), passes=1)
     assert [bool(s.get("device_only")) for s in data["stages"]] == [False, True, False, False]
+
+
+# ---------------------------------------------------------------------------- per-op times (diagnosis)
+def test_op_clock_times_every_op_of_an_offload_plan_against_the_simulator():
+    """torch_exec.opclock.OpClock marks every op the interpreter runs, in schedule order (the forward's
+    program then the backward's); bench/offload_executor.py's op_time_table lines them up with the
+    simulator's per-op times (a tape segment's backward predicted where it runs)."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    from offload_executor import op_time_table
+    from torch_exec.opclock import OpClock
+
+    x = torch.randn(16, 4, dtype=DT, requires_grad=True)
+    probe = wrap(mlp(width=24, depth=8), offload=FAST)
+    probe.prepare(x)
+    chain = probe._last.exec_chain
+    budget = (min_offload_bytes(chain) + store_all_peak_bytes(chain)) // 3
+    wrapped = wrap(mlp(width=24, depth=8), budget=budget, bucket=1, offload=FAST)
+    step(wrapped, x)  # plans and runs once
+    schedule = wrapped.plan.schedule
+    assert wrapped.plan.swaps > 0
+    step(wrapped, x)  # no clock: nothing is recorded anywhere
+    with OpClock() as clock:
+        with pytest.raises(RuntimeError, match="already active"):
+            OpClock().__enter__()
+        step(wrapped, x)
+    measured = clock.ops()
+    assert len(clock.programs) == 2 and len(measured) == len(schedule)
+    assert all(ms >= 0 for *_, ms in measured)
+    sim = simulate(wrapped.chain, schedule, link=FAST, trace=True)
+    assert len(sim.op_ms) == len(schedule) and sum(sim.op_ms) == pytest.approx(sim.time_ms)
+    table = op_time_table(schedule, measured, sim.op_ms)
+    assert table["predicted_ms"] == pytest.approx(sim.time_ms)
+    assert table["measured_ms"] == pytest.approx(sum(ms for *_, ms in measured))
+    counts = {}
+    for op in schedule:
+        counts[op.kind.value] = counts.get(op.kind.value, 0) + 1
+    assert {k: v["count"] for k, v in table["by_kind"].items()} == counts
+    assert {"offload", "release", "prefetch", "acquire"} <= set(counts)
+    # a segment's backward: its later BWDs carry no prediction, the one that runs it carries them all
+    program = annotate(schedule)
+    merged = [i for i, (code, _, arg, _) in enumerate(program) if code == BWD and not arg]
+    bwd_total = sum(ms for op, ms in zip(schedule, sim.op_ms) if op.kind is OpKind.BWD)
+    assert table["by_kind"]["bwd"]["predicted_ms"] == pytest.approx(bwd_total)
+    assert merged, "the plan should have a tape run (a segment of several stages)"
+    per_op = [p for _, _, p in table["ops"]]
+    assert all(per_op[i] == 0.0 for i in merged) and sum(per_op) == pytest.approx(sim.time_ms)
+    assert [text for text, _, _ in table["ops"]] == [str(op) for op in schedule]
+    assert len(table["worst"]) == min(8, len(schedule))
+    with pytest.raises(ValueError, match="not the schedule's"):
+        op_time_table(schedule[::-1], measured, sim.op_ms)

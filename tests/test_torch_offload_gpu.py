@@ -161,3 +161,26 @@ def test_measured_link_option(setup):
     torch.manual_seed(1)
     wrapped(x).backward()
     assert_grads_close(ref, model, buffers=False)
+
+
+def test_op_clock_on_cuda_times_every_op_on_the_compute_stream(setup):
+    """torch_exec.opclock.OpClock with CUDA events: one time per op, in schedule order, across the
+    forward's program and the backward's (which autograd runs on a thread of its own); they add up to
+    about the step's own time."""
+    from torch_exec.opclock import OpClock
+    targets, x, profile, chain = setup
+    wrapped = te.CheckpointedSequential(net(targets), budget=low_budget(chain, 0.4), offload=FAST)
+    wrapped.prepare(x, profile=profile)
+    wrapped(x).backward()  # warm-up
+    schedule = wrapped.plan.schedule
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    with OpClock() as clock:
+        start.record()
+        wrapped(x).backward()
+        end.record()
+    ops = clock.ops()
+    assert [(code, s) for code, s, _, _ in ops] == [(te.executor._CODES[op.kind], op.stage) for op in schedule]
+    assert all(ms >= 0 for *_, ms in ops)
+    total = sum(ms for *_, ms in ops)
+    assert 0 < total <= start.elapsed_time(end) * 1.01  # the loss and autograd's own work are outside the ops

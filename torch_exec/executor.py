@@ -239,6 +239,7 @@ from gpusolve.solve import Curve, Plan, release_device_memory, solve
 from gpusolve.units import format_bytes, parse_budget, parse_bytes, parse_percentage
 
 from . import _util as U
+from . import opclock
 from .offload import HostCopies, measure_link
 from .profiler import chain_from_profile, profile_dict, profiling
 from .report import MemoryBudgetWarning, StepMeter
@@ -788,8 +789,12 @@ def interpret(program, runtime) -> None:
     ``runtime`` is the :class:`Runtime` of a chain, or a join's runtime (:class:`torch_exec.join.JoinRuntime`):
     an op of branch b then runs on ``runtime.branches[b]``, a ``TURN`` on the join's runtime itself.
     Every branch drops its local references before the next op, so that a tensor the schedule
-    frees is really freed then (the memory model counts it gone).
+    frees is really freed then (the memory model counts it gone). An active
+    :class:`torch_exec.opclock.OpClock` marks the end of every op (diagnosis only).
     """
+    clock = opclock.ACTIVE
+    if clock is not None:
+        clock.begin()
     for code, s, arg, b in program:
         rt = runtime if b is None else runtime.branches[b]
         if code == TAPE:
@@ -811,12 +816,11 @@ def interpret(program, runtime) -> None:
             if not arg:
                 del rt.acts[s - 1]
         elif code == BWD:
-            if not arg:  # done by the backward of its segment
-                continue
-            tape = rt.tapes.pop(s)
-            _backward_segment(tape, rt.grads.pop(s))
-            rt.grads[arg - 1] = tape.pop().take_grads()
-            del tape
+            if arg:  # else done by the backward of its segment
+                tape = rt.tapes.pop(s)
+                _backward_segment(tape, rt.grads.pop(s))
+                rt.grads[arg - 1] = tape.pop().take_grads()
+                del tape
         elif code == FREE:
             del rt.acts[s]
         elif code == TURN:  # join schedules only; arg 0 the head's forward, 1 its backward
@@ -831,6 +835,8 @@ def interpret(program, runtime) -> None:
             rt.host_copies().prefetch(s)
         else:  # ACQUIRE: the compute stream waits for the copy back; a_s is a held checkpoint again
             rt.acts[s] = rt.host_copies().acquire(s)
+        if clock is not None:
+            clock.mark(code, s, b)
 
 
 # ---------------------------------------------------------------------------- backward modes

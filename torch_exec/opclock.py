@@ -1,0 +1,69 @@
+"""Per-op times of the schedule interpreter, for diagnosis: where a measured step parts from its
+prediction (``bench/offload_executor.py --op-times``).
+
+``with OpClock() as clock: step()`` makes :func:`torch_exec.executor.interpret` mark the end of every op
+it runs (and the start of each program it runs: a step's forward, then its backward); ``clock.ops()``
+then gives each op's time, the interval between its mark and the one before it. On CUDA the marks are
+timing events on the stream current at the op (the compute stream), so an op's time is what that
+stream spent on it: its kernels, its waits for a copy (``release``, ``acquire``) and any idle time while
+the host had not queued its kernels yet. On the CPU they are ``time.perf_counter`` readings. The marks
+cost one event record per op; nothing is recorded when no clock is active (one ``None`` test per op).
+
+One clock at a time, process-wide (not per thread: autograd runs a CUDA backward on a thread of its
+own). Not for use inside a compiled region.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+ACTIVE: "OpClock | None" = None  # read by the interpreter at the start of each program
+
+
+class OpClock:
+    """Marks of the interpreter's ops while active (module docstring)."""
+
+    def __init__(self):
+        self.programs: list[list] = []  # per program: [start mark, (code, stage, branch, mark), ...]
+        self.cuda = torch.cuda.is_available()
+
+    def __enter__(self) -> "OpClock":
+        global ACTIVE
+        if ACTIVE is not None:
+            raise RuntimeError("an OpClock is already active: time one thing at a time")
+        ACTIVE = self
+        return self
+
+    def __exit__(self, *exc) -> None:
+        global ACTIVE
+        ACTIVE = None
+
+    def _now(self):
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def begin(self) -> None:
+        """A program starts (the interpreter's first statement)."""
+        self.programs.append([self._now()])
+
+    def mark(self, code: int, stage: int, branch) -> None:
+        """The op ``(code, stage, branch)`` of the current program has been run (queued, on CUDA)."""
+        self.programs[-1].append((code, stage, branch, self._now()))
+
+    def ops(self) -> list[tuple[int, int, object, float]]:
+        """``(code, stage, branch, ms)`` of every op marked, in order (programs one after the other);
+        on CUDA waits for the marks to complete first."""
+        if self.cuda:
+            torch.cuda.synchronize()
+        out = []
+        for program in self.programs:
+            before = program[0]
+            for code, stage, branch, mark in program[1:]:
+                ms = before.elapsed_time(mark) if self.cuda else (mark - before) * 1e3
+                out.append((code, stage, branch, float(ms)))
+                before = mark
+        return out

@@ -26,12 +26,7 @@ Times are DP values (ms) on the bundled H100 profiles' measured stage times, not
 """
 from __future__ import annotations
 
-import argparse
-import datetime
-import json
-import platform
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -40,15 +35,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import command_line, cpu_description  # noqa: E402
 from gpusolve import Chain  # noqa: E402
 from gpusolve.dp.cpu import solve_table  # noqa: E402
 from gpusolve.dp.problem import Problem, ceil_div  # noqa: E402
 from gpusolve.offload import Link  # noqa: E402
 from gpusolve.offload.dp import Block, SwapArrays, solve_tables  # noqa: E402
 from gpusolve.simulate import store_all_peak_bytes  # noqa: E402
+from offload_windows import run_study  # noqa: E402  (same folder: the shared command line)
 
-PERCENTS = (50, 35, 25)
 FRACTIONS = (1.0, 0.5)
 
 
@@ -143,37 +137,8 @@ def findings(results: list[dict]) -> list[str]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
-    ap.add_argument("--profiles", default="resnet50_b128,densenet121_b64")
-    ap.add_argument("--link", action="append", default=None, help="a rate such as 50GB/s or inf (repeatable)")
-    ap.add_argument("--link-json", type=Path, action="append", default=[],
-                    help="a link measured by torch_exec.offload.measure_link (repeatable)")
-    args = ap.parse_args()
-    links = [(spec, Link.parse(spec)) for spec in (args.link or ([] if args.link_json else ["50GB/s"]))]
-    for path in args.link_json:
-        data = json.loads(path.read_text())
-        links.append((f"measured on {data.get('device', 'a GPU')} ({path.name})", Link.from_dict(data)))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
-    results = []
-    for profile in args.profiles.split(","):
-        chain = Chain.load(profile)
-        for name, link in links:
-            rows = [row(chain, p, link) for p in PERCENTS]
-            results.append({"profile": profile, "link_name": name, "link": link.to_dict(), "rows": rows})
-            print(f"{profile} {name}: " + ", ".join(f"{r['percent']} % {r['swap_k']:.2f}/"
-                                                   f"{r['tape_swap']['1.0']:.2f}" for r in rows), flush=True)
-    doc = {"device": f"CPU only: {cpu_description()}, {platform.platform()}",
-           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "command": command_line("offload_tapes.py"), "results": results}
-    doc["findings"] = findings(results)
-    doc["seconds"] = time.perf_counter() - started
-    (out / "offload_tapes_cpu.json").write_text(json.dumps(doc, indent=1) + "\n")
-    write_md(doc, out / "offload_tapes_cpu.md")
-    for f in doc["findings"]:
-        print(f)
+    run_study("offload_tapes.py", __doc__, lambda chain, p, link, args: row(chain, p, link),
+              lambda r: f"{r['percent']} % {r['swap_k']:.2f}/{r['tape_swap']['1.0']:.2f}", findings, write_md)
 
 
 if __name__ == "__main__":

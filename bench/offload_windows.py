@@ -176,15 +176,19 @@ def findings(results: list[dict]) -> list[str]:
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def run_study(script: str, doc: str, row_of, summary_of, findings_of, write_md_of, extra_args=None) -> None:
+    """The command line of this script and of ``bench/offload_tapes.py``: for each profile and link (``--link``
+    rates, ``--link-json`` measured links; 50 GB/s by default), ``row_of(chain, percent, link, args)`` at
+    each of :data:`PERCENTS`, printed with ``summary_of(row)``; the record ``<out>/<script stem>_cpu.json``
+    (device, date, command, results, ``findings_of(results)``) and its ``.md`` (``write_md_of``)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     ap.add_argument("--profiles", default="resnet50_b128,densenet121_b64")
-    ap.add_argument("--link", action="append", default=None, help="a rate such as 50GB/s (repeatable)")
+    ap.add_argument("--link", action="append", default=None, help="a rate such as 50GB/s or inf (repeatable)")
     ap.add_argument("--link-json", type=Path, action="append", default=[],
                     help="a link measured by torch_exec.offload.measure_link (repeatable)")
-    ap.add_argument("--hoist", action="store_true",
-                    help="also the achievable figure of the local search (module docstring; minutes on densenet121_b64)")
+    if extra_args is not None:
+        extra_args(ap)
     args = ap.parse_args()
     links = [(spec, Link.parse(spec)) for spec in (args.link or ([] if args.link_json else ["50GB/s"]))]
     for path in args.link_json:
@@ -197,19 +201,28 @@ def main() -> None:
     for profile in args.profiles.split(","):
         chain = Chain.load(profile)
         for name, link in links:
-            rows = [row(chain, p, link, args.hoist) for p in PERCENTS]
+            rows = [row_of(chain, p, link, args) for p in PERCENTS]
             results.append({"profile": profile, "link_name": name, "link": link.to_dict(), "rows": rows})
-            print(f"{profile} {name}: " + ", ".join(f"{r['percent']} % {r['bwd']:.2f}/{r['inner']:.2f}/{r['any']:.2f}"
-                                                   for r in rows), flush=True)
-    doc = {"device": f"CPU only: {cpu_description()}, {platform.platform()}",
-           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "command": command_line("offload_windows.py"), "results": results}
-    doc["findings"] = findings(results)
-    doc["seconds"] = time.perf_counter() - started
-    (out / "offload_windows_cpu.json").write_text(json.dumps(doc, indent=1) + "\n")
-    write_md(doc, out / "offload_windows_cpu.md")
-    for f in doc["findings"]:
+            print(f"{profile} {name}: " + ", ".join(summary_of(r) for r in rows), flush=True)
+    record = {"device": f"CPU only: {cpu_description()}, {platform.platform()}",
+              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "command": command_line(script), "results": results}
+    record["findings"] = findings_of(results)
+    record["seconds"] = time.perf_counter() - started
+    stem = Path(script).stem + "_cpu"
+    (out / f"{stem}.json").write_text(json.dumps(record, indent=1) + "\n")
+    write_md_of(record, out / f"{stem}.md")
+    for f in record["findings"]:
         print(f)
+
+
+def main() -> None:
+    def hoist(ap):
+        ap.add_argument("--hoist", action="store_true",
+                        help="also the achievable figure of the local search (module docstring; minutes on densenet121_b64)")
+
+    run_study("offload_windows.py", __doc__, lambda chain, p, link, args: row(chain, p, link, args.hoist),
+              lambda r: f"{r['percent']} % {r['bwd']:.2f}/{r['inner']:.2f}/{r['any']:.2f}", findings, write_md, hoist)
 
 
 if __name__ == "__main__":

@@ -59,13 +59,15 @@ FRACTIONS = (0.5, 0.35, 0.25)
 def op_time_table(schedule, measured, predicted_ms, worst: int = 8) -> dict:
     """Per-op times of one step (``measured``: :meth:`torch_exec.opclock.OpClock.ops`, in schedule order)
     against the simulator's (``predicted_ms``: ``simulate(..., trace=True).op_ms``): sums per op kind, the
-    ``worst`` ops furthest over their prediction and every op's ``[op, measured, predicted]``. A backward that a tape segment's first BWD ran for
-    it (``annotate``'s arg 0) is measured there, so its prediction is counted there too."""
+    ``worst`` ops furthest over their prediction and every op's ``[op, measured, predicted, host]``
+    (``host``: the host's time to queue it; more than the device's where the stream starves). A backward
+    that a tape segment's first BWD ran for it (``annotate``'s arg 0) is measured there, so its prediction
+    is counted there too."""
     from torch_exec.executor import _CODES, BWD, annotate
     if len(measured) != len(schedule) or len(predicted_ms) != len(schedule):
         raise ValueError(f"{len(measured)} measured and {len(predicted_ms)} predicted op times for "
                          f"{len(schedule)} ops")
-    for op, (code, stage, branch, _) in zip(schedule, measured, strict=True):
+    for op, (code, stage, branch, *_) in zip(schedule, measured, strict=True):
         if code != _CODES[op.kind] or stage != op.stage or branch != op.branch:
             raise ValueError(f"the measured ops are not the schedule's ({op} against code {code} stage {stage})")
     predicted = list(map(float, predicted_ms))
@@ -79,15 +81,17 @@ def op_time_table(schedule, measured, predicted_ms, worst: int = 8) -> dict:
                 predicted[index] = 0.0
     kinds: dict = {}
     for op, m, p in zip(schedule, measured, predicted, strict=True):
-        row = kinds.setdefault(op.kind.value, {"count": 0, "measured_ms": 0.0, "predicted_ms": 0.0})
+        row = kinds.setdefault(op.kind.value, {"count": 0, "measured_ms": 0.0, "predicted_ms": 0.0, "host_ms": 0.0})
         row["count"] += 1
         row["measured_ms"] += m[3]
         row["predicted_ms"] += p
+        row["host_ms"] += m[4]
     over = sorted(range(len(schedule)), key=lambda k: predicted[k] - measured[k][3])[:worst]
-    return {"measured_ms": sum(m[3] for m in measured), "predicted_ms": sum(predicted), "by_kind": kinds,
+    return {"measured_ms": sum(m[3] for m in measured), "predicted_ms": sum(predicted),
+            "host_ms": sum(m[4] for m in measured), "by_kind": kinds,
             "worst": [{"index": k, "op": str(schedule[k]), "measured_ms": measured[k][3], "predicted_ms": predicted[k]}
                       for k in over],
-            "ops": [[str(op), m[3], p] for op, m, p in zip(schedule, measured, predicted, strict=True)]}
+            "ops": [[str(op), m[3], p, m[4]] for op, m, p in zip(schedule, measured, predicted, strict=True)]}
 
 
 def _require_cuda() -> None:
@@ -171,9 +175,10 @@ def bench_network(name, args, link, meter, records, errors):
                         step()
                     sim = simulate(wrapped.chain, schedule, link=link if offload is not None else None, trace=True)
                     row["op_times"] = table = op_time_table(schedule, clock.ops(), sim.op_ms)
-                    print("   op times (measured/predicted ms): " + ", ".join(
-                        f"{k} {v['measured_ms']:.1f}/{v['predicted_ms']:.1f}" for k, v in table["by_kind"].items()),
-                        flush=True)
+                    print(f"   op times (measured/predicted ms): all {table['measured_ms']:.1f}/"
+                          f"{table['predicted_ms']:.1f} (host {table['host_ms']:.1f}), " + ", ".join(
+                              f"{k} {v['measured_ms']:.1f}/{v['predicted_ms']:.1f}" for k, v in table["by_kind"].items()),
+                          flush=True)
             except Exception as err:  # infeasible at this budget, OOM, ...
                 row.update(measured_peak_bytes=None, step_ms=None, error=_error(err))
                 row.setdefault("predicted_peak_bytes", None)
@@ -222,15 +227,16 @@ def write_report(link_data, records, errors, args, command):
     if timed:
         lines += ["", "## Op times (--op-times)", "",
                   "One more step per plan with an event after every op on the compute stream; measured / "
-                  "predicted ms per op kind (a tape segment's backward counted at the BWD that runs it).", "",
-                  "| network | budget | method | total | " + " | ".join(KIND_COLUMNS) + " |",
-                  "| --- | --- | --- | --- |" + " --- |" * len(KIND_COLUMNS)]
+                  "predicted ms per op kind (a tape segment's backward counted at the BWD that runs it); host: "
+                  "the host's time to queue the ops (above measured: the stream starves).", "",
+                  "| network | budget | method | total | host | " + " | ".join(KIND_COLUMNS) + " |",
+                  "| --- | --- | --- | --- | --- |" + " --- |" * len(KIND_COLUMNS)]
         for r in timed:
             t = r["op_times"]
             cells = [f"{t['by_kind'][k]['measured_ms']:.1f} / {t['by_kind'][k]['predicted_ms']:.1f}"
                      if k in t["by_kind"] else "-" for k in KIND_COLUMNS]
             lines.append(f"| {r['network']} | {r['budget_label']} | {r['method']} | {t['measured_ms']:.1f} / "
-                         f"{t['predicted_ms']:.1f} | " + " | ".join(cells) + " |")
+                         f"{t['predicted_ms']:.1f} | {t['host_ms']:.1f} | " + " | ".join(cells) + " |")
     lines += ["", "## Errors", ""] + ([f"- {e}" for e in errors] or ["- none"])
     path_md.write_text("\n".join(lines) + "\n")
     print(f"wrote {path_json} and {path_md}")

@@ -597,12 +597,13 @@ def test_op_clock_times_every_op_of_an_offload_plan_against_the_simulator():
         step(wrapped, x)
     measured = clock.ops()
     assert len(clock.programs) == 2 and len(measured) == len(schedule)
-    assert all(ms >= 0 for *_, ms in measured)
+    assert all(ms >= 0 and host >= 0 for *_, ms, host in measured)
+    assert all(ms == pytest.approx(host) for *_, ms, host in measured)  # on the CPU both are the host's
     sim = simulate(wrapped.chain, schedule, link=FAST, trace=True)
     assert len(sim.op_ms) == len(schedule) and sum(sim.op_ms) == pytest.approx(sim.time_ms)
     table = op_time_table(schedule, measured, sim.op_ms)
     assert table["predicted_ms"] == pytest.approx(sim.time_ms)
-    assert table["measured_ms"] == pytest.approx(sum(ms for *_, ms in measured))
+    assert table["measured_ms"] == pytest.approx(sum(m[3] for m in measured)) == pytest.approx(table["host_ms"])
     counts = {}
     for op in schedule:
         counts[op.kind.value] = counts.get(op.kind.value, 0) + 1
@@ -614,9 +615,9 @@ def test_op_clock_times_every_op_of_an_offload_plan_against_the_simulator():
     bwd_total = sum(ms for op, ms in zip(schedule, sim.op_ms) if op.kind is OpKind.BWD)
     assert table["by_kind"]["bwd"]["predicted_ms"] == pytest.approx(bwd_total)
     assert merged, "the plan should have a tape run (a segment of several stages)"
-    per_op = [p for _, _, p in table["ops"]]
+    per_op = [p for _, _, p, _ in table["ops"]]
     assert all(per_op[i] == 0.0 for i in merged) and sum(per_op) == pytest.approx(sim.time_ms)
-    assert [text for text, _, _ in table["ops"]] == [str(op) for op in schedule]
+    assert [text for text, *_ in table["ops"]] == [str(op) for op in schedule]
     assert len(table["worst"]) == min(8, len(schedule))
     with pytest.raises(ValueError, match="not the schedule's"):
         op_time_table(schedule[::-1], measured, sim.op_ms)

@@ -3,10 +3,12 @@ prediction (``bench/offload_executor.py --op-times``).
 
 ``with OpClock() as clock: step()`` makes :func:`torch_exec.executor.interpret` mark the end of every op
 it runs (and the start of each program it runs: a step's forward, then its backward); ``clock.ops()``
-then gives each op's time, the interval between its mark and the one before it. On CUDA the marks are
-timing events on the stream current at the op (the compute stream), so an op's time is what that
-stream spent on it: its kernels, its waits for a copy (``release``, ``acquire``) and any idle time while
-the host had not queued its kernels yet. On the CPU they are ``time.perf_counter`` readings. The marks
+then gives each op's time, the interval between its mark and the one before it, twice: on the device
+and on the host. On CUDA the device marks are timing events on the stream current at the op (the
+compute stream), so an op's device time is what that stream spent on it: its kernels, its waits for a
+copy (``release``, ``acquire``) and any idle time while the host had not queued its kernels yet; its
+host time is what the host spent queueing it (``time.perf_counter``). Where the host times exceed the
+device times the stream starves (the step is launch-bound). On the CPU both are the host's. The marks
 cost one event record per op; nothing is recorded when no clock is active (one ``None`` test per op).
 
 One clock at a time, process-wide (not per thread: autograd runs a CUDA backward on a thread of its
@@ -39,12 +41,14 @@ class OpClock:
         global ACTIVE
         ACTIVE = None
 
-    def _now(self):
+    def _now(self) -> tuple:
+        """(device mark, host time)."""
         if self.cuda:
             event = torch.cuda.Event(enable_timing=True)
             event.record()
-            return event
-        return time.perf_counter()
+            return event, time.perf_counter()
+        now = time.perf_counter()
+        return now, now
 
     def begin(self) -> None:
         """A program starts (the interpreter's first statement)."""
@@ -54,16 +58,16 @@ class OpClock:
         """The op ``(code, stage, branch)`` of the current program has been run (queued, on CUDA)."""
         self.programs[-1].append((code, stage, branch, self._now()))
 
-    def ops(self) -> list[tuple[int, int, object, float]]:
-        """``(code, stage, branch, ms)`` of every op marked, in order (programs one after the other);
-        on CUDA waits for the marks to complete first."""
+    def ops(self) -> list[tuple[int, int, object, float, float]]:
+        """``(code, stage, branch, device ms, host ms)`` of every op marked, in order (programs one after
+        the other); on CUDA waits for the marks to complete first."""
         if self.cuda:
             torch.cuda.synchronize()
         out = []
         for program in self.programs:
-            before = program[0]
-            for code, stage, branch, mark in program[1:]:
-                ms = before.elapsed_time(mark) if self.cuda else (mark - before) * 1e3
-                out.append((code, stage, branch, float(ms)))
-                before = mark
+            (device, host) = program[0]
+            for code, stage, branch, (device_at, host_at) in program[1:]:
+                ms = device.elapsed_time(device_at) if self.cuda else (device_at - device) * 1e3
+                out.append((code, stage, branch, float(ms), (host_at - host) * 1e3))
+                device, host = device_at, host_at
         return out

@@ -621,3 +621,27 @@ def test_op_clock_times_every_op_of_an_offload_plan_against_the_simulator():
     assert len(table["worst"]) == min(8, len(schedule))
     with pytest.raises(ValueError, match="not the schedule's"):
         op_time_table(schedule[::-1], measured, sim.op_ms)
+
+
+
+def test_offload_executor_report_has_the_op_times_table(tmp_path):
+    """bench/offload_executor.py's report with --op-times rows: the per-kind table, written on the CPU
+    (a failure here would lose the GPU run's report)."""
+    import sys
+    from pathlib import Path
+    from types import SimpleNamespace
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    from offload_executor import write_report
+    kinds = {"bwd": {"count": 3, "measured_ms": 4.5, "predicted_ms": 4.0, "host_ms": 1.0},
+             "release": {"count": 1, "measured_ms": 2.0, "predicted_ms": 0.0, "host_ms": 0.1}}
+    row = dict(network="densenet121", method="combined", budget_label="35%", budget_bytes=1 << 30, swaps=1,
+               recomputations=2, measured_peak_bytes=1 << 29, predicted_peak_bytes=1 << 29, within_budget=True,
+               step_ms=7.0, predicted_step_ms=4.0,
+               op_times={"measured_ms": 6.5, "predicted_ms": 4.0, "host_ms": 1.1, "by_kind": kinds, "worst": [],
+                         "ops": []})
+    args = SimpleNamespace(gpu_tag="cpu_test", out=tmp_path, device_name="CPU", date="2026-11-27", steps=5)
+    link = {"d2h_bytes_per_ms": 5e7, "h2d_bytes_per_ms": 5e7, "latency_ms": 0.005}
+    write_report(link, [row], [], args, "python bench/offload_executor.py --op-times")
+    text = (tmp_path / "offload_executor_cpu_test.md").read_text()
+    assert "## Op times (--op-times)" in text
+    assert "| densenet121 | 35% | combined | 6.5 / 4.0 | 1.1 | - | - | 4.5 / 4.0 | - | 2.0 / 0.0 |" in text

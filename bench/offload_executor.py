@@ -62,7 +62,7 @@ def op_time_table(schedule, measured, predicted_ms, worst: int = 8) -> dict:
     ``worst`` ops furthest over their prediction and every op's ``[op, measured, predicted, host]``
     (``host``: the host's time to queue it; more than the device's where the stream starves). A backward
     that a tape segment's first BWD ran for it (``annotate``'s arg 0) is measured there, so its prediction
-    is counted there too."""
+    is counted there too. For chain schedules (a join's TURN is two interpreter entries)."""
     from torch_exec.executor import _CODES, BWD, annotate
     if len(measured) != len(schedule) or len(predicted_ms) != len(schedule):
         raise ValueError(f"{len(measured)} measured and {len(predicted_ms)} predicted op times for "
@@ -170,15 +170,21 @@ def bench_network(name, args, link, meter, records, errors):
                 print(f"   {method} {label} ({budget} B): peak {peak} B (pred {plan.predicted_peak_bytes}), "
                       f"{ms:.2f} ms (pred {plan.predicted_time_ms:.2f}), {row['swaps']} swaps, "
                       f"{row['recomputations']} recomputed", flush=True)
-                if args.op_times:
-                    with OpClock() as clock:
-                        step()
-                    sim = simulate(wrapped.chain, schedule, link=link if offload is not None else None, trace=True)
-                    row["op_times"] = table = op_time_table(schedule, clock.ops(), sim.op_ms)
-                    print(f"   op times (measured/predicted ms): all {table['measured_ms']:.1f}/"
-                          f"{table['predicted_ms']:.1f} (host {table['host_ms']:.1f}), " + ", ".join(
-                              f"{k} {v['measured_ms']:.1f}/{v['predicted_ms']:.1f}" for k, v in table["by_kind"].items()),
-                          flush=True)
+                if args.op_times:  # a diagnosis: its failure keeps the figures measured above
+                    try:
+                        with OpClock(x.device) as clock:
+                            step()
+                        sim = simulate(wrapped.chain, schedule, link=link if offload is not None else None,
+                                       trace=True)
+                        row["op_times"] = table = op_time_table(schedule, clock.ops(), sim.op_ms)
+                        print(f"   op times (measured/predicted ms): all {table['measured_ms']:.1f}/"
+                              f"{table['predicted_ms']:.1f} (host {table['host_ms']:.1f}), " + ", ".join(
+                                  f"{k} {v['measured_ms']:.1f}/{v['predicted_ms']:.1f}"
+                                  for k, v in table["by_kind"].items()), flush=True)
+                    except Exception as err:
+                        row["op_times_error"] = _error(err)
+                        errors.append(f"{name} {method} {label}: --op-times raised {row['op_times_error']}")
+                        print(f"   op times: {row['op_times_error']}", flush=True)
             except Exception as err:  # infeasible at this budget, OOM, ...
                 row.update(measured_peak_bytes=None, step_ms=None, error=_error(err))
                 row.setdefault("predicted_peak_bytes", None)

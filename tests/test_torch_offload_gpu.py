@@ -175,7 +175,7 @@ def test_op_clock_on_cuda_times_every_op_on_the_compute_stream(setup):
     schedule = wrapped.plan.schedule
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    with OpClock() as clock:
+    with OpClock(x.device) as clock:
         start.record()
         wrapped(x).backward()
         end.record()

@@ -794,7 +794,7 @@ def interpret(program, runtime) -> None:
     """
     clock = opclock.ACTIVE
     if clock is not None:
-        clock.begin()
+        marks = clock.begin()
     for code, s, arg, b in program:
         rt = runtime if b is None else runtime.branches[b]
         if code == TAPE:
@@ -836,7 +836,7 @@ def interpret(program, runtime) -> None:
         else:  # ACQUIRE: the compute stream waits for the copy back; a_s is a held checkpoint again
             rt.acts[s] = rt.host_copies().acquire(s)
         if clock is not None:
-            clock.mark(code, s, b)
+            clock.mark(marks, code, s, b)
 
 
 # ---------------------------------------------------------------------------- backward modes

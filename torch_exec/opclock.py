@@ -1,7 +1,7 @@
 """Per-op times of the schedule interpreter, for diagnosis: where a measured step parts from its
 prediction (``bench/offload_executor.py --op-times``).
 
-``with OpClock() as clock: step()`` makes :func:`torch_exec.executor.interpret` mark the end of every op
+``with OpClock(device) as clock: step()`` makes :func:`torch_exec.executor.interpret` mark the end of every op
 it runs (and the start of each program it runs: a step's forward, then its backward); ``clock.ops()``
 then gives each op's time, the interval between its mark and the one before it, twice: on the device
 and on the host. On CUDA the device marks are timing events on the stream current at the op (the
@@ -12,7 +12,8 @@ device times the stream starves (the step is launch-bound). On the CPU both are 
 cost one event record per op; nothing is recorded when no clock is active (one ``None`` test per op).
 
 One clock at a time, process-wide (not per thread: autograd runs a CUDA backward on a thread of its
-own). Not for use inside a compiled region.
+own); a program run inside another (a checkpointed module used as a stage) gets a list of its own.
+Not for use inside a compiled region.
 """
 from __future__ import annotations
 
@@ -26,9 +27,14 @@ ACTIVE: "OpClock | None" = None  # read by the interpreter at the start of each 
 class OpClock:
     """Marks of the interpreter's ops while active (module docstring)."""
 
-    def __init__(self):
+    def __init__(self, device="cpu"):
+        """``device``: where the timed model runs; on a CUDA device the marks are events on its current
+        stream, elsewhere host readings only."""
+        self.device = torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.cuda = self.device.type == "cuda"
         self.programs: list[list] = []  # per program: [start mark, (code, stage, branch, mark), ...]
-        self.cuda = torch.cuda.is_available()
 
     def __enter__(self) -> "OpClock":
         global ACTIVE
@@ -45,18 +51,20 @@ class OpClock:
         """(device mark, host time)."""
         if self.cuda:
             event = torch.cuda.Event(enable_timing=True)
-            event.record()
+            event.record(torch.cuda.current_stream(self.device))
             return event, time.perf_counter()
         now = time.perf_counter()
         return now, now
 
-    def begin(self) -> None:
-        """A program starts (the interpreter's first statement)."""
-        self.programs.append([self._now()])
+    def begin(self) -> list:
+        """A program starts (the interpreter's first statement): returns its list of marks."""
+        program = [self._now()]
+        self.programs.append(program)
+        return program
 
-    def mark(self, code: int, stage: int, branch) -> None:
-        """The op ``(code, stage, branch)`` of the current program has been run (queued, on CUDA)."""
-        self.programs[-1].append((code, stage, branch, self._now()))
+    def mark(self, program: list, code: int, stage: int, branch) -> None:
+        """The op ``(code, stage, branch)`` of ``program`` (:meth:`begin`'s) has been run (queued, on CUDA)."""
+        program.append((code, stage, branch, self._now()))
 
     def ops(self) -> list[tuple[int, int, object, float, float]]:
         """``(code, stage, branch, device ms, host ms)`` of every op marked, in order (programs one after

@@ -270,8 +270,9 @@ def choose(problem: Problem, swap: SwapArrays, tables, i: int, j: int, m: int, s
     return SWAP, int(ks[at]), bool(overlap[at])
 
 
-def recover(problem: Problem, swap: SwapArrays, tables, m: int) -> Policy:
-    """The optimal policy from the top state (0, N, m, 0), with Swap nodes carrying their variant."""
+def recover(problem: Problem, swap: SwapArrays, tables, m: int, root: tuple[int, int, int] | None = None) -> Policy:
+    """The optimal policy from the top state (0, N, m, 0), or from the state ``root`` = (i, j, sigma)
+    at m, with Swap nodes carrying their variant."""
     act_b, tape_b, big_m = problem.act_b.astype(np.int64), problem.tape_b.astype(np.int64), problem.buckets
 
     def expand(state):
@@ -287,7 +288,8 @@ def recover(problem: Problem, swap: SwapArrays, tables, m: int) -> Policy:
         return ([(k, j, min(big_m, mm - int(act_b[k]) + int(act_b[i])), 1), (i, k, mm, 1)],
                 lambda right, left: Swap(k, right=right, left=left, overlap=overlap))
 
-    return walk_states((0, problem.n, int(m), 0), expand)
+    i, j, sigma = (0, problem.n, 0) if root is None else root
+    return walk_states((int(i), int(j), int(m), int(sigma)), expand)
 
 
 class OffloadTable:

@@ -172,9 +172,9 @@ def solve_offload(chain: Chain, budget, link, bucket=None, backend: str = "auto"
         gain = recompute.predicted_time_ms - sim.time_ms
         notes.append(f"offloading saves {gain:.2f} ms ({100 * gain / recompute.predicted_time_ms:.1f} %) against "
                      f"recompute only at this budget ({recompute.predicted_time_ms:.2f} ms, gpusolve.solve)"
-                     if gain > 0 else
-                     f"offloading saves nothing over this link at this budget: the plan is as fast as recompute "
-                     f"only ({recompute.predicted_time_ms:.2f} ms, gpusolve.solve)")
+                     if gain > FLOAT32_REL * max(1.0, recompute.predicted_time_ms) else
+                     f"offloading saves nothing at this budget: recompute only is as fast "
+                     f"({recompute.predicted_time_ms:.2f} ms, gpusolve.solve)")
     return OffloadPlan(feasible=True, predicted_time_ms=sim.time_ms, predicted_peak_bytes=sim.peak_bytes,
                        budget_bytes=budget_bytes, bucket_bytes=bucket_bytes, buckets=buckets, backend=name,
                        solve_seconds=time.perf_counter() - started, curve=curve, schedule=schedule, policy=policy,

@@ -147,7 +147,8 @@ def findings(results: list[dict]) -> list[str]:
 
 def main() -> None:
     run_study("offload_tapes.py", __doc__, lambda chain, p, link, args: row(chain, p, link),
-              lambda r: f"{r['percent']} % {r['swap_k']:.2f}/{r['tape_swap']['1.0']:.2f}", findings, write_md)
+              lambda r: f"{r['percent']} % {r['swap_k']:.2f}/{r['tape_swap']['all']:.2f}/{r['tape_swap']['best']:.2f}",
+              findings, write_md)
 
 
 if __name__ == "__main__":

@@ -94,6 +94,28 @@ def op_time_table(schedule, measured, predicted_ms, worst: int = 8) -> dict:
             "ops": [[str(op), m[3], p, m[4]] for op, m, p in zip(schedule, measured, predicted, strict=True)]}
 
 
+def time_ops(row: dict, wrapped, step, link, device, errors: list, where: str) -> None:
+    """``--op-times`` for one plan: one more ``step()`` under :class:`torch_exec.opclock.OpClock` on
+    ``device``, its :func:`op_time_table` against the simulator over ``link`` (None: recompute only) into
+    ``row["op_times"]``. A diagnosis: if it fails, ``row`` keeps the figures measured before and gets
+    ``op_times_error`` (also appended to ``errors``, named by ``where``)."""
+    from gpusolve.simulate import simulate
+    from torch_exec.opclock import OpClock
+    try:
+        schedule = wrapped.plan.schedule
+        with OpClock(device) as clock:
+            step()
+        sim = simulate(wrapped.chain, schedule, link=link, trace=True)
+        row["op_times"] = table = op_time_table(schedule, clock.ops(), sim.op_ms)
+        print(f"   op times (measured/predicted ms): all {table['measured_ms']:.1f}/{table['predicted_ms']:.1f} "
+              f"(host {table['host_ms']:.1f}), " + ", ".join(f"{k} {v['measured_ms']:.1f}/{v['predicted_ms']:.1f}"
+                                                             for k, v in table["by_kind"].items()), flush=True)
+    except Exception as err:
+        row["op_times_error"] = _error(err)
+        errors.append(f"{where}: --op-times raised {row['op_times_error']}")
+        print(f"   op times: {row['op_times_error']}", flush=True)
+
+
 def _require_cuda() -> None:
     if not torch.cuda.is_available():
         raise SystemExit("bench/offload_executor.py needs a CUDA device (none here): it measures host-device copies "
@@ -105,8 +127,6 @@ def bench_network(name, args, link, meter, records, errors):
 
     import torch_exec as te
     from gpusolve.schedule import OpKind, count_recomputations
-    from gpusolve.simulate import simulate
-    from torch_exec.opclock import OpClock
     stages, x, desc = chain_bench.build(name, args.device, quick=False)
     params = list(stages.parameters())
     print(f"== {name}: {desc}, {len(stages)} measured stages", flush=True)
@@ -170,21 +190,8 @@ def bench_network(name, args, link, meter, records, errors):
                 print(f"   {method} {label} ({budget} B): peak {peak} B (pred {plan.predicted_peak_bytes}), "
                       f"{ms:.2f} ms (pred {plan.predicted_time_ms:.2f}), {row['swaps']} swaps, "
                       f"{row['recomputations']} recomputed", flush=True)
-                if args.op_times:  # a diagnosis: its failure keeps the figures measured above
-                    try:
-                        with OpClock(x.device) as clock:
-                            step()
-                        sim = simulate(wrapped.chain, schedule, link=link if offload is not None else None,
-                                       trace=True)
-                        row["op_times"] = table = op_time_table(schedule, clock.ops(), sim.op_ms)
-                        print(f"   op times (measured/predicted ms): all {table['measured_ms']:.1f}/"
-                              f"{table['predicted_ms']:.1f} (host {table['host_ms']:.1f}), " + ", ".join(
-                                  f"{k} {v['measured_ms']:.1f}/{v['predicted_ms']:.1f}"
-                                  for k, v in table["by_kind"].items()), flush=True)
-                    except Exception as err:
-                        row["op_times_error"] = _error(err)
-                        errors.append(f"{name} {method} {label}: --op-times raised {row['op_times_error']}")
-                        print(f"   op times: {row['op_times_error']}", flush=True)
+                if args.op_times:
+                    time_ops(row, wrapped, step, offload, x.device, errors, f"{name} {method} {label}")
             except Exception as err:  # infeasible at this budget, OOM, ...
                 row.update(measured_peak_bytes=None, step_ms=None, error=_error(err))
                 row.setdefault("predicted_peak_bytes", None)

@@ -645,3 +645,33 @@ def test_offload_executor_report_has_the_op_times_table(tmp_path):
     text = (tmp_path / "offload_executor_cpu_test.md").read_text()
     assert "## Op times (--op-times)" in text
     assert "| densenet121 | 35% | combined | 6.5 / 4.0 | 1.1 | - | - | 4.5 / 4.0 | - | 2.0 / 0.0 |" in text
+
+
+
+def test_offload_executor_time_ops_fills_the_row_or_keeps_it():
+    """bench/offload_executor.py's --op-times step for one plan, run on the CPU: the row gets the per-kind
+    table; when the diagnosis fails the row keeps what was measured and names the error."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    from offload_executor import time_ops
+
+    x = torch.randn(16, 4, dtype=DT, requires_grad=True)
+    probe = wrap(mlp(width=24, depth=8), offload=FAST)
+    probe.prepare(x)
+    chain = probe._last.exec_chain
+    wrapped = wrap(mlp(width=24, depth=8), budget=(min_offload_bytes(chain) + store_all_peak_bytes(chain)) // 3,
+                   bucket=1, offload=FAST)
+    step(wrapped, x)
+    row, errors = {"step_ms": 1.5}, []
+    time_ops(row, wrapped, lambda: step(wrapped, x), FAST, x.device, errors, "mlp combined 33%")
+    assert errors == [] and row["step_ms"] == 1.5
+    assert row["op_times"]["by_kind"]["offload"]["count"] == wrapped.plan.swaps
+    assert row["op_times"]["predicted_ms"] == pytest.approx(wrapped.plan.predicted_time_ms)
+
+    def broken():
+        raise RuntimeError("CUDA out of memory")
+    row = {"step_ms": 1.5}
+    time_ops(row, wrapped, broken, FAST, x.device, errors, "mlp combined 33%")
+    assert row == {"step_ms": 1.5, "op_times_error": "RuntimeError: CUDA out of memory"}
+    assert errors == ["mlp combined 33%: --op-times raised RuntimeError: CUDA out of memory"]

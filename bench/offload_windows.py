@@ -59,16 +59,22 @@ PERCENTS = (50, 35, 25)
 VIRTUAL = (1.4, 2.0)  # --hoist: plans solved for these multiples of the real link's bandwidths
 
 
+def fit_time(chain: Chain, ops: list, budget: int, link: Link) -> float:
+    """Simulated time (ms) of ``ops`` over ``link``; inf where its peak exceeds ``budget`` or the order is
+    not a schedule (a prefetch before its release, a release after its prefetch)."""
+    try:
+        r = simulate(chain, ops, link=link)
+    except ScheduleError:
+        return float("inf")
+    return r.time_ms if r.peak_bytes <= budget else float("inf")
+
+
 def hoisted(chain: Chain, schedule: list, budget: int, link: Link) -> tuple[float, list]:
     """The local search of the module docstring on ``schedule`` over ``link``: (simulated time in ms,
     schedule) after moving prefetches earlier and releases later within ``budget``; inf if it does not
     fit as is."""
     def time_of(ops) -> float:
-        try:
-            r = simulate(chain, ops, link=link)
-        except ScheduleError:  # a prefetch before its release, a release after its prefetch
-            return float("inf")
-        return r.time_ms if r.peak_bytes <= budget else float("inf")
+        return fit_time(chain, ops, budget, link)
 
     ops, best = list(schedule), time_of(schedule)
     improved = np.isfinite(best)
@@ -92,14 +98,9 @@ def achievable(chain: Chain, budget: int, link: Link) -> dict:
     for factor in (1.0, *VIRTUAL):
         virtual = Link(link.d2h_bytes_per_ms * factor, link.h2d_bytes_per_ms * factor, link.latency_ms)
         plan = solve_offload(chain, budget, virtual, backend="cpu")
-        out[str(factor)] = {"swaps": plan.swaps, "as_emitted": time_of_plan(chain, plan.schedule, budget, link),
+        out[str(factor)] = {"swaps": plan.swaps, "as_emitted": fit_time(chain, plan.schedule, budget, link),
                             "hoisted": hoisted(chain, plan.schedule, budget, link)[0]}
     return out
-
-
-def time_of_plan(chain: Chain, schedule: list, budget: int, link: Link) -> float:
-    r = simulate(chain, schedule, link=link)
-    return r.time_ms if r.peak_bytes <= budget else float("inf")
 
 
 def row(chain: Chain, percent: int, link: Link, hoist: bool = False) -> dict:

@@ -61,7 +61,12 @@ def sequential_boundaries(n: int, segments: int) -> list[int]:
     if not 1 <= segments <= n:
         raise ValueError(f"segments must be in 1..{n} for a {n}-stage chain, got {segments}")
     size = n // segments
-    return list(range(size, size * (segments - 1) + 1, size)) if segments > 1 else []
+    return list(range(size, sequential_last_cut(n, segments) + 1, size)) if segments > 1 else []
+
+
+def sequential_last_cut(n: int, segments: int) -> int:
+    """The last of :func:`sequential_boundaries` (``segments`` >= 2), without building them."""
+    return (n // segments) * (segments - 1)
 
 
 def checkpoint_sequential(chain: Chain, segments: int) -> Policy:

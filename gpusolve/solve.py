@@ -286,9 +286,8 @@ def exact_candidates(chain: Chain, problem: Problem, table, full_curve: np.ndarr
     combined offload DP (:func:`gpusolve.offload.solve_offload`), whose class contains all of them."""
     best = None
     prefetch = getattr(table, "prefetch", None)  # a device table walks every column it may be asked for at once
-    if prefetch is not None:
-        optimum = full_curve[buckets] if np.isfinite(full_curve[buckets]) else np.inf
-        prefetch([buckets, *slack_band_columns(full_curve, buckets, problem.buckets, optimum)])
+    if prefetch is not None:  # the band searched below: faster than the optimum at the budget (inf if none)
+        prefetch([buckets, *slack_band_columns(full_curve, buckets, problem.buckets, full_curve[buckets])])
     policy = table.policy(buckets)
     if policy is not None:
         best = (full_curve[buckets], None, policy, None)
@@ -371,7 +370,7 @@ def _fastest_segment_policy(chain: Chain, problem: Problem, budget_bytes: int, b
     bytes and beats ``better_than`` ms, or None: store-all (no cut), ``checkpoint_sequential`` (every
     segment count) or Chen's greedy (every threshold). A segment policy's time depends only on its
     last cut, so the candidates are checked fastest first and the first that fits is the answer."""
-    from .baselines import chen_segmentations, sequential_boundaries
+    from .baselines import chen_segmentations, sequential_boundaries, sequential_last_cut
     n = chain.n
     prefix = problem.fwd_prefix
     base = store_all_time_ms(chain)
@@ -382,7 +381,7 @@ def _fastest_segment_policy(chain: Chain, problem: Problem, budget_bytes: int, b
         stop = int(np.searchsorted(base + (prefix - prefix[0]), better_than - 1e-9, side="left"))
     candidates = {(): "store-all"}
     for k in range(2, n + 1):
-        if stop is None or (n // k) * (k - 1) < stop:  # its last cut (sequential_boundaries)
+        if stop is None or sequential_last_cut(n, k) < stop:
             candidates.setdefault(tuple(sequential_boundaries(n, k)), "checkpoint_sequential")
     for cuts in chen_segmentations(chain, stop=stop):
         candidates.setdefault(cuts, "Chen's greedy")

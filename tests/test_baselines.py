@@ -10,7 +10,7 @@ import pytest
 from gpusolve import Chain, simulate, solve, store_all_peak_bytes
 from gpusolve.baselines import (UniformSolver, best_checkpoint_sequential, bisection, bisection_fixed, chen_cuts,
                                 chen_greedy, checkpoint_sequential, compare, sequential_boundaries,
-                                sqrt_segments, store_all, store_all_policy, thesis_uniform, uniform_like)
+                                sequential_last_cut, sqrt_segments, store_all, store_all_policy, thesis_uniform, uniform_like)
 from gpusolve.dp.minpeak import min_feasible_bytes
 from gpusolve.schedule import policy_to_schedule, segments_policy
 
@@ -119,6 +119,8 @@ def test_sequential_boundaries_follow_torch_rule(n, segments):
         end = start + segment_size - 1
         expected.append(end + 1)  # the next segment's input a_{end+1} is kept
     assert sequential_boundaries(n, segments) == [b for b in expected if 0 < b < n]
+    if segments > 1:
+        assert sequential_last_cut(n, segments) == sequential_boundaries(n, segments)[-1]
     chain = Chain.uniform(n)
     assert checkpoint_sequential(chain, segments) == segments_policy(expected, n)
 

@@ -194,16 +194,22 @@ def run_study(script: str, doc: str, row_of, summary_of, findings_of, write_md_o
     if extra_args is not None:
         extra_args(ap)
     args = ap.parse_args()
-    links = [(spec, Link.parse(spec)) for spec in (args.link or ([] if args.link_json else ["50GB/s"]))]
-    for path in args.link_json:
-        data = json.loads(path.read_text())
-        links.append((f"measured on {data.get('device', 'a GPU')} ({path.name})", Link.from_dict(data)))
+    try:  # every input read before anything runs: a bad one is one line and exit 2
+        links = [(spec, Link.parse(spec)) for spec in (args.link or ([] if args.link_json else ["50GB/s"]))]
+        for path in args.link_json:
+            data = json.loads(path.read_text())
+            try:
+                links.append((f"measured on {data.get('device', 'a GPU')} ({path.name})", Link.from_dict(data)))
+            except KeyError as err:
+                raise ValueError(f"{path}: no field {err} (torch_exec.offload.measure_link writes a link's JSON)")
+        chains = [(profile, Chain.load(profile)) for profile in args.profiles.split(",")]
+    except (OSError, ValueError) as err:
+        ap.exit(2, f"{ap.prog}: {err}\n")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     results = []
-    for profile in args.profiles.split(","):
-        chain = Chain.load(profile)
+    for profile, chain in chains:
         for name, link in links:
             rows = [row_of(chain, p, link, args) for p in PERCENTS]
             results.append({"profile": profile, "link_name": name, "link": link.to_dict(), "rows": rows})

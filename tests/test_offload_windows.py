@@ -334,3 +334,19 @@ def test_inner_window_formula_with_nested_swaps_is_the_simulated_time():
             checked += 1
             nested += any(op.kind is OpKind.OFFLOAD for op in parts[0] + parts[2])
     assert checked > 200 and nested > 10, (checked, nested)
+
+
+@pytest.mark.parametrize("script", ["offload_windows.py", "offload_tapes.py"])
+@pytest.mark.parametrize("bad", [["--profiles", "nosuch"], ["--link", "12XB/s"], ["--link-json", "{missing}"],
+                                 ["--link-json", "{fieldless}"]])
+def test_bench_studies_answer_bad_input_with_one_line(tmp_path, script, bad):
+    import subprocess
+    fieldless = tmp_path / "fieldless.json"
+    fieldless.write_text('{"device": "x"}')
+    bad = [b.format(missing=tmp_path / "missing.json", fieldless=fieldless) for b in bad]
+    bench = Path(__file__).resolve().parent.parent / "bench" / script
+    proc = subprocess.run([sys.executable, str(bench), *bad, "--out", str(tmp_path)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith(script), proc.stderr
+    assert not list(tmp_path.glob("*_cpu.*"))  # nothing written

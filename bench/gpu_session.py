@@ -161,6 +161,10 @@ STEPS = [
     # split-budget baseline's every-pair product, now over plateau starts; and the tables copied whole
     Step("join-speed-again", "7.2", 90, 30,
          "{PY} bench/join_speed.py --buckets 256,1024,4096,16384 --repeats 2 --out {R}/join_again"),
+    # the offloading paper's own plans executed for the first time (torch_exec/paper_offload.py; the
+    # DenseNet step above runs them too): its model's prediction against a measured step, beside ours
+    Step("offload-executor-resnet50-paper", "11.5", 120, 60,
+         "{PY} bench/offload_executor.py --networks resnet50 --steps 5 --out {R}/offload_resnet50_paper"),
 ]
 STEP_NAMES = {s.name for s in STEPS}
 

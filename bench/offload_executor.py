@@ -14,13 +14,18 @@ budgets of 50 %, 35 % and 25 % of that measured peak runs:
   recompute + offload DP (:func:`gpusolve.offload.solver.solve_offload`), its plan executed with pinned host
   buffers and a copy stream (:mod:`torch_exec.offload`);
 - ``recompute``: the same wrapper without ``offload`` (the chain DP, :func:`gpusolve.solve`);
+- ``offload_only_paper``: the offloading paper's own plan at the same budget (the best of GREEDY, DYNPROG
+  and VDNN in its model over the measured link, :func:`gpusolve.offload.compare.paper_plan`), run by
+  :class:`torch_exec.paper_offload.PaperOffloadRunner`: plain autograd over the same fused stages, the
+  chosen tapes moved to pinned host memory and back (no recomputation; ``--no-paper`` skips it);
 - ``offload_only`` (once per network, no budget): plain autograd under
   ``torch.autograd.graph.save_on_cpu(pin_memory=True)``, PyTorch's own offloading, which is what users
   have: every tensor saved for the backward goes to pinned host memory, with no schedule and no overlap
   control.
 
 Predicted figures are the plan's (the two-timeline simulator over the measured link for ``combined``, the
-chain simulator for ``recompute``, both on the executor's chain). Memory is ``torch.cuda.max_memory_allocated``
+chain simulator for ``recompute``, both on the executor's chain; the paper's model for ``offload_only_paper``,
+on the profiled chain). Memory is ``torch.cuda.max_memory_allocated``
 above what is allocated just before the step (parameters, their gradients allocated beforehand, the input):
 what the budget counts; pinned host memory is not device memory. Times: median of ``--steps`` steps (CUDA
 events) after ``--warmup`` steps (the first step of a plan pins its host buffers).
@@ -201,7 +206,42 @@ def bench_network(name, args, link, meter, records, errors):
                     traceback.print_exc()
             records.append(row)
             chain_bench._free()
+        if args.paper:
+            records.append(paper_row(common, wrapped, stages, x, budget, label, link, meter, args, errors))
+            chain_bench._free()
     # the network and its wrapper go with this frame; main() frees the cache after it
+
+
+def paper_row(common, wrapped, stages, x, budget, label, link, meter, args, errors) -> dict:
+    """The paper's best offload-only plan at ``budget`` ([O]: GREEDY, DYNPROG, VDNN over the measured link,
+    :func:`gpusolve.offload.compare.paper_plan`), run by :class:`torch_exec.paper_offload.PaperOffloadRunner`:
+    plain autograd over the executor's fused stages with their tapes moved (no recomputation)."""
+    from torch_exec.paper_offload import PaperOffloadRunner
+    row = dict(common, method="offload_only_paper", budget_label=label, budget_bytes=budget)
+    try:
+        runner = PaperOffloadRunner.of(wrapped, x, budget, link)
+        plan = runner.plan
+        row.update(algorithm=plan.method, considered=plan.considered, moved_tapes=len(plan.decisions),
+                   offloaded_bytes=plan.offloaded_bytes, predicted_peak_bytes=plan.predicted_peak_bytes,
+                   predicted_step_ms=plan.predicted_time_ms)
+
+        def step():
+            runner(x).backward()
+        peak, ms, each = meter.step(step, list(stages.parameters()), args.steps, args.warmup)
+        runner.close()
+        row.update(measured_peak_bytes=peak, step_ms=ms, step_ms_each=each,
+                   within_budget=peak is not None and peak <= budget, host_bytes=runner.host_bytes(),
+                   requested_peak_bytes=meter.requested_peak, **meter.diagnostics)
+        print(f"   paper ({plan.method}) {label}: peak {peak} B (pred {plan.predicted_peak_bytes}), {ms:.2f} ms (pred "
+              f"{plan.predicted_time_ms:.2f}), {len(plan.decisions)} tapes moved", flush=True)
+    except Exception as err:  # no schedule of the paper's at this budget, OOM, ...
+        row.update(measured_peak_bytes=None, step_ms=None, error=_error(err))
+        row.setdefault("predicted_peak_bytes", None)
+        row.setdefault("predicted_step_ms", None)
+        print(f"   paper {label}: {row['error']}", flush=True)
+        if not str(err).startswith("budget "):
+            errors.append(f"{common['network']} paper {label}: {row['error']}")
+    return row
 
 
 def _error(err) -> str:
@@ -223,14 +263,15 @@ def write_report(link_data, records, errors, args, command):
              f"{link_data['latency_ms'] * 1e3:.1f} us.", "",
              "Peaks in MiB above the pre-step allocation (the budget counts the same); times in ms, median of "
              f"{args.steps} steps. `combined`: offload + recompute plan (solve_offload over the measured link); "
-             "`recompute`: the chain DP's plan; `offload_only`: plain autograd under "
+             "`recompute`: the chain DP's plan; `offload_only_paper`: the offloading paper's best plan at the budget "
+             "(its algorithm in brackets), tapes moved, no recomputation; `offload_only`: plain autograd under "
              "`torch.autograd.graph.save_on_cpu(pin_memory=True)` (PyTorch's own offloading, no budget); "
              "`store_all`: plain autograd.", "",
              "| network | budget | method | swaps | recomputed | measured peak | predicted peak | within | step | "
              "predicted step |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in records:
         budget = f"{r['budget_label']} {mib(r['budget_bytes'])}" if r.get("budget_bytes") else "-"
-        note = f" ({r['error'][:70]})" if r.get("error") else ""
+        note = f" ({r['error'][:70]})" if r.get("error") else (f" ({r['algorithm']})" if r.get("algorithm") else "")
         within = {True: "yes", False: "NO"}.get(r.get("within_budget"), "-")
         lines.append(f"| {r['network']} | {budget} | {r['method']}{note} | {r.get('swaps', '-')} | "
                      f"{r.get('recomputations', '-')} | {mib(r.get('measured_peak_bytes'))} | "
@@ -265,6 +306,8 @@ def main(argv=None):
     parser.add_argument("--passes", type=int, default=3, help="profiling passes")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     parser.add_argument("--verbose", action="store_true")
+    parser.add_argument("--no-paper", dest="paper", action="store_false",
+                        help="skip the paper's offload-only plans run at each budget (module docstring)")
     parser.add_argument("--op-times", action="store_true",
                         help="one more step per plan with per-op times against the simulator's (module docstring)")
     args = parser.parse_args(argv)

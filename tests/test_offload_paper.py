@@ -18,9 +18,12 @@ import numpy as np
 import pytest
 
 from gpusolve.chain import Chain
-from gpusolve.offload.paper import (OffloadChain, dynprog, eager_amounts, fractional_optimum, greedy, lower_bound,
-                                    m_min, m_peak, relaxed_makespan, simulate, three_partition_instance,
+from gpusolve.offload.compare import PAPER_ALGORITHMS, paper_chain, paper_plan
+from gpusolve.offload.link import Link
+from gpusolve.offload.paper import (OffloadChain, dynprog, eager_amounts, fractional_optimum, greedy, issue_points,
+                                    lower_bound, m_min, m_peak, relaxed_makespan, simulate, three_partition_instance,
                                     two_partition_instance, validate, vdnn, vdnn_candidates)
+from gpusolve.simulate import store_all_peak_bytes
 
 
 def _random_chain(rng, max_L=3):
@@ -235,3 +238,87 @@ def test_bad_memory_and_bandwidth():
         OffloadChain([1], [1], [1, 1], [0, 0], [0], [0], M=float("nan"), B=1)
     with pytest.raises(ValueError, match=r"offload index 5"):
         simulate(_tiny(), [5])
+
+
+# ---------------------------------------------------------------------------- issuing a timeline (an executor's view)
+@pytest.mark.parametrize("offload,want", [
+    # x_1 out 1..4 (released before the first op starting after 4: B_1 at 7), back 4..7 (between F_1 and
+    # B_1: the backward waits for it, so it is issued before B_1), let go at the end (B_{-1})
+    ((1,), [[], [("offload", 1)], [("release", 1), ("prefetch", 1)], [], [("drop", 1)]]),
+    # x_0 out 0..2, x_1 2..5 (queued behind it), both released before B_1 (8); back: x_1 5..8 then x_0 8..10,
+    # during B_1: issued before it, in the channel's order
+    ((0, 1), [[("offload", 0)], [("offload", 1)],
+              [("release", 0), ("release", 1), ("prefetch", 1), ("prefetch", 0)], [], [("drop", 0), ("drop", 1)]]),
+    ((), [[], [], [], [], []]),
+])
+def test_issue_points_hand(offload, want):
+    c = _tiny()
+    assert issue_points(c, simulate(c, offload).timeline) == want
+
+
+def _check_points(c, points, decisions):
+    """Every moved x_k: offloaded before F_k, released after F_k, prefetched after its release and by B_k,
+    dropped before B_{k-2}; each once; transfers issued in the timeline's channel order."""
+    L = c.L
+    r = simulate(c, decisions)
+    assert r.feasible and len(points) == 2 * (L + 1) + 1
+    where = {}
+    for q, actions in enumerate(points):
+        for kind, k in actions:
+            assert (kind, k) not in where
+            where[kind, k] = q
+    moved = [k for k in decisions if c.x[k] > 0]
+    assert sorted(k for kind, k in where if kind == "offload") == sorted(moved)
+    b_index = lambda j: 2 * (L + 1) if j < 0 else L + 1 + (L - j)  # noqa: E731
+    for k in moved:
+        assert where["offload", k] == k < where["release", k] <= where["prefetch", k] <= b_index(k)
+        assert where["drop", k] == b_index(k - 2)
+    issued = [(kind, k) for actions in points for kind, k in actions if kind in ("offload", "prefetch")]
+    channel = [("offload" if kind == "off" else "prefetch", k)
+               for kind, k, _a, _s, _e in sorted(r.timeline.transfers, key=lambda t: t[3])]
+    assert issued == channel
+
+
+def test_issue_points_random_chains():
+    rng = random.Random(7)
+    checked = 0
+    for _ in range(300):
+        c = _random_chain(rng)
+        for decisions in _subsets(c):
+            r = simulate(c, decisions)
+            if r.feasible:
+                _check_points(c, issue_points(c, r.timeline), list(decisions))
+                checked += 1
+    assert checked > 500
+
+
+@pytest.mark.parametrize("name", ["resnet50_b128", "densenet121_b64"])
+def test_paper_plan_on_profiles(name):
+    ch = Chain.load(name)
+    top = store_all_peak_bytes(ch)
+    link = Link.parse("50GB/s")
+    for fraction in (0.5, 0.35):
+        budget = int(fraction * top)
+        plan = paper_plan(ch, budget, link)
+        assert plan.method in PAPER_ALGORITHMS and plan.decisions and 0 not in plan.decisions
+        assert plan.predicted_peak_bytes <= budget
+        assert plan.predicted_time_ms == min(v for v in plan.considered.values() if isinstance(v, float))
+        c = paper_chain(ch, budget, link, input_on_device=True)
+        assert c.x[0] == 0 and c.M == budget - ch.reserved_bytes
+        assert simulate(c, plan.decisions).makespan == plan.predicted_time_ms
+        _check_points(c, plan.points, plan.decisions)
+        assert plan.offloaded_bytes == sum(int(ch.tape_bytes[k - 1]) for k in plan.decisions)
+        greedy_plan = paper_plan(ch, budget, link, method="greedy")
+        assert greedy_plan.method == "GREEDY" and greedy_plan.predicted_time_ms >= plan.predicted_time_ms
+
+
+def test_paper_plan_errors():
+    ch = Chain.load("resnet50_b128")
+    link = Link.parse("50GB/s")
+    with pytest.raises(ValueError, match=r"method 'fast' is not one of the paper's algorithms; use one of GREEDY"):
+        paper_plan(ch, store_all_peak_bytes(ch), link, method="fast")
+    with pytest.raises(ValueError, match=r"budget 1000 B is below the least the paper's model runs this chain in, "
+                                         r"\d+ B .*give at least that"):
+        paper_plan(ch, 1000, link)
+    with pytest.raises(ValueError, match="finite, nonzero bandwidth"):
+        paper_plan(ch, store_all_peak_bytes(ch), Link.parse("inf"))

@@ -137,13 +137,19 @@ def test_gradients_match_plain_autograd_with_offloading(setup):
     wrapped = te.CheckpointedSequential(model, budget=low_budget(chain), offload=FAST)
     wrapped.prepare(x, profile=profile)
     assert wrapped.plan.swaps > 0
-    for _ in range(2):  # two steps: the second reuses the pinned buffers
+    assert_two_steps_match(ref, model, wrapped, x)
+
+
+def assert_two_steps_match(ref, model, run, x):
+    """Two steps of ``run`` (over ``model``'s parameters; the second reuses the pinned buffers) give
+    ``ref``'s gradients and buffers, at the GPU tests' tolerances."""
+    for _ in range(2):
         for p in list(ref.parameters()) + list(model.parameters()):
             p.grad = None
         torch.manual_seed(1)
         ref(x).backward()
         torch.manual_seed(1)
-        wrapped(x).backward()
+        run(x).backward()
         assert_grads_close(ref, model)
 
 
@@ -184,3 +190,39 @@ def test_op_clock_on_cuda_times_every_op_on_the_compute_stream(setup):
     assert all(ms >= 0 and host >= 0 for *_, ms, host in ops)
     total = sum(m[3] for m in ops)
     assert 0 < total <= start.elapsed_time(end) * 1.01  # the loss and autograd's own work are outside the ops
+
+
+def test_paper_plan_on_cuda_matches_autograd_and_holds_its_budget(setup):
+    """torch_exec.paper_offload on a device: the offloading paper's plan (tapes to pinned host memory and
+    back on the copy stream, no recomputation) gives plain autograd's gradients, pins its buffers once,
+    and its measured peak holds the budget, below plain autograd's."""
+    from gpusolve.offload.compare import paper_chain, paper_plan
+    from gpusolve.offload.paper import m_min
+    from torch_exec.paper_offload import PaperOffloadRunner
+    targets, x, profile, _ = setup
+    ref = net(targets)
+    model = copy.deepcopy(ref)
+    wrapped = te.CheckpointedSequential(model, budget="64GiB")
+    wrapped.prepare(x, profile=profile)
+    plain = wrapped._last.plain_chain
+    link = Link.parse("50GB/s")
+    top = store_all_peak_bytes(plain)
+    least = int(m_min(paper_chain(plain, top, link, input_on_device=True))) + plain.reserved_bytes
+    budget = (least + top) // 2
+    plan = paper_plan(plain, budget, link)
+    assert plan.decisions
+    runner = PaperOffloadRunner(wrapped._last.groups, plan, x.device, modules=[model])
+    assert_two_steps_match(ref, model, runner, x)
+    allocations = runner.copies.allocations
+
+    class Run(torch.nn.Module):  # what measure_step reads: the parameters and a call
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, x):
+            return runner(x)
+    plain_peak = measure_step(ref, x)
+    peak = measure_step(Run(), x)
+    assert runner.copies.allocations == allocations
+    assert peak <= budget < plain_peak, (peak, budget, plan.predicted_peak_bytes, plain_peak)

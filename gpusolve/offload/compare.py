@@ -19,6 +19,7 @@ Note [One budget, two models]
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -38,14 +39,95 @@ def paper_rate(link: Link) -> float | None:
     return None if rate == 0.0 or math.isinf(rate) else rate
 
 
-def paper_chain(chain: Chain, budget_bytes: int, link: Link):
+def paper_chain(chain: Chain, budget_bytes: int, link: Link, input_on_device: bool = False):
     """The paper's instance at ``budget_bytes`` (Note [One budget, two models]); raises ``ValueError``
-    when the budget is below what the paper's model needs to run at all, or the link has no finite rate."""
+    when the budget is below what the paper's model needs to run at all, or the link has no finite rate.
+    ``input_on_device``: the instance an executor runs (Note [Running the paper's plans])."""
     from .paper import OffloadChain
     rate = paper_rate(link)
     if rate is None:
         raise ValueError("the paper's model needs a finite, nonzero bandwidth")
-    return OffloadChain.from_chain(chain, M_GPU=budget_bytes + chain.input_bytes, B=rate)
+    if not input_on_device:
+        return OffloadChain.from_chain(chain, M_GPU=budget_bytes + chain.input_bytes, B=rate)
+    c = OffloadChain.from_chain(chain, B=rate)  # M_GPU = M_peak, valid whatever the budget
+    x = np.array(c.x, dtype=np.float64)
+    x[0] = 0.0
+    return OffloadChain(c.uF, c.uB, x, c.y, c.exF, c.exB, float(budget_bytes) - float(chain.reserved_bytes), c.B,
+                        c.names, dict(c.meta))
+
+
+# Note [Running the paper's plans]
+#     ``torch_exec.paper_offload`` runs a plan of the paper's algorithms on a GPU: plain autograd over the
+#     stages, the chosen tapes copied to pinned host memory and back (Note [Issuing a timeline] in
+#     gpusolve/offload/paper.py). The caller holds the input, so no executor can free it: the instance
+#     it runs has |x_0| = 0 and M_GPU = the budget (beyond the input, as this project's budgets are), where
+#     the rows of :func:`paper_results` count the input on both sides. The plan's peak and time are that
+#     instance's; they differ from the rows' only by what moving the input would have given.
+@dataclass
+class PaperPlan:
+    """One of the paper's offload-only plans, ready to run (Note [Running the paper's plans])."""
+
+    method: str                  # "GREEDY", "DYNPROG" or "VDNN"
+    decisions: list              # the offloaded x_k (x_k: the tape of stage k; 0 is the input, never moved)
+    predicted_time_ms: float     # the paper model's makespan of those decisions
+    predicted_peak_bytes: int    # its peak in this project's terms (reserved bytes included)
+    budget_bytes: int
+    points: list                 # :func:`gpusolve.offload.paper.issue_points` of its timeline
+    offloaded_bytes: int         # sum of the moved |x_k|
+    considered: dict = field(default_factory=dict)  # method -> makespan, or the reason it has no schedule
+
+
+PAPER_ALGORITHMS = ("GREEDY", "DYNPROG", "VDNN")
+
+
+def paper_plan(chain: Chain, budget_bytes: int, link: Link, method: str = "best") -> PaperPlan:
+    """The paper's ``method`` (one of :data:`PAPER_ALGORITHMS`, or ``"best"``: the fastest of them) at
+    ``budget_bytes`` over ``link``, as a plan an executor runs. Raises ``ValueError`` naming why when it
+    has no schedule there (a budget below the model's least, no finite rate, no valid decisions)."""
+    from .paper import StateBudgetExceeded, dynprog, greedy, issue_points, simulate, vdnn
+    wanted = PAPER_ALGORITHMS if method == "best" else (method.upper(),)
+    if wanted[0] not in PAPER_ALGORITHMS:
+        raise ValueError(f"method {method!r} is not one of the paper's algorithms; use one of "
+                         f"{', '.join(PAPER_ALGORITHMS)} or 'best'")
+    try:
+        c = paper_chain(chain, int(budget_bytes), link, input_on_device=True)
+    except ValueError:
+        if paper_rate(link) is None:
+            raise
+        from .paper import m_min
+        need = float(m_min(paper_chain(chain, store_all_peak_bytes(chain), link, input_on_device=True)))
+        raise ValueError(f"budget {budget_bytes} B is below the least the paper's model runs this chain in, "
+                         f"{int(need) + int(chain.reserved_bytes)} B (its largest op footprint, everything else "
+                         f"on the host); give at least that") from None
+    considered, best = {}, None
+    for name in wanted:
+        if name == "GREEDY":
+            decisions = greedy(c)
+        elif name == "DYNPROG":
+            try:
+                decisions = dynprog(c, PAPER_S, max_seconds=60.0).decisions
+            except StateBudgetExceeded as err:
+                considered[name] = f"state budget exceeded ({err})"
+                continue
+        else:
+            decisions = vdnn(c, max_thresholds=64)[1]
+        if decisions is None:
+            considered[name] = "no valid decisions"
+            continue
+        r = simulate(c, decisions)
+        if not r.feasible:
+            considered[name] = r.reason or "infeasible"
+            continue
+        considered[name] = float(r.makespan)
+        if best is None or r.makespan < best[1].makespan:
+            best = (name, r, [k for k in decisions if float(c.x[k]) > 0])
+    if best is None:
+        raise ValueError(f"the paper's {method} has no schedule at {budget_bytes} B: "
+                         + "; ".join(f"{k}: {v}" for k, v in considered.items()))
+    name, r, moved = best
+    return PaperPlan(name, moved, float(r.makespan), int(round(float(r.timeline.peak))) + int(chain.reserved_bytes),
+                     int(budget_bytes), issue_points(c, r.timeline), int(sum(float(c.x[k]) for k in moved)),
+                     considered)
 
 
 def paper_results(chain: Chain, budget_bytes: int, link: Link) -> dict[str, tuple[float, float] | str]:

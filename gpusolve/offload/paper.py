@@ -32,6 +32,8 @@ What is here
 * :func:`m_peak`, :func:`m_min`, :func:`lower_bound` (Prop. 3), :func:`greedy` (§4.2),
   :func:`fractional_optimum` (Theorem 2), :func:`dynprog` (Algorithm 1 with eqs. (1)-(10), S slots or
   exact), :func:`relaxed_makespan` (eqs. (1)-(10) along fixed decisions), :func:`vdnn` (§6.1).
+* :func:`issue_points` -- a timeline as what an executor issues before each op (Note [Issuing a
+  timeline]; ``torch_exec.paper_offload`` runs it).
 * :func:`three_partition_instance`, :func:`two_partition_instance` -- the reductions of Theorems 1, 3.
 
 Note [Errata and readings] (spec B.1, B.2; each one is a parameter or a test)
@@ -795,6 +797,64 @@ def _dynprog_exact(c, literal, max_states, t0):
             chosen.append(i - 1)
         key = parent
     return DynProgResult(float(sum(q.uF) + sum(q.uB) + best), sorted(chosen), largest, time.perf_counter() - t0, None)
+
+
+# ---------------------------------------------------------------------------- running a timeline
+# Note [Issuing a timeline]
+# -------------------------
+# An executor cannot start a copy at an instant, only before an op (the host queues kernels and copies
+# in order; the GPU runs them as streams and events allow). :func:`issue_points` turns a timeline into
+# what to issue before each op of the sequence F_0..F_L, B_L..B_0 (op q; q = 2(L+1) is the step's end):
+# - ``offload k`` before F_k (the earliest the model allows: x_k is F_k's input, complete once F_{k-1}
+#   is queued), all of them in the copy channel's order; a later start in the timeline is the channel
+#   being busy, which the one FIFO copy stream reproduces.
+# - ``release k`` (the compute stream waits for that copy, then x_k's device memory goes) before the
+#   first op that starts at or after the copy's end in the timeline: where the timeline's memory rule
+#   has freed it. It is after F_k (the copy starts at F_k's start and takes time), so F_k has read x_k.
+# - ``prefetch k`` (x_k's device memory is taken, the copy back issued) before the op during which the
+#   timeline starts it (the next op when it starts at an op's end or between two ops: the backward
+#   waiting for it), and never before ``release k``. Taking the memory at that op's start rather than
+#   during it moves the reservation earlier within one op, whose own footprint the model counts whole
+#   from its start; the executor measures what that costs.
+# - ``drop k`` (x_k's device copy is let go) before B_{k-2}: x_k dies at the end of B_{k-1} (Note
+#   [Lifetimes]); B_k and B_{k-1} read it. The acquire (the compute stream waits for the copy back) is
+#   where B_k or B_{k-1} first reads x_k.
+# The copy stream is FIFO, so each transfer is issued no earlier than the one before it in the channel
+# (a prefetch may wait for an earlier one's release). At one op: drops, releases, then the transfers in
+# the channel's order.
+def issue_points(c: OffloadChain, tl: Timeline) -> list[list[tuple[str, int]]]:
+    """What to issue before each op of ``tl`` (Note [Issuing a timeline]): a list of 2(L+1) + 1 lists
+    of ``(kind, k)`` with kind ``"drop"``, ``"release"``, ``"offload"`` or ``"prefetch"``; op q is F_q
+    for q <= L and B_{2L+1-q} after, the last list the step's end."""
+    L = len(c.uF) - 1
+    ops = list(tl.F) + [tl.Bop[j] for j in range(L, -1, -1)]
+    end = len(ops)
+    tol = 1e-9 * max(1.0, tl.makespan)
+    starts = [s for s, _ in ops]
+    ends = [e for _, e in ops]
+
+    def first_from(t):  # the first op starting at or after t (the end when none)
+        return next((q for q in range(end) if starts[q] >= t - tol), end)
+
+    def during(t):  # the op running at t, or the next one to start when t is at an op's end or in a gap
+        return next((q for q in range(end) if ends[q] > t + tol), end)
+
+    def b_index(j):
+        return end if j < 0 else L + 1 + (L - j)
+
+    off = {k: (s, e) for kind, k, _a, s, e in tl.transfers if kind == "off"}
+    points: list[list] = [[] for _ in range(end + 1)]
+    release = {k: max(first_from(off[k][1]), k + 1) for k in off}  # k + 1 also for a copy under the tolerance
+    last = 0  # the copy stream is FIFO: a transfer is issued no earlier than the one before it in the channel
+    for kind, k, _a, start, _e in sorted(tl.transfers, key=lambda t: t[3]):
+        last = max(last, k if kind == "off" else max(during(start), release[k]))
+        if kind == "pre" and last > b_index(k):
+            raise ValueError(f"internal error: x_{k}'s prefetch issues at op {last}, past B_{k} (op {b_index(k)})")
+        points[last].append((2, start, "offload" if kind == "off" else "prefetch", k))
+    for k in off:
+        points[release[k]].append((1, off[k][1], "release", k))
+        points[b_index(k - 2)].append((0, k, "drop", k))
+    return [[(kind, k) for _rank, _t, kind, k in sorted(p, key=lambda r: (r[0], r[1]))] for p in points]
 
 
 # ---------------------------------------------------------------------------- reductions

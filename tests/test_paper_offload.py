@@ -1,0 +1,180 @@
+"""The offloading paper's plans executed (torch_exec/paper_offload.py) on the CPU: gradients and buffers
+bitwise equal to plain autograd's, the measured peak (the CPU allocator's events) within the budget and
+at the plan's prediction, host buffers pinned once, a kept graph, errors.
+
+On the CPU the "host" copy is a second CPU tensor and the copies are synchronous: the hooks, records and
+order are those of CUDA (tests/test_torch_offload_gpu.py runs it on a device)."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gpusolve.offload.compare import paper_plan  # noqa: E402
+from gpusolve.offload.link import Link  # noqa: E402
+from gpusolve.simulate import store_all_peak_bytes  # noqa: E402
+from torch_exec.meter import measure_peak  # noqa: E402
+from torch_exec.paper_offload import PaperOffloadRunner  # noqa: E402
+from torch import nn  # noqa: E402
+from _torch_helpers import DT, loss_of, mlp, wrap  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::torch_exec.CPUTimingWarning",
+                                        "ignore::gpusolve.FallbackWarning")
+
+LINK = Link.parse("1GB/s")  # any finite rate: the paper's model needs one
+
+
+def runner_for(model, x, fraction, method="best"):
+    """The paper's plan at ``fraction`` of the profiled store-all peak, over ``model``'s fused stages
+    (:meth:`PaperOffloadRunner.of`, checked against the plan made by hand)."""
+    wrapped = wrap(model)
+    runner = PaperOffloadRunner.of(wrapped, x, f"{100 * fraction:g}%", LINK, method=method)
+    chain = wrapped._last.plain_chain
+    plan = paper_plan(chain, int(fraction * store_all_peak_bytes(chain)), LINK, method=method)
+    assert (runner.plan.decisions, runner.plan.points) == (plan.decisions, plan.points)
+    assert runner.groups == wrapped._last.groups
+    return runner, runner.plan
+
+
+def zero_grads(model):
+    for p in model.parameters():  # allocated before the step, as the profile assumes
+        p.grad = torch.zeros_like(p)
+
+
+def assert_same(ref_model, model, ref_x, x):
+    assert torch.equal(ref_x.grad, x.grad), "input gradient"
+    for (name, p), q in zip(ref_model.named_parameters(), model.parameters(), strict=True):
+        assert torch.equal(p.grad, q.grad), f"gradient of {name}"
+    for (name, b), c in zip(ref_model.named_buffers(), model.buffers(), strict=True):
+        assert torch.equal(b, c), f"buffer {name}"
+
+
+@pytest.mark.parametrize("fraction", [0.9, 0.7, 0.5])
+def test_mlp_gradients_and_measured_peak(fraction):
+    x = torch.randn(64, 4, dtype=DT)
+    ref_model, model = mlp(width=64, depth=8), mlp(width=64, depth=8)
+    runner, plan = runner_for(model, x, fraction)
+    assert plan.decisions and plan.predicted_peak_bytes <= plan.budget_bytes
+    zero_grads(ref_model)
+    zero_grads(model)
+    ref_x, got_x = x.clone().requires_grad_(), x.clone().requires_grad_()
+    _, plain = measure_peak(lambda: loss_of(ref_model(ref_x)).backward())
+    for _ in range(2):  # the first step allocates the host buffers (CPU memory too, here)
+        _, reading = measure_peak(lambda: loss_of(runner(got_x)).backward())
+    _, plain = measure_peak(lambda: loss_of(ref_model(ref_x)).backward())
+    assert_same(ref_model, model, ref_x, got_x)
+    # what the plan holds and what the meter sees: within the budget, and below plain autograd's peak by
+    # what moved (the CPU's loss and its gradient, 16 B, are outside the chain as in plain autograd's reading)
+    assert reading.peak <= plan.budget_bytes
+    assert reading.peak <= plan.predicted_peak_bytes + 16
+    assert reading.peak < plain.peak
+
+
+def test_tightest_plan_measures_its_prediction():
+    # everything movable on the host: the peak is the model's, to the loss's 16 B (the check that the
+    # records free x_k as autograd would, Note [Freed as autograd frees]: without it 197136 B, one tape more)
+    x = torch.randn(64, 4, dtype=DT)
+    model = mlp(width=64, depth=8)
+    runner, plan = runner_for(model, x, 0.46)
+    zero_grads(model)
+    for _ in range(2):
+        _, reading = measure_peak(lambda: loss_of(runner(x)).backward())
+    assert plan.decisions == [1, 2, 3, 4, 5, 6, 7]
+    assert plan.predicted_peak_bytes <= reading.peak <= plan.predicted_peak_bytes + 16 <= plan.budget_bytes
+
+
+def deep_convnet(dropout):
+    """Six Conv/BatchNorm/ReLU (in place)/Dropout blocks at one resolution: deep enough that the paper's
+    model has a plan below store-all (its least budget is the largest op's footprint)."""
+    torch.manual_seed(0)
+    layers = [nn.Conv2d(3, 4, 3, padding=1)]
+    for _ in range(6):
+        layers += [nn.BatchNorm2d(4), nn.ReLU(inplace=True), nn.Dropout(dropout), nn.Conv2d(4, 4, 3, padding=1)]
+    layers += [nn.Flatten(), nn.Linear(4 * 8 * 8, 3)]
+    return nn.Sequential(*layers).to(DT)
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.3])
+def test_convnet_batchnorm_inplace_dropout_bitwise(dropout):
+    x = torch.randn(8, 3, 8, 8, dtype=DT)
+    ref_model, model = deep_convnet(dropout), deep_convnet(dropout)
+    runner, plan = runner_for(model, x, 0.7)
+    assert plan.decisions
+    ref_x, got_x = x.clone().requires_grad_(), x.clone().requires_grad_()
+    for _ in range(2):  # BatchNorm statistics move once per step in both
+        torch.manual_seed(5)
+        loss_of(ref_model(ref_x)).backward()
+        torch.manual_seed(5)
+        loss_of(runner(got_x)).backward()
+    assert_same(ref_model, model, ref_x, got_x)
+
+
+def test_host_buffers_pinned_once_and_reused():
+    x = torch.randn(64, 4, dtype=DT)
+    model = mlp(width=64, depth=8)
+    runner, plan = runner_for(model, x, 0.5)
+    loss_of(runner(x)).backward()
+    allocated = runner.copies.allocations
+    assert allocated == len(plan.decisions)  # one storage per moved tape in this net
+    for _ in range(3):
+        loss_of(runner(x)).backward()
+    assert runner.copies.allocations == allocated
+    runner.close()
+    assert runner.host_bytes() == plan.offloaded_bytes
+
+
+def test_kept_graph_second_backward():
+    # a second backward through the same graph prefetches the host copies again
+    x = torch.randn(64, 4, dtype=DT)
+    ref_model, model = mlp(width=64, depth=8), mlp(width=64, depth=8)
+    runner, _ = runner_for(model, x, 0.5)
+    ref_x, got_x = x.clone().requires_grad_(), x.clone().requires_grad_()
+    ref_loss, loss = loss_of(ref_model(ref_x)), loss_of(runner(got_x))
+    for _ in range(2):
+        ref_loss.backward(retain_graph=True)
+        loss.backward(retain_graph=True)
+    assert_same(ref_model, model, ref_x, got_x)
+
+
+def test_plan_for_another_chain():
+    x = torch.randn(64, 4, dtype=DT)
+    runner, plan = runner_for(mlp(width=64, depth=8), x, 0.5)
+    with pytest.raises(ValueError, match=r"the plan is for a chain of 10 stages, not 3: make it with paper_plan"):
+        PaperOffloadRunner(runner.groups[:3], plan, "cpu")
+
+
+class Loss(nn.Module):
+    def forward(self, y):
+        return loss_of(y)
+
+
+def test_offload_executor_paper_row_on_the_cpu(tmp_path):
+    """bench/offload_executor.py's paper rows, run on the CPU (a failure here would cost a GPU run): the row
+    names the paper's algorithm and its prediction and is timed; a budget the paper's model cannot run in
+    is a row with its reason, not an error of the run; the report shows both."""
+    import sys
+    from pathlib import Path
+    from types import SimpleNamespace
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    import executor as chain_bench
+    from offload_executor import paper_row, write_report
+    from gpusolve.offload.compare import PAPER_ALGORITHMS
+
+    torch.manual_seed(0)
+    model = nn.Sequential(*mlp(width=64, depth=8), Loss())
+    x = torch.randn(64, 4, dtype=DT)
+    wrapped = wrap(model)
+    wrapped.prepare(x)
+    top = store_all_peak_bytes(wrapped._last.plain_chain)
+    args = SimpleNamespace(steps=2, warmup=1, gpu_tag="cpu_test", out=tmp_path, device_name="CPU", date="2026-11-27")
+    meter, errors = chain_bench.Meter("cpu"), []
+    common = dict(network="mlp", description="mlp", device="CPU", date=args.date)
+    row = paper_row(common, wrapped, model, x, int(0.5 * top), "50%", LINK, meter, args, errors)
+    assert errors == [] and row["algorithm"] in PAPER_ALGORITHMS and row["moved_tapes"] > 0
+    assert row["step_ms"] > 0 and row["predicted_peak_bytes"] <= row["budget_bytes"]
+    low = paper_row(common, wrapped, model, x, 1000, "1000 B", LINK, meter, args, errors)
+    assert errors == [] and low["step_ms"] is None and low["error"].startswith("ValueError: budget 1000 B is below")
+    link = {"d2h_bytes_per_ms": 1e6, "h2d_bytes_per_ms": 1e6, "latency_ms": 0.0}
+    write_report(link, [row, low], errors, args, "python bench/offload_executor.py")
+    text = (tmp_path / "offload_executor_cpu_test.md").read_text()
+    assert f"| mlp | 50% 0 | offload_only_paper ({row['algorithm']}) | - | - |" in text

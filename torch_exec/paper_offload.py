@@ -1,0 +1,290 @@
+"""Run the offloading paper's offload-only plans ([O]: GREEDY, DYNPROG, VDNN; :mod:`gpusolve.offload.paper`)
+on a real device: plain autograd over a chain's stages, the chosen tapes copied to pinned host memory
+and back on one copy stream, at the points of Note [Issuing a timeline] (``gpusolve/offload/paper.py``).
+
+The paper's algorithms were only ever simulated. This runner executes a
+:class:`gpusolve.offload.compare.PaperPlan` so that the paper's model can be checked against a measured
+step, beside this project's recompute-only and combined plans (``bench/offload_executor.py``). It is a
+baseline, not a feature: every plan of the paper keeps every tape (no recomputation) and is several
+times slower than recomputing on the networks measured here (README, "Offloading").
+
+How a tape moves (Note [Tapes through saved-tensor hooks])
+    x_k, the paper's k-th activation, is the tape of stage k (Note [Mapping a gpusolve chain onto the
+    paper's model]): its output a_k and what autograd saved while it ran. While a plan runs, every
+    tensor autograd saves goes through :func:`torch.autograd.graph.saved_tensors_hooks`:
+
+    - a tensor whose storage belongs to a moved x_k (a storage made while stage k ran, or a_k's own,
+      whichever stage saves it) is packed as a :class:`_Saved` handle on x_k's record, which holds the
+      device tensor until ``release``;
+    - anything else (parameters and buffers, the stage's input when its x is not moved, tapes that stay)
+      is packed as itself, so autograd frees it as it would without hooks.
+
+    ``offload k`` copies each storage of x_k whole (Note [Exact copies] in :mod:`torch_exec.offload`) on
+    the copy stream, after what the compute stream has queued; ``release k`` makes the compute stream
+    wait for that copy and drops the record's device references (Note [Release in stream order]), so x_k's
+    blocks go back to the compute stream's pool; ``prefetch k`` allocates them again on the compute
+    stream and issues the copy back; the first unpack of x_k in the backward makes the compute stream wait
+    for it and views the saved tensor in the copy; ``drop k`` lets the device copy go after B_{k-1}, or
+    earlier (Note [Freed as autograd frees]). The backward's points are tensor hooks on the stage outputs (a hook on a_s runs when its gradient exists,
+    just before stage s's backward); a point that never fires (an output without a gradient) is caught
+    up at the next one, and a prefetch not issued by the time its tensor is unpacked is issued then.
+
+Note [Freed as autograd frees]
+    Plain autograd frees a saved tensor as soon as the last node that reads it has run: a stage's own
+    output goes in the middle of its backward, and the profile's backward transients (``bwd_extra``, the
+    paper's ex^B) are net of that. A record that held x_k's copy until ``drop`` would keep it through the
+    rest of B_{k-1} and measure up to |x_k| above the model. So once every handle packed on x_k has been
+    unpacked, the record lets its device copy go and only the views autograd holds keep it, as they
+    would keep the original; ``drop`` is then a no-op (it still frees a storage no saved tensor reads).
+
+Note [Pinned buffers]
+    Host buffers come from the runner's :class:`~torch_exec.offload.HostCopies` pool (pinned once, reused
+    by every step) and go back when the next step starts. On the CPU the copies are synchronous into a
+    second CPU tensor: the same hooks, records and order, for tests (gradients equal plain autograd's).
+"""
+from __future__ import annotations
+
+import torch
+
+from . import _util as U
+from .offload import HostCopies, _raw, _Slot
+
+
+class _Store:
+    """One storage of a moved x_k: its device bytes until release, its host copy, its device again."""
+
+    __slots__ = ("raw", "host", "device", "block")
+
+    def __init__(self, raw: torch.Tensor):
+        self.raw, self.host, self.device, self.block = raw, None, raw.device, None
+
+
+class _Record:
+    """A moved x_k in one step: its storages (by key), the handles packed on it and its copy events."""
+
+    __slots__ = ("k", "stores", "index", "handles", "done", "pdone", "state", "unpacked")
+
+    def __init__(self, k: int):
+        self.k = k
+        self.stores: list[_Store] = []
+        self.index: dict = {}          # storage key -> position in stores
+        self.handles: list[_Saved] = []
+        self.done = self.pdone = None  # CUDA events of the copy out and the copy back
+        self.state = "device"          # device -> copying -> host -> incoming -> back (-> dropped)
+        self.unpacked = 0              # handles unpacked since the copy back
+
+    def add(self, key, t: torch.Tensor) -> int:
+        if key not in self.index:
+            if self.state != "device":
+                raise RuntimeError(f"internal error: a new storage for x_{self.k} after its offload")
+            self.index[key] = len(self.stores)
+            self.stores.append(_Store(_raw(t)))
+        return self.index[key]
+
+
+class _Saved:
+    """What the pack hook returns for a tensor of a moved x_k: the tensor itself until ``release``, then
+    the view of its storage's copy."""
+
+    __slots__ = ("record", "slot", "t")
+
+    def __init__(self, record: _Record, slot: _Slot, t: torch.Tensor):
+        self.record, self.slot, self.t = record, slot, t
+
+
+class PaperOffloadRunner:
+    """Runs one :class:`~gpusolve.offload.compare.PaperPlan` over ``groups`` (the callables of each chain
+    stage, as :class:`torch_exec.CheckpointedSequential`'s entry has them: ``entry.groups``) on ``device``.
+    ``modules``: the modules whose parameters and buffers the stages read (never moved).
+
+    ``runner(x)`` runs the forward and returns the last stage's output; its ``backward()`` runs the plan's
+    backward. ``copies``: the plan's host buffer pool (a new one by default)."""
+
+    def __init__(self, groups: list, plan, device, modules=(), copies: HostCopies | None = None):
+        if len(plan.points) != 2 * len(groups) + 1:
+            raise ValueError(f"the plan is for a chain of {(len(plan.points) - 1) // 2} stages, not {len(groups)}: "
+                             f"make it with paper_plan on the chain these stages were profiled as")
+        self.groups = [list(g) for g in groups]
+        self.plan = plan
+        self.modules = list(modules)
+        self.copies = copies if copies is not None else HostCopies(device)
+        self._step: _PaperStep | None = None
+
+    @classmethod
+    def of(cls, model, sample, budget, link, method: str = "best") -> "PaperOffloadRunner":
+        """The offloading paper's plan for a :class:`torch_exec.CheckpointedSequential` ``model``'s stages at
+        ``budget`` (bytes, ``"6GiB"``, or ``"35%"`` of the profiled store-all peak) over ``link`` (a
+        :class:`gpusolve.offload.Link` or a rate such as ``"50GB/s"``); ``method``: ``"best"`` (the fastest
+        of GREEDY, DYNPROG and VDNN in the paper's model) or one of them. Profiles ``model`` on ``sample``
+        unless it has a profile for such inputs. Raises ``ValueError`` when the paper has no plan there."""
+        from gpusolve.offload.compare import paper_plan
+        from gpusolve.offload.link import Link
+        from gpusolve.simulate import budget_bytes_of
+        model.prepare(sample)
+        entry = model._last
+        link = link if isinstance(link, Link) else Link.parse(link)
+        plan = paper_plan(entry.plain_chain, budget_bytes_of(entry.plain_chain, budget), link, method)
+        return cls(entry.groups, plan, entry.device, modules=[model])
+
+    def __call__(self, x):
+        self.close()
+        self._step = _PaperStep(self)
+        return self._step.forward(x)
+
+    def close(self) -> None:
+        """Give the last step's host buffers back to the pool (the next call does it)."""
+        if self._step is not None:
+            self._step.close()
+            self._step = None
+
+    def host_bytes(self) -> int:
+        """Bytes of host buffers the pool holds (after :meth:`close`: all the plan's)."""
+        return self.copies.host_bytes()
+
+    def _protected(self) -> set:
+        keys = set()
+        for m in self.modules:
+            for t in list(m.parameters()) + list(m.buffers()):
+                key = U.storage_key(t)
+                if key is not None:
+                    keys.add(key)
+        return keys
+
+
+class _PaperStep:
+    """The records, hooks and issue cursor of one step (module docstring)."""
+
+    def __init__(self, runner: PaperOffloadRunner):
+        self.runner = runner
+        self.copies = runner.copies
+        self.points = runner.plan.points
+        self.n = len(runner.groups)
+        self.records = {k: _Record(k) for k in runner.plan.decisions}
+        self.owner: dict = {}          # storage key -> record of a moved x_k not yet released
+        self.protected = runner._protected()
+        self.stage = 0
+        self.inputs: set = set()       # storage keys of the running stage's input
+        self.cursor = 0
+        self.queued = False
+
+    # ------------------------------------------------------------ the forward
+    def forward(self, x):
+        state = x
+        with torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack):
+            for s in range(1, self.n + 1):
+                self.run_to(s - 1)  # before F_{s-1}: stage s
+                self.stage, self.inputs = s, set(U.storages(state))
+                for fn in self.runner.groups[s - 1]:
+                    state = fn(state)
+                record = self.records.get(s)
+                if record is not None:  # a_s is part of x_s
+                    for t in U.tensors(state):
+                        key = U.storage_key(t)
+                        if self._movable(t, key) and key not in self.owner and key not in self.inputs:
+                            record.add(key, t)
+                            self.owner[key] = record
+                if s < self.n:
+                    self._hook(state, 2 * self.n - s)  # before B_{s-1}: stage s's backward
+        self.stage, self.inputs = None, set()
+        self.run_to(self.n)  # before B_L, the last stage's backward
+        return state
+
+    def _movable(self, t, key) -> bool:
+        return key is not None and key not in self.protected and U.copyable(t)
+
+    def pack(self, t: torch.Tensor):
+        key = U.storage_key(t)
+        if not self._movable(t, key):
+            return t
+        record = self.owner.get(key)
+        if record is None:
+            record = self.records.get(self.stage)
+            if record is None or key in self.inputs:
+                return t
+            self.owner[key] = record
+        handle = _Saved(record, _Slot(record.add(key, t), t=t), t)
+        record.handles.append(handle)
+        return handle
+
+    def unpack(self, packed):
+        if not isinstance(packed, _Saved):
+            return packed
+        if packed.t is not None:
+            return packed.t
+        record = packed.record
+        if record.state in ("host", "dropped"):  # its point did not fire (or a second backward): issue it now
+            self._prefetch(record)
+        if record.state == "incoming":
+            if record.pdone is not None:
+                torch.cuda.current_stream(self.copies.device).wait_event(record.pdone)
+            record.pdone, record.state = None, "back"
+        if record.state != "back":
+            raise RuntimeError(f"internal error: x_{record.k} unpacked in state {record.state}")
+        view = packed.slot.view(record.stores[packed.slot.storage].block)
+        record.unpacked += 1
+        if record.unpacked == len(record.handles):  # autograd holds what it still needs (Note [Freed as autograd frees])
+            self._drop(record)
+        return view
+
+    # ------------------------------------------------------------ the backward's points
+    def _hook(self, state, q: int) -> None:
+        t = next((t for t in U.tensors(state) if t.requires_grad), None)
+        if t is not None:
+            t.register_hook(lambda grad: self._point(q))
+
+    def _point(self, q: int) -> None:
+        if not self.queued:  # the step's end: after the engine has run every node of this backward
+            self.queued = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._end)
+        self.run_to(q)
+
+    def _end(self) -> None:
+        self.run_to(len(self.points) - 1)
+        self.queued = False
+
+    def run_to(self, q: int) -> None:
+        """Issue everything due before op ``q`` (and what a point that did not fire left)."""
+        while self.cursor <= q:
+            for kind, k in self.points[self.cursor]:
+                getattr(self, "_" + kind)(self.records[k])
+            self.cursor += 1
+
+    # ------------------------------------------------------------ the four actions
+    def _offload(self, record: _Record) -> None:
+        pairs = []
+        for store in record.stores:
+            store.host = self.copies.take(store.raw.numel())
+            pairs.append((store.host, store.raw))
+        record.done, record.state = self.copies.copy(pairs), "copying"
+
+    def _release(self, record: _Record) -> None:
+        if record.done is not None:
+            torch.cuda.current_stream(self.copies.device).wait_event(record.done)
+        for key in record.index:
+            self.owner.pop(key, None)  # a later block at the same address is not this storage
+        for store in record.stores:
+            store.raw = None
+        for handle in record.handles:
+            handle.t = None
+        record.done, record.state = None, "host"
+
+    def _prefetch(self, record: _Record) -> None:
+        pairs = []
+        for store in record.stores:
+            store.block = torch.empty(store.host.numel(), dtype=torch.uint8, device=store.device)
+            pairs.append((store.block, store.host))
+        record.pdone, record.state, record.unpacked = self.copies.copy(pairs), "incoming", 0
+
+    def _drop(self, record: _Record) -> None:
+        if record.state in ("back", "incoming"):
+            for store in record.stores:
+                store.block = None
+            record.pdone, record.state = None, "dropped"
+
+    def close(self) -> None:
+        for record in self.records.values():
+            for store in record.stores:
+                if store.host is not None:
+                    self.copies.give(store.host)
+                    store.host = None
+            record.handles.clear()

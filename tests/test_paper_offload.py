@@ -178,3 +178,28 @@ def test_offload_executor_paper_row_on_the_cpu(tmp_path):
     write_report(link, [row, low], errors, args, "python bench/offload_executor.py")
     text = (tmp_path / "offload_executor_cpu_test.md").read_text()
     assert f"| mlp | 50% 0 | offload_only_paper ({row['algorithm']}) | - | - |" in text
+
+
+def test_paper_fidelity_bench_records_and_refuses_bad_input(tmp_path, capsys):
+    """bench/paper_fidelity.py on one of bench/fidelity.py's models: every row's gradients equal plain
+    autograd's and its measured peak (the meter) holds the budget at the plan's prediction; a link
+    without a rate is refused in one line."""
+    import json
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    import paper_fidelity
+    assert paper_fidelity.main(["--models", "gpt2_style", "--fractions", "0.5", "--passes", "1",
+                                "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "paper_fidelity_cpu.json").read_text())
+    assert data["meta"]["command"].startswith("python bench/paper_fidelity.py --models gpt2_style")
+    rows = data["records"]
+    assert [r["budget_label"] for r in rows] == ["50 %", "least"]
+    for r in rows:
+        assert r["gradients_equal"] and r["within_budget"] and r["moved_tapes"] > 0
+        assert r["measured_peak_bytes"] <= r["predicted_peak_bytes"] + 16
+    assert "| gpt2_style | least |" in (tmp_path / "paper_fidelity_cpu.md").read_text()
+    with pytest.raises(SystemExit) as exit_info:
+        paper_fidelity.main(["--link", "0", "--out", str(tmp_path)])
+    assert exit_info.value.code == 2
+    assert "--link '0': the paper's model needs a finite, nonzero rate" in capsys.readouterr().err

@@ -31,11 +31,13 @@ How a tape moves (Note [Tapes through saved-tensor hooks])
 
 Note [Freed as autograd frees]
     Plain autograd frees a saved tensor as soon as the last node that reads it has run: a stage's own
-    output goes in the middle of its backward, and the profile's backward transients (``bwd_extra``, the
-    paper's ex^B) are net of that. A record that held x_k's copy until ``drop`` would keep it through the
-    rest of B_{k-1} and measure up to |x_k| above the model. So once every handle packed on x_k has been
-    unpacked, the record lets its device copy go and only the views autograd holds keep it, as they
-    would keep the original; ``drop`` is then a no-op (it still frees a storage no saved tensor reads).
+    intermediates go one by one during its backward, and the profile's backward transients
+    (``bwd_extra``, the paper's ex^B) are net of that. A record that held x_k's copy until ``drop``
+    would keep all of it through the rest of B_{k-1} and measure up to |x_k| above the model (a GPT-2
+    block's MLP intermediates: 4.5 MiB over, on the CPU). So each storage of x_k is let go once every
+    handle packed on it has been unpacked: only the views autograd holds keep it then, as they would
+    keep the original. ``drop`` frees what no saved tensor reads (an output nobody saved). A handle read
+    a second time after its storage went (a kept graph's second backward) fetches it again.
 
 Note [Pinned buffers]
     Host buffers come from the runner's :class:`~torch_exec.offload.HostCopies` pool (pinned once, reused
@@ -51,18 +53,21 @@ from .offload import HostCopies, _raw, _Slot
 
 
 class _Store:
-    """One storage of a moved x_k: its device bytes until release, its host copy, its device again."""
+    """One storage of a moved x_k: its device bytes until release, its host copy, its device again, the
+    handles that read it and how many of them have since the copy back (Note [Freed as autograd frees])."""
 
-    __slots__ = ("raw", "host", "device", "block")
+    __slots__ = ("raw", "host", "device", "block", "handles", "reads")
 
     def __init__(self, raw: torch.Tensor):
         self.raw, self.host, self.device, self.block = raw, None, raw.device, None
+        self.handles: list[_Saved] = []
+        self.reads = 0
 
 
 class _Record:
     """A moved x_k in one step: its storages (by key), the handles packed on it and its copy events."""
 
-    __slots__ = ("k", "stores", "index", "handles", "done", "pdone", "state", "unpacked")
+    __slots__ = ("k", "stores", "index", "handles", "done", "pdone", "state")
 
     def __init__(self, k: int):
         self.k = k
@@ -71,7 +76,6 @@ class _Record:
         self.handles: list[_Saved] = []
         self.done = self.pdone = None  # CUDA events of the copy out and the copy back
         self.state = "device"          # device -> copying -> host -> incoming -> back (-> dropped)
-        self.unpacked = 0              # handles unpacked since the copy back
 
     def add(self, key, t: torch.Tensor) -> int:
         if key not in self.index:
@@ -86,10 +90,11 @@ class _Saved:
     """What the pack hook returns for a tensor of a moved x_k: the tensor itself until ``release``, then
     the view of its storage's copy."""
 
-    __slots__ = ("record", "slot", "t")
+    __slots__ = ("record", "slot", "t", "read")
 
     def __init__(self, record: _Record, slot: _Slot, t: torch.Tensor):
         self.record, self.slot, self.t = record, slot, t
+        self.read = False  # unpacked since its storage came back
 
 
 class PaperOffloadRunner:
@@ -176,18 +181,22 @@ class _PaperStep:
                 self.stage, self.inputs = s, set(U.storages(state))
                 for fn in self.runner.groups[s - 1]:
                     state = fn(state)
-                record = self.records.get(s)
-                if record is not None:  # a_s is part of x_s
-                    for t in U.tensors(state):
-                        key = U.storage_key(t)
-                        if self._movable(t, key) and key not in self.owner and key not in self.inputs:
-                            record.add(key, t)
-                            self.owner[key] = record
+                if s in self.records:  # a_s is part of x_s
+                    self._adopt(self.records[s], state)
                 if s < self.n:
                     self._hook(state, 2 * self.n - s)  # before B_{s-1}: stage s's backward
         self.stage, self.inputs = None, set()
         self.run_to(self.n)  # before B_L, the last stage's backward
         return state
+
+    def _adopt(self, record: _Record, state) -> None:
+        """Add the storages of a_s that are new (not the input's, not another x's) to x_s. A method, so
+        that no loop variable of the forward's frame keeps a tensor of a_s once it is released."""
+        for t in U.tensors(state):
+            key = U.storage_key(t)
+            if self._movable(t, key) and key not in self.owner and key not in self.inputs:
+                record.add(key, t)
+                self.owner[key] = record
 
     def _movable(self, t, key) -> bool:
         return key is not None and key not in self.protected and U.copyable(t)
@@ -204,6 +213,7 @@ class _PaperStep:
             self.owner[key] = record
         handle = _Saved(record, _Slot(record.add(key, t), t=t), t)
         record.handles.append(handle)
+        record.stores[handle.slot.storage].handles.append(handle)
         return handle
 
     def unpack(self, packed):
@@ -212,18 +222,20 @@ class _PaperStep:
         if packed.t is not None:
             return packed.t
         record = packed.record
-        if record.state in ("host", "dropped"):  # its point did not fire (or a second backward): issue it now
+        store = record.stores[packed.slot.storage]
+        if store.block is None:  # its point did not fire, a kept graph's second backward, a second read: fetch now
+            if record.state not in ("host", "back", "dropped"):
+                raise RuntimeError(f"internal error: x_{record.k} unpacked in state {record.state}")
             self._prefetch(record)
-        if record.state == "incoming":
-            if record.pdone is not None:
-                torch.cuda.current_stream(self.copies.device).wait_event(record.pdone)
-            record.pdone, record.state = None, "back"
-        if record.state != "back":
-            raise RuntimeError(f"internal error: x_{record.k} unpacked in state {record.state}")
-        view = packed.slot.view(record.stores[packed.slot.storage].block)
-        record.unpacked += 1
-        if record.unpacked == len(record.handles):  # autograd holds what it still needs (Note [Freed as autograd frees])
-            self._drop(record)
+        if record.pdone is not None:
+            torch.cuda.current_stream(self.copies.device).wait_event(record.pdone)
+        record.pdone, record.state = None, "back"
+        view = packed.slot.view(store.block)
+        if not packed.read:
+            packed.read = True
+            store.reads += 1
+            if store.reads == len(store.handles):  # autograd holds what it still reads (Note [Freed as autograd frees])
+                store.block = None
         return view
 
     # ------------------------------------------------------------ the backward's points
@@ -269,14 +281,22 @@ class _PaperStep:
         record.done, record.state = None, "host"
 
     def _prefetch(self, record: _Record) -> None:
+        """The copy back of every storage of x_k that has no device block now (all of them, but after a
+        storage was let go and is read again)."""
         pairs = []
         for store in record.stores:
-            store.block = torch.empty(store.host.numel(), dtype=torch.uint8, device=store.device)
-            pairs.append((store.block, store.host))
-        record.pdone, record.state, record.unpacked = self.copies.copy(pairs), "incoming", 0
+            if store.block is None:
+                store.block = torch.empty(store.host.numel(), dtype=torch.uint8, device=store.device)
+                pairs.append((store.block, store.host))
+                store.reads = 0
+                for handle in store.handles:
+                    handle.read = False
+        record.pdone, record.state = self.copies.copy(pairs), "incoming"
 
     def _drop(self, record: _Record) -> None:
         if record.state in ("back", "incoming"):
+            if record.pdone is not None:  # never read: the copy must end before its block is reused
+                torch.cuda.current_stream(self.copies.device).wait_event(record.pdone)
             for store in record.stores:
                 store.block = None
             record.pdone, record.state = None, "dropped"
@@ -288,3 +308,5 @@ class _PaperStep:
                     self.copies.give(store.host)
                     store.host = None
             record.handles.clear()
+            for store in record.stores:
+                store.handles.clear()

@@ -189,17 +189,22 @@ def test_paper_fidelity_bench_records_and_refuses_bad_input(tmp_path, capsys):
     from pathlib import Path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
     import paper_fidelity
-    assert paper_fidelity.main(["--models", "gpt2_style", "--fractions", "0.5", "--passes", "1",
+    assert paper_fidelity.main(["--models", "resnet50_style,gpt2_style", "--fractions", "0.9", "--passes", "1",
                                 "--out", str(tmp_path)]) == 0
     data = json.loads((tmp_path / "paper_fidelity_cpu.json").read_text())
-    assert data["meta"]["command"].startswith("python bench/paper_fidelity.py --models gpt2_style")
+    assert data["meta"]["command"].startswith("python bench/paper_fidelity.py --models resnet50_style,gpt2_style")
     rows = data["records"]
-    assert [r["budget_label"] for r in rows] == ["50 %", "least"]
+    assert [(r["model"], r["budget_label"]) for r in rows] == [
+        ("resnet50_style", "90 %"), ("resnet50_style", "least"), ("gpt2_style", "90 %"), ("gpt2_style", "least")]
     for r in rows:
-        assert r["gradients_equal"] and r["within_budget"] and r["moved_tapes"] > 0
-        assert r["measured_peak_bytes"] <= r["predicted_peak_bytes"] + 16
+        assert r["gradients_equal"] and r["moved_tapes"] > 0
+        # the prediction to the 8 B outside the profiled chain (README, "Offloading"); at 90 % a reference
+        # the runner kept to a released output in its forward measured 5 % over (resnet50_style)
+        assert r["measured_peak_bytes"] <= r["predicted_peak_bytes"] + 8
+        assert r["within_budget"] or r["budget_label"] == "least"
     assert "| gpt2_style | least |" in (tmp_path / "paper_fidelity_cpu.md").read_text()
     with pytest.raises(SystemExit) as exit_info:
         paper_fidelity.main(["--link", "0", "--out", str(tmp_path)])
     assert exit_info.value.code == 2
     assert "--link '0': the paper's model needs a finite, nonzero rate" in capsys.readouterr().err
+

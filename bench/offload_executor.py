@@ -229,7 +229,7 @@ def paper_row(common, wrapped, stages, x, budget, label, link, meter, args, erro
             runner(x).backward()
         peak, ms, each = meter.step(step, list(stages.parameters()), args.steps, args.warmup)
         runner.close()
-        row.update(measured_peak_bytes=peak, step_ms=ms, step_ms_each=each,
+        row.update(measured_peak_bytes=peak, step_ms=ms, step_ms_each=each, late_prefetches=runner.late_prefetches,
                    within_budget=peak is not None and peak <= budget, host_bytes=runner.host_bytes(),
                    requested_peak_bytes=meter.requested_peak, **meter.diagnostics)
         print(f"   paper ({plan.method}) {label}: peak {peak} B (pred {plan.predicted_peak_bytes}), {ms:.2f} ms (pred "

@@ -114,6 +114,27 @@ def test_dynprog_exact_equals_exhaustive_relaxation():
     assert agree_fluid >= 0.9 * total
 
 
+def test_what_may_move_restricts_all_three():
+    """Note [What may move]: with some x_i fixed, exact DYNPROG is the best of the subsets that leave them
+    (exhaustive), S slots never pick one, and GREEDY and VDNN never do; all movable is the paper's."""
+    rng = random.Random(11)
+    for _ in range(120):
+        c = _random_chain(rng)
+        movable = [rng.random() < 0.6 for _ in range(c.L + 1)]
+        allowed = [s for s in _subsets(c) if all(movable[i] for i in s)]
+        d = dynprog(c, None, movable=movable)
+        assert d.value == min(relaxed_makespan(c, s) for s in allowed)
+        assert all(movable[i] for i in d.decisions or [])
+        slotted = dynprog(c, 64, movable=movable)
+        assert all(movable[i] for i in slotted.decisions or [])
+        assert all(movable[i] for i in greedy(c, movable))
+        assert all(movable[i] for cand in vdnn_candidates(c, movable=movable) for i in cand)
+        assert dynprog(c, None, movable=[True] * (c.L + 1)).value == dynprog(c, None).value
+        assert greedy(c, [True] * (c.L + 1)) == greedy(c)
+    with pytest.raises(ValueError, match=r"movable has 1 values, expected at least 2"):
+        greedy(_tiny().with_memory(5), [True])
+
+
 def test_slots_equal_exact_on_unit_slots():
     # with whole sizes, B = 1 and whole times every quantity is whole: S = M_GPU slots of 1 is exact
     rng = random.Random(3)

@@ -39,6 +39,22 @@ Note [Freed as autograd frees]
     keep the original. ``drop`` frees what no saved tensor reads (an output nobody saved). A handle read
     a second time after its storage went (a kept graph's second backward) fetches it again.
 
+Note [Written while copied]
+    ``offload k`` is issued before stage k+1 runs, which reads a_k. A stage that writes into a_k in place
+    (an in-place activation at its start) would change bytes the copy has already read or is reading, and
+    the saved tensors would come back with the values from before the write; autograd's version check of
+    saved tensors does not apply to what a pack hook returns. So ``release`` compares each storage's
+    version counter with the one at the offload and raises, naming the fix, as the executor does for a
+    write into a segment's input.
+
+Note [Steps end with their graph]
+    A step's host buffers go back to the pool when its backward ends (unless it keeps the graph). Several
+    forwards may come before their backwards (micro-batches summed into one loss), so a call does not end
+    the steps before it: it ends those no backward can read any more, i.e. whose graph is gone. The graph
+    owns the handles (autograd keeps what the pack hook returned), the records hold them weakly, so a step
+    with no live handle and no backward running is done with: a forward under ``no_grad``, or a graph
+    dropped without a backward, keeps nothing past the next call.
+
 Note [Pinned buffers]
     Host buffers come from the runner's :class:`~torch_exec.offload.HostCopies` pool (pinned once, reused
     by every step) and go back when the next step starts. On the CPU the copies are synchronous into a
@@ -48,34 +64,48 @@ from __future__ import annotations
 
 import torch
 
+import weakref
+
+from torch import nn
+
 from . import _util as U
+from .executor import _keep_graph
 from .offload import HostCopies, _raw, _Slot
+
+
+_WRITTEN_ERROR = (
+    "PaperOffloadRunner: a stage wrote in place into a tensor of x_{k} (the tape of stage {k}, with its output) "
+    "while the plan copied it to the host (before op {upto}): the copy would bring back the values from before "
+    "the write, and autograd's check of saved tensors does not see through the copy. Make that operation out of "
+    "place (e.g. nn.ReLU(inplace=False)), or fuse it into stage {k} (Note [Written while copied])")
 
 
 class _Store:
     """One storage of a moved x_k: its device bytes until release, its host copy, its device again, the
     handles that read it and how many of them have since the copy back (Note [Freed as autograd frees])."""
 
-    __slots__ = ("raw", "host", "device", "block", "handles", "reads")
+    __slots__ = ("raw", "host", "device", "block", "handles", "unread")
 
     def __init__(self, raw: torch.Tensor):
         self.raw, self.host, self.device, self.block = raw, None, raw.device, None
-        self.handles: list[_Saved] = []
-        self.reads = 0
+        self.handles = weakref.WeakSet()  # those the graph still holds (Note [Steps end with their graph])
+        self.unread = 0
 
 
 class _Record:
     """A moved x_k in one step: its storages (by key), the handles packed on it and its copy events."""
 
-    __slots__ = ("k", "stores", "index", "handles", "done", "pdone", "state")
+    __slots__ = ("k", "stores", "index", "handles", "done", "pdone", "state", "versions", "outputs")
 
     def __init__(self, k: int):
         self.k = k
         self.stores: list[_Store] = []
         self.index: dict = {}          # storage key -> position in stores
-        self.handles: list[_Saved] = []
+        self.handles = weakref.WeakSet()
         self.done = self.pdone = None  # CUDA events of the copy out and the copy back
         self.state = "device"          # device -> copying -> host -> incoming -> back (-> dropped)
+        self.versions: list = []       # (tensor, its version) when the copy out was issued
+        self.outputs: list = []        # the tensors of a_k it holds (until release)
 
     def add(self, key, t: torch.Tensor) -> int:
         if key not in self.index:
@@ -90,7 +120,7 @@ class _Saved:
     """What the pack hook returns for a tensor of a moved x_k: the tensor itself until ``release``, then
     the view of its storage's copy."""
 
-    __slots__ = ("record", "slot", "t", "read")
+    __slots__ = ("record", "slot", "t", "read", "__weakref__")
 
     def __init__(self, record: _Record, slot: _Slot, t: torch.Tensor):
         self.record, self.slot, self.t = record, slot, t
@@ -100,10 +130,13 @@ class _Saved:
 class PaperOffloadRunner:
     """Runs one :class:`~gpusolve.offload.compare.PaperPlan` over ``groups`` (the callables of each chain
     stage, as :class:`torch_exec.CheckpointedSequential`'s entry has them: ``entry.groups``) on ``device``.
-    ``modules``: the modules whose parameters and buffers the stages read (never moved).
+    ``modules``: more modules whose parameters and buffers the stages read (never moved; the stages'
+    own modules, and those their plain callables reach, are found).
 
     ``runner(x)`` runs the forward and returns the last stage's output; its ``backward()`` runs the plan's
-    backward. ``copies``: the plan's host buffer pool (a new one by default)."""
+    backward. Several forwards may precede their backwards; a step's host buffers go back to the pool
+    when its backward ends (unless it keeps the graph) or, at a later call, once its output is gone.
+    ``copies``: the plan's host buffer pool (a new one by default)."""
 
     def __init__(self, groups: list, plan, device, modules=(), copies: HostCopies | None = None):
         if len(plan.points) != 2 * len(groups) + 1:
@@ -111,9 +144,12 @@ class PaperOffloadRunner:
                              f"make it with paper_plan on the chain these stages were profiled as")
         self.groups = [list(g) for g in groups]
         self.plan = plan
-        self.modules = list(modules)
+        fns = [fn for g in self.groups for fn in g]
+        reached = [v for fn in fns for _, v in U.reachable_state(fn) if isinstance(v, nn.Module)]
+        self.modules = U.modules_of(fns + reached + list(modules))
         self.copies = copies if copies is not None else HostCopies(device)
-        self._step: _PaperStep | None = None
+        self._open: list[_PaperStep] = []  # the steps not closed yet
+        self.late_prefetches = 0  # in the last step closed: copies back issued only when read (not at their point)
 
     @classmethod
     def of(cls, model, sample, budget, link, method: str = "best") -> "PaperOffloadRunner":
@@ -132,15 +168,20 @@ class PaperOffloadRunner:
         return cls(entry.groups, plan, entry.device, modules=[model])
 
     def __call__(self, x):
-        self.close()
-        self._step = _PaperStep(self)
-        return self._step.forward(x)
+        for step in self._open:
+            if not step.alive():  # Note [Steps end with their graph]
+                step.close()
+        self._open = [step for step in self._open if not step.closed]
+        step = _PaperStep(self)
+        self._open.append(step)
+        return step.forward(x)
 
     def close(self) -> None:
-        """Give the last step's host buffers back to the pool (the next call does it)."""
-        if self._step is not None:
-            self._step.close()
-            self._step = None
+        """Give every open step's host buffers back to the pool (a graph still alive cannot run its
+        backward after this)."""
+        for step in self._open:
+            step.close()
+        self._open = []
 
     def host_bytes(self) -> int:
         """Bytes of host buffers the pool holds (after :meth:`close`: all the plan's)."""
@@ -170,7 +211,9 @@ class _PaperStep:
         self.stage = 0
         self.inputs: set = set()       # storage keys of the running stage's input
         self.cursor = 0
-        self.queued = False
+        self.queued = False            # a backward of this step is running (its end is queued)
+        self.closed = False
+        self.late = 0                  # copies back issued when read, their point not reached (no overlap)
 
     # ------------------------------------------------------------ the forward
     def forward(self, x):
@@ -189,6 +232,10 @@ class _PaperStep:
         self.run_to(self.n)  # before B_L, the last stage's backward
         return state
 
+    def alive(self) -> bool:
+        """Whether a backward may still read this step: one runs, or the graph holds a handle."""
+        return self.queued or any(len(record.handles) for record in self.records.values())
+
     def _adopt(self, record: _Record, state) -> None:
         """Add the storages of a_s that are new (not the input's, not another x's) to x_s. A method, so
         that no loop variable of the forward's frame keeps a tensor of a_s once it is released."""
@@ -196,6 +243,7 @@ class _PaperStep:
             key = U.storage_key(t)
             if self._movable(t, key) and key not in self.owner and key not in self.inputs:
                 record.add(key, t)
+                record.outputs.append(t)
                 self.owner[key] = record
 
     def _movable(self, t, key) -> bool:
@@ -212,8 +260,8 @@ class _PaperStep:
                 return t
             self.owner[key] = record
         handle = _Saved(record, _Slot(record.add(key, t), t=t), t)
-        record.handles.append(handle)
-        record.stores[handle.slot.storage].handles.append(handle)
+        record.handles.add(handle)
+        record.stores[handle.slot.storage].handles.add(handle)
         return handle
 
     def unpack(self, packed):
@@ -226,6 +274,7 @@ class _PaperStep:
         if store.block is None:  # its point did not fire, a kept graph's second backward, a second read: fetch now
             if record.state not in ("host", "back", "dropped"):
                 raise RuntimeError(f"internal error: x_{record.k} unpacked in state {record.state}")
+            self.late += 1
             self._prefetch(record)
         if record.pdone is not None:
             torch.cuda.current_stream(self.copies.device).wait_event(record.pdone)
@@ -233,16 +282,19 @@ class _PaperStep:
         view = packed.slot.view(store.block)
         if not packed.read:
             packed.read = True
-            store.reads += 1
-            if store.reads == len(store.handles):  # autograd holds what it still reads (Note [Freed as autograd frees])
+            store.unread -= 1
+            if store.unread == 0:  # autograd holds what it still reads (Note [Freed as autograd frees])
                 store.block = None
         return view
 
     # ------------------------------------------------------------ the backward's points
     def _hook(self, state, q: int) -> None:
-        t = next((t for t in U.tensors(state) if t.requires_grad), None)
-        if t is not None:
-            t.register_hook(lambda grad: self._point(q))
+        """Point q when the gradient of a_s exists: a tensor of a_s that stage s made (one passed on from an
+        earlier stage gets its gradient only at that stage's backward), else any that needs one."""
+        needs = [t for t in U.tensors(state) if t.requires_grad]
+        made = [t for t in needs if U.storage_key(t) not in self.inputs]
+        if needs:
+            (made or needs)[0].register_hook(lambda grad: self._point(q))
 
     def _point(self, q: int) -> None:
         if not self.queued:  # the step's end: after the engine has run every node of this backward
@@ -251,14 +303,19 @@ class _PaperStep:
         self.run_to(q)
 
     def _end(self) -> None:
-        self.run_to(len(self.points) - 1)
+        """The backward's end: what is left is let go (no copy is issued now: a backward that did not
+        reach the first stages never reads them); the host buffers go back unless the graph is kept."""
+        self.run_to(len(self.points) - 1, copies=False)
         self.queued = False
+        if not _keep_graph():
+            self.close()
 
-    def run_to(self, q: int) -> None:
+    def run_to(self, q: int, copies: bool = True) -> None:
         """Issue everything due before op ``q`` (and what a point that did not fire left)."""
         while self.cursor <= q:
             for kind, k in self.points[self.cursor]:
-                getattr(self, "_" + kind)(self.records[k])
+                if copies or kind in ("drop", "release"):
+                    getattr(self, "_" + kind)(self.records[k])
             self.cursor += 1
 
     # ------------------------------------------------------------ the four actions
@@ -267,16 +324,21 @@ class _PaperStep:
         for store in record.stores:
             store.host = self.copies.take(store.raw.numel())
             pairs.append((store.host, store.raw))
+        record.versions = [(t, t._version) for t in record.outputs + [h.t for h in record.handles]]
         record.done, record.state = self.copies.copy(pairs), "copying"
 
     def _release(self, record: _Record) -> None:
+        for t, version in record.versions:  # Note [Written while copied]
+            if t._version != version:
+                raise RuntimeError(_WRITTEN_ERROR.format(k=record.k, upto=self.cursor))
+        record.versions, record.outputs = [], []
         if record.done is not None:
             torch.cuda.current_stream(self.copies.device).wait_event(record.done)
         for key in record.index:
             self.owner.pop(key, None)  # a later block at the same address is not this storage
         for store in record.stores:
             store.raw = None
-        for handle in record.handles:
+        for handle in list(record.handles):
             handle.t = None
         record.done, record.state = None, "host"
 
@@ -288,8 +350,9 @@ class _PaperStep:
             if store.block is None:
                 store.block = torch.empty(store.host.numel(), dtype=torch.uint8, device=store.device)
                 pairs.append((store.block, store.host))
-                store.reads = 0
-                for handle in store.handles:
+                handles = list(store.handles)
+                store.unread = len(handles)
+                for handle in handles:
                     handle.read = False
         record.pdone, record.state = self.copies.copy(pairs), "incoming"
 
@@ -302,11 +365,21 @@ class _PaperStep:
             record.pdone, record.state = None, "dropped"
 
     def close(self) -> None:
+        """Give the host buffers back to the pool and let go of every device reference (a step whose
+        backward never comes keeps nothing). On CUDA the copy stream is FIFO: a later step's offload into
+        a buffer runs after this step's prefetch from it."""
+        if self.closed:
+            return
+        self.closed = True
+        self.runner.late_prefetches = self.late
         for record in self.records.values():
             for store in record.stores:
                 if store.host is not None:
                     self.copies.give(store.host)
-                    store.host = None
-            record.handles.clear()
-            for store in record.stores:
+                store.raw = store.host = store.block = None
                 store.handles.clear()
+            for handle in list(record.handles):
+                handle.t = None
+            record.handles.clear()
+            record.versions, record.outputs = [], []
+        self.owner.clear()

@@ -62,7 +62,9 @@ def paper_chain(chain: Chain, budget_bytes: int, link: Link, input_on_device: bo
 #     gpusolve/offload/paper.py). The caller holds the input, so no executor can free it: the instance
 #     it runs has |x_0| = 0 and M_GPU = the budget (beyond the input, as this project's budgets are), where
 #     the rows of :func:`paper_results` count the input on both sides. The plan's peak and time are that
-#     instance's; they differ from the rows' only by what moving the input would have given.
+#     instance's; they differ from the rows' only by what moving the input would have given. A tape whose
+#     output a later stage passes on, or that holds a tensor kept on the device, does not move
+#     (``Chain.swappable``; Note [What may move] in gpusolve/offload/paper.py): the runner could not free it.
 @dataclass
 class PaperPlan:
     """One of the paper's offload-only plans, ready to run (Note [Running the paper's plans])."""
@@ -99,18 +101,20 @@ def paper_plan(chain: Chain, budget_bytes: int, link: Link, method: str = "best"
         raise ValueError(f"budget {budget_bytes} B is below the least the paper's model runs this chain in, "
                          f"{int(need) + int(chain.reserved_bytes)} B (its largest op footprint, everything else "
                          f"on the host); give at least that") from None
+    # x_k (k <= L), the tape of stage k, holds a_k: it moves where a_k may (x_0, the input, never)
+    movable = chain.swappable()[:len(c.x) - 1].tolist()  # Note [What may move]
     considered, best = {}, None
     for name in wanted:
         if name == "GREEDY":
-            decisions = greedy(c)
+            decisions = greedy(c, movable)
         elif name == "DYNPROG":
             try:
-                decisions = dynprog(c, PAPER_S, max_seconds=60.0).decisions
+                decisions = dynprog(c, PAPER_S, max_seconds=60.0, movable=movable).decisions
             except StateBudgetExceeded as err:
                 considered[name] = f"state budget exceeded ({err})"
                 continue
         else:
-            decisions = vdnn(c, max_thresholds=64)[1]
+            decisions = vdnn(c, max_thresholds=64, movable=movable)[1]
         if decisions is None:
             considered[name] = "no valid decisions"
             continue

@@ -489,18 +489,39 @@ def validate(c: OffloadChain, tl: Timeline, fluid: bool = False):
 
 
 # ---------------------------------------------------------------------------- GREEDY, Theorem 2, VDNN
-def greedy(c: OffloadChain) -> list[int]:
+def _movable(c: OffloadChain, movable) -> list[bool]:
+    """Which of x_0..x_L may move (Note [What may move]); all of them by default."""
+    n = len(c.x) - 1
+    if movable is None:
+        return [True] * n
+    out = [bool(v) for v in movable][:n]
+    if len(out) != n:
+        raise ValueError(f"movable has {len(out)} values, expected at least {n} (x_0..x_L)")
+    return out
+
+
+# Note [What may move]
+#     The paper lets every x_i move. An executor cannot free an activation that something else still
+#     holds: a storage a later stage passes on in its own output (Note [Outputs passed through] in
+#     gpusolve/chain.py), or a tensor it keeps on the device. ``movable`` (e.g. ``Chain.swappable()``)
+#     restricts the decisions: GREEDY takes the movable x_i in index order, DYNPROG offers the "kept"
+#     branch only for the others, VDNN ranks only movable ones. With every x_i movable all three are
+#     the paper's.
+def greedy(c: OffloadChain, movable=None) -> list[int]:
     """§4.2 GREEDY's decisions: x_0..x_k, k the least index with Σ_{i≤k} |x_i| ≥ M_peak − M_GPU
-    (nothing when M_peak ≤ M_GPU)."""
+    (nothing when M_peak ≤ M_GPU); only the ``movable`` ones (Note [What may move])."""
     need = m_peak(c) - c.M
     if need <= 0:
         return []
-    acc = 0
+    ok = _movable(c, movable)
+    acc, chosen = 0, []
     for k in range(len(c.x) - 1):
-        acc += c.x[k]
-        if acc >= need:
-            return list(range(k + 1))
-    return list(range(len(c.x) - 1))
+        if ok[k]:
+            acc += c.x[k]
+            chosen.append(k)
+            if acc >= need:
+                break
+    return chosen
 
 
 def eager_amounts(c: OffloadChain, Q) -> list[float]:
@@ -519,12 +540,13 @@ def fractional_optimum(c: OffloadChain) -> SimResult:
     return simulate(c, eager_amounts(c, max(0.0, float(m_peak(c) - c.M))), fluid=True)
 
 
-def vdnn_candidates(c: OffloadChain, max_thresholds: int | None = None) -> list[list[int]]:
+def vdnn_candidates(c: OffloadChain, max_thresholds: int | None = None, movable=None) -> list[list[int]]:
     """§6.1's VDNN: ratio u_{F_i} / |x_i| for the x_i that may move; for every threshold the set of
     ratios at or above it, and every other one of that set ("half of them", the every-other-conv
     analogue), in index order. ``max_thresholds`` keeps that many thresholds (quantiles) for long chains."""
     n = len(c.x) - 1
-    ratio = [(float(c.uF[i]) / float(c.x[i]) if float(c.x[i]) > 0 else -INF) for i in range(n)]
+    ok = _movable(c, movable)
+    ratio = [(float(c.uF[i]) / float(c.x[i]) if float(c.x[i]) > 0 and ok[i] else -INF) for i in range(n)]
     thr = sorted({r for r in ratio if r > -INF}, reverse=True)
     if max_thresholds and len(thr) > max_thresholds:
         pick = np.unique(np.linspace(0, len(thr) - 1, max_thresholds).round().astype(int))
@@ -537,11 +559,11 @@ def vdnn_candidates(c: OffloadChain, max_thresholds: int | None = None) -> list[
     return out
 
 
-def vdnn(c: OffloadChain, max_thresholds: int | None = None):
+def vdnn(c: OffloadChain, max_thresholds: int | None = None, movable=None):
     """Best (makespan, decisions) over :func:`vdnn_candidates` in the integral model; (inf, None) if none
     is feasible. Offloading nothing is a candidate only when M_peak ≤ M_GPU (VDNN always offloads)."""
     best = (INF, None)
-    cands = vdnn_candidates(c, max_thresholds)
+    cands = vdnn_candidates(c, max_thresholds, movable)
     if m_peak(c) <= c.M:
         cands = [[]] + cands
     for d in cands:
@@ -682,11 +704,11 @@ class StateBudgetExceeded(RuntimeError):
 
 
 def dynprog(c: OffloadChain, S: int | None = S_PUBLISHED, literal_validity: bool = False,
-            max_states: int = 3_000_000, max_seconds: float | None = None) -> DynProgResult:
+            max_states: int = 3_000_000, max_seconds: float | None = None, movable=None) -> DynProgResult:
     """Algorithm 1. ``S`` memory slots of M_GPU / S ([O] §6.1: sizes rounded up; state values rounded up
     to whole slots after each step -- Note [Slots]); ``S=None``: exact, one Python dict per i with
     Fraction keys (tiny integer instances). ``max_states`` bounds one IDLE_i table (raises
-    :class:`StateBudgetExceeded`), ``max_seconds`` the run (same).
+    :class:`StateBudgetExceeded`), ``max_seconds`` the run (same). ``movable``: Note [What may move].
 
     Note [Slots]: [O] says all memory sizes are whole slots, rounded up; Δ_F, Δ_B and M_F after a step
     are memory amounts too (an amount moved in (ε + u)·B is not whole), so they are rounded up as well
@@ -695,9 +717,10 @@ def dynprog(c: OffloadChain, S: int | None = S_PUBLISHED, literal_validity: bool
     tell such values apart (exact). Not clipped with ``literal_validity`` (which reads negative Δ)."""
     t0 = time.perf_counter()
     if S is None:
-        return _dynprog_exact(c, literal_validity, max_states, t0)
+        return _dynprog_exact(c, literal_validity, max_states, t0, _movable(c, movable))
     q, _ = _quantise(c, S)
     L = len(c.uF) - 1
+    may_move = _movable(c, movable)
     sumx = sum(q.x)
     clipF = int(math.ceil(max(sum(q.uF) * q.B, sumx))) + 1
     clipB = int(math.ceil(max(sum(q.uB) * q.B, sumx))) + 1
@@ -737,6 +760,9 @@ def dynprog(c: OffloadChain, S: int | None = S_PUBLISHED, literal_validity: bool
         ncost = np.concatenate([c2, c2])
         par = np.concatenate([idx, idx])
         dec = np.concatenate([np.ones(len(idx), bool), np.zeros(len(idx), bool)])
+        if not may_move[i]:  # x_i stays: the kept branch only
+            kept = slice(len(idx), None)
+            nMF, nDF, nDB, ncost, par, dec = nMF[kept], nDF[kept], nDB[kept], ncost[kept], par[kept], dec[kept]
         order = np.lexsort((ncost, nDB, nDF, nMF))
         nMF, nDF, nDB, ncost, par, dec = nMF[order], nDF[order], nDB[order], ncost[order], par[order], dec[order]
         first = np.ones(len(nMF), bool)
@@ -762,7 +788,7 @@ def dynprog(c: OffloadChain, S: int | None = S_PUBLISHED, literal_validity: bool
     return DynProgResult(value, sorted(chosen), largest, time.perf_counter() - t0, S)
 
 
-def _dynprog_exact(c, literal, max_states, t0):
+def _dynprog_exact(c, literal, max_states, t0, ok):
     q, _ = _quantise(c, None)
     L = len(c.uF) - 1
     tables = [{(q.x[0], Fraction(0), Fraction(0)): (Fraction(0), None, None)}]
@@ -770,7 +796,7 @@ def _dynprog_exact(c, literal, max_states, t0):
     for i in range(L + 1):
         nxt = {}
         for key, (idle, _, _) in tables[i].items():
-            for off in (True, False):
+            for off in (True, False) if ok[i] else (False,):
                 r = _step(q, i, *key, off, literal)
                 if r is None:
                     break

@@ -305,11 +305,16 @@ def test_two_forwards_then_one_backward_and_a_partial_backward():
         for p in ps:
             p.grad = None
     loss_of(ref_model(x1)).backward(inputs=middle[0])
-    loss_of(runner(x1)).backward(inputs=middle[1])
+    loss = loss_of(runner(x1))
+    loss.backward(inputs=middle[1])
     for p, q in zip(*middle, strict=True):
         assert torch.equal(p.grad, q.grad)
     step = runner._open[-1]
-    assert step.closed and all(r.state in ("host", "dropped") for r in step.records.values())
+    # the first stages' nodes never ran: they still hold handles, so the step stays until the graph goes
+    assert not step.closed and all(r.state in ("host", "dropped") for r in step.records.values())
+    del loss
+    runner(x1)
+    assert step.closed and step not in runner._open
 
 
 def test_a_forward_without_backward_keeps_nothing():
@@ -322,3 +327,124 @@ def test_a_forward_without_backward_keeps_nothing():
     loss_of(runner(x)).backward()
     assert first.closed and first not in runner._open
     assert all(store.raw is None and store.block is None for r in first.records.values() for store in r.stores)
+
+
+# ---------------------------------------------------------------------------- what the second review found
+class Split(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.a, self.b = nn.Linear(n, n), nn.Linear(n, n)
+
+    def forward(self, x):
+        return (torch.tanh(self.a(x)), torch.tanh(self.b(x)))
+
+
+class Towers(Split):
+    def forward(self, state):
+        a, b = state
+        return (torch.sin(self.a(a)), torch.sin(self.b(b)))
+
+
+def test_two_towers_run_backward_one_after_the_other():
+    """Note [Steps end with their graph]: the first tower's backward leaves the second's handles alive,
+    so the step stays for the second backward; gradients equal plain autograd's."""
+    n = 48
+
+    def make():
+        torch.manual_seed(0)
+        return nn.Sequential(Split(n), *[Towers(n) for _ in range(8)]).to(DT)
+    x = torch.randn(64, n, dtype=DT)
+    ref_model, model = make(), make()
+    runner, plan = runner_for(model, x, 0.6)
+    assert plan.decisions
+    ref_x, got_x = x.clone().requires_grad_(), x.clone().requires_grad_()
+    ra, rb = ref_model(ref_x)
+    ra.square().sum().backward()
+    rb.square().sum().backward()
+    ga, gb = runner(got_x)
+    ga.square().sum().backward()
+    assert not runner._open[-1].closed
+    gb.square().sum().backward()
+    assert runner._open[-1].closed
+    assert_same(ref_model, model, ref_x, got_x)
+
+
+class HalveThenSine(nn.Module):
+    """Writes into its input in place, then saves only tensors it makes (``h * 1.0``, the sine's input)."""
+
+    def __init__(self, n, inplace=True):
+        super().__init__()
+        self.lin, self.inplace = nn.Linear(n, n), inplace
+
+    def forward(self, h):
+        if self.inplace:
+            h.mul_(0.5)
+            return torch.sin(self.lin(h * 1.0))
+        return torch.sin(self.lin(h))
+
+
+def test_an_in_place_write_nothing_saves_afterwards_is_fine():
+    """Note [Written while copied] refuses only a saved tensor that would come back stale: here the write
+    comes after the copy was issued but nothing saved reads the written bytes (plain autograd runs it)."""
+    n = 64
+
+    def make(inplace):
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(n, n), *[HalveThenSine(n, inplace) for _ in range(7)],
+                             nn.Linear(n, 3)).to(DT)
+    x = torch.randn(64, n, dtype=DT)
+    planned, plan = runner_for(make(False), x, 0.5)  # the same stages, planned without the write
+    assert plan.decisions and [len(g) for g in planned.groups] == [1] * 9
+    ref_model, model = make(True), make(True)
+    runner = PaperOffloadRunner([[m] for m in model], plan, "cpu")
+    ref_x, got_x = x.clone().requires_grad_(), x.clone().requires_grad_()
+    loss_of(ref_model(ref_x)).backward()
+    loss_of(runner(got_x)).backward()
+    assert_same(ref_model, model, ref_x, got_x)
+
+
+def test_weights_a_plain_callable_reads_stay():
+    """Leaf tensors needing a gradient that a stage's plain callable reads (no module holds them) are never
+    part of a moved tape: the host copies are the plan's bytes and the peak its prediction."""
+    x = torch.randn(64, 4, dtype=DT)
+    model = mlp(width=64, depth=8)
+    runner, plan = runner_for(model, x, 0.5)
+    free = {id(p): p.detach().clone().requires_grad_() for p in model.parameters()}
+
+    def fn_of(m):
+        if isinstance(m, nn.Linear):
+            w, b = free[id(m.weight)], free[id(m.bias)]
+            return lambda h: nn.functional.linear(h, w, b)
+        return m
+    bare = PaperOffloadRunner([[fn_of(m) for m in g] for g in runner.groups], plan, "cpu")
+    for t in free.values():
+        t.grad = torch.zeros_like(t)
+    for _ in range(2):
+        _, reading = measure_peak(lambda: loss_of(bare(x)).backward())
+    bare.close()
+    assert bare.host_bytes() == plan.offloaded_bytes
+    assert reading.peak <= plan.predicted_peak_bytes + 16
+
+
+def test_a_backward_that_raises_leaves_nothing_behind():
+    """A backward that raises midway never runs the end it queued; once its graph is dropped, the next
+    call ends the step and the host buffers go back to the pool. Using a closed step's graph raises."""
+    import gc
+    x = torch.randn(64, 4, dtype=DT)
+    model = mlp(width=64, depth=8)
+    runner, plan = runner_for(model, x, 0.5)
+    hook = model[4].register_full_backward_hook(lambda *args: (_ for _ in ()).throw(RuntimeError("boom")))
+    y = runner(x)
+    step = runner._open[-1]
+    with pytest.raises(RuntimeError, match="boom"):
+        loss_of(y).backward()
+    hook.remove()
+    assert step.queued and not step.closed  # its end never ran
+    del y
+    gc.collect()
+    loss_of(runner(x)).backward()
+    assert step.closed and runner.host_bytes() == plan.offloaded_bytes
+    y = runner(x)
+    runner.close()
+    with pytest.raises(RuntimeError, match=r"reads a step whose host copies were given back \(runner.close\(\)"):
+        loss_of(y).backward()

@@ -25,9 +25,10 @@ How a tape moves (Note [Tapes through saved-tensor hooks])
     blocks go back to the compute stream's pool; ``prefetch k`` allocates them again on the compute
     stream and issues the copy back; the first unpack of x_k in the backward makes the compute stream wait
     for it and views the saved tensor in the copy; ``drop k`` lets the device copy go after B_{k-1}, or
-    earlier (Note [Freed as autograd frees]). The backward's points are tensor hooks on the stage outputs (a hook on a_s runs when its gradient exists,
-    just before stage s's backward); a point that never fires (an output without a gradient) is caught
-    up at the next one, and a prefetch not issued by the time its tensor is unpacked is issued then.
+    earlier (Note [Freed as autograd frees]). The backward's points are tensor hooks on the stage
+    outputs (a hook on a_s runs when its gradient exists, just before stage s's backward); a point that
+    never fires (an output without a gradient) is caught up at the next one, and a prefetch not issued
+    by the time its tensor is unpacked is issued then (``late_prefetches`` counts them).
 
 Note [Freed as autograd frees]
     Plain autograd frees a saved tensor as soon as the last node that reads it has run: a stage's own
@@ -43,29 +44,35 @@ Note [Written while copied]
     ``offload k`` is issued before stage k+1 runs, which reads a_k. A stage that writes into a_k in place
     (an in-place activation at its start) would change bytes the copy has already read or is reading, and
     the saved tensors would come back with the values from before the write; autograd's version check of
-    saved tensors does not apply to what a pack hook returns. So ``release`` compares each storage's
-    version counter with the one at the offload and raises, naming the fix, as the executor does for a
-    write into a segment's input.
+    saved tensors does not apply to what a pack hook returns. So the runner raises, naming the fix, as the
+    executor does for a write into a segment's input, when a tensor is saved on x_k after a write into its
+    storage since the offload (the pack hook compares the version counters of x_k's tensors on that
+    storage with those at the offload), and at ``release`` when a tensor saved before the offload was
+    written since (plain autograd would refuse that backward too). A write nothing saves afterwards is
+    fine. Writes that bypass the version counter (through ``.data``, or a tensor ``set_`` on the
+    storage) are not seen, as plain autograd does not see them either; here they would bring back the
+    old values.
 
 Note [Steps end with their graph]
-    A step's host buffers go back to the pool when its backward ends (unless it keeps the graph). Several
-    forwards may come before their backwards (micro-batches summed into one loss), so a call does not end
-    the steps before it: it ends those no backward can read any more, i.e. whose graph is gone. The graph
-    owns the handles (autograd keeps what the pack hook returned), the records hold them weakly, so a step
-    with no live handle and no backward running is done with: a forward under ``no_grad``, or a graph
-    dropped without a backward, keeps nothing past the next call.
+    Several forwards may come before their backwards (micro-batches summed into one loss), and one
+    forward's graph may be run in parts (two towers, two losses), so a step ends only when no backward can
+    read it any more. The graph owns the handles (autograd keeps what the pack hook returned) and the
+    hooks of the backward's points, which hold the step's token; the step holds both weakly. At the end of
+    a backward that does not keep the graph, a step with no live handle is done (its host buffers go back
+    to the pool); at a later call, so is a step whose token and handles are gone and whose backward is
+    not running (a forward under ``no_grad``, a graph dropped without a backward, a backward that
+    raised). A step used after :meth:`PaperOffloadRunner.close` raises.
 
 Note [Pinned buffers]
     Host buffers come from the runner's :class:`~torch_exec.offload.HostCopies` pool (pinned once, reused
-    by every step) and go back when the next step starts. On the CPU the copies are synchronous into a
+    by every step) and go back when the step ends (Note [Steps end with their graph]). On the CPU the copies are synchronous into a
     second CPU tensor: the same hooks, records and order, for tests (gradients equal plain autograd's).
 """
 from __future__ import annotations
 
-import torch
-
 import weakref
 
+import torch
 from torch import nn
 
 from . import _util as U
@@ -80,22 +87,33 @@ _WRITTEN_ERROR = (
     "place (e.g. nn.ReLU(inplace=False)), or fuse it into stage {k} (Note [Written while copied])")
 
 
+_CLOSED_ERROR = (
+    "PaperOffloadRunner: a backward reads a step whose host copies were given back (runner.close() was called "
+    "while its graph was alive); run the forward again")
+
+
+class _Token:
+    """What the hooks of a step's backward points hold: alive as long as the graph (Note [Steps end with
+    their graph])."""
+
+
 class _Store:
     """One storage of a moved x_k: its device bytes until release, its host copy, its device again, the
     handles that read it and how many of them have since the copy back (Note [Freed as autograd frees])."""
 
-    __slots__ = ("raw", "host", "device", "block", "handles", "unread")
+    __slots__ = ("raw", "host", "device", "block", "handles", "unread", "versions")
 
     def __init__(self, raw: torch.Tensor):
         self.raw, self.host, self.device, self.block = raw, None, raw.device, None
         self.handles = weakref.WeakSet()  # those the graph still holds (Note [Steps end with their graph])
         self.unread = 0
+        self.versions: list = []  # (tensor on it, its version) at the offload, until release
 
 
 class _Record:
     """A moved x_k in one step: its storages (by key), the handles packed on it and its copy events."""
 
-    __slots__ = ("k", "stores", "index", "handles", "done", "pdone", "state", "versions", "outputs")
+    __slots__ = ("k", "stores", "index", "handles", "done", "pdone", "state", "saved", "outputs")
 
     def __init__(self, k: int):
         self.k = k
@@ -104,8 +122,8 @@ class _Record:
         self.handles = weakref.WeakSet()
         self.done = self.pdone = None  # CUDA events of the copy out and the copy back
         self.state = "device"          # device -> copying -> host -> incoming -> back (-> dropped)
-        self.versions: list = []       # (tensor, its version) when the copy out was issued
-        self.outputs: list = []        # the tensors of a_k it holds (until release)
+        self.saved: list = []          # (saved tensor, its version) at the offload, until release
+        self.outputs: list = []        # (store, tensor) of a_k's tensors (until release)
 
     def add(self, key, t: torch.Tensor) -> int:
         if key not in self.index:
@@ -134,8 +152,7 @@ class PaperOffloadRunner:
     own modules, and those their plain callables reach, are found).
 
     ``runner(x)`` runs the forward and returns the last stage's output; its ``backward()`` runs the plan's
-    backward. Several forwards may precede their backwards; a step's host buffers go back to the pool
-    when its backward ends (unless it keeps the graph) or, at a later call, once its output is gone.
+    backward. Several forwards may precede their backwards (Note [Steps end with their graph]).
     ``copies``: the plan's host buffer pool (a new one by default)."""
 
     def __init__(self, groups: list, plan, device, modules=(), copies: HostCopies | None = None):
@@ -145,8 +162,9 @@ class PaperOffloadRunner:
         self.groups = [list(g) for g in groups]
         self.plan = plan
         fns = [fn for g in self.groups for fn in g]
-        reached = [v for fn in fns for _, v in U.reachable_state(fn) if isinstance(v, nn.Module)]
-        self.modules = U.modules_of(fns + reached + list(modules))
+        reached = [v for fn in fns for _, v in U.reachable_state(fn)]
+        self.modules = U.modules_of(fns + [v for v in reached if isinstance(v, nn.Module)] + list(modules))
+        self.tensors = [v for v in reached if isinstance(v, torch.Tensor)]  # weights a plain callable reads
         self.copies = copies if copies is not None else HostCopies(device)
         self._open: list[_PaperStep] = []  # the steps not closed yet
         self.late_prefetches = 0  # in the last step closed: copies back issued only when read (not at their point)
@@ -189,11 +207,10 @@ class PaperOffloadRunner:
 
     def _protected(self) -> set:
         keys = set()
-        for m in self.modules:
-            for t in list(m.parameters()) + list(m.buffers()):
-                key = U.storage_key(t)
-                if key is not None:
-                    keys.add(key)
+        for t in [t for m in self.modules for t in list(m.parameters()) + list(m.buffers())] + self.tensors:
+            key = U.storage_key(t)
+            if key is not None:
+                keys.add(key)
         return keys
 
 
@@ -212,12 +229,16 @@ class _PaperStep:
         self.inputs: set = set()       # storage keys of the running stage's input
         self.cursor = 0
         self.queued = False            # a backward of this step is running (its end is queued)
+        self.task = -1                 # that backward's graph task
+        self.token = lambda: None      # a weak reference to what the graph's point hooks hold
         self.closed = False
         self.late = 0                  # copies back issued when read, their point not reached (no overlap)
 
     # ------------------------------------------------------------ the forward
     def forward(self, x):
         state = x
+        token = _Token()
+        self.token = weakref.ref(token)
         with torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack):
             for s in range(1, self.n + 1):
                 self.run_to(s - 1)  # before F_{s-1}: stage s
@@ -227,14 +248,19 @@ class _PaperStep:
                 if s in self.records:  # a_s is part of x_s
                     self._adopt(self.records[s], state)
                 if s < self.n:
-                    self._hook(state, 2 * self.n - s)  # before B_{s-1}: stage s's backward
+                    self._hook(state, 2 * self.n - s, token)  # before B_{s-1}: stage s's backward
         self.stage, self.inputs = None, set()
         self.run_to(self.n)  # before B_L, the last stage's backward
         return state
 
     def alive(self) -> bool:
-        """Whether a backward may still read this step: one runs, or the graph holds a handle."""
-        return self.queued or any(len(record.handles) for record in self.records.values())
+        """Whether a backward may still read this step (Note [Steps end with their graph])."""
+        if self.queued and torch._C._current_graph_task_id() != self.task:
+            self.queued = False  # its backward raised: the end it queued never ran
+        return self.queued or self.token() is not None or self._handles()
+
+    def _handles(self) -> bool:
+        return any(len(record.handles) for record in self.records.values())
 
     def _adopt(self, record: _Record, state) -> None:
         """Add the storages of a_s that are new (not the input's, not another x's) to x_s. A method, so
@@ -242,12 +268,16 @@ class _PaperStep:
         for t in U.tensors(state):
             key = U.storage_key(t)
             if self._movable(t, key) and key not in self.owner and key not in self.inputs:
-                record.add(key, t)
-                record.outputs.append(t)
+                record.outputs.append((record.add(key, t), t))
                 self.owner[key] = record
 
     def _movable(self, t, key) -> bool:
-        return key is not None and key not in self.protected and U.copyable(t)
+        """Whether ``t`` may be part of a moved tape: not a parameter, buffer or other leaf that needs a
+        gradient (or a view of one), nor a tensor the executor cannot copy."""
+        if key is None or key in self.protected or not U.copyable(t):
+            return False
+        base = t if t._base is None else t._base
+        return not (base.is_leaf and base.requires_grad)
 
     def pack(self, t: torch.Tensor):
         key = U.storage_key(t)
@@ -260,8 +290,11 @@ class _PaperStep:
                 return t
             self.owner[key] = record
         handle = _Saved(record, _Slot(record.add(key, t), t=t), t)
+        store = record.stores[handle.slot.storage]
+        if any(u._version != v for u, v in store.versions):  # Note [Written while copied]
+            raise RuntimeError(_WRITTEN_ERROR.format(k=record.k, upto=self.cursor))
         record.handles.add(handle)
-        record.stores[handle.slot.storage].handles.add(handle)
+        store.handles.add(handle)
         return handle
 
     def unpack(self, packed):
@@ -269,13 +302,15 @@ class _PaperStep:
             return packed
         if packed.t is not None:
             return packed.t
+        if self.closed:
+            raise RuntimeError(_CLOSED_ERROR)
         record = packed.record
         store = record.stores[packed.slot.storage]
         if store.block is None:  # its point did not fire, a kept graph's second backward, a second read: fetch now
             if record.state not in ("host", "back", "dropped"):
                 raise RuntimeError(f"internal error: x_{record.k} unpacked in state {record.state}")
             self.late += 1
-            self._prefetch(record)
+            self._prefetch(record, [store] if record.state == "back" else None)
         if record.pdone is not None:
             torch.cuda.current_stream(self.copies.device).wait_event(record.pdone)
         record.pdone, record.state = None, "back"
@@ -288,26 +323,30 @@ class _PaperStep:
         return view
 
     # ------------------------------------------------------------ the backward's points
-    def _hook(self, state, q: int) -> None:
-        """Point q when the gradient of a_s exists: a tensor of a_s that stage s made (one passed on from an
-        earlier stage gets its gradient only at that stage's backward), else any that needs one."""
+    def _hook(self, state, q: int, token) -> None:
+        """Point q when the gradient of a_s exists: on every tensor of a_s that stage s made (one passed on
+        from an earlier stage gets its gradient only at that stage's backward; two towers get theirs in
+        two backwards), else on one that needs it. The hooks hold ``token`` (Note [Steps end with their
+        graph])."""
         needs = [t for t in U.tensors(state) if t.requires_grad]
-        made = [t for t in needs if U.storage_key(t) not in self.inputs]
-        if needs:
-            (made or needs)[0].register_hook(lambda grad: self._point(q))
+        for t in [t for t in needs if U.storage_key(t) not in self.inputs] or needs[:1]:
+            t.register_hook(lambda grad, token=token: self._point(q))  # the first to run issues (cursor)
 
     def _point(self, q: int) -> None:
+        if self.closed:  # its reads raise (unpack)
+            return
         if not self.queued:  # the step's end: after the engine has run every node of this backward
-            self.queued = True
+            self.queued, self.task = True, torch._C._current_graph_task_id()
             torch.autograd.Variable._execution_engine.queue_callback(self._end)
         self.run_to(q)
 
     def _end(self) -> None:
         """The backward's end: what is left is let go (no copy is issued now: a backward that did not
-        reach the first stages never reads them); the host buffers go back unless the graph is kept."""
+        reach the first stages never reads them); the step ends unless the graph is kept or a part of it
+        that did not run still holds handles (Note [Steps end with their graph])."""
         self.run_to(len(self.points) - 1, copies=False)
         self.queued = False
-        if not _keep_graph():
+        if not _keep_graph() and not self._handles():
             self.close()
 
     def run_to(self, q: int, copies: bool = True) -> None:
@@ -324,14 +363,19 @@ class _PaperStep:
         for store in record.stores:
             store.host = self.copies.take(store.raw.numel())
             pairs.append((store.host, store.raw))
-        record.versions = [(t, t._version) for t in record.outputs + [h.t for h in record.handles]]
+        for i, store in enumerate(record.stores):  # Note [Written while copied]
+            held = [h.t for h in store.handles if h.t is not None] + [t for j, t in record.outputs if j == i]
+            store.versions = [(t, t._version) for t in held]
+        record.saved = [(h.t, h.t._version) for h in record.handles if h.t is not None]
         record.done, record.state = self.copies.copy(pairs), "copying"
 
     def _release(self, record: _Record) -> None:
-        for t, version in record.versions:  # Note [Written while copied]
+        for t, version in record.saved:  # saved before the offload, written since (Note [Written while copied])
             if t._version != version:
                 raise RuntimeError(_WRITTEN_ERROR.format(k=record.k, upto=self.cursor))
-        record.versions, record.outputs = [], []
+        record.saved, record.outputs = [], []
+        for store in record.stores:
+            store.versions = []
         if record.done is not None:
             torch.cuda.current_stream(self.copies.device).wait_event(record.done)
         for key in record.index:
@@ -342,11 +386,11 @@ class _PaperStep:
             handle.t = None
         record.done, record.state = None, "host"
 
-    def _prefetch(self, record: _Record) -> None:
-        """The copy back of every storage of x_k that has no device block now (all of them, but after a
-        storage was let go and is read again)."""
+    def _prefetch(self, record: _Record, stores=None) -> None:
+        """The copy back of the storages of x_k without a device block (``stores``: only those; by default
+        all of them, as the plan has it)."""
         pairs = []
-        for store in record.stores:
+        for store in record.stores if stores is None else stores:
             if store.block is None:
                 store.block = torch.empty(store.host.numel(), dtype=torch.uint8, device=store.device)
                 pairs.append((store.block, store.host))
@@ -378,8 +422,9 @@ class _PaperStep:
                     self.copies.give(store.host)
                 store.raw = store.host = store.block = None
                 store.handles.clear()
+                store.versions = []
             for handle in list(record.handles):
                 handle.t = None
             record.handles.clear()
-            record.versions, record.outputs = [], []
+            record.saved, record.outputs = [], []
         self.owner.clear()

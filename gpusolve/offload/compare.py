@@ -97,7 +97,8 @@ def paper_plan(chain: Chain, budget_bytes: int, link: Link, method: str = "best"
         if paper_rate(link) is None:
             raise
         from .paper import m_min
-        need = float(m_min(paper_chain(chain, store_all_peak_bytes(chain), link, input_on_device=True)))
+        # an instance valid at any budget (its least can exceed the store-all peak: F_i is charged x_i whole)
+        need = float(m_min(paper_chain(chain, 1 << 62, link, input_on_device=True)))
         raise ValueError(f"budget {budget_bytes} B is below the least the paper's model runs this chain in, "
                          f"{int(need) + int(chain.reserved_bytes)} B (its largest op footprint, everything else "
                          f"on the host); give at least that") from None

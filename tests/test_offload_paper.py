@@ -343,3 +343,12 @@ def test_paper_plan_errors():
         paper_plan(ch, 1000, link)
     with pytest.raises(ValueError, match="finite, nonzero bandwidth"):
         paper_plan(ch, store_all_peak_bytes(ch), Link.parse("inf"))
+    # the paper's least can exceed the store-all peak (its B_i holds x_{i+1} whole; this chain's backward
+    # releases the tape first): 400 B here, the peak 300 B, and the message names 400
+    small = Chain(t_fwd=[1, 1], t_fwd_nograd=[1, 1], t_bwd=[2, 2], act_bytes=[100, 100], grad_bytes=[100, 100],
+                  tape_bytes=[100, 100], bwd_tape_bytes=[0, 0], fwd_nograd_extra=[0, 0], fwd_grad_extra=[0, 0],
+                  bwd_extra=[0, 0], input_bytes=100)
+    assert store_all_peak_bytes(small) == 300
+    with pytest.raises(ValueError, match=r"budget 300 B is below the least the paper's model runs this chain in, "
+                                         r"400 B"):
+        paper_plan(small, 300, link)

@@ -355,10 +355,36 @@ def write(rows: list[dict], args, device) -> Path:
     return path
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_models_option(parser) -> None:
+    """``--models``: a comma list of :data:`MODELS` and :data:`EXTRA` (also bench/paper_fidelity.py's)."""
     parser.add_argument("--models", default=",".join(MODELS),
                         help=f"comma list of {', '.join(MODELS | EXTRA)} (default: {', '.join(MODELS)})")
+
+
+def chosen_models(parser, text: str) -> list[str]:
+    """The names of ``--models``, or the parser's one-line error (exit 2) naming the first unknown one."""
+    names = text.split(",")
+    unknown = [name for name in names if name not in MODELS | EXTRA]
+    if unknown:
+        parser.error(f"unknown model {unknown[0]!r}; choose from {', '.join(MODELS | EXTRA)}")
+    return names
+
+
+def run_models(names: list[str], run) -> list[dict]:
+    """The rows of ``run(name)`` for each model; one whose library is missing (ImportError) is skipped,
+    saying so."""
+    rows = []
+    for name in names:
+        try:
+            rows += run(name)
+        except ImportError as err:
+            print(f"{name}: skipped ({err})")
+    return rows
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_models_option(parser)
     parser.add_argument("--fractions", default=",".join(map(str, FRACTIONS)))
     parser.add_argument("--steps", type=int, default=5, help="timed steps per measurement (median)")
     parser.add_argument("--passes", type=int, default=3, help="profiling passes")
@@ -376,14 +402,7 @@ def main(argv=None) -> int:
     if device.type == "cpu":
         torch.set_num_threads(args.threads)
     warnings.simplefilter("ignore", te.CPUTimingWarning)
-    rows = []
-    for name in args.models.split(","):
-        if name not in MODELS | EXTRA:
-            parser.error(f"unknown model {name!r}; choose from {', '.join(MODELS | EXTRA)}")
-        try:
-            rows += run_model(name, args, device)
-        except ImportError as err:
-            print(f"{name}: skipped ({err})")
+    rows = run_models(chosen_models(parser, args.models), lambda name: run_model(name, args, device))
     print(f"wrote {write(rows, args, device)}")
     return 0
 

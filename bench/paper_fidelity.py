@@ -42,7 +42,8 @@ from gpusolve.simulate import store_all_peak_bytes  # noqa: E402
 from torch_exec.paper_offload import PaperOffloadRunner  # noqa: E402
 
 from _common import command_line, cpu_description  # noqa: E402  (same folder)
-from fidelity import EXTRA, MODELS, _ensure_grads, _step, to_device  # noqa: E402  (same folder)
+from fidelity import (EXTRA, MODELS, _ensure_grads, _step, add_models_option, chosen_models,  # noqa: E402
+                      run_models, to_device)
 from torch_exec.meter import measure_peak  # noqa: E402
 
 FRACTIONS = (0.9, 0.7, 0.5)
@@ -164,8 +165,7 @@ def write(rows, args, device, link, command) -> Path:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=",".join(MODELS),
-                        help=f"comma list of {', '.join(MODELS | EXTRA)} (default: {', '.join(MODELS)})")
+    add_models_option(parser)
     parser.add_argument("--fractions", default=",".join(map(str, FRACTIONS)),
                         help="budgets as fractions of the profiled store-all peak (the paper's least is added)")
     parser.add_argument("--link", default="50GB/s", help="the link the paper's model plans for (default 50GB/s)")
@@ -182,20 +182,12 @@ def main(argv=None) -> int:
         parser.error(str(err))
     if paper_rate(link) is None:
         parser.error(f"--link {args.link!r}: the paper's model needs a finite, nonzero rate")
-    names = args.models.split(",")
-    unknown = [n for n in names if n not in MODELS | EXTRA]
-    if unknown:
-        parser.error(f"unknown model {unknown[0]!r}; choose from {', '.join(MODELS | EXTRA)}")
+    names = chosen_models(parser, args.models)
     device = torch.device(args.device)
     if device.type == "cpu":
         torch.set_num_threads(args.threads)
     warnings.simplefilter("ignore", te.CPUTimingWarning)
-    rows = []
-    for name in names:
-        try:
-            rows += run_model(name, args, device, link)
-        except ImportError as err:
-            print(f"{name}: skipped ({err})")
+    rows = run_models(names, lambda name: run_model(name, args, device, link))
     print(f"wrote {write(rows, args, device, link, command_line('paper_fidelity.py', argv))}")
     return 0
 

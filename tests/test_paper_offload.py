@@ -41,6 +41,16 @@ def zero_grads(model):
         p.grad = torch.zeros_like(p)
 
 
+def same_step(ref_model, runner, model, ref_x, x, seed=5):
+    """One step of plain autograd and one of the runner from the same seed: the same gradients and buffers,
+    bit for bit."""
+    torch.manual_seed(seed)
+    loss_of(ref_model(ref_x)).backward()
+    torch.manual_seed(seed)
+    loss_of(runner(x)).backward()
+    assert_same(ref_model, model, ref_x, x)
+
+
 def assert_same(ref_model, model, ref_x, x):
     assert torch.equal(ref_x.grad, x.grad), "input gradient"
     for (name, p), q in zip(ref_model.named_parameters(), model.parameters(), strict=True):
@@ -103,11 +113,7 @@ def test_convnet_batchnorm_inplace_dropout_bitwise(dropout):
     assert plan.decisions
     ref_x, got_x = x.clone().requires_grad_(), x.clone().requires_grad_()
     for _ in range(2):  # BatchNorm statistics move once per step in both
-        torch.manual_seed(5)
-        loss_of(ref_model(ref_x)).backward()
-        torch.manual_seed(5)
-        loss_of(runner(got_x)).backward()
-    assert_same(ref_model, model, ref_x, got_x)
+        same_step(ref_model, runner, model, ref_x, got_x)
 
 
 def test_host_buffers_pinned_once_and_reused():
@@ -269,9 +275,7 @@ def test_tapes_whose_output_is_passed_on_stay():
     assert reading.peak <= plan.budget_bytes
     ref_model.zero_grad(), model.zero_grad()
     ref_x.grad = got_x.grad = None
-    loss_of(ref_model(ref_x)).backward()
-    loss_of(runner(got_x)).backward()
-    assert_same(ref_model, model, ref_x, got_x)
+    same_step(ref_model, runner, model, ref_x, got_x)
 
 
 def test_parameters_stay_without_modules_given():
@@ -397,10 +401,7 @@ def test_an_in_place_write_nothing_saves_afterwards_is_fine():
     assert plan.decisions and [len(g) for g in planned.groups] == [1] * 9
     ref_model, model = make(True), make(True)
     runner = PaperOffloadRunner([[m] for m in model], plan, "cpu")
-    ref_x, got_x = x.clone().requires_grad_(), x.clone().requires_grad_()
-    loss_of(ref_model(ref_x)).backward()
-    loss_of(runner(got_x)).backward()
-    assert_same(ref_model, model, ref_x, got_x)
+    same_step(ref_model, runner, model, x.clone().requires_grad_(), x.clone().requires_grad_())
 
 
 def test_weights_a_plain_callable_reads_stay():

@@ -21,8 +21,8 @@ from gpusolve.chain import Chain
 from gpusolve.offload.compare import PAPER_ALGORITHMS, paper_chain, paper_plan
 from gpusolve.offload.link import Link
 from gpusolve.offload.paper import (OffloadChain, dynprog, eager_amounts, fractional_optimum, greedy, issue_points,
-                                    lower_bound, m_min, m_peak, relaxed_makespan, simulate, three_partition_instance,
-                                    two_partition_instance, validate, vdnn, vdnn_candidates)
+                                    issued_makespan, lower_bound, m_min, m_peak, relaxed_makespan, simulate,
+                                    three_partition_instance, two_partition_instance, validate, vdnn, vdnn_candidates)
 from gpusolve.simulate import store_all_peak_bytes
 
 
@@ -277,6 +277,31 @@ def test_issue_points_hand(offload, want):
     assert issue_points(c, simulate(c, offload).timeline) == want
 
 
+@pytest.mark.parametrize("offload,want", [((1,), 11.0), ((0, 1), 12.0), ((), 6.0)])
+def test_issued_makespan_hand(offload, want):
+    # test_issue_points_hand's programs run as issued: the release of x_1 waits for its copy out (to 4), the
+    # copies back follow it on the channel, B_1 waits for x_1 (7, resp. 8): the timelines' makespans
+    c = _tiny()
+    assert issued_makespan(c, issue_points(c, simulate(c, offload).timeline)) == pytest.approx(want, abs=1e-9)
+
+
+def test_issued_makespan_never_beats_the_timeline():
+    """Issuing before ops can only delay a no-wait schedule ([O] Prop. 1): on random chains the issued
+    program's time is at least the timeline's makespan (and the lower bound), equal on most."""
+    rng = random.Random(3)
+    equal = total = 0
+    for _ in range(200):
+        c = _random_chain(rng)
+        for decisions in _subsets(c):
+            r = simulate(c, decisions)
+            if r.feasible:
+                v = issued_makespan(c, issue_points(c, r.timeline))
+                assert v >= r.makespan - 1e-9 and v >= float(lower_bound(c)) - 1e-9
+                equal += abs(v - r.makespan) < 1e-9
+                total += 1
+    assert total > 500 and equal > total / 3
+
+
 def _check_points(c, points, decisions):
     """Every moved x_k: offloaded before F_k, released after F_k, prefetched after its release and by B_k,
     dropped before B_{k-2}; each once; transfers issued in the timeline's channel order."""
@@ -327,6 +352,7 @@ def test_paper_plan_on_profiles(name):
         c = paper_chain(ch, budget, link, input_on_device=True)
         assert c.x[0] == 0 and c.M == budget - ch.reserved_bytes
         assert simulate(c, plan.decisions).makespan == plan.predicted_time_ms
+        assert plan.issued_time_ms == issued_makespan(c, plan.points) >= plan.predicted_time_ms - 1e-9
         _check_points(c, plan.points, plan.decisions)
         assert plan.offloaded_bytes == sum(int(ch.tape_bytes[k - 1]) for k in plan.decisions)
         greedy_plan = paper_plan(ch, budget, link, method="greedy")

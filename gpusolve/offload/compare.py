@@ -72,6 +72,7 @@ class PaperPlan:
     method: str                  # "GREEDY", "DYNPROG" or "VDNN"
     decisions: list              # the offloaded x_k (x_k: the tape of stage k; 0 is the input, never moved)
     predicted_time_ms: float     # the paper model's makespan of those decisions
+    issued_time_ms: float        # the time of the program an executor issues (paper.issued_makespan; >= the above)
     predicted_peak_bytes: int    # its peak in this project's terms (reserved bytes included)
     budget_bytes: int
     points: list                 # :func:`gpusolve.offload.paper.issue_points` of its timeline
@@ -86,7 +87,7 @@ def paper_plan(chain: Chain, budget_bytes: int, link: Link, method: str = "best"
     """The paper's ``method`` (one of :data:`PAPER_ALGORITHMS`, or ``"best"``: the fastest of them) at
     ``budget_bytes`` over ``link``, as a plan an executor runs. Raises ``ValueError`` naming why when it
     has no schedule there (a budget below the model's least, no finite rate, no valid decisions)."""
-    from .paper import StateBudgetExceeded, dynprog, greedy, issue_points, simulate, vdnn
+    from .paper import StateBudgetExceeded, dynprog, greedy, issue_points, issued_makespan, simulate, vdnn
     wanted = PAPER_ALGORITHMS if method == "best" else (method.upper(),)
     if wanted[0] not in PAPER_ALGORITHMS:
         raise ValueError(f"method {method!r} is not one of the paper's algorithms; use one of "
@@ -130,9 +131,10 @@ def paper_plan(chain: Chain, budget_bytes: int, link: Link, method: str = "best"
         raise ValueError(f"the paper's {method} has no schedule at {budget_bytes} B: "
                          + "; ".join(f"{k}: {v}" for k, v in considered.items()))
     name, r, moved = best
-    return PaperPlan(name, moved, float(r.makespan), int(round(float(r.timeline.peak))) + int(chain.reserved_bytes),
-                     int(budget_bytes), issue_points(c, r.timeline), int(sum(float(c.x[k]) for k in moved)),
-                     considered)
+    points = issue_points(c, r.timeline)
+    return PaperPlan(name, moved, float(r.makespan), float(issued_makespan(c, points)),
+                     int(round(float(r.timeline.peak))) + int(chain.reserved_bytes), int(budget_bytes), points,
+                     int(sum(float(c.x[k]) for k in moved)), considered)
 
 
 def paper_results(chain: Chain, budget_bytes: int, link: Link) -> dict[str, tuple[float, float] | str]:

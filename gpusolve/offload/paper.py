@@ -33,7 +33,7 @@ What is here
   :func:`fractional_optimum` (Theorem 2), :func:`dynprog` (Algorithm 1 with eqs. (1)-(10), S slots or
   exact), :func:`relaxed_makespan` (eqs. (1)-(10) along fixed decisions), :func:`vdnn` (§6.1).
 * :func:`issue_points` -- a timeline as what an executor issues before each op (Note [Issuing a
-  timeline]; ``torch_exec.paper_offload`` runs it).
+  timeline]; ``torch_exec.paper_offload`` runs it), :func:`issued_makespan` -- that program's time.
 * :func:`three_partition_instance`, :func:`two_partition_instance` -- the reductions of Theorems 1, 3.
 
 Note [Errata and readings] (spec B.1, B.2; each one is a parameter or a test)
@@ -881,6 +881,34 @@ def issue_points(c: OffloadChain, tl: Timeline) -> list[list[tuple[str, int]]]:
         points[release[k]].append((1, off[k][1], "release", k))
         points[b_index(k - 2)].append((0, k, "drop", k))
     return [[(kind, k) for _rank, _t, kind, k in sorted(p, key=lambda r: (r[0], r[1]))] for p in points]
+
+
+def issued_makespan(c: OffloadChain, points) -> float:
+    """The step time of :func:`issue_points`' program as an executor runs it: ops one after the other,
+    each transfer on the one channel from its issue (or when the channel frees), a ``release`` waiting for
+    its copy out, B_i waiting for the copies back of the x_i and x_{i+1} it reads; no memory rule (the
+    points already hold it). The paper's makespan assumes transfers start mid-op where they fit best;
+    this is what issuing them before ops gives, the prediction to hold a measured step against."""
+    L = len(c.uF) - 1
+    durations = [float(v) for v in c.uF] + [float(c.uB[j]) for j in range(L, -1, -1)]
+    B = float(c.B)
+    t = chan = 0.0
+    out, back = {}, {}
+    for q, actions in enumerate(points):
+        for kind, k in actions:
+            if kind in ("offload", "prefetch"):
+                start = max(t, chan)
+                chan = start + float(c.x[k]) / B
+                (out if kind == "offload" else back)[k] = chan
+            elif kind == "release":
+                t = max(t, out[k])
+        if q == len(durations):
+            break
+        if q > L:  # B_j reads x_j and x_{j+1}
+            j = 2 * L + 1 - q
+            t = max([t] + [back[i] for i in (j, j + 1) if i in back])
+        t += durations[q]
+    return t
 
 
 # ---------------------------------------------------------------------------- reductions

@@ -35,9 +35,8 @@ from torch import nn  # noqa: E402
 
 import torch_exec as te  # noqa: E402
 from gpusolve import format_bytes  # noqa: E402
-from gpusolve.offload.compare import paper_chain, paper_rate  # noqa: E402
+from gpusolve.offload.compare import paper_least_bytes, paper_rate  # noqa: E402
 from gpusolve.offload.link import Link  # noqa: E402
-from gpusolve.offload.paper import m_min  # noqa: E402
 from gpusolve.simulate import store_all_peak_bytes  # noqa: E402
 from torch_exec.paper_offload import PaperOffloadRunner  # noqa: E402
 
@@ -69,13 +68,6 @@ def peak_of(model, x, device) -> int:
     return reading.peak
 
 
-def least_budget(chain, link) -> int:
-    """The least budget the paper's model runs ``chain`` in: its largest op footprint, everything else on
-    the host (input on the device, as :func:`paper_plan` has it)."""
-    c = paper_chain(chain, store_all_peak_bytes(chain), link, input_on_device=True)
-    return int(m_min(c)) + int(chain.reserved_bytes)
-
-
 def gradients_agree(make, x, runner_of, device) -> bool:
     """One step of plain autograd and one of the paper's plan on fresh copies of the model, from the same
     seed: equal gradients (bit for bit on the CPU)."""
@@ -100,7 +92,7 @@ def run_model(name, args, device, link) -> list[dict]:
                                         network=name, measure_steps=0)
     wrapped.prepare(x)
     chain = wrapped._last.plain_chain
-    top, least = store_all_peak_bytes(chain), least_budget(chain, link)
+    top, least = store_all_peak_bytes(chain), paper_least_bytes(chain, link)
     plain_peak = peak_of(stages, x, device)
     budgets = [(f"{100 * f:g} %", int(f * top)) for f in args.fractions] + [("least", least)]
     rows = []

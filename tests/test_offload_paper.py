@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from gpusolve.chain import Chain
-from gpusolve.offload.compare import PAPER_ALGORITHMS, paper_chain, paper_plan
+from gpusolve.offload.compare import PAPER_ALGORITHMS, paper_chain, paper_least_bytes, paper_plan, paper_results
 from gpusolve.offload.link import Link
 from gpusolve.offload.paper import (OffloadChain, dynprog, eager_amounts, fractional_optimum, greedy, issue_points,
                                     issued_makespan, lower_bound, m_min, m_peak, relaxed_makespan, simulate,
@@ -378,3 +378,7 @@ def test_paper_plan_errors():
     with pytest.raises(ValueError, match=r"budget 300 B is below the least the paper's model runs this chain in, "
                                          r"400 B"):
         paper_plan(small, 300, link)
+    # the same least as the rows of `compare` count it (the input in the budget: 400 - 100), and a plan there
+    assert paper_least_bytes(small, link) == 400 and paper_least_bytes(small, link, input_on_device=False) == 300
+    assert paper_plan(small, 400, link).predicted_peak_bytes == 400
+    assert paper_results(small, 250, link)["GREEDY [O]"] == "below what [O]'s model needs to run (300 B)"

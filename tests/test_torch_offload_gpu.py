@@ -196,8 +196,7 @@ def test_paper_plan_on_cuda_matches_autograd_and_holds_its_budget(setup):
     """torch_exec.paper_offload on a device: the offloading paper's plan (tapes to pinned host memory and
     back on the copy stream, no recomputation) gives plain autograd's gradients, pins its buffers once,
     and its measured peak holds the budget, below plain autograd's."""
-    from gpusolve.offload.compare import paper_chain, paper_plan
-    from gpusolve.offload.paper import m_min
+    from gpusolve.offload.compare import paper_least_bytes, paper_plan
     from torch_exec.paper_offload import PaperOffloadRunner
     targets, x, profile, _ = setup
     ref = net(targets)
@@ -207,8 +206,7 @@ def test_paper_plan_on_cuda_matches_autograd_and_holds_its_budget(setup):
     plain = wrapped._last.plain_chain
     link = Link.parse("50GB/s")
     top = store_all_peak_bytes(plain)
-    least = int(m_min(paper_chain(plain, top, link, input_on_device=True))) + plain.reserved_bytes
-    budget = (least + top) // 2
+    budget = (paper_least_bytes(plain, link) + top) // 2
     plan = paper_plan(plain, budget, link)
     assert plan.decisions
     runner = PaperOffloadRunner(wrapped._last.groups, plan, x.device, modules=[model])

@@ -56,6 +56,16 @@ def paper_chain(chain: Chain, budget_bytes: int, link: Link, input_on_device: bo
                         c.names, dict(c.meta))
 
 
+def paper_least_bytes(chain: Chain, link: Link, input_on_device: bool = True) -> int:
+    """The least budget (this project's bytes) the paper's model runs ``chain`` in: its largest op
+    footprint, everything else on the host (``input_on_device``: as :func:`paper_plan` has the input, else
+    as :func:`paper_results` does). It can exceed the store-all peak: the paper's B_i holds x_{i+1} whole."""
+    from .paper import m_min
+    c = paper_chain(chain, 1 << 62, link, input_on_device)  # an instance valid at any budget
+    shift = chain.reserved_bytes if input_on_device else chain.reserved_bytes - chain.input_bytes
+    return int(math.ceil(float(m_min(c)))) + int(shift)
+
+
 # Note [Running the paper's plans]
 #     ``torch_exec.paper_offload`` runs a plan of the paper's algorithms on a GPU: plain autograd over the
 #     stages, the chosen tapes copied to pinned host memory and back (Note [Issuing a timeline] in
@@ -97,11 +107,8 @@ def paper_plan(chain: Chain, budget_bytes: int, link: Link, method: str = "best"
     except ValueError:
         if paper_rate(link) is None:
             raise
-        from .paper import m_min
-        # an instance valid at any budget (its least can exceed the store-all peak: F_i is charged x_i whole)
-        need = float(m_min(paper_chain(chain, 1 << 62, link, input_on_device=True)))
         raise ValueError(f"budget {budget_bytes} B is below the least the paper's model runs this chain in, "
-                         f"{int(need) + int(chain.reserved_bytes)} B (its largest op footprint, everything else "
+                         f"{paper_least_bytes(chain, link)} B (its largest op footprint, everything else "
                          f"on the host); give at least that") from None
     # x_k (k <= L), the tape of stage k, holds a_k: it moves where a_k may (x_0, the input, never)
     movable = chain.swappable()[:len(c.x) - 1].tolist()  # Note [What may move]
@@ -142,14 +149,13 @@ def paper_results(chain: Chain, budget_bytes: int, link: Link) -> dict[str, tupl
     ``{method: reason}`` where it has no schedule (peaks in this project's terms)."""
     from .paper import StateBudgetExceeded, dynprog, greedy, simulate, vdnn
     from ..units import format_bytes
-    from .paper import m_min
     shift = -chain.input_bytes + chain.reserved_bytes
     try:
         c = paper_chain(chain, budget_bytes, link)
     except ValueError as err:
         if paper_rate(link) is None:
             return {name: str(err) for name in PAPER_METHODS}
-        need = float(m_min(paper_chain(chain, store_all_peak_bytes(chain), link))) + shift
+        need = paper_least_bytes(chain, link, input_on_device=False)
         return {name: f"below what [O]'s model needs to run ({format_bytes(need)})" for name in PAPER_METHODS}
 
     def run(decisions):

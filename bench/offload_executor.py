@@ -198,10 +198,7 @@ def bench_network(name, args, link, meter, records, errors):
                 if args.op_times:
                     time_ops(row, wrapped, step, offload, x.device, errors, f"{name} {method} {label}")
             except Exception as err:  # infeasible at this budget, OOM, ...
-                row.update(measured_peak_bytes=None, step_ms=None, error=_error(err))
-                row.setdefault("predicted_peak_bytes", None)
-                row.setdefault("predicted_step_ms", None)
-                print(f"   {method} {label}: {row['error']}", flush=True)
+                _failed(row, err, f"{method} {label}")
                 if args.verbose and not chain_bench._is_oom(err):
                     traceback.print_exc()
             records.append(row)
@@ -235,14 +232,19 @@ def paper_row(common, wrapped, stages, x, budget, label, link, meter, args, erro
         print(f"   paper ({plan.method}) {label}: peak {peak} B (pred {plan.predicted_peak_bytes}), {ms:.2f} ms (pred "
               f"{plan.issued_time_ms:.2f}; the paper's {plan.predicted_time_ms:.2f}), {len(plan.decisions)} tapes moved",
               flush=True)
-    except Exception as err:  # no schedule of the paper's at this budget, OOM, ...
-        row.update(measured_peak_bytes=None, step_ms=None, error=_error(err))
-        row.setdefault("predicted_peak_bytes", None)
-        row.setdefault("predicted_step_ms", None)
-        print(f"   paper {label}: {row['error']}", flush=True)
+    except Exception as err:  # a budget below the paper's least (a row, not an error of the run), OOM, ...
+        _failed(row, err, f"paper {label}")
         if not str(err).startswith("budget "):
             errors.append(f"{common['network']} paper {label}: {row['error']}")
     return row
+
+
+def _failed(row: dict, err, where: str) -> None:
+    """A row whose plan did not run: no measured figures, the error named (and printed)."""
+    row.update(measured_peak_bytes=None, step_ms=None, error=_error(err))
+    row.setdefault("predicted_peak_bytes", None)
+    row.setdefault("predicted_step_ms", None)
+    print(f"   {where}: {row['error']}", flush=True)
 
 
 def _error(err) -> str:

@@ -93,11 +93,37 @@ class PaperPlan:
 PAPER_ALGORITHMS = ("GREEDY", "DYNPROG", "VDNN")
 
 
+def run_paper_algorithms(c, names=PAPER_ALGORITHMS, movable=None) -> dict:
+    """``{algorithm: (decisions, SimResult)}`` of the paper's algorithms (``names``, of
+    :data:`PAPER_ALGORITHMS`) on the instance ``c``, their decisions simulated in its integral model, or
+    ``{algorithm: reason}`` where one has no schedule; DYNPROG with :data:`PAPER_S` slots as published,
+    VDNN over 64 thresholds; ``movable``: Note [What may move]."""
+    from .paper import StateBudgetExceeded, dynprog, greedy, simulate, vdnn
+    out: dict = {}
+    for name in names:
+        if name == "GREEDY":
+            decisions = greedy(c, movable)
+        elif name == "DYNPROG":
+            try:
+                decisions = dynprog(c, PAPER_S, max_seconds=60.0, movable=movable).decisions
+            except StateBudgetExceeded as err:
+                out[name] = f"state budget exceeded ({err})"
+                continue
+        else:
+            decisions = vdnn(c, max_thresholds=64, movable=movable)[1]
+        if decisions is None:
+            out[name] = "no valid decisions"
+            continue
+        r = simulate(c, decisions)
+        out[name] = (decisions, r) if r.feasible else (r.reason or "infeasible")
+    return out
+
+
 def paper_plan(chain: Chain, budget_bytes: int, link: Link, method: str = "best") -> PaperPlan:
     """The paper's ``method`` (one of :data:`PAPER_ALGORITHMS`, or ``"best"``: the fastest of them) at
     ``budget_bytes`` over ``link``, as a plan an executor runs. Raises ``ValueError`` naming why when it
     has no schedule there (a budget below the model's least, no finite rate, no valid decisions)."""
-    from .paper import StateBudgetExceeded, dynprog, greedy, issue_points, issued_makespan, simulate, vdnn
+    from .paper import issue_points, issued_makespan
     wanted = PAPER_ALGORITHMS if method == "best" else (method.upper(),)
     if wanted[0] not in PAPER_ALGORITHMS:
         raise ValueError(f"method {method!r} is not one of the paper's algorithms; use one of "
@@ -113,24 +139,11 @@ def paper_plan(chain: Chain, budget_bytes: int, link: Link, method: str = "best"
     # x_k (k <= L), the tape of stage k, holds a_k: it moves where a_k may (x_0, the input, never)
     movable = chain.swappable()[:len(c.x) - 1].tolist()  # Note [What may move]
     considered, best = {}, None
-    for name in wanted:
-        if name == "GREEDY":
-            decisions = greedy(c, movable)
-        elif name == "DYNPROG":
-            try:
-                decisions = dynprog(c, PAPER_S, max_seconds=60.0, movable=movable).decisions
-            except StateBudgetExceeded as err:
-                considered[name] = f"state budget exceeded ({err})"
-                continue
-        else:
-            decisions = vdnn(c, max_thresholds=64, movable=movable)[1]
-        if decisions is None:
-            considered[name] = "no valid decisions"
+    for name, result in run_paper_algorithms(c, wanted, movable).items():
+        if isinstance(result, str):
+            considered[name] = result
             continue
-        r = simulate(c, decisions)
-        if not r.feasible:
-            considered[name] = r.reason or "infeasible"
-            continue
+        decisions, r = result
         considered[name] = float(r.makespan)
         if best is None or r.makespan < best[1].makespan:
             best = (name, r, [k for k in decisions if float(c.x[k]) > 0])
@@ -147,7 +160,6 @@ def paper_plan(chain: Chain, budget_bytes: int, link: Link, method: str = "best"
 def paper_results(chain: Chain, budget_bytes: int, link: Link) -> dict[str, tuple[float, float] | str]:
     """``{method: (makespan_ms, peak_bytes)}`` for :data:`PAPER_METHODS` at ``budget_bytes``, or
     ``{method: reason}`` where it has no schedule (peaks in this project's terms)."""
-    from .paper import StateBudgetExceeded, dynprog, greedy, simulate, vdnn
     from ..units import format_bytes
     shift = -chain.input_bytes + chain.reserved_bytes
     try:
@@ -158,23 +170,10 @@ def paper_results(chain: Chain, budget_bytes: int, link: Link) -> dict[str, tupl
         need = paper_least_bytes(chain, link, input_on_device=False)
         return {name: f"below what [O]'s model needs to run ({format_bytes(need)})" for name in PAPER_METHODS}
 
-    def run(decisions):
-        if decisions is None:
-            return "no valid decisions"
-        r = simulate(c, decisions)
-        if not r.feasible:
-            return r.reason or "infeasible"
-        return float(r.makespan), float(r.timeline.peak) + shift
-
-    out: dict = {PAPER_METHODS[0]: run(greedy(c))}
-    try:
-        d = dynprog(c, PAPER_S, max_seconds=60.0)
-        out[PAPER_METHODS[1]] = run(d.decisions)
-    except StateBudgetExceeded as err:
-        out[PAPER_METHODS[1]] = f"state budget exceeded ({err})"
-    _, decisions = vdnn(c, max_thresholds=64)
-    out[PAPER_METHODS[2]] = run(decisions)
-    return out
+    results = run_paper_algorithms(c)
+    return {method: result if isinstance(result, str) else
+            (float(result[1].makespan), float(result[1].timeline.peak) + shift)
+            for method, result in zip(PAPER_METHODS, (results[name] for name in PAPER_ALGORITHMS), strict=True)}
 
 
 def offload_records(chain: Chain, budget, link: Link, bucket=None, backend: str = "auto",

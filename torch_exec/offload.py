@@ -129,6 +129,12 @@ class HostCopies:
             done.record(self.stream)
         return done
 
+    def wait(self, event) -> None:
+        """The compute stream (the device's current one) waits for a copy's ``event``, with no host
+        synchronisation (Note [Release in stream order]); None (a synchronous CPU copy) waits for nothing."""
+        if event is not None:
+            torch.cuda.current_stream(self.device).wait_event(event)
+
     def host_bytes(self) -> int:
         """Bytes of the free host buffers in the pool (pinned on CUDA)."""
         return sum(b.numel() for free in self.pool.values() for b in free)
@@ -212,9 +218,7 @@ class StepCopies:
         kept, not re-allocated later) is the last one the executor drops."""
         if s not in self.done:
             raise RuntimeError(f"internal error: release({s}) without offload({s})")
-        done = self.done.pop(s)
-        if done is not None:
-            torch.cuda.current_stream(self.copies.device).wait_event(done)
+        self.copies.wait(self.done.pop(s))
         if state is not None and held:
             _, slots, stores = self.slots[s]
             shared = {slot.storage for slot, t in zip(slots, U.tensors(state), strict=True)
@@ -250,9 +254,7 @@ class StepCopies:
         if s not in self.incoming:
             raise RuntimeError(f"internal error: acquire({s}) without prefetch({s})")
         state = self.incoming.pop(s)
-        pdone = self.pdone.pop(s, None)
-        if pdone is not None:
-            torch.cuda.current_stream(self.copies.device).wait_event(pdone)
+        self.copies.wait(self.pdone.pop(s, None))
         return state
 
     # ------------------------------------------------------------ kept graphs, the end of the step

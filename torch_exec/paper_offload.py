@@ -311,8 +311,7 @@ class _PaperStep:
                 raise RuntimeError(f"internal error: x_{record.k} unpacked in state {record.state}")
             self.late += 1
             self._prefetch(record, [store] if record.state == "back" else None)
-        if record.pdone is not None:
-            torch.cuda.current_stream(self.copies.device).wait_event(record.pdone)
+        self.copies.wait(record.pdone)
         record.pdone, record.state = None, "back"
         view = packed.slot.view(store.block)
         if not packed.read:
@@ -360,12 +359,11 @@ class _PaperStep:
     # ------------------------------------------------------------ the four actions
     def _offload(self, record: _Record) -> None:
         pairs = []
-        for store in record.stores:
+        for i, store in enumerate(record.stores):
             store.host = self.copies.take(store.raw.numel())
             pairs.append((store.host, store.raw))
-        for i, store in enumerate(record.stores):  # Note [Written while copied]
             held = [h.t for h in store.handles if h.t is not None] + [t for j, t in record.outputs if j == i]
-            store.versions = [(t, t._version) for t in held]
+            store.versions = [(t, t._version) for t in held]  # Note [Written while copied]
         record.saved = [(h.t, h.t._version) for h in record.handles if h.t is not None]
         record.done, record.state = self.copies.copy(pairs), "copying"
 
@@ -376,8 +374,7 @@ class _PaperStep:
         record.saved, record.outputs = [], []
         for store in record.stores:
             store.versions = []
-        if record.done is not None:
-            torch.cuda.current_stream(self.copies.device).wait_event(record.done)
+        self.copies.wait(record.done)
         for key in record.index:
             self.owner.pop(key, None)  # a later block at the same address is not this storage
         for store in record.stores:
@@ -402,8 +399,7 @@ class _PaperStep:
 
     def _drop(self, record: _Record) -> None:
         if record.state in ("back", "incoming"):
-            if record.pdone is not None:  # never read: the copy must end before its block is reused
-                torch.cuda.current_stream(self.copies.device).wait_event(record.pdone)
+            self.copies.wait(record.pdone)  # never read: the copy must end before its block is reused
             for store in record.stores:
                 store.block = None
             record.pdone, record.state = None, "dropped"

@@ -209,13 +209,19 @@ def _sync(device):
         torch.cuda.synchronize(device)
 
 
+def peak_of(model, x, device) -> int:
+    """Peak bytes of one step of ``model`` after a warm one, parameter gradients allocated first."""
+    _ensure_grads(model)
+    _step(model, x)
+    _, reading = measure_peak(_step, model, x, device=device)
+    return reading.peak
+
+
 def measure(model, x, steps: int, device, reference=None) -> tuple[int, float, float | None]:
     """(peak bytes of one step, median seconds of ``steps`` steps, median seconds of ``reference``'s
     steps timed interleaved with them, or None). Gradients allocated, one warm step each; timing
     the two alternately keeps a changing machine load out of their ratio."""
-    _ensure_grads(model)
-    _step(model, x)
-    _, reading = measure_peak(_step, model, x, device=device)
+    peak = peak_of(model, x, device)
     if reference is not None:
         _ensure_grads(reference)
         _step(reference, x)
@@ -229,7 +235,7 @@ def measure(model, x, steps: int, device, reference=None) -> tuple[int, float, f
             _step(net, x)
             _sync(device)
             out.append(time.perf_counter() - started)
-    return reading.peak, statistics.median(times), statistics.median(ref_times) if ref_times else None
+    return peak, statistics.median(times), statistics.median(ref_times) if ref_times else None
 
 
 class SequentialCheckpoint(nn.Module):

@@ -41,9 +41,8 @@ from gpusolve.simulate import store_all_peak_bytes  # noqa: E402
 from torch_exec.paper_offload import PaperOffloadRunner  # noqa: E402
 
 from _common import command_line, cpu_description  # noqa: E402  (same folder)
-from fidelity import (EXTRA, MODELS, _ensure_grads, _step, add_models_option, chosen_models,  # noqa: E402
-                      run_models, to_device)
-from torch_exec.meter import measure_peak  # noqa: E402
+from fidelity import (EXTRA, MODELS, add_models_option, chosen_models, peak_of, run_models,  # noqa: E402
+                      to_device)
 
 FRACTIONS = (0.9, 0.7, 0.5)
 
@@ -59,26 +58,20 @@ class _Run(nn.Module):
         return self.runner(x)
 
 
-def peak_of(model, x, device) -> int:
-    """Peak bytes of one step after a warm one, parameter gradients allocated first (bench/fidelity.py's
-    rule)."""
-    _ensure_grads(model)
-    _step(model, x)
-    _, reading = measure_peak(_step, model, x, device=device)
-    return reading.peak
-
-
-def gradients_agree(make, x, runner_of, device) -> bool:
-    """One step of plain autograd and one of the paper's plan on fresh copies of the model, from the same
-    seed: equal gradients (bit for bit on the CPU)."""
+def gradients_agree(make, x, groups, stages, plan, device) -> bool:
+    """One step of plain autograd and one of ``plan`` on fresh copies of the model (``make``), from the same
+    seed: equal gradients (bit for bit on the CPU). The plan is the one measured: it runs over the fresh
+    copy's stages standing where ``groups``' callables stand in ``stages``."""
+    where = {id(module): i for i, module in enumerate(stages)}
     results = []
     for paper in (False, True):
         torch.manual_seed(0)
-        stages, xx = to_device(*make(), device)
-        run = runner_of(stages, xx) if paper else stages
+        fresh, xx = to_device(*make(), device)
+        run = PaperOffloadRunner([[fresh[where[id(fn)]] for fn in g] for g in groups], plan, device) if paper \
+            else fresh
         torch.manual_seed(1)
         run(xx).backward()
-        results.append([p.grad for p in stages.parameters()])
+        results.append([p.grad for p in fresh.parameters()])
     same = torch.equal if device.type == "cpu" else (lambda a, b: torch.allclose(a, b, rtol=1e-4, atol=1e-5))
     return all(a is None and b is None or a is not None and b is not None and same(a, b)
                for a, b in zip(*results, strict=True))
@@ -103,9 +96,7 @@ def run_model(name, args, device, link) -> list[dict]:
         runner = PaperOffloadRunner.of(wrapped, x, budget, link)
         plan = runner.plan
         peak = peak_of(_Run(stages, runner), x, device)
-        same = gradients_agree(make, x, lambda s, xx: PaperOffloadRunner.of(
-            te.CheckpointedSequential(s, budget=None, backend="cpu", profile_passes=args.passes, measure_steps=0),
-            xx, budget, link), device)
+        same = gradients_agree(make, x, runner.groups, stages, plan, device)
         row = {"model": name, "chain_stages": chain.n, "budget_label": label, "budget_bytes": budget,
                "store_all_predicted_bytes": top, "plain_measured_bytes": plain_peak, "least_bytes": least,
                "algorithm": plan.method, "considered": plan.considered, "moved_tapes": len(plan.decisions),

@@ -51,6 +51,24 @@ def record_header(record: dict, title: str, what: str) -> list[str]:
             f"Command: `{record['command']}`. {what}", ""]
 
 
+def number_list(convert):
+    """An argparse ``type`` for a comma-separated list of ``convert`` (int, float) values: a bad list is
+    refused by argparse, naming the option (``argument --fractions: 'abc' is not ...``)."""
+    import argparse
+
+    def parse(text: str) -> list:
+        try:
+            values = [convert(part) for part in text.split(",") if part.strip()]
+        except ValueError:
+            values = []
+        if not values:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of {convert.__name__} values "
+                                             f"(e.g. {convert(1)},{convert(2)})")
+        return values
+    parse.__name__ = f"{convert.__name__} list"
+    return parse
+
+
 def slug(text: str) -> str:
     """``text`` (a device name) as part of a results file name: lower case, every run of characters
     other than a-z and 0-9 one ``_``, none at either end."""

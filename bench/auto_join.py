@@ -97,12 +97,7 @@ def make(name: str):
         same = (torch.arange(batch) % 2).float()
         args = (torch.randn(batch, 3, side, side), torch.randn(batch, 3, side, side), same)
         text = f"Siamese(width={width}, dim={dim}): 2 x {batch} x 3 x {side} x {side} images, pair labels"
-
-        def reversed_loss(model, args):  # Siamese.forward with encoder(x2) run before encoder(x1)
-            x1, x2, same = args
-            e2 = model.encoder(x2)
-            d = F.pairwise_distance(model.encoder(x1), e2)
-            return (same * d.pow(2) + (1 - same) * F.relu(model.margin - d).pow(2)).mean()
+        reversed_loss = siamese_reversed_loss
     elif name == "triplet":
         model = models.Triplet(width=width, dim=dim)
         args = tuple(torch.randn(batch, 3, side, side) for _ in range(3))
@@ -111,6 +106,14 @@ def make(name: str):
         raise SystemExit(f"unknown model {name!r}; one of {', '.join(SIZES)}")
     model.train()
     return model, args, (lambda out: out), text, reversed_loss
+
+
+def siamese_reversed_loss(model, args):
+    """Siamese.forward with encoder(x2) run before encoder(x1) (:func:`make`'s ``reversed_loss``)."""
+    x1, x2, same = args
+    e2 = model.encoder(x2)
+    d = F.pairwise_distance(model.encoder(x1), e2)
+    return (same * d.pow(2) + (1 - same) * F.relu(model.margin - d).pow(2)).mean()
 
 
 def zero_grads(module: torch.nn.Module) -> None:

@@ -42,7 +42,7 @@ from torch_exec.meter import measure_peak  # noqa: E402
 from torch_exec.split import CausalLMLoss, CrossEntropyStage, gpt2_hf_stages, gpt2_stages, split_model  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import TORCHVISION_CPU_SIZES, cpu_description, torchvision_models  # noqa: E402  (same folder)
+from _common import TORCHVISION_CPU_SIZES, cpu_description, number_list, torchvision_models  # noqa: E402  (same folder)
 
 RESULTS = ROOT / "bench" / "results"
 FRACTIONS = (1.0, 0.7, 0.5, 0.35)
@@ -391,7 +391,8 @@ def run_models(names: list[str], run) -> list[dict]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_models_option(parser)
-    parser.add_argument("--fractions", default=",".join(map(str, FRACTIONS)))
+    parser.add_argument("--fractions", type=number_list(float), default=",".join(map(str, FRACTIONS)),
+                        help="budgets as fractions of plain autograd's measured peak (the minimum is added)")
     parser.add_argument("--steps", type=int, default=5, help="timed steps per measurement (median)")
     parser.add_argument("--passes", type=int, default=3, help="profiling passes")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -403,7 +404,6 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder of the results (default bench/results)")
     parser.add_argument("--name", help="file name of the results without suffix (default fidelity_<cpu|gpu>)")
     args = parser.parse_args(argv)
-    args.fractions = [float(f) for f in args.fractions.split(",")]
     device = torch.device(args.device)
     if device.type == "cpu":
         torch.set_num_threads(args.threads)

@@ -29,7 +29,7 @@ from gpusolve import BackendUnavailableError, solve, store_all_peak_bytes  # noq
 from gpusolve.dp.cuda import SUB_PHASES  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import cpu_description, unfused_profile_or_exit  # noqa: E402  (same folder)
+from _common import cpu_description, number_list, unfused_profile_or_exit  # noqa: E402  (same folder)
 
 TARGET_S = 0.015
 
@@ -37,7 +37,7 @@ TARGET_S = 0.015
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", default="densenet121_fine_b32")
-    parser.add_argument("--buckets", default="64,256,1024")
+    parser.add_argument("--buckets", type=number_list(int), default="64,256,1024")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--backend", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
@@ -50,7 +50,7 @@ def main(argv=None) -> int:
     except BackendUnavailableError as err:
         parser.exit(2, f"frontend_timings.py: {err}\n")
     rows = []
-    for buckets in (int(b) for b in args.buckets.split(",")):
+    for buckets in args.buckets:
         runs, walls = [], []
         for _ in range(args.repeats):
             started = time.perf_counter()

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import command_line, cpu_description, slug  # noqa: E402
+from _common import command_line, cpu_description, number_list, slug  # noqa: E402
 from gpusolve import Chain  # noqa: E402
 from gpusolve.join import JoinNet, Turn, solve_join  # noqa: E402
 from gpusolve.join.bytesim import store_all_join_peak_bytes  # noqa: E402
@@ -72,7 +72,8 @@ def measure(net: JoinNet, budget: int, buckets: int, backend: str, repeats: int)
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--buckets", default="256,1024,4096,16384", help="comma-separated M values")
+    parser.add_argument("--buckets", type=number_list(int), default="256,1024,4096,16384",
+                        help="comma-separated M values")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
     args = parser.parse_args(argv)
@@ -86,7 +87,7 @@ def main(argv=None) -> int:
     if has_cuda:  # compile outside the measurements
         solve_join(net.branches, net.turn, budget, bucket=-(-budget // 64), backend="cuda")
     records = []
-    for m in (int(v) for v in args.buckets.split(",")):
+    for m in args.buckets:
         cpu = measure(net, budget, m, "cpu", args.repeats)
         rows = [cpu]
         if has_cuda:

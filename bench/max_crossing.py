@@ -30,7 +30,7 @@ import torch  # noqa: E402
 import models as A  # noqa: E402
 import torch_exec as te  # noqa: E402
 import torch_exec.auto as auto  # noqa: E402
-from bench._common import measured_steps, record_header, steps_cells, write_cpu_record  # noqa: E402
+from bench._common import measured_steps, number_list, record_header, steps_cells, write_cpu_record  # noqa: E402
 from torch_exec.executor import plain_peak_bytes  # noqa: E402
 
 
@@ -134,7 +134,7 @@ def trace(name: str, k: int) -> None:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--k", default="1,2,8")
+    parser.add_argument("--k", type=number_list(int), default="1,2,8")
     parser.add_argument("--models", default="bart,t5,mixtral_aux,gpt2,transformer,resnet,densenet")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "max_crossing_cpu"))
     parser.add_argument("--trace", metavar="MODEL,K",
@@ -149,7 +149,7 @@ def main(argv=None):
     default = auto.MAX_CROSSING, auto.LONG_LIVED_CROSSING
     try:
         for name in args.models.split(","):
-            for k in (int(x) for x in args.k.split(",")):
+            for k in args.k:
                 rows.append(run(name, k))
                 r = rows[-1]
                 print(f"{name:12s} k={k} {r['stages']:3d} stages, least {r['least_pct']:5.1f} %, held "

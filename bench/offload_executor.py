@@ -55,6 +55,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import torch  # noqa: E402
 
 from _common import command_line, slug  # noqa: E402  (same folder)
+from gpusolve.errors import InfeasibleBudgetError  # noqa: E402
 
 NETWORKS = ("densenet121", "resnet50")
 KIND_COLUMNS = ("fwd_nograd", "fwd_tape", "bwd", "offload", "release", "prefetch", "acquire", "free")
@@ -234,7 +235,7 @@ def paper_row(common, wrapped, stages, x, budget, label, link, meter, args, erro
               flush=True)
     except Exception as err:  # a budget below the paper's least (a row, not an error of the run), OOM, ...
         _failed(row, err, f"paper {label}")
-        if not str(err).startswith("budget "):
+        if not isinstance(err, InfeasibleBudgetError):
             errors.append(f"{common['network']} paper {label}: {row['error']}")
     return row
 

@@ -40,7 +40,7 @@ from gpusolve.offload.link import Link  # noqa: E402
 from gpusolve.simulate import store_all_peak_bytes  # noqa: E402
 from torch_exec.paper_offload import PaperOffloadRunner  # noqa: E402
 
-from _common import command_line, cpu_description  # noqa: E402  (same folder)
+from _common import command_line, cpu_description, number_list  # noqa: E402  (same folder)
 from fidelity import (EXTRA, MODELS, add_models_option, chosen_models, peak_of, run_models,  # noqa: E402
                       to_device)
 
@@ -149,7 +149,7 @@ def write(rows, args, device, link, command) -> Path:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_models_option(parser)
-    parser.add_argument("--fractions", default=",".join(map(str, FRACTIONS)),
+    parser.add_argument("--fractions", type=number_list(float), default=",".join(map(str, FRACTIONS)),
                         help="budgets as fractions of the profiled store-all peak (the paper's least is added)")
     parser.add_argument("--link", default="50GB/s", help="the link the paper's model plans for (default 50GB/s)")
     parser.add_argument("--passes", type=int, default=3, help="profiling passes")
@@ -159,10 +159,9 @@ def main(argv=None) -> int:
     parser.add_argument("--name", help="file name of the results without suffix (default paper_fidelity_<cpu|gpu>)")
     args = parser.parse_args(argv)
     try:
-        args.fractions = [float(f) for f in args.fractions.split(",")]
         link = Link.parse(args.link)
     except ValueError as err:
-        parser.error(str(err))
+        parser.error(f"--link {args.link!r}: {err}")
     if paper_rate(link) is None:
         parser.error(f"--link {args.link!r}: the paper's model needs a finite, nonzero rate")
     names = chosen_models(parser, args.models)

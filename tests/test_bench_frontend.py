@@ -29,3 +29,19 @@ def test_a_missing_profile_is_one_line_and_exit_2(capsys):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "no_such_profile" in err
+
+
+@pytest.mark.parametrize("value", ["1.5", "a,2", ","])
+def test_a_bad_number_list_is_refused_naming_the_option(capsys, value):
+    """bench/_common.number_list: argparse names the option and the value (not a bare 'could not convert')."""
+    with pytest.raises(SystemExit) as exit_info:
+        ft.main(["--buckets", value])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"argument --buckets: {value!r} is not a comma-separated list of int values" in err
+
+
+def test_a_number_list_keeps_its_order_and_skips_empty_parts():
+    from _common import number_list
+    assert number_list(int)("1024,64,") == [1024, 64]
+    assert number_list(float)("0.5, 0.35") == [0.5, 0.35]

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from gpusolve.chain import Chain
+from gpusolve.errors import InfeasibleBudgetError
 from gpusolve.offload.compare import PAPER_ALGORITHMS, paper_chain, paper_least_bytes, paper_plan, paper_results
 from gpusolve.offload.link import Link
 from gpusolve.offload.paper import (OffloadChain, dynprog, eager_amounts, fractional_optimum, greedy, issue_points,
@@ -364,9 +365,10 @@ def test_paper_plan_errors():
     link = Link.parse("50GB/s")
     with pytest.raises(ValueError, match=r"method 'fast' is not one of the paper's algorithms; use one of GREEDY"):
         paper_plan(ch, store_all_peak_bytes(ch), link, method="fast")
-    with pytest.raises(ValueError, match=r"budget 1000 B is below the least the paper's model runs this chain in, "
-                                         r"\d+ B .*give at least that"):
+    with pytest.raises(InfeasibleBudgetError, match=r"budget 1000 B is below the least the paper's model runs this "
+                                                    r"chain in, \d+ B .*give at least that") as raised:
         paper_plan(ch, 1000, link)
+    assert raised.value.min_bytes == paper_least_bytes(ch, link)
     with pytest.raises(ValueError, match="finite, nonzero bandwidth"):
         paper_plan(ch, store_all_peak_bytes(ch), Link.parse("inf"))
     # the paper's least can exceed the store-all peak (its B_i holds x_{i+1} whole; this chain's backward
@@ -375,8 +377,8 @@ def test_paper_plan_errors():
                   tape_bytes=[100, 100], bwd_tape_bytes=[0, 0], fwd_nograd_extra=[0, 0], fwd_grad_extra=[0, 0],
                   bwd_extra=[0, 0], input_bytes=100)
     assert store_all_peak_bytes(small) == 300
-    with pytest.raises(ValueError, match=r"budget 300 B is below the least the paper's model runs this chain in, "
-                                         r"400 B"):
+    with pytest.raises(InfeasibleBudgetError, match=r"budget 300 B is below the least the paper's model runs this "
+                                                    r"chain in, 400 B"):
         paper_plan(small, 300, link)
     # the same least as the rows of `compare` count it (the input in the budget: 400 - 100), and a plan there
     assert paper_least_bytes(small, link) == 400 and paper_least_bytes(small, link, input_on_device=False) == 300

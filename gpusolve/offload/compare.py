@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..chain import Chain
+from ..errors import InfeasibleBudgetError
 from ..simulate import budget_bytes_of, overhead, store_all_peak_bytes, store_all_time_ms
 from .link import Link
 
@@ -122,7 +123,8 @@ def run_paper_algorithms(c, names=PAPER_ALGORITHMS, movable=None) -> dict:
 def paper_plan(chain: Chain, budget_bytes: int, link: Link, method: str = "best") -> PaperPlan:
     """The paper's ``method`` (one of :data:`PAPER_ALGORITHMS`, or ``"best"``: the fastest of them) at
     ``budget_bytes`` over ``link``, as a plan an executor runs. Raises ``ValueError`` naming why when it
-    has no schedule there (a budget below the model's least, no finite rate, no valid decisions)."""
+    has no schedule there: :class:`~gpusolve.errors.InfeasibleBudgetError` (its ``min_bytes``:
+    :func:`paper_least_bytes`) for a budget below the model's least; no finite rate, no valid decisions."""
     from .paper import issue_points, issued_makespan
     wanted = PAPER_ALGORITHMS if method == "best" else (method.upper(),)
     if wanted[0] not in PAPER_ALGORITHMS:
@@ -133,9 +135,10 @@ def paper_plan(chain: Chain, budget_bytes: int, link: Link, method: str = "best"
     except ValueError:
         if paper_rate(link) is None:
             raise
-        raise ValueError(f"budget {budget_bytes} B is below the least the paper's model runs this chain in, "
-                         f"{paper_least_bytes(chain, link)} B (its largest op footprint, everything else "
-                         f"on the host); give at least that") from None
+        least = paper_least_bytes(chain, link)
+        raise InfeasibleBudgetError(f"budget {budget_bytes} B is below the least the paper's model runs this chain "
+                                    f"in, {least} B (its largest op footprint, everything else on the host); give "
+                                    f"at least that", least) from None
     # x_k (k <= L), the tape of stage k, holds a_k: it moves where a_k may (x_0, the input, never)
     movable = chain.swappable()[:len(c.x) - 1].tolist()  # Note [What may move]
     considered, best = {}, None

@@ -38,7 +38,7 @@ from gpusolve import format_bytes  # noqa: E402
 from gpusolve.offload.compare import paper_least_bytes, paper_rate  # noqa: E402
 from gpusolve.offload.link import Link  # noqa: E402
 from gpusolve.simulate import store_all_peak_bytes  # noqa: E402
-from torch_exec.paper_offload import PaperOffloadRunner  # noqa: E402
+from torch_exec.paper_offload import PaperOffloadRunner, planning_instance  # noqa: E402
 
 from _common import command_line, cpu_description, number_list  # noqa: E402  (same folder)
 from fidelity import (EXTRA, MODELS, add_models_option, chosen_models, peak_of, run_models,  # noqa: E402
@@ -85,7 +85,8 @@ def run_model(name, args, device, link) -> list[dict]:
                                         network=name, measure_steps=0)
     wrapped.prepare(x)
     chain = wrapped._last.plain_chain
-    top, least = store_all_peak_bytes(chain), paper_least_bytes(chain, link)
+    planned, shared = planning_instance(wrapped, x)  # what PaperOffloadRunner.of plans on
+    top, least = store_all_peak_bytes(chain), paper_least_bytes(planned, link, True, shared)
     plain_peak = peak_of(stages, x, device)
     budgets = [(f"{100 * f:g} %", int(f * top)) for f in args.fractions] + [("least", least)]
     rows = []
@@ -100,7 +101,8 @@ def run_model(name, args, device, link) -> list[dict]:
         row = {"model": name, "chain_stages": chain.n, "budget_label": label, "budget_bytes": budget,
                "store_all_predicted_bytes": top, "plain_measured_bytes": plain_peak, "least_bytes": least,
                "algorithm": plan.method, "considered": plan.considered, "moved_tapes": len(plan.decisions),
-               "moved_bytes": plan.offloaded_bytes, "predicted_peak_bytes": plan.predicted_peak_bytes,
+               "moved_bytes": plan.offloaded_bytes, "shared_grads": [list(g) for g in plan.shared_grads],
+               "predicted_peak_bytes": plan.predicted_peak_bytes,
                "measured_peak_bytes": peak, "measured_over_predicted": peak / plan.predicted_peak_bytes,
                "within_budget": peak <= budget, "gradients_equal": same,
                "predicted_step_ms": plan.issued_time_ms, "paper_makespan_ms": plan.predicted_time_ms}
@@ -128,20 +130,27 @@ def write(rows, args, device, link, command) -> Path:
              + ("CPU allocator's events" if tag == "cpu" else "CUDA allocator's counters")
              + ", one step after a warm one, parameter gradients allocated before it. `least`: the paper's "
              "least budget (its largest op footprint, everything else on the host). No times: "
-             + ("on the CPU the copies are memcpy." if tag == "cpu" else "see bench/offload_executor.py."), "",
-             "| model | budget | budget bytes | algorithm | tapes moved | predicted peak | measured peak | "
-             "measured / predicted | fits | gradients equal |",
-             "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | :---: | :---: |"]
+             + ("on the CPU the copies are memcpy." if tag == "cpu" else "see bench/offload_executor.py.")
+             + " The plans are made on the profiled chain with what the step holds beside the stages reserved "
+             "(the loss the caller holds and the gradient its backward seeds: `torch_exec.paper_offload."
+             "planning_instance`), and with the gradients plain autograd sums across stages (`shared gradients`: "
+             "first stage, last stage, bytes) charged to the backwards between (Note [Gradients summed across "
+             "stages] in gpusolve/offload/compare.py).", "",
+             "| model | budget | budget bytes | algorithm | tapes moved | shared gradients | predicted peak | "
+             "measured peak | measured - predicted | fits | gradients equal |",
+             "| --- | --- | ---: | --- | ---: | --- | ---: | ---: | ---: | :---: | :---: |"]
     for r in rows:
+        shared = ", ".join(f"({a}, {b}, {c})" for a, b, c in r["shared_grads"]) or "-"
         lines.append(f"| {r['model']} | {r['budget_label']} | {r['budget_bytes']} | {r['algorithm']} | "
-                     f"{r['moved_tapes']} | {r['predicted_peak_bytes']} | {r['measured_peak_bytes']} | "
-                     f"{r['measured_over_predicted']:.4f} | {'yes' if r['within_budget'] else 'NO'} | "
-                     f"{'yes' if r['gradients_equal'] else 'NO'} |")
+                     f"{r['moved_tapes']} | {shared} | {r['predicted_peak_bytes']} | {r['measured_peak_bytes']} | "
+                     f"{r['measured_peak_bytes'] - r['predicted_peak_bytes']:+d} | "
+                     f"{'yes' if r['within_budget'] else 'NO'} | {'yes' if r['gradients_equal'] else 'NO'} |")
     if rows:
-        worst = max(rows, key=lambda r: r["measured_over_predicted"])
+        worst = max(rows, key=lambda r: r["measured_peak_bytes"] - r["predicted_peak_bytes"])
         lines += ["", f"Budgets held: {sum(r['within_budget'] for r in rows)} of {len(rows)}; gradients equal: "
-                      f"{sum(r['gradients_equal'] for r in rows)} of {len(rows)}; largest measured / predicted: "
-                      f"{worst['measured_over_predicted']:.4f} ({worst['model']}, {worst['budget_label']})."]
+                      f"{sum(r['gradients_equal'] for r in rows)} of {len(rows)}; largest measured - predicted: "
+                      f"{worst['measured_peak_bytes'] - worst['predicted_peak_bytes']:+d} B ({worst['model']}, "
+                      f"{worst['budget_label']}; measured / predicted {worst['measured_over_predicted']:.4f})."]
     path.with_suffix(".md").write_text("\n".join(lines) + "\n")
     return path
 

@@ -619,6 +619,30 @@ def params_of(modules) -> list[nn.Parameter]:
     return _unique(modules, nn.Module.parameters)
 
 
+def stage_leaves(group) -> list[torch.Tensor]:
+    """The leaf tensors requiring a gradient that one stage's callables (``group``) may read: the parameters
+    of its modules and of the modules its plain callables reach, and the tensors they reach
+    (:func:`reachable_state`)."""
+    reached = [v for fn in group for _, v in reachable_state(fn)]
+    found = params_of(modules_of(list(group) + [v for v in reached if isinstance(v, nn.Module)]))
+    found += [v for v in reached if isinstance(v, torch.Tensor)]
+    return [t for t in found if t.requires_grad and t.is_leaf]
+
+
+def shared_leaves(groups) -> list[tuple[torch.Tensor, list[int]]]:
+    """``(leaf, stages)`` for each leaf tensor requiring a gradient that more than one of the stages
+    ``groups`` (1-based, ascending) may read (:func:`stage_leaves`): a tied weight (Note [Gradients summed
+    across stages] in gpusolve/offload/compare.py, Note [Shared leaves split tape runs] in
+    torch_exec/executor.py). A stage that holds a tensor it does not read makes this an over-estimate."""
+    readers: dict = {}
+    for s, group in enumerate(groups, 1):
+        for t in stage_leaves(group):
+            readers.setdefault(id(t), (t, []))
+            if readers[id(t)][1][-1:] != [s]:
+                readers[id(t)][1].append(s)
+    return [(t, stages) for t, stages in readers.values() if len(stages) > 1]
+
+
 @contextlib.contextmanager
 def scratch_buffers(modules):
     """Let a recomputation update copies of the modules' buffers (BatchNorm statistics), not the buffers.

@@ -41,6 +41,18 @@ Note [Tape runs]
     run and records, per op, whether it attaches to the previous tape and which segment a ``BWD``
     closes; a run whose backwards are not consecutive is not merged.
 
+Note [Shared leaves split tape runs]
+    A leaf that two stages of one run read (a language model's input embedding tied to its output head)
+    breaks that upper bound: the run's one backward call sums the two gradients in a buffer the size of
+    the leaf, made at the backward of the later stage and kept until the earlier one's, which no stage's
+    profile charges (each sees its own part). A run split between the two readers has two backward
+    calls, and the engine of each accumulates its part into ``.grad`` at once. So the entry's ``breaks``
+    (every reader of such a leaf after the first, :func:`torch_exec._util.shared_leaves`) start a new
+    segment, and a store-all plan runs as plain autograd (one backward call: the buffer) only where plain
+    autograd's measured peak fits, or where it was not measured and no stages share a leaf. On the CPU a
+    model with a 2 MB tied weight measured 2 048 000 B over its plan, 25 % over the budget, before
+    (tests/test_shared_leaves.py).
+
 Note [Segment inputs]
     A segment's input tensors that need a gradient are the outputs of one small autograd node
     (:class:`torch_exec._util.SegmentInput`) whose backward keeps the gradients the engine hands it, as
@@ -275,7 +287,7 @@ _CODES = {OpKind.FWD_NOGRAD: NOGRAD, OpKind.FWD_TAPE: TAPE, OpKind.BWD: BWD, OpK
           OpKind.ACQUIRE: ACQUIRE}
 
 
-def annotate(schedule: list[Op]) -> list[tuple[int, int, int, int | None]]:
+def annotate(schedule: list[Op], breaks=frozenset()) -> list[tuple[int, int, int, int | None]]:
     """The schedule as ``(code, stage, arg, branch)`` entries for :func:`interpret` (Note [Tape runs]).
 
     ``arg``: FWD_NOGRAD keep_input (0/1); FWD_TAPE 1 when it attaches to the tape of s-1 (same
@@ -289,13 +301,17 @@ def annotate(schedule: list[Op]) -> list[tuple[int, int, int, int | None]]:
     and stage k+1 is a segment of its own, whose backward runs after the prefetch is issued (the
     copy overlaps it, as simulated; merged, the segment's backward would run at ``BWD(t)``, before
     the prefetch).
+
+    ``breaks``: ``(branch, stage)`` pairs whose ``FWD_TAPE`` never attaches to the tape before it (Note
+    [Shared leaves split tape runs]).
     """
     program = [[_CODES[op.kind], op.stage, int(op.keep_input), op.branch] for op in schedule]
     first = {}  # (branch, stage) -> first stage of its tape segment
     for idx, (code, s, _, b) in enumerate(program):
         if code == TAPE:
             prev = program[idx - 1] if idx > 0 else None
-            attach = prev is not None and prev[0] == TAPE and prev[1] == s - 1 and prev[3] == b
+            attach = (prev is not None and prev[0] == TAPE and prev[1] == s - 1 and prev[3] == b
+                      and (b, s) not in breaks)
             program[idx][2] = int(attach)
             first[b, s] = first[b, s - 1] if attach else s
     # A run s..t merges only if BWD(t), BWD(t-1), ..., BWD(s) are consecutive; otherwise split it
@@ -364,27 +380,22 @@ def output_out_of_tape(tape: int, bwd_tape: int, made: int) -> tuple[int, int]:
     return tape, min(int(bwd_tape), tape)
 
 
-def executor_chain(chain: Chain, rng: list, sample, preserve_rng: bool, group_modules: list,
-                   output_grad_held: bool = True, output_bytes: int = 0, allocator: bool = True) -> Chain:
-    """The chain as the executor runs it: what it holds beyond the stages' tensors is reserved.
+def caller_chain(chain: Chain, output_bytes: int, output_grad_held: bool = True, remainder: int = 0
+                 ) -> tuple[Chain, int, str]:
+    """(``chain`` with what a step holds beside its stages' tensors reserved, the bytes reserved, words
+    saying what), for the interpreter and plain autograd alike (``PaperOffloadRunner`` plans on it):
 
+    - The gradient of a_N: autograd's engine keeps it until the Function's backward returns, i.e.
+      for the whole backward (Note [The gradient of a_N]; plain autograd's ``backward()`` keeps the
+      seed it made as long); so it is reserved, not freed by BWD(N). Not so for a branch of a join
+      (``output_grad_held=False``): the head's backward makes that gradient inside the step and the
+      branch's BWD frees it, as the chain model counts it.
     - a_N, which the caller may hold through the backward (Note [The caller holds a_N]):
       ``output_bytes`` (:func:`caller_output_bytes`) are reserved, and the bytes of a_N that stage N
-      made leave its tape. Not for a join's branches
-      (``output_grad_held=False``): the head consumes their outputs inside the step.
-    - The gradient of a_N: autograd's engine keeps it until the Function's backward returns, i.e.
-      for the whole backward (Note [The gradient of a_N]); so it is reserved, not freed by BWD(N).
-      Not so for a branch of a join (``output_grad_held=False``): the head's backward makes that
-      gradient inside the step and the branch's BWD frees it, as the chain model counts it.
-    - The RNG states it records, on the sample's device: one per recomputed stage that draws random
-      numbers (counted for every such stage: the plan is not known yet), plus the copy
-      ``fork_rng`` takes while one is replayed.
-    - The clones of a stage's buffers that its re-runs work on: workspace of a no-grad re-run, part
-      of a recorded re-run's tape.
-    - On a CUDA device, one cached block the caching allocator may hand over unsplit (Note [Allocator
-      blocks] in torch_exec/_util.py); ``allocator=False`` for a join's branches, whose step (the
-      join's) reserves it once.
-    """
+      made leave its tape. Not for a join's branches (``output_grad_held=False``): the head consumes
+      their outputs inside the step.
+    - ``remainder``: one cached block the caching allocator may hand over unsplit (Note [Allocator
+      blocks] in torch_exec/_util.py; :func:`torch_exec._util.allocator_reserve_bytes`)."""
     grads = chain.grad_bytes.copy()
     reserved = int(grads[-1]) if output_grad_held else 0
     if output_grad_held:
@@ -394,7 +405,30 @@ def executor_chain(chain: Chain, rng: list, sample, preserve_rng: bool, group_mo
     if output:
         reserved += output
         tape[-1], bwd_tape[-1] = output_out_of_tape(tape[-1], bwd_tape[-1], chain.made_bytes(chain.n))
+    reserved += int(remainder)
+    held = "the gradient of a_N, held by autograd's engine through the backward, " if output_grad_held else ""
+    held += f"a_N ({output} B), which the caller may hold through the backward, " if output else ""
+    held += f"one unsplit allocator block ({remainder} B, Note [Allocator blocks]), " if remainder else ""
+    return (replace(chain, grad_bytes=grads, reserved_bytes=chain.reserved_bytes + reserved, tape_bytes=tape,
+                    bwd_tape_bytes=bwd_tape), reserved, held)
+
+
+def executor_chain(chain: Chain, rng: list, sample, preserve_rng: bool, group_modules: list,
+                   output_grad_held: bool = True, output_bytes: int = 0, allocator: bool = True) -> Chain:
+    """The chain as the executor runs it: what it holds beyond the stages' tensors is reserved.
+
+    - What any step holds beside the stages (:func:`caller_chain`): the gradient of a_N, a_N itself
+      (``output_bytes``) and, on a CUDA device, one unsplit allocator block (``allocator=False`` for a
+      join's branches, whose step, the join's, reserves it once).
+    - The RNG states it records, on the sample's device: one per recomputed stage that draws random
+      numbers (counted for every such stage: the plan is not known yet), plus the copy
+      ``fork_rng`` takes while one is replayed.
+    - The clones of a stage's buffers that its re-runs work on: workspace of a no-grad re-run, part
+      of a recorded re-run's tape.
+    """
     device_type = U.tensors(sample)[0].device.type
+    remainder = U.allocator_reserve_bytes(device_type) if allocator else 0
+    held_chain, reserved, held = caller_chain(chain, output_bytes, output_grad_held, remainder)
     # Buffer clones (U.scratch_buffers) of each stage, counted for every run (the first does not
     # clone; a few hundred bytes).
     scratch = np.array([sum(b.numel() * b.element_size() for b in U.buffers_of(mods) if b.device.type == device_type)
@@ -403,16 +437,11 @@ def executor_chain(chain: Chain, rng: list, sample, preserve_rng: bool, group_mo
     if preserve_rng and drawing:
         state = U.RngState.capture(U.cuda_devices(sample)).nbytes(device_type)
         reserved += (drawing + 1) * state
-    remainder = U.allocator_reserve_bytes(device_type) if allocator else 0
-    reserved += remainder
-    held = "the gradient of a_N, held by autograd's engine through the backward, " if output_grad_held else ""
-    held += f"a_N ({output} B), which the caller may hold through the backward, " if output else ""
-    held += f"one unsplit allocator block ({remainder} B, Note [Allocator blocks]), " if remainder else ""
     notes = list(chain.provenance.get("notes", [])) + [
         f"executor: {reserved} B reserved for the step ({held}{drawing} recorded RNG state(s))"]
-    return replace(chain, grad_bytes=grads, reserved_bytes=chain.reserved_bytes + reserved,
-                   fwd_nograd_extra=chain.fwd_nograd_extra + scratch, tape_bytes=tape + scratch,
-                   bwd_tape_bytes=bwd_tape + scratch,
+    return replace(held_chain, reserved_bytes=chain.reserved_bytes + reserved,
+                   fwd_nograd_extra=chain.fwd_nograd_extra + scratch, tape_bytes=held_chain.tape_bytes + scratch,
+                   bwd_tape_bytes=held_chain.bwd_tape_bytes + scratch,
                    provenance=dict(chain.provenance, notes=notes))
 
 
@@ -656,6 +685,7 @@ class Entry(ProgramSplit):
     rng: list = field(default_factory=list)         # [s]: stage s draws random numbers (profiled)
     has_buffers: list = field(default_factory=list)  # [s]: stage s's modules hold buffers (BatchNorm)
     plain: bool = False             # the plan is store-all: run the stages as plain autograd
+    breaks: frozenset = frozenset()  # (None, s): FWD_TAPE(s) starts a segment (Note [Shared leaves split tape runs])
     plain_chain: Chain | None = None  # the profiled chain: plain autograd's costs (nothing reserved)
     exec_chain: Chain | None = None   # executor_chain(plain_chain): what the interpreter holds
     held_bytes: int = 0               # held through each step beside the stages (CheckpointedSequential.held_bytes)
@@ -1468,6 +1498,7 @@ class CheckpointedSequential(_PlannedModule):
         entry = Entry(profile=data, chain=chain, plan=None, held_bytes=int(self.held_bytes),
                       beside_bytes=int(self.beside_bytes), turn_peak_bytes=turn_peak,
                       floor_bytes=int(self.floor_bytes), groups=groups,
+                      breaks=frozenset((None, s) for _, stages in U.shared_leaves(groups) for s in stages[1:]),
                       device=U.tensors(state)[0].device,
                       group_modules=group_modules,
                       clone_input=clone_input, split=0, rng=rng, has_buffers=has_buffers, plain_chain=chain,
@@ -1549,9 +1580,10 @@ class CheckpointedSequential(_PlannedModule):
         budget = resolved = self.budget_bytes_for(entry)
         plain_peak = plain_peak_bytes(entry)
         link = entry.link = self.link_for(entry.device) if entry.device is not None else None
+        plain_fits = budget is None or (plain_peak_measured(entry) and plain_peak <= budget)
         if self.schedule_fn is not None:
             plan = plan_from_schedule(chain, self.schedule_fn(chain), budget, link=link)
-        elif budget is None or (plain_peak_measured(entry) and plain_peak <= budget):
+        elif plain_fits:
             # Plain autograd fits: run it as such (no recomputation, nothing reserved, no overhead).
             # Not measured (profiled stage by stage): the solver's store-all schedule runs instead,
             # whose peak the model predicts (plain autograd's can be above the model's store-all peak).
@@ -1588,13 +1620,16 @@ class CheckpointedSequential(_PlannedModule):
         plan.notes = list(plan.notes) + learned
         entry.chain = chain
         entry.split = split_schedule(plan.schedule, chain.n)
-        entry.program = annotate(plan.schedule)
+        entry.program = annotate(plan.schedule, entry.breaks)
         recomputed = {op.stage for op in plan.schedule[entry.split + 1:]
                       if op.kind in (OpKind.FWD_NOGRAD, OpKind.FWD_TAPE)}
         entry.recomputed = [s in recomputed for s in range(chain.n + 1)]
         # A store-all plan is plain autograd: run it as such (same graph, same memory, no overhead). Not when
-        # it counts less of a_N than all of it (the notes above): plain autograd would not check that.
-        entry.plain = not recomputed and all(code != NOGRAD for code, *_ in entry.program) and not learned
+        # it counts less of a_N than all of it (the notes above): plain autograd would not check that. Not
+        # when plain autograd was measured above the budget, nor where stages share a leaf and it was not
+        # measured (Note [Shared leaves split tape runs]).
+        entry.plain = (not recomputed and all(code != NOGRAD for code, *_ in entry.program) and not learned
+                       and (plain_fits or not (plain_peak_measured(entry) or entry.breaks)))
         # Note [Pinned buffers once per plan] in torch_exec/offload.py: one pool and copy stream per plan.
         swaps = sum(1 for op in plan.schedule if op.kind is OpKind.OFFLOAD)
         entry.copies = HostCopies(entry.device) if swaps else None

@@ -565,7 +565,11 @@ class CheckpointedJoin(_PlannedModule):
         entry.plain = plan.decided_by == "plain autograd"
         if not entry.plain:
             self._draw_order(entry, plan)
-        program = annotate(plan.schedule)
+        # each branch's tape runs split between two readers of a leaf (Note [Shared leaves split tape runs] in
+        # torch_exec/executor.py); branches never share a run
+        breaks = frozenset((beta, s) for beta, branch in enumerate(entry.branches)
+                           for _, s in getattr(branch, "breaks", ()))
+        program = annotate(plan.schedule, breaks)
         entry.split = next(i for i, (code, _, arg, _) in enumerate(program) if code == TURN and arg == 0)
         entry.program = program
         turn_at = next(i for i, op in enumerate(plan.schedule) if op.kind is OpKind.TURN)

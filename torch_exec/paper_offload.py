@@ -175,14 +175,15 @@ class PaperOffloadRunner:
         ``budget`` (bytes, ``"6GiB"``, or ``"35%"`` of the profiled store-all peak) over ``link`` (a
         :class:`gpusolve.offload.Link` or a rate such as ``"50GB/s"``); ``method``: ``"best"`` (the fastest
         of GREEDY, DYNPROG and VDNN in the paper's model) or one of them. Profiles ``model`` on ``sample``
-        unless it has a profile for such inputs. Raises ``ValueError`` when the paper has no plan there."""
+        unless it has a profile for such inputs; the plan is made on :func:`planning_instance`. Raises
+        ``ValueError`` when the paper has no plan there (``InfeasibleBudgetError`` below its least budget)."""
         from gpusolve.offload.compare import paper_plan
         from gpusolve.offload.link import Link
         from gpusolve.simulate import budget_bytes_of
-        model.prepare(sample)
+        chain, shared = planning_instance(model, sample)
         entry = model._last
         link = link if isinstance(link, Link) else Link.parse(link)
-        plan = paper_plan(entry.plain_chain, budget_bytes_of(entry.plain_chain, budget), link, method)
+        plan = paper_plan(chain, budget_bytes_of(entry.plain_chain, budget), link, method, shared)
         return cls(entry.groups, plan, entry.device, modules=[model])
 
     def __call__(self, x):
@@ -212,6 +213,32 @@ class PaperOffloadRunner:
             if key is not None:
                 keys.add(key)
         return keys
+
+
+def planning_instance(model, sample) -> tuple:
+    """(chain, shared gradients) a paper plan for the :class:`torch_exec.CheckpointedSequential` ``model``'s
+    stages is made on, profiling it on ``sample`` unless it has a profile for such inputs: the profiled chain
+    with what the runner's step holds beside the stages reserved (the caller's a_N and the gradient of it
+    the backward seeds, one unsplit allocator block on CUDA: ``torch_exec.executor.caller_chain``), and
+    :func:`shared_grads` of its stages (Note [Gradients summed across stages] in
+    gpusolve/offload/compare.py). Without the first the plans measured 8 B over at the paper's least
+    budget on the CPU (a scalar loss and its seed), without the second up to 3.2 % (``bench/results/
+    paper_fidelity_cpu_before.md``)."""
+    from .executor import caller_chain, caller_output_bytes
+    model.prepare(sample)
+    entry = model._last
+    chain, _, _ = caller_chain(entry.plain_chain, caller_output_bytes(entry.plain_chain, entry.profile),
+                               remainder=U.allocator_reserve_bytes(entry.device.type))
+    return chain, shared_grads(entry.groups)
+
+
+def shared_grads(groups) -> list[tuple[int, int, int]]:
+    """``(first, last, bytes)`` for each leaf tensor requiring a gradient that several stages (1-based) may
+    read (:func:`torch_exec._util.shared_leaves`): plain autograd sums its gradients in a buffer held from
+    stage ``last``'s backward through stage ``first``'s (Note [Gradients summed across stages] in
+    gpusolve/offload/compare.py; bytes in the device allocator's blocks)."""
+    return [(stages[0], stages[-1], U.device_block_bytes(t.device, t.numel() * t.element_size()))
+            for t, stages in U.shared_leaves(groups)]
 
 
 class _PaperStep:

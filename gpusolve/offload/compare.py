@@ -40,29 +40,65 @@ def paper_rate(link: Link) -> float | None:
     return None if rate == 0.0 or math.isinf(rate) else rate
 
 
-def paper_chain(chain: Chain, budget_bytes: int, link: Link, input_on_device: bool = False):
+def paper_chain(chain: Chain, budget_bytes: int, link: Link, input_on_device: bool = False, shared_grads=()):
     """The paper's instance at ``budget_bytes`` (Note [One budget, two models]); raises ``ValueError``
     when the budget is below what the paper's model needs to run at all, or the link has no finite rate.
-    ``input_on_device``: the instance an executor runs (Note [Running the paper's plans])."""
+    ``input_on_device``: the instance an executor runs (Note [Running the paper's plans]);
+    ``shared_grads``: Note [Gradients summed across stages]."""
     from .paper import OffloadChain
     rate = paper_rate(link)
     if rate is None:
         raise ValueError("the paper's model needs a finite, nonzero bandwidth")
-    if not input_on_device:
+    if not input_on_device and not shared_grads:
         return OffloadChain.from_chain(chain, M_GPU=budget_bytes + chain.input_bytes, B=rate)
     c = OffloadChain.from_chain(chain, B=rate)  # M_GPU = M_peak, valid whatever the budget
-    x = np.array(c.x, dtype=np.float64)
-    x[0] = 0.0
-    return OffloadChain(c.uF, c.uB, x, c.y, c.exF, c.exB, float(budget_bytes) - float(chain.reserved_bytes), c.B,
-                        c.names, dict(c.meta))
+    x, exB = np.array(c.x, dtype=np.float64), np.array(c.exB, dtype=np.float64)
+    for first, last, nbytes in checked_shared_grads(chain, shared_grads):  # Note [Gradients summed across stages]
+        exB[first - 1:last - 1] += float(nbytes)  # B_i is stage i + 1's backward: stages first .. last - 1
+    if input_on_device:
+        x[0] = 0.0
+        memory = float(budget_bytes) - float(chain.reserved_bytes)
+    else:
+        memory = float(budget_bytes) + float(chain.input_bytes) - float(chain.reserved_bytes)
+    return OffloadChain(c.uF, c.uB, x, c.y, c.exF, exB, memory, c.B, c.names, dict(c.meta))
 
 
-def paper_least_bytes(chain: Chain, link: Link, input_on_device: bool = True) -> int:
+# Note [Gradients summed across stages]
+#     A leaf tensor that several stages read (a language model's input embedding tied to its output
+#     head) gets one gradient from each; plain autograd's engine sums them in a buffer the size of the
+#     tensor, made at the backward of the last stage that reads it and let go once the first one's
+#     backward has added its part. Each stage's profile sees only its own contribution (its backward
+#     peak is measured above its start), so neither the paper's per-op model nor this project's chain
+#     charges the buffer in between: on the CPU a GPT-2 with tied embeddings run by the paper's plans
+#     measured up to 3.2 % above the model (the LM head's 2000 x 128 float32 gradient, 1 024 000 B;
+#     ``bench/results/paper_fidelity_cpu_before.md``). This project's executor splits its backward calls
+#     between the readers instead, each accumulating its part at once (Note [Shared leaves split tape runs]
+#     in torch_exec/executor.py); a runner of plain autograd cannot.
+#     ``shared_grads`` are ``(first, last, nbytes)``: the buffer is added to ex^B of the backwards of
+#     stages first .. last - 1 (the last one's own backward profiled it). ``torch_exec.paper_offload.
+#     shared_grads`` finds them from the stages' parameters.
+
+
+def checked_shared_grads(chain: Chain, shared_grads) -> list[tuple[int, int, int]]:
+    """``shared_grads`` as ``(first, last, nbytes)`` int triples; raises ``ValueError`` naming one that
+    does not fit ``chain`` (stages 1 <= first < last <= N, bytes >= 0)."""
+    out = []
+    for item in shared_grads:
+        first, last, nbytes = (int(v) for v in item)
+        if not 1 <= first < last <= chain.n or nbytes < 0:
+            raise ValueError(f"shared gradient {tuple(item)}: want (first stage, last stage, bytes) with 1 <= first "
+                             f"< last <= {chain.n} (the chain's stages) and bytes >= 0")
+        out.append((first, last, nbytes))
+    return out
+
+
+def paper_least_bytes(chain: Chain, link: Link, input_on_device: bool = True, shared_grads=()) -> int:
     """The least budget (this project's bytes) the paper's model runs ``chain`` in: its largest op
     footprint, everything else on the host (``input_on_device``: as :func:`paper_plan` has the input, else
-    as :func:`paper_results` does). It can exceed the store-all peak: the paper's B_i holds x_{i+1} whole."""
+    as :func:`paper_results` does; ``shared_grads``: Note [Gradients summed across stages]). It can exceed
+    the store-all peak: the paper's B_i holds x_{i+1} whole."""
     from .paper import m_min
-    c = paper_chain(chain, 1 << 62, link, input_on_device)  # an instance valid at any budget
+    c = paper_chain(chain, 1 << 62, link, input_on_device, shared_grads)  # an instance valid at any budget
     shift = chain.reserved_bytes if input_on_device else chain.reserved_bytes - chain.input_bytes
     return int(math.ceil(float(m_min(c)))) + int(shift)
 
@@ -88,6 +124,7 @@ class PaperPlan:
     budget_bytes: int
     points: list                 # :func:`gpusolve.offload.paper.issue_points` of its timeline
     offloaded_bytes: int         # sum of the moved |x_k|
+    shared_grads: tuple = ()     # (first, last, bytes): Note [Gradients summed across stages]
     considered: dict = field(default_factory=dict)  # method -> makespan, or the reason it has no schedule
 
 
@@ -120,22 +157,24 @@ def run_paper_algorithms(c, names=PAPER_ALGORITHMS, movable=None) -> dict:
     return out
 
 
-def paper_plan(chain: Chain, budget_bytes: int, link: Link, method: str = "best") -> PaperPlan:
+def paper_plan(chain: Chain, budget_bytes: int, link: Link, method: str = "best", shared_grads=()) -> PaperPlan:
     """The paper's ``method`` (one of :data:`PAPER_ALGORITHMS`, or ``"best"``: the fastest of them) at
     ``budget_bytes`` over ``link``, as a plan an executor runs. Raises ``ValueError`` naming why when it
     has no schedule there: :class:`~gpusolve.errors.InfeasibleBudgetError` (its ``min_bytes``:
-    :func:`paper_least_bytes`) for a budget below the model's least; no finite rate, no valid decisions."""
+    :func:`paper_least_bytes`) for a budget below the model's least; no finite rate, no valid decisions.
+    ``shared_grads``: gradients autograd's engine sums across stages (Note [Gradients summed across stages])."""
     from .paper import issue_points, issued_makespan
+    shared_grads = checked_shared_grads(chain, shared_grads)  # a bad one is not a budget below the least
     wanted = PAPER_ALGORITHMS if method == "best" else (method.upper(),)
     if wanted[0] not in PAPER_ALGORITHMS:
         raise ValueError(f"method {method!r} is not one of the paper's algorithms; use one of "
                          f"{', '.join(PAPER_ALGORITHMS)} or 'best'")
     try:
-        c = paper_chain(chain, int(budget_bytes), link, input_on_device=True)
+        c = paper_chain(chain, int(budget_bytes), link, True, shared_grads)
     except ValueError:
         if paper_rate(link) is None:
             raise
-        least = paper_least_bytes(chain, link)
+        least = paper_least_bytes(chain, link, True, shared_grads)
         raise InfeasibleBudgetError(f"budget {budget_bytes} B is below the least the paper's model runs this chain "
                                     f"in, {least} B (its largest op footprint, everything else on the host); give "
                                     f"at least that", least) from None
@@ -157,7 +196,7 @@ def paper_plan(chain: Chain, budget_bytes: int, link: Link, method: str = "best"
     points = issue_points(c, r.timeline)
     return PaperPlan(name, moved, float(r.makespan), float(issued_makespan(c, points)),
                      int(round(float(r.timeline.peak))) + int(chain.reserved_bytes), int(budget_bytes), points,
-                     int(sum(float(c.x[k]) for k in moved)), considered)
+                     int(sum(float(c.x[k]) for k in moved)), tuple(map(tuple, shared_grads)), considered)
 
 
 def paper_results(chain: Chain, budget_bytes: int, link: Link) -> dict[str, tuple[float, float] | str]:

@@ -350,6 +350,40 @@ def gpt2(layers: int = 2, width: int = 32, heads: int = 4, vocab: int = 101, con
     return GPT2LMHeadModel(cfg)
 
 
+class _WideBlock(nn.Module):
+    def __init__(self, width: int, hidden: int):
+        super().__init__()
+        self.up, self.down = nn.Linear(width, hidden), nn.Linear(hidden, width)
+
+    def forward(self, h):
+        return h + self.down(torch.tanh(self.up(h)))
+
+
+class _TiedHead(nn.Module):
+    """Logits from the input embedding's weight (tied, as GPT-2's head), and their cross-entropy."""
+
+    def __init__(self, embedding: nn.Embedding, targets: torch.Tensor):
+        super().__init__()
+        self.embedding = embedding
+        self.register_buffer("targets", targets)
+
+    def forward(self, h):
+        return F.cross_entropy(h @ self.embedding.weight.T, self.targets)
+
+
+def tied_lm(vocab: int = 2000, width: int = 128, hidden: int = 2048, blocks: int = 6, tokens: int = 32,
+            seed: int = 0) -> nn.Sequential:
+    """A language model whose output head reads the input embedding's weight (tied, as GPT-2's), ending in
+    its loss over ``tokens`` fixed targets: ``model(ids).backward()``. At these sizes the tied weight
+    (vocab x width) outweighs a block's tape, so plain autograd's buffer of its summed gradient (from the
+    head's backward to the embedding's) decides the peak (Note [Shared leaves split tape runs] in
+    torch_exec/executor.py)."""
+    torch.manual_seed(seed)
+    embedding = nn.Embedding(vocab, width)
+    head = _TiedHead(embedding, torch.randint(0, vocab, (tokens,)))
+    return nn.Sequential(embedding, *[_WideBlock(width, hidden) for _ in range(blocks)], head)
+
+
 class WithCrossEntropy(nn.Module):
     """A classifier and its loss as one model, ``(x, y) -> loss``: the loss's own memory (cross-entropy
     saves its log-softmax) is then the model's, inside the budget, instead of the caller's."""

@@ -10,6 +10,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
 from torch import nn  # noqa: E402
 
 from gpusolve.chain import Chain  # noqa: E402
@@ -23,6 +26,9 @@ from torch_exec.meter import measure_peak  # noqa: E402
 from torch_exec.paper_offload import PaperOffloadRunner, planning_instance, shared_grads  # noqa: E402
 from _torch_helpers import DT, wrap  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+import models as A  # noqa: E402  (examples/models.py)
+
 pytestmark = pytest.mark.filterwarnings("ignore::torch_exec.CPUTimingWarning",
                                         "ignore::gpusolve.FallbackWarning")
 
@@ -31,32 +37,8 @@ WEIGHT_BYTES = V * D * 8
 LINK = Link.parse("1GB/s")
 
 
-class Block(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.a, self.b = nn.Linear(D, 16 * D), nn.Linear(16 * D, D)
-
-    def forward(self, h):
-        return h + self.b(torch.tanh(self.a(h)))
-
-
-class TiedHead(nn.Module):
-    """The output head with the input embedding's weight, and the loss."""
-
-    def __init__(self, embedding, targets):
-        super().__init__()
-        self.embedding = embedding
-        self.register_buffer("targets", targets)
-
-    def forward(self, h):
-        return nn.functional.cross_entropy(h @ self.embedding.weight.T, self.targets)
-
-
-def tied_model(blocks=6):
-    torch.manual_seed(0)
-    embedding = nn.Embedding(V, D)
-    head = TiedHead(embedding, torch.randint(0, V, (T,)))
-    return nn.Sequential(embedding, *[Block() for _ in range(blocks)], head).to(DT)
+def tied_model():
+    return A.tied_lm(vocab=V, width=D, hidden=16 * D, tokens=T).to(DT)
 
 
 IDS = torch.randint(0, V, (T,), generator=torch.Generator().manual_seed(1))
@@ -154,3 +136,26 @@ def test_paper_chain_adds_the_buffer_to_the_backwards_between_the_readers():
             checked_shared_grads(chain, [bad])
         with pytest.raises(ValueError, match="shared gradient"):  # not taken for a budget below the least
             paper_plan(chain, store_all_peak_bytes(chain), LINK, shared_grads=[bad])
+
+
+def test_auto_checkpoint_finds_gpt2s_tied_embedding_and_holds_the_budget():
+    """transformers' GPT-2 ties its head to the input embedding: the torch.export capture's stages read it
+    in the first stage and in the head's, whose tape runs are split. With the loop keeping only the loss,
+    the plan at 80 % is store-all in the model (4 312 881 B); run as plain autograd it measured 1.2 MB over
+    the budget before (``bench/results/shared_leaves_cpu_before.md``)."""
+    pytest.importorskip("transformers")
+    from torch_exec.auto import auto_checkpoint
+    model = A.gpt2(layers=4, width=64, heads=2, vocab=8000, context=32)  # the tied weight: 2 048 000 B
+    ids = torch.randint(0, 8000, (1, 32), generator=torch.Generator().manual_seed(0))
+    wrapped = auto_checkpoint(model, "80%", backend="cpu", sample={"input_ids": ids, "labels": ids},
+                              profile_passes=1, capture="export", caller_keeps="loss")
+    [(leaf, stages)] = U.shared_leaves([[stage] for stage in wrapped.capture.stages])
+    assert leaf is model.transformer.wte.weight and stages[0] == 1 and stages[-1] > 2
+
+    def step():
+        wrapped(input_ids=ids, labels=ids).loss.backward()
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    step()
+    _, reading = measure_peak(step)
+    assert reading.peak <= wrapped.plan.budget_bytes

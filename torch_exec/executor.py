@@ -51,7 +51,7 @@ Note [Shared leaves split tape runs]
     segment, and a store-all plan runs as plain autograd (one backward call: the buffer) only where plain
     autograd's measured peak fits, or where it was not measured and no stages share a leaf. On the CPU a
     model with a 2 MB tied weight measured 2 048 000 B over its plan, 25 % over the budget, before
-    (tests/test_shared_leaves.py).
+    (``bench/results/shared_leaves_cpu_before.md``; now ``shared_leaves_cpu.md``, tests/test_shared_leaves.py).
 
 Note [Segment inputs]
     A segment's input tensors that need a gradient are the outputs of one small autograd node

@@ -78,12 +78,9 @@ def executor_rows(plain_peak: int) -> list[dict]:
     return rows
 
 
-def gpt2_row() -> dict | None:
-    """transformers' GPT-2 (tied head) under ``auto_checkpoint`` at 80 %, the loop keeping only the loss;
-    None without transformers."""
-    import importlib.util
-    if importlib.util.find_spec("transformers") is None:
-        return None
+def gpt2_run():
+    """(the ``auto_checkpoint`` wrapper, the model, the measured peak of a step) of transformers' GPT-2 (tied
+    head) at 80 %, the loop keeping only the loss (tests/test_shared_leaves.py runs it too)."""
     from torch_exec.auto import auto_checkpoint
     net = models.gpt2(**GPT2)
     ids = torch.randint(0, GPT2["vocab"], (1, GPT2["context"]), generator=torch.Generator().manual_seed(0))
@@ -96,11 +93,20 @@ def gpt2_row() -> dict | None:
         p.grad = torch.zeros_like(p)
     step()
     _, reading = measure_peak(step)
-    plan = wrapped.plan
+    return wrapped, net, reading.peak
+
+
+def gpt2_row() -> dict | None:
+    """:func:`gpt2_run` as a row; None without transformers."""
+    import importlib.util
+    if importlib.util.find_spec("transformers") is None:
+        return None
+    wrapped, _, peak = gpt2_run()
+    plan, entry = wrapped.plan, wrapped.capture.executor._last
     return {"runner": "auto_checkpoint(GPT-2, caller_keeps='loss')", "budget": "80 %", "budget_bytes": plan.budget_bytes,
-            "predicted_peak_bytes": plan.predicted_peak_bytes, "measured_peak_bytes": reading.peak,
-            "fits": reading.peak <= plan.budget_bytes, "plain_autograd": bool(wrapped.capture.executor._last.plain),
-            "breaks": sorted(s for _, s in getattr(wrapped.capture.executor._last, "breaks", ()))}
+            "predicted_peak_bytes": plan.predicted_peak_bytes, "measured_peak_bytes": peak,
+            "fits": peak <= plan.budget_bytes, "plain_autograd": bool(entry.plain),
+            "breaks": sorted(s for _, s in getattr(entry, "breaks", ()))}
 
 
 def paper_row() -> dict:

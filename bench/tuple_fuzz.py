@@ -14,7 +14,10 @@ combined class's least budget towards the model's store-all peak, over a link th
 so the solver offloads wherever it saves memory). ``--hold`` keeps the model's output, a pair
 (loss, last state), through the backward as a caller would; ``--drop`` returns the same pair and
 drops the state before the backward, the wrapper told so (``caller_keeps="loss"``: the plans reserve
-nothing of the state, Note [The caller holds a_N] in ``torch_exec/executor.py``).
+nothing of the state, Note [The caller holds a_N] in ``torch_exec/executor.py``). ``--tied`` has every
+weighted stage read one shared Linear, whose gradient plain autograd sums across stages (Note [Shared
+leaves split tape runs] in ``torch_exec/executor.py``), at a batch where that weight outweighs a tensor of
+the state.
 
 Writes ``<out>.json`` (every run) and ``<out>.md`` (a summary), with device, date and command.
 """
@@ -43,6 +46,7 @@ from torch_exec.executor import plain_peak_bytes  # noqa: E402
 from torch_exec.meter import measure_peak  # noqa: E402
 
 WIDTH, BATCH = 64, 512
+TIED_BATCH = 16  # --tied: the shared weight (16 KB) then outweighs a tensor of the state (4 KB)
 FREE = Link(float("inf"), float("inf"))
 
 
@@ -205,8 +209,13 @@ def run(seed: int, args) -> dict:
 
     def make():
         torch.manual_seed(seed)
-        return nn.Sequential(*[k() for k in stage_kinds])
-    x = torch.randn(BATCH, WIDTH, generator=torch.Generator().manual_seed(seed))
+        model = nn.Sequential(*[k() for k in stage_kinds])
+        if args.tied:  # one Linear for every weighted stage (Note [Shared leaves split tape runs])
+            weighted = [stage for stage in model if getattr(stage, "weighted", False)]
+            for stage in weighted[1:]:
+                stage.fc = weighted[0].fc
+        return model
+    x = torch.randn(TIED_BATCH if args.tied else BATCH, WIDTH, generator=torch.Generator().manual_seed(seed))
     offload = FREE if args.offload else None
     keeps = "loss" if args.drop else "output"
     probe = te.CheckpointedSequential(make(), budget="1TiB", backend="cpu", profile_passes=1, profile_warmup=0,
@@ -249,6 +258,8 @@ def main(argv=None) -> int:
                         help="the model returns (loss, state), the caller drops the state before the backward")
     parser.add_argument("--views", action="store_true",
                         help="draw stages whose backward hands a slice of a larger gradient on (VIEW_KINDS) too")
+    parser.add_argument("--tied", action="store_true",
+                        help="every weighted stage reads one shared Linear (its gradient summed across stages)")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "tuple_fuzz_cpu"))
     args = parser.parse_args(argv)
     try:
@@ -280,7 +291,8 @@ def main(argv=None) -> int:
              f"- models: {len(models)} ({args.stages} drawn stages each, then the loss"
              f"{', output held through the backward' if args.hold else ''}"
              f"{', the state dropped before the backward' if args.drop else ''}"
-             f"{', cat stages drawn too (--views)' if args.views else ''}); runs: {len(runs)}",
+             f"{', cat stages drawn too (--views)' if args.views else ''}"
+             f"{', one Linear shared by every weighted stage (--tied)' if args.tied else ''}); runs: {len(runs)}",
              f"- budgets held: {len(runs) - len(over)} of {len(runs)}",
              f"- measured / predicted: {min(ratios):.4f} - {max(ratios):.4f}"]
     if args.offload:

@@ -629,6 +629,17 @@ def stage_leaves(group) -> list[torch.Tensor]:
     return [t for t in found if t.requires_grad and t.is_leaf]
 
 
+def closure_leaves(group) -> set[int]:
+    """Ids of the leaf tensors requiring a gradient that one stage's plain callables reach themselves (a tensor
+    in a closure, or a parameter of a module they reach), not as the parameters of the stage's own modules: the
+    profiler's stand-ins for the wrapper's parameters (``_standin_params`` in torch_exec/executor.py) do not
+    replace those."""
+    reached = [v for fn in group for _, v in reachable_state(fn)]
+    found = params_of(modules_of([v for v in reached if isinstance(v, nn.Module)]))
+    found += [v for v in reached if isinstance(v, torch.Tensor)]
+    return {id(t) for t in found if t.requires_grad and t.is_leaf}
+
+
 def shared_leaves(groups) -> list[tuple[torch.Tensor, list[int]]]:
     """``(leaf, stages)`` for each leaf tensor requiring a gradient that more than one of the stages
     ``groups`` (1-based, ascending) may read (:func:`stage_leaves`): a tied weight (Note [Gradients summed

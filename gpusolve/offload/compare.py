@@ -76,7 +76,10 @@ def paper_chain(chain: Chain, budget_bytes: int, link: Link, input_on_device: bo
 #     in torch_exec/executor.py); a runner of plain autograd cannot.
 #     ``shared_grads`` are ``(first, last, nbytes)``: the buffer is added to ex^B of the backwards of
 #     stages first .. last - 1 (the last one's own backward profiled it). ``torch_exec.paper_offload.
-#     shared_grads`` finds them from the stages' parameters.
+#     shared_grads`` finds them from the stages' parameters. Not handled (a review, 2026-11-27): a reader
+#     that holds the leaf in a closure was profiled over another leaf than the module readers (the
+#     profiler's stand-ins), and the runner then measured up to 1 MB over such a plan; readers the search
+#     misses or over-counts (Note [Shared leaves split tape runs] in torch_exec/executor.py).
 
 
 def checked_shared_grads(chain: Chain, shared_grads) -> list[tuple[int, int, int]]:

@@ -41,6 +41,14 @@ def zero_grads(model):
         p.grad = torch.zeros_like(p)
 
 
+def steady_peak(run, x) -> int:
+    """Peak bytes of the second of two steps ``loss_of(run(x)).backward()``: the first allocates the host
+    buffers (CPU memory too, here)."""
+    for _ in range(2):
+        _, reading = measure_peak(lambda: loss_of(run(x)).backward())
+    return reading.peak
+
+
 def same_step(ref_model, runner, model, ref_x, x, seed=5):
     """One step of plain autograd and one of the runner from the same seed: the same gradients and buffers,
     bit for bit."""
@@ -69,16 +77,15 @@ def test_mlp_gradients_and_measured_peak(fraction):
     zero_grads(model)
     ref_x, got_x = x.clone().requires_grad_(), x.clone().requires_grad_()
     _, plain = measure_peak(lambda: loss_of(ref_model(ref_x)).backward())
-    for _ in range(2):  # the first step allocates the host buffers (CPU memory too, here)
-        _, reading = measure_peak(lambda: loss_of(runner(got_x)).backward())
+    peak = steady_peak(runner, got_x)
     _, plain = measure_peak(lambda: loss_of(ref_model(ref_x)).backward())
     assert_same(ref_model, model, ref_x, got_x)
     assert runner.late_prefetches == 0  # every copy back issued at its point, none when first read
     # what the plan holds and what the meter sees: within the budget and the prediction (which reserves a_N
     # and its gradient through the backward; this caller's loss, 16 B, is outside the chain), and below plain
     # autograd's peak by what moved
-    assert reading.peak <= plan.predicted_peak_bytes <= plan.budget_bytes
-    assert reading.peak < plain.peak
+    assert peak <= plan.predicted_peak_bytes <= plan.budget_bytes
+    assert peak < plain.peak
 
 
 def test_tightest_plan_measures_its_prediction():
@@ -95,10 +102,9 @@ def test_tightest_plan_measures_its_prediction():
     runner = PaperOffloadRunner.of(wrapped, x, least, LINK)
     plan = runner.plan
     zero_grads(model)
-    for _ in range(2):
-        _, reading = measure_peak(lambda: loss_of(runner(x)).backward())
+    peak = steady_peak(runner, x)
     assert plan.decisions == [1, 2, 3, 4, 5, 6, 7] and plan.budget_bytes == least
-    assert reading.peak == plan.predicted_peak_bytes - 2 * 64 * 3 * 8 + 16
+    assert peak == plan.predicted_peak_bytes - 2 * 64 * 3 * 8 + 16
 
 
 def deep_convnet(dropout):
@@ -278,9 +284,8 @@ def test_tapes_whose_output_is_passed_on_stay():
     zero_grads(model)
     ref_x, got_x = x.clone().requires_grad_(), x.clone().requires_grad_()
     loss_of(ref_model(ref_x)).backward()
-    for _ in range(2):
-        _, reading = measure_peak(lambda: loss_of(runner(got_x)).backward())
-    assert reading.peak <= plan.budget_bytes
+    peak = steady_peak(runner, got_x)
+    assert peak <= plan.budget_bytes
     ref_model.zero_grad(), model.zero_grad()
     ref_x.grad = got_x.grad = None
     same_step(ref_model, runner, model, ref_x, got_x)
@@ -293,11 +298,10 @@ def test_parameters_stay_without_modules_given():
     runner, plan = runner_for(model, x, 0.5)
     bare = PaperOffloadRunner(runner.groups, plan, "cpu")
     zero_grads(model)
-    for _ in range(2):
-        _, reading = measure_peak(lambda: loss_of(bare(x)).backward())
+    peak = steady_peak(bare, x)
     bare.close()
     assert bare.host_bytes() == plan.offloaded_bytes
-    assert reading.peak <= plan.predicted_peak_bytes + 16
+    assert peak <= plan.predicted_peak_bytes + 16
 
 
 def test_two_forwards_then_one_backward_and_a_partial_backward():
@@ -428,11 +432,10 @@ def test_weights_a_plain_callable_reads_stay():
     bare = PaperOffloadRunner([[fn_of(m) for m in g] for g in runner.groups], plan, "cpu")
     for t in free.values():
         t.grad = torch.zeros_like(t)
-    for _ in range(2):
-        _, reading = measure_peak(lambda: loss_of(bare(x)).backward())
+    peak = steady_peak(bare, x)
     bare.close()
     assert bare.host_bytes() == plan.offloaded_bytes
-    assert reading.peak <= plan.predicted_peak_bytes + 16
+    assert peak <= plan.predicted_peak_bytes + 16
 
 
 def test_a_backward_that_raises_leaves_nothing_behind():

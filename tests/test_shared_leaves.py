@@ -22,40 +22,23 @@ from gpusolve.schedule import Op, OpKind  # noqa: E402
 from gpusolve.simulate import store_all_peak_bytes  # noqa: E402
 from torch_exec import _util as U  # noqa: E402
 from torch_exec.executor import BWD, TAPE, annotate  # noqa: E402
-from torch_exec.meter import measure_peak  # noqa: E402
 from torch_exec.paper_offload import PaperOffloadRunner, planning_instance, shared_grads  # noqa: E402
-from _torch_helpers import DT, wrap  # noqa: E402
+from _torch_helpers import wrap  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
-import models as A  # noqa: E402  (examples/models.py)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+from shared_leaves import IDS, SIZES, gpt2_run, step_peak  # noqa: E402  (bench/shared_leaves.py: what it records)
+from shared_leaves import model as tied_model  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::torch_exec.CPUTimingWarning",
                                         "ignore::gpusolve.FallbackWarning")
 
-V, D, T = 2000, 128, 32  # the tied weight (2 048 000 B in float64) outweighs a block's tape (~1 MB)
-WEIGHT_BYTES = V * D * 8
+WEIGHT_BYTES = SIZES["vocab"] * SIZES["width"] * 8  # the tied weight in float64, 2 048 000 B: above a block's tape
 LINK = Link.parse("1GB/s")
-
-
-def tied_model():
-    return A.tied_lm(vocab=V, width=D, hidden=16 * D, tokens=T).to(DT)
-
-
-IDS = torch.randint(0, V, (T,), generator=torch.Generator().manual_seed(1))
 
 
 def zero_grads(model):
     for p in model.parameters():
         p.grad = torch.zeros_like(p)
-
-
-def step_peak(run, model):
-    """Peak bytes of one step after a warm one, the gradients allocated first (as the profile assumes)."""
-    zero_grads(model)
-    run(IDS).backward()
-    zero_grads(model)
-    _, reading = measure_peak(lambda: run(IDS).backward())
-    return reading.peak
 
 
 def plain_grads():
@@ -144,8 +127,6 @@ def test_auto_checkpoint_finds_gpt2s_tied_embedding_and_holds_the_budget():
     the plan at 80 % is store-all in the model (4 312 881 B); run as one tape run it measured 1.8 MB over
     its prediction and 1.2 MB over the budget before (``bench/results/shared_leaves_cpu_before.md``)."""
     pytest.importorskip("transformers")
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-    from shared_leaves import gpt2_run
     wrapped, model, peak = gpt2_run()
     [(leaf, stages)] = U.shared_leaves([[stage] for stage in wrapped.capture.stages])
     assert leaf is model.transformer.wte.weight and stages[0] == 1 and stages[-1] > 2

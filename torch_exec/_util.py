@@ -619,25 +619,16 @@ def params_of(modules) -> list[nn.Parameter]:
     return _unique(modules, nn.Module.parameters)
 
 
-def stage_leaves(group) -> list[torch.Tensor]:
+def stage_leaves(group, own: bool = True) -> list[torch.Tensor]:
     """The leaf tensors requiring a gradient that one stage's callables (``group``) may read: the parameters
-    of its modules and of the modules its plain callables reach, and the tensors they reach
-    (:func:`reachable_state`)."""
+    of its modules (``own``) and of the modules its plain callables reach, and the tensors they reach
+    (:func:`reachable_state`). ``own=False``: only what the plain callables reach themselves, which the
+    profiler's stand-ins for the wrapper's parameters (``_standin_params`` in torch_exec/executor.py) do
+    not replace."""
     reached = [v for fn in group for _, v in reachable_state(fn)]
-    found = params_of(modules_of(list(group) + [v for v in reached if isinstance(v, nn.Module)]))
+    found = params_of(modules_of((list(group) if own else []) + [v for v in reached if isinstance(v, nn.Module)]))
     found += [v for v in reached if isinstance(v, torch.Tensor)]
     return [t for t in found if t.requires_grad and t.is_leaf]
-
-
-def closure_leaves(group) -> set[int]:
-    """Ids of the leaf tensors requiring a gradient that one stage's plain callables reach themselves (a tensor
-    in a closure, or a parameter of a module they reach), not as the parameters of the stage's own modules: the
-    profiler's stand-ins for the wrapper's parameters (``_standin_params`` in torch_exec/executor.py) do not
-    replace those."""
-    reached = [v for fn in group for _, v in reachable_state(fn)]
-    found = params_of(modules_of([v for v in reached if isinstance(v, nn.Module)]))
-    found += [v for v in reached if isinstance(v, torch.Tensor)]
-    return {id(t) for t in found if t.requires_grad and t.is_leaf}
 
 
 def shared_leaves(groups) -> list[tuple[torch.Tensor, list[int]]]:

@@ -1514,7 +1514,7 @@ class CheckpointedSequential(_PlannedModule):
         has_buffers = [False] + [bool(U.buffers_of(mods)) for mods in group_modules]
         output = caller_output_bytes(chain, data)
         shared = U.shared_leaves(groups)
-        direct = set().union(*(U.closure_leaves(group) for group in groups))
+        direct = {id(t) for group in groups for t in U.stage_leaves(group, own=False)}
         entry = Entry(profile=data, chain=chain, plan=None, held_bytes=int(self.held_bytes),
                       beside_bytes=int(self.beside_bytes), turn_peak_bytes=turn_peak,
                       floor_bytes=int(self.floor_bytes), groups=groups,

@@ -49,8 +49,6 @@ def paper_chain(chain: Chain, budget_bytes: int, link: Link, input_on_device: bo
     rate = paper_rate(link)
     if rate is None:
         raise ValueError("the paper's model needs a finite, nonzero bandwidth")
-    if not input_on_device and not shared_grads:
-        return OffloadChain.from_chain(chain, M_GPU=budget_bytes + chain.input_bytes, B=rate)
     c = OffloadChain.from_chain(chain, B=rate)  # M_GPU = M_peak, valid whatever the budget
     x, exB = np.array(c.x, dtype=np.float64), np.array(c.exB, dtype=np.float64)
     for first, last, nbytes in checked_shared_grads(chain, shared_grads):  # Note [Gradients summed across stages]

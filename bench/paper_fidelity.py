@@ -85,8 +85,8 @@ def run_model(name, args, device, link) -> list[dict]:
                                         network=name, measure_steps=0)
     wrapped.prepare(x)
     chain = wrapped._last.plain_chain
-    planned, shared = planning_instance(wrapped, x)  # what PaperOffloadRunner.of plans on
-    top, least = store_all_peak_bytes(chain), paper_least_bytes(planned, link, True, shared)
+    planned = planning_instance(wrapped, x)  # what PaperOffloadRunner.of plans on (its shared gradients too)
+    top, least = store_all_peak_bytes(chain), paper_least_bytes(planned, link, True)
     plain_peak = peak_of(stages, x, device)
     budgets = [(f"{100 * f:g} %", int(f * top)) for f in args.fractions] + [("least", least)]
     rows = []

@@ -10,7 +10,11 @@ tied weight that outweighs a block's tape), run
 
 - by :class:`torch_exec.CheckpointedSequential` at 100 / 95 / 80 / 60 % of plain autograd's measured
   peak: the plan's predicted and measured peaks, whether it ran as plain autograd;
-- by the offloading paper's plan at its least budget (:class:`torch_exec.paper_offload.PaperOffloadRunner`);
+- the same with the head reaching the weight otherwise (:data:`HEADS`): through a list attribute (no
+  registered submodule: only the autograd graph shows it reads the weight) and as a plain callable closing
+  over the weight (the profiler's stand-ins for the modules' parameters do not replace it);
+- by the offloading paper's plan at its least budget (:class:`torch_exec.paper_offload.PaperOffloadRunner`),
+  with the model's head and with the closure;
 - and transformers' GPT-2 (``examples/models.py``'s ``gpt2``, its head tied to the input embedding) under
   ``auto_checkpoint`` at 80 %, the loop keeping only its loss (skipped without transformers).
 
@@ -49,6 +53,43 @@ def model():
     return models.tied_lm(**SIZES).double()
 
 
+class ListHead(torch.nn.Module):
+    """The tied head reaching the embedding through a list attribute: not a registered submodule."""
+
+    def __init__(self, embedding, targets):
+        super().__init__()
+        self.embedding = [embedding]
+        self.register_buffer("targets", targets)
+
+    def forward(self, h):
+        return torch.nn.functional.cross_entropy(h @ self.embedding[0].weight.T, self.targets)
+
+
+def list_head():
+    """(the model, its stages, the modules beside them): :func:`model` with its head a :class:`ListHead`."""
+    base = model()
+    net = torch.nn.Sequential(*base[:-1], ListHead(base[0], base[-1].targets))
+    return net, net, []
+
+
+def closure_head():
+    """(the model, its stages, the modules beside them): :func:`model`'s stages with the head a plain callable
+    over the embedding's weight itself (the model's parameters, for the plain run's gradients)."""
+    net = model()
+    weight, targets = net[0].weight, net[-1].targets
+    return net, list(net[:-1]) + [lambda h: torch.nn.functional.cross_entropy(h @ weight.T, targets)], [net]
+
+
+def plain_head():
+    net = model()
+    return net, net, []
+
+
+# head variant -> (model, stages, modules) maker and the budgets its executor rows are run at
+HEADS = {"model's head": (plain_head, PERCENTS), "head via a list": (list_head, (95, 80)),
+         "head via a closure": (closure_head, (100, 80))}
+
+
 IDS = torch.randint(0, SIZES["vocab"], (SIZES["tokens"],), generator=torch.Generator().manual_seed(1))
 
 
@@ -64,18 +105,25 @@ def step_peak(run, net) -> int:
     return reading.peak
 
 
+def wrapper(make, budget):
+    """(the model, a CheckpointedSequential over ``make()``'s stages at ``budget``)."""
+    net, stages, modules = make()
+    return net, te.CheckpointedSequential(stages, budget=budget, backend="cpu", profile_passes=1, modules=modules)
+
+
 def executor_rows(plain_peak: int) -> list[dict]:
-    rows = []
-    for percent in PERCENTS:
-        net = model()
-        wrapped = te.CheckpointedSequential(net, budget=f"{percent}%", backend="cpu", profile_passes=1)
-        peak = step_peak(wrapped, net)
-        plan, entry = wrapped.plan, wrapped._last
-        rows.append({"runner": "CheckpointedSequential", "budget": f"{percent} %", "budget_bytes": plan.budget_bytes,
-                     "predicted_peak_bytes": plan.predicted_peak_bytes, "measured_peak_bytes": peak,
-                     "fits": peak <= plan.budget_bytes, "plain_autograd": bool(entry.plain),
-                     "breaks": sorted(s for _, s in getattr(entry, "breaks", ())), "plain_measured_bytes": plain_peak})
-    return rows
+    return [executor_row(head, make, percent, plain_peak) for head, (make, percents) in HEADS.items()
+            for percent in percents]
+
+
+def executor_row(head, make, percent, plain_peak) -> dict:
+    net, wrapped = wrapper(make, f"{percent}%")
+    peak = step_peak(wrapped, net)
+    plan, entry = wrapped.plan, wrapped._last
+    return {"runner": f"CheckpointedSequential, {head}", "budget": f"{percent} %", "budget_bytes": plan.budget_bytes,
+            "predicted_peak_bytes": plan.predicted_peak_bytes, "measured_peak_bytes": peak,
+            "fits": peak <= plan.budget_bytes, "plain_autograd": bool(entry.plain),
+            "breaks": sorted(s for _, s in getattr(entry, "breaks", ())), "plain_measured_bytes": plain_peak}
 
 
 def gpt2_run():
@@ -109,14 +157,17 @@ def gpt2_row() -> dict | None:
             "breaks": sorted(s for _, s in getattr(entry, "breaks", ()))}
 
 
-def paper_row() -> dict:
+def paper_row(head: str) -> dict:
     """The paper's plan at its least budget, made as this checkout makes it."""
-    net = model()
-    wrapped = te.CheckpointedSequential(net, budget=None, backend="cpu", profile_passes=1)
+    net, wrapped = wrapper(HEADS[head][0], None)
     link = Link.parse(LINK)
     try:
         from torch_exec.paper_offload import planning_instance
-        chain, shared = planning_instance(wrapped, IDS)
+        chain = planning_instance(wrapped, IDS)
+        if isinstance(chain, tuple):  # a checkout before the chain carried its shared leaves
+            chain, shared = chain
+        else:
+            shared = chain.shared_grads()
         least = paper_least_bytes(chain, link, True, shared)
     except ImportError:  # an older checkout: the profiled chain, nothing shared
         wrapped.prepare(IDS)
@@ -124,7 +175,7 @@ def paper_row() -> dict:
     runner = PaperOffloadRunner.of(wrapped, IDS, least, link)
     peak = step_peak(runner, net)
     plan = runner.plan
-    return {"runner": "PaperOffloadRunner", "budget": "least", "budget_bytes": plan.budget_bytes,
+    return {"runner": f"PaperOffloadRunner, {head}", "budget": "least", "budget_bytes": plan.budget_bytes,
             "predicted_peak_bytes": plan.predicted_peak_bytes, "measured_peak_bytes": peak,
             "fits": peak <= plan.budget_bytes, "plain_autograd": True, "moved_tapes": list(plan.decisions),
             "shared_grads": [list(g) for g in shared]}
@@ -139,7 +190,8 @@ def main(argv=None) -> int:
     warnings.simplefilter("ignore", te.CPUTimingWarning)
     plain = model()
     plain_peak = step_peak(plain, plain)
-    rows = executor_rows(plain_peak) + [paper_row()] + [row for row in [gpt2_row()] if row is not None]
+    rows = executor_rows(plain_peak) + [paper_row(head) for head in ("model's head", "head via a closure")]
+    rows += [row for row in [gpt2_row()] if row is not None]
     args.out.mkdir(parents=True, exist_ok=True)
     out = args.out / args.name
     record = write_cpu_record(out, "shared_leaves.py", argv, rows, sizes=SIZES, plain_measured_bytes=plain_peak)

@@ -324,6 +324,7 @@ class Chain:
             grad_in = merged["grad_bytes"]
         provenance = {k: data[k] for k in ("network", "args", "device", "torch", "dtype", "reference",
                                            "param_bytes") if k in data}
+        provenance["shared_leaves"] = _shared_leaves(data, source, group_of, granule)
         provenance.update(source=str(source), format=PROFILE_FORMAT, measured_stages=len(stages),
                           merged_in_place=joined["in_place"], merged_unsaved=joined["unsaved"],
                           fused_aliasing=fuse_aliasing, members=members, notes=notes, made_bytes=made,
@@ -433,6 +434,38 @@ class Chain:
         profile's ``held_from``). ``act_bytes`` where the chain does not say."""
         made = self._per_stage("made_bytes", None)[s - 1]
         return int(self.act_bytes[s - 1]) if made is None else int(made)
+
+    def shared_leaves(self) -> list[tuple[tuple[int, ...], int, bool]] | None:
+        """``(stages, bytes, summed)`` per leaf tensor that several stages (1-based, ascending) add a
+        gradient to, as the profile found them in the autograd graph (Note [Leaves several stages read]
+        in torch_exec/profiler.py; bytes in the profile's allocator blocks; ``summed``: the profile's
+        plain step summed them in one buffer); None where the chain does not say (a profile made before
+        it was recorded, a chain not read from a profile)."""
+        recorded = self.provenance.get("shared_leaves")
+        if recorded is None:
+            return None
+        out = []
+        for item in recorded:
+            stages = tuple(int(s) for s in item["stages"])
+            if not (len(stages) > 1 and 1 <= stages[0] and stages[-1] <= self.n and list(stages) == sorted(set(stages))):
+                raise ValueError(f"chain provenance 'shared_leaves' names stages {list(stages)} of a {self.n}-stage chain: "
+                                 f"a chain derived from a profiled one must renumber them with its stages (or drop them)")
+            out.append((stages, int(item["nbytes"]), bool(item["summed"])))
+        return out
+
+    def shared_grads(self) -> list[tuple[int, int, int]]:
+        """``(first, last, bytes)``: bytes plain autograd holds in the backwards of stages ``first`` ..
+        ``last - 1`` that their profiles do not count, per leaf of :meth:`shared_leaves` (none where the
+        chain does not say; Note [Gradients summed across stages] in gpusolve/offload/compare.py): the
+        buffer of its summed gradient, held from stage ``last``'s backward through stage ``first``'s; and
+        where the profile did not sum them (``summed`` false), the sum itself, made in the first reader's
+        backward beside the buffer and that stage's own gradient: ``(first, first + 1, bytes)``."""
+        out = []
+        for stages, nbytes, summed in self.shared_leaves() or ():
+            out.append((stages[0], stages[-1], nbytes))
+            if not summed:
+                out.append((stages[0], stages[0] + 1, nbytes))
+        return out
 
     def swappable(self) -> np.ndarray:
         """bool[N + 1]: whether a_s may be moved to the host (index 0, the input: never). Not where a_s
@@ -544,6 +577,28 @@ def _held_from(stage: dict, numbers: range) -> list[tuple[int, int]]:
 def _made_by(stage: dict, numbers: range) -> int:
     """Bytes of ``stage``'s output held in storages that the measured stages ``numbers`` made."""
     return sum(nbytes for _, nbytes in _held_from(stage, numbers))
+
+
+def _shared_leaves(data: dict, source, group_of: dict[int, int], granule: int) -> list[dict] | None:
+    """The profile's ``shared_leaves`` (Note [Leaves several stages read] in torch_exec/profiler.py) over
+    the merged stages, 1-based: a leaf whose readers all merged into one stage is that stage's alone.
+    None where the profile does not record them."""
+    recorded = data.get("shared_leaves")
+    if recorded is None:
+        return None
+    out = []
+    for item in recorded:
+        try:
+            stages = sorted({group_of[int(s)] + 1 for s in item["stages"]})
+            nbytes, summed = int(item["nbytes"]), item["summed"]
+            if nbytes < 0 or not isinstance(summed, bool):
+                raise ValueError
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"{source}: shared_leaves entry {item!r} is not {{'stages': [profiled stage numbers], "
+                             f"'nbytes': bytes >= 0, 'summed': true/false}}; re-profile, or drop the field") from None
+        if len(stages) > 1:
+            out.append({"stages": stages, "nbytes": allocator_bytes(nbytes, granule), "summed": summed})
+    return out
 
 
 def _merge_group(group: list[dict], grad_in: int, notes: list[str], granule: int = ALLOCATOR_GRANULE,

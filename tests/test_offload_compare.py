@@ -163,3 +163,32 @@ def test_cli_curve_offload(capsys, tmp_path):
                          "--out", str(tmp_path / "c.png"), "--json"])
     assert (tmp_path / "c.png").stat().st_size > 0
     assert {"combined", "recompute", "offload_only", "grid_bytes", "link"} <= set(out)
+
+
+def test_cli_compare_offload_charges_a_profiles_shared_leaves(capsys, tmp_path):
+    """A profile that says two stages read one leaf (Note [Leaves several stages read] in
+    torch_exec/profiler.py): the paper's rows are charged plain autograd's buffer of its summed gradient, in
+    the backwards between the readers (Note [Gradients summed across stages]); ours are not (the executor
+    splits its backward calls there)."""
+    from gpusolve.offload.compare import paper_least_bytes
+    from gpusolve.profiles import resolve
+    data = json.loads(resolve("resnet50_b128").read_text())
+    n = len(data["stages"])
+    tied = dict(data, shared_leaves=[{"stages": [1, n - 1], "nbytes": 300 << 20, "summed": True}])
+    path = tmp_path / "tied.json"
+    path.write_text(json.dumps(tied))
+    plain, charged = Chain.load("resnet50_b128"), Chain.load(str(path))
+    (first, last, nbytes), = charged.shared_grads()
+    assert first == 1 and last > 1 and nbytes == 300 << 20
+    link = Link.parse("12.2GB/s")
+    assert paper_least_bytes(charged, link) >= paper_least_bytes(plain, link) + (300 << 20) - (64 << 20)
+    assert paper_least_bytes(charged, link, shared_grads=()) == paper_least_bytes(plain, link)
+    rows = {}
+    for name, spec in (("plain", "resnet50_b128"), ("tied", str(path))):
+        out = _json(capsys, ["compare", spec, "--budget", "95%", "--offload", "--bandwidth", "12.2GB/s",
+                             "--backend", "cpu", "--json"])
+        rows[name] = {r["name"]: r for r in out["records"]}
+    assert rows["tied"]["recompute only (gpusolve)"] == rows["plain"]["recompute only (gpusolve)"]
+    greedy = [rows[k]["GREEDY [O]"] for k in ("plain", "tied")]
+    assert greedy[0]["feasible"] and (not greedy[1]["feasible"] or greedy[1]["peak_bytes"] > greedy[0]["peak_bytes"]
+                                      or greedy[1]["time_ms"] > greedy[0]["time_ms"])

@@ -29,8 +29,8 @@ def runner_for(model, x, fraction, method="best"):
     (:meth:`PaperOffloadRunner.of`, checked against the plan made by hand)."""
     wrapped = wrap(model)
     runner = PaperOffloadRunner.of(wrapped, x, f"{100 * fraction:g}%", LINK, method=method)
-    chain, shared = planning_instance(wrapped, x)
-    plan = paper_plan(chain, int(fraction * store_all_peak_bytes(wrapped._last.plain_chain)), LINK, method, shared)
+    chain = planning_instance(wrapped, x)
+    plan = paper_plan(chain, int(fraction * store_all_peak_bytes(wrapped._last.plain_chain)), LINK, method)
     assert (runner.plan.decisions, runner.plan.points) == (plan.decisions, plan.points)
     assert runner.groups == wrapped._last.groups
     return runner, runner.plan
@@ -97,8 +97,8 @@ def test_tightest_plan_measures_its_prediction():
     x = torch.randn(64, 4, dtype=DT)
     model = mlp(width=64, depth=8)
     wrapped = wrap(model)
-    chain, shared = planning_instance(wrapped, x)
-    least = paper_least_bytes(chain, LINK, True, shared)
+    chain = planning_instance(wrapped, x)
+    least = paper_least_bytes(chain, LINK, True)
     runner = PaperOffloadRunner.of(wrapped, x, least, LINK)
     plan = runner.plan
     zero_grads(model)

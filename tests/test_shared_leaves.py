@@ -16,17 +16,18 @@ from pathlib import Path  # noqa: E402
 from torch import nn  # noqa: E402
 
 from gpusolve.chain import Chain  # noqa: E402
+from gpusolve.errors import FallbackWarning  # noqa: E402
 from gpusolve.offload.compare import checked_shared_grads, paper_chain, paper_least_bytes, paper_plan  # noqa: E402
 from gpusolve.offload.link import Link  # noqa: E402
 from gpusolve.schedule import Op, OpKind  # noqa: E402
 from gpusolve.simulate import store_all_peak_bytes  # noqa: E402
 from torch_exec import _util as U  # noqa: E402
 from torch_exec.executor import BWD, TAPE, annotate  # noqa: E402
-from torch_exec.paper_offload import PaperOffloadRunner, planning_instance, shared_grads  # noqa: E402
+from torch_exec.paper_offload import PaperOffloadRunner, planning_instance  # noqa: E402
 from _torch_helpers import wrap  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-from shared_leaves import IDS, SIZES, gpt2_run, step_peak  # noqa: E402  (bench/shared_leaves.py: what it records)
+from shared_leaves import IDS, SIZES, closure_head, gpt2_run, list_head, step_peak  # noqa: E402  (bench/shared_leaves.py)
 from shared_leaves import model as tied_model  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::torch_exec.CPUTimingWarning",
@@ -48,16 +49,72 @@ def plain_grads():
     return [p.grad.clone() for p in model.parameters()]
 
 
+def shared_of(stages, sample, **kwargs):
+    """The profile's shared leaves of ``stages`` (a CheckpointedSequential's), and its chain's."""
+    wrapped = wrap(stages, budget=None, **kwargs)
+    wrapped.prepare(sample)
+    return wrapped._last.profile["shared_leaves"], wrapped._last.chain
+
+
 def test_the_tied_weight_is_found_once_per_reader():
     model = tied_model()
-    groups = [[m] for m in model]
-    [(leaf, stages)] = U.shared_leaves(groups)
-    assert leaf is model[0].weight and stages == [1, len(model)]
-    assert shared_grads(groups) == [(1, len(model), WEIGHT_BYTES)]
-    # a plain callable reading the weight is a reader too; an untied model has no shared leaf
-    weight = model[0].weight
-    assert U.shared_leaves([[model[0]], [lambda h: h @ weight.T]])[0][1] == [1, 2]
-    assert U.shared_leaves([[m] for m in nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))]) == []
+    recorded, chain = shared_of(model, IDS)
+    assert recorded == [{"stages": [1, len(model)], "nbytes": WEIGHT_BYTES, "summed": True}]
+    assert chain.shared_leaves() == [((1, len(model)), WEIGHT_BYTES, True)]
+    assert chain.shared_grads() == [(1, len(model), WEIGHT_BYTES)]
+    assert Chain.from_dict(chain.to_dict()).shared_grads() == chain.shared_grads()  # kept in the chain's JSON
+    # an untied model has no shared leaf
+    assert shared_of(nn.Sequential(nn.Linear(2, 2), nn.ReLU(), nn.Linear(2, 1)), torch.randn(3, 2))[0] == []
+
+
+def test_the_graph_finds_readers_however_they_hold_the_leaf():
+    """A plain callable, a closure over the module, a list attribute: each adds a gradient to the weight,
+    and is found; a stage holding the whole model but reading one layer reads that layer only (before,
+    found from the stages' modules and reachable state, the list was missed and the holder read every
+    parameter)."""
+    lin = nn.Linear(4, 4)
+    weight = lin.weight
+    recorded, _ = shared_of([lin, lambda h: h @ weight.T], torch.randn(3, 4))
+    assert recorded == [{"stages": [1, 2], "nbytes": 64, "summed": False}]  # the closure read the weight itself
+    holder = [lin]
+    recorded, _ = shared_of([lin, nn.Tanh(), lambda h: holder[0](h)], torch.randn(3, 4))
+    assert [r["stages"] for r in recorded] == [[1, 3], [1, 3]]  # weight and bias
+    model = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 4))
+    recorded, _ = shared_of([model[0], nn.Tanh(), lambda h: model[2](h)], torch.randn(3, 4), modules=[model])
+    assert U.shared_leaves([[model[0]], [nn.Tanh()], [lambda h: model[2](h)]])  # what the old search found
+    assert recorded == []
+
+
+def test_readers_merged_into_one_stage_share_nothing_and_a_bad_record_is_refused():
+    """The chain renumbers the profile's readers by its merged stages: the Linear's output, saved by neither
+    backward, joins the bias's second reader to its first (Note [Tensors no backward saves])."""
+    lin = nn.Linear(4, 4)
+    recorded, chain = shared_of([lin, lambda h: h + lin.bias, nn.Tanh(), nn.Linear(4, 1)], torch.randn(3, 4))
+    assert [r["stages"] for r in recorded] == [[1, 2]] and len(chain.provenance["members"][0]) >= 2
+    assert chain.shared_leaves() == []
+    profile = wrap(tied_model(), budget=None)
+    profile.prepare(IDS)
+    data = profile._last.profile
+    for bad in ([{"stages": [1, 99], "nbytes": 8, "summed": True}], [{"stages": [1, 2], "nbytes": -1, "summed": True}],
+                [{"stages": [1, 2]}]):
+        with pytest.raises(ValueError, match="shared_leaves entry .* re-profile"):
+            Chain.from_profile({**data, "shared_leaves": bad})
+    sliced = Chain.from_profile(data)
+    sliced.provenance["shared_leaves"][0]["stages"] = [1, 99]
+    with pytest.raises(ValueError, match="names stages \\[1, 99\\] of a 8-stage chain"):
+        sliced.shared_grads()
+
+
+def test_a_profile_without_the_record_falls_back_to_the_modules_saying_so():
+    model = tied_model()
+    probe = wrap(model, budget=None)
+    probe.prepare(IDS)
+    old = {k: v for k, v in probe._last.profile.items() if k != "shared_leaves"}
+    wrapped = wrap(model, budget="95%")
+    with pytest.warns(FallbackWarning, match="does not record which stages read one leaf"):
+        wrapped.prepare(IDS, profile=old)
+    assert wrapped._last.chain.shared_grads() == [(1, len(model), WEIGHT_BYTES)]
+    assert wrapped._last.breaks == {(None, len(model))}
 
 
 def test_a_break_starts_a_segment():
@@ -90,9 +147,9 @@ def test_the_executor_holds_its_budget_on_a_tied_model(percent):
 def test_the_paper_plan_is_charged_the_summed_gradient():
     model = tied_model()
     wrapped = wrap(model)
-    chain, shared = planning_instance(wrapped, IDS)
-    assert shared == [(1, len(model), WEIGHT_BYTES)]
-    least = paper_least_bytes(chain, LINK, True, shared)
+    chain = planning_instance(wrapped, IDS)
+    assert chain.shared_grads() == [(1, len(model), WEIGHT_BYTES)]
+    least = paper_least_bytes(chain, LINK, True)
     runner = PaperOffloadRunner.of(wrapped, IDS, least, LINK)
     plan = runner.plan
     assert plan.decisions and plan.shared_grads == ((1, len(model), WEIGHT_BYTES),)
@@ -100,7 +157,7 @@ def test_the_paper_plan_is_charged_the_summed_gradient():
     assert peak <= plan.predicted_peak_bytes <= plan.budget_bytes == least
     assert all(torch.equal(a, b) for a, b in zip(plain_grads(), [p.grad for p in model.parameters()], strict=True))
     # uncharged, the paper's plan at its own least budget goes over by the whole buffer
-    blind = paper_plan(chain, paper_least_bytes(chain, LINK), LINK)
+    blind = paper_plan(chain, paper_least_bytes(chain, LINK, shared_grads=()), LINK, shared_grads=())
     runner = PaperOffloadRunner(wrapped._last.groups, blind, wrapped._last.device, modules=[wrapped])
     assert step_peak(runner, model) >= blind.budget_bytes + WEIGHT_BYTES - 64 * 1024
 
@@ -128,32 +185,42 @@ def test_auto_checkpoint_finds_gpt2s_tied_embedding_and_holds_the_budget():
     its prediction and 1.2 MB over the budget before (``bench/results/shared_leaves_cpu_before.md``)."""
     pytest.importorskip("transformers")
     wrapped, model, peak = gpt2_run()
-    [(leaf, stages)] = U.shared_leaves([[stage] for stage in wrapped.capture.stages])
-    assert leaf is model.transformer.wte.weight and stages[0] == 1 and stages[-1] > 2
-    assert wrapped.capture.executor._last.breaks
+    entry = wrapped.capture.executor._last
+    [(stages, nbytes, summed)] = entry.chain.shared_leaves()
+    wte = model.transformer.wte.weight
+    assert nbytes == wte.numel() * wte.element_size() and summed and stages[0] == 1 and stages[-1] > 2
+    assert entry.breaks == {(None, stages[-1])}
     assert peak <= wrapped.plan.predicted_peak_bytes <= wrapped.plan.budget_bytes
-
-
-def closure_head_stages():
-    """The tied model with its head a plain callable over the embedding's weight itself: the profiler's
-    stand-ins for the model's parameters do not replace it, so its plain step sees two leaves, no buffer."""
-    model = tied_model()
-    weight, targets = model[0].weight, model[-1].targets
-    return model, list(model[:-1]) + [lambda h: nn.functional.cross_entropy(h @ weight.T, targets)]
 
 
 def test_a_closure_reader_does_not_let_plain_autograd_run_past_the_budget():
     """At 100 % of the profiled plain peak (which misses the buffer: 5 997 584 B against 8 045 584 B measured
     here) plain autograd ran and went 2 048 000 B over; the buffer is now added to the measured peak where a
     stage reads the leaf through a closure (found by a review)."""
-    model, stages = closure_head_stages()
+    model, stages, _ = closure_head()
     wrapped = wrap(stages, modules=[model], budget="100%")
 
     def run(x):
         return wrapped(x)
     peak = step_peak(run, model)
-    assert wrapped._last.unseen_shared_bytes == WEIGHT_BYTES and not wrapped._last.plain
+    assert wrapped._last.unseen_shared_bytes == 2 * WEIGHT_BYTES and not wrapped._last.plain
     assert peak == wrapped.plan.predicted_peak_bytes <= wrapped.plan.budget_bytes
+
+
+def test_a_closure_reader_is_charged_the_sum_in_the_paper_plan():
+    """The profile did not sum the closure's gradient with the embedding's (two leaves while profiling), so
+    the first reader's backward is charged the sum beside the buffer: without it the runner measured
+    326 656 B over the plan at the paper's least budget; the model's readers (summed) show it in their
+    profile (the embedding's backward peak 4 063 232 B against 2 048 000 B here)."""
+    model, stages, _ = closure_head()
+    wrapped = wrap(stages, modules=[model], budget=None)
+    chain = planning_instance(wrapped, IDS)
+    last = len(stages)
+    assert chain.shared_grads() == [(1, last, WEIGHT_BYTES), (1, 2, WEIGHT_BYTES)]
+    runner = PaperOffloadRunner.of(wrapped, IDS, paper_least_bytes(chain, LINK, True), LINK)
+    peak = step_peak(runner, model)
+    assert peak <= runner.plan.predicted_peak_bytes <= runner.plan.budget_bytes
+    assert all(torch.equal(a, b) for a, b in zip(plain_grads(), [p.grad for p in model.parameters()], strict=True))
 
 
 def test_a_given_store_all_schedule_over_a_tied_model_runs_split():
@@ -166,24 +233,11 @@ def test_a_given_store_all_schedule_over_a_tied_model_runs_split():
     assert not wrapped._last.plain and peak == wrapped.plan.predicted_peak_bytes
 
 
-class _ListHead(nn.Module):
-    """The tied head reaching the embedding through a list attribute: not a registered submodule."""
-
-    def __init__(self, embedding, targets):
-        super().__init__()
-        self.embedding = [embedding]
-        self.register_buffer("targets", targets)
-
-    def forward(self, h):
-        return nn.functional.cross_entropy(h @ self.embedding[0].weight.T, self.targets)
-
-
-@pytest.mark.xfail(strict=True, reason="readers are found from the stages' modules and the state their plain "
-                   "callables reach, not from the autograd graph: a module holding the embedding in a list is "
-                   "not seen reading it (Note [Shared leaves split tape runs])")
 def test_a_reader_through_an_unregistered_attribute_is_found():
-    base = tied_model()
-    model = nn.Sequential(*base[:-1], _ListHead(base[0], base[-1].targets))
+    """The head reaches the embedding through a list: missed when readers were found from the stages'
+    modules (a strict xfail then), found in the autograd graph now (Note [Leaves several stages read])."""
+    model, _, _ = list_head()
     wrapped = wrap(model, budget="95%")
     peak = step_peak(wrapped, model)
-    assert peak <= wrapped.plan.budget_bytes
+    assert wrapped._last.breaks == {(None, len(model))}
+    assert peak == wrapped.plan.predicted_peak_bytes <= wrapped.plan.budget_bytes

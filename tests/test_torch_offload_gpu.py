@@ -203,11 +203,11 @@ def test_paper_plan_on_cuda_matches_autograd_and_holds_its_budget(setup):
     model = copy.deepcopy(ref)
     wrapped = te.CheckpointedSequential(model, budget="64GiB")
     wrapped.prepare(x, profile=profile)
-    chain, shared = planning_instance(wrapped, x)  # the caller's loss, its seed and one allocator block reserved
+    chain = planning_instance(wrapped, x)  # the caller's loss, its seed and one allocator block reserved
     link = Link.parse("50GB/s")
     top = store_all_peak_bytes(wrapped._last.plain_chain)
-    budget = (paper_least_bytes(chain, link, True, shared) + top) // 2
-    plan = paper_plan(chain, budget, link, shared_grads=shared)
+    budget = (paper_least_bytes(chain, link, True) + top) // 2
+    plan = paper_plan(chain, budget, link)
     assert plan.decisions
     runner = PaperOffloadRunner(wrapped._last.groups, plan, x.device, modules=[model])
     assert_two_steps_match(ref, model, runner, x)

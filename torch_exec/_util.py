@@ -631,6 +631,75 @@ def stage_leaves(group, own: bool = True) -> list[torch.Tensor]:
     return [t for t in found if t.requires_grad and t.is_leaf]
 
 
+def mark_standin(standin: torch.Tensor, param: torch.Tensor) -> None:
+    """Record that the profiler's ``standin`` replaces ``param`` while profiling (``_standin_params`` in
+    torch_exec/executor.py), so that :class:`LeafReaders` counts a read of either as one leaf's."""
+    standin._gpusolve_stands_for = param
+
+
+def stood_for(t: torch.Tensor) -> torch.Tensor:
+    """The parameter ``t`` stands in for (:func:`mark_standin`), else ``t``."""
+    return getattr(t, "_gpusolve_stands_for", t)
+
+
+class LeafReaders:
+    """Which stages' autograd graphs reach each leaf tensor requiring a gradient, and so add a gradient to
+    it: found while profiling, from the graph itself (Note [Leaves several stages read] in
+    torch_exec/profiler.py).
+
+    :meth:`enter` walks a stage's input (those nodes belong to earlier stages or to the caller's input),
+    :meth:`note` the graph stage ``s`` added above it; each walk stops at the nodes an earlier one
+    passed. Nodes are held only from ``enter`` to ``leave`` (held longer, a graph that never runs its
+    backward would keep its saved tensors)."""
+
+    def __init__(self):
+        self.readers: dict = {}   # id(leaf stood for) -> (that leaf, [stages], {ids of the tensors read})
+        self.passed: set = set()  # nodes walked since enter()
+        self.inputs: set = set()  # ids of the leaves behind the input (the caller's, not a stage's)
+
+    def _walk(self, state) -> list[torch.Tensor]:
+        found, stack = [], [t.grad_fn for t in tensors(state) if t.grad_fn is not None]
+        found += [t for t in tensors(state) if t.requires_grad and t.grad_fn is None]
+        while stack:
+            node = stack.pop()
+            if node is None:
+                continue
+            variable = getattr(node, "variable", None)  # AccumulateGrad: the leaf it adds into
+            if variable is not None:
+                found.append(variable)  # reached again by a later stage: read again
+                continue
+            if node in self.passed:
+                continue
+            self.passed.add(node)
+            stack.extend(next_node for next_node, _ in node.next_functions)
+        return found
+
+    def enter(self, state) -> None:
+        """Start at a stage's input: what its graph reaches is not the stage's."""
+        self.inputs |= {id(t) for t in self._walk(state)}
+
+    def note(self, s: int, out) -> None:
+        """Stage ``s`` (1-based) has made ``out``."""
+        for t in self._walk(out):
+            if id(t) in self.inputs:
+                continue
+            leaf = stood_for(t)
+            _, stages, read = self.readers.setdefault(id(leaf), (leaf, [], set()))
+            if s not in stages:
+                stages.append(s)
+            read.add(id(t))
+
+    def leave(self) -> None:
+        self.passed, self.inputs = set(), set()
+
+    def shared(self) -> list[dict]:
+        """The profile's ``shared_leaves``: per leaf that several stages read, ``stages`` (ascending),
+        ``nbytes`` and ``summed`` (every stage read the same tensor, so the profile's plain step summed
+        their gradients; not where one read the parameter a stand-in replaced)."""
+        return [{"stages": sorted(stages), "nbytes": int(leaf.numel() * leaf.element_size()), "summed": len(read) == 1}
+                for leaf, stages, read in self.readers.values() if len(stages) > 1]
+
+
 def shared_leaves(groups) -> list[tuple[torch.Tensor, list[int]]]:
     """``(leaf, stages)`` for each leaf tensor requiring a gradient that more than one of the stages
     ``groups`` (1-based, ascending) may read (:func:`stage_leaves`): a tied weight (Note [Gradients summed

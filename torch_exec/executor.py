@@ -47,23 +47,22 @@ Note [Shared leaves split tape runs]
     the leaf, made at the backward of the later stage and kept until the earlier one's, which no stage's
     profile charges (each sees its own part). A run split between the two readers has two backward
     calls, and the engine of each accumulates its part into ``.grad`` at once. So the entry's ``breaks``
-    (every reader of such a leaf after the first, :func:`torch_exec._util.shared_leaves`) start a new
+    (every reader of such a leaf after the first, as the profile read them off the autograd graph: Note
+    [Leaves several stages read] in torch_exec/profiler.py, ``Chain.shared_leaves``) start a new
     segment, and a store-all plan runs as plain autograd (one backward call: the buffer) only where plain
     autograd's measured peak fits, or where it was not measured and no stages share a leaf. On the CPU a
     model with a 2 MB tied weight measured 2 048 000 B over its plan, 25 % over the budget, before
     (``bench/results/shared_leaves_cpu_before.md``; now ``shared_leaves_cpu.md``, tests/test_shared_leaves.py).
     Where a stage reads the leaf through a closure, the profiler's plain step does not see the buffer either
-    (its stand-ins replace the modules' parameters, not the tensor the closure holds: two leaves), so plain
-    autograd must fit with the buffer on top (``Entry.unseen_shared_bytes``); a given ``schedule_fn``
-    never runs as plain autograd over such stages (its simulated peak does not count the buffer).
+    (its stand-ins replace the modules' parameters, not the tensor the closure holds: two leaves, the
+    profile's ``summed`` false), nor the sum the first reader's backward makes beside it, so plain autograd
+    must fit with twice the leaf on top (``Entry.unseen_shared_bytes``; an upper bound: the tied model's
+    plain step measured one leaf above its profile); a given ``schedule_fn`` never runs as plain autograd
+    over such stages (its simulated peak does not count the buffer).
     What this leaves (a review, 2026-11-27):
 
-    - Readers are found from the stages' modules and what their plain callables reach
-      (:func:`torch_exec._util.stage_leaves`), not from the autograd graph: a module reaching the leaf
-      through an unregistered attribute (a list) is missed (a strict xfail in tests/test_shared_leaves.py),
-      and a stage holding a whole model counts every parameter as read (runs split for nothing, and the
-      paper's plans charged buffers that do not exist). Walking each stage's graph to its
-      ``AccumulateGrad`` nodes while profiling would find them exactly.
+    - A stage that reads another stage's intermediate result through module state (not through the
+      chain) is not seen as a reader of the leaves behind it (Note [Leaves several stages read]).
     - Split, the parts are added into ``.grad`` in another order than plain autograd's one sum, so the
       tied gradient can differ in its last bits; and a gradient hook on the leaf runs once per backward
       call, on each part, as it already did wherever a checkpoint split two readers.
@@ -701,8 +700,9 @@ class Entry(ProgramSplit):
     has_buffers: list = field(default_factory=list)  # [s]: stage s's modules hold buffers (BatchNorm)
     plain: bool = False             # the plan is store-all: run the stages as plain autograd
     breaks: frozenset = frozenset()  # (None, s): FWD_TAPE(s) starts a segment (Note [Shared leaves split tape runs])
-    # the summed-gradient buffers of shared leaves a stage reads through a closure: the profiler's plain step
-    # does not see them (Note [Shared leaves split tape runs])
+    # what the profiler's plain step missed of the shared leaves it did not sum (one reader read a parameter,
+    # another the profiler's stand-in for it): the buffer and the sum, each the leaf's size (Note [Shared
+    # leaves split tape runs])
     unseen_shared_bytes: int = 0
     plain_chain: Chain | None = None  # the profiled chain: plain autograd's costs (nothing reserved)
     exec_chain: Chain | None = None   # executor_chain(plain_chain): what the interpreter holds
@@ -992,6 +992,23 @@ def _ddp_forward():
     return getattr(getattr(ddp, "DistributedDataParallel", None), "_active_ddp_module", None)
 
 
+def with_shared_leaves(chain: Chain, groups) -> Chain:
+    """``chain``, saying which of its stages (callables ``groups``) read one leaf tensor
+    (:meth:`gpusolve.chain.Chain.shared_leaves`): as the profile read them off the autograd graph (Note
+    [Leaves several stages read] in the profiler), or, for a profile made before they were recorded, found
+    from the stages' modules and the state their callables reach (:func:`torch_exec._util.shared_leaves`;
+    summed unless a callable reaches the leaf itself), saying so in one line."""
+    if chain.shared_leaves() is not None:
+        return chain
+    warnings.warn("the profile does not record which stages read one leaf tensor (made before this version): "
+                  "found from the stages' modules and what their callables reach; profile again (drop profile=, "
+                  "or replan(profile=True)) to read them off the autograd graph", FallbackWarning, stacklevel=4)
+    direct = {id(t) for group in groups for t in U.stage_leaves(group, own=False)}
+    found = [{"stages": stages, "nbytes": U.device_block_bytes(t.device, t.numel() * t.element_size()),
+              "summed": id(t) not in direct} for t, stages in U.shared_leaves(groups)]
+    return replace(chain, provenance={**chain.provenance, "shared_leaves": found})
+
+
 @contextlib.contextmanager
 def _standin_params(modules):
     """Profiling runs on stand-ins for the trainable parameters of ``modules``: fresh leaves sharing their
@@ -1011,6 +1028,7 @@ def _standin_params(modules):
                     continue
                 if id(p) not in standins:
                     standins[id(p)] = nn.Parameter(p.detach(), requires_grad=True)
+                    U.mark_standin(standins[id(p)], p)  # Note [Leaves several stages read] in the profiler
                     for hook in (p._backward_hooks or {}).values():
                         standins[id(p)].register_hook(hook)
                 swapped.append((m, name, p))
@@ -1513,14 +1531,13 @@ class CheckpointedSequential(_PlannedModule):
                          for members in chain.provenance["members"]]
         has_buffers = [False] + [bool(U.buffers_of(mods)) for mods in group_modules]
         output = caller_output_bytes(chain, data)
-        shared = U.shared_leaves(groups)
-        direct = {id(t) for group in groups for t in U.stage_leaves(group, own=False)}
+        chain = with_shared_leaves(chain, groups)
+        shared = chain.shared_leaves()
         entry = Entry(profile=data, chain=chain, plan=None, held_bytes=int(self.held_bytes),
                       beside_bytes=int(self.beside_bytes), turn_peak_bytes=turn_peak,
                       floor_bytes=int(self.floor_bytes), groups=groups,
-                      breaks=frozenset((None, s) for _, stages in shared for s in stages[1:]),
-                      unseen_shared_bytes=sum(U.device_block_bytes(t.device, t.numel() * t.element_size())
-                                              for t, _ in shared if id(t) in direct),
+                      breaks=frozenset((None, s) for stages, _, _ in shared for s in stages[1:]),
+                      unseen_shared_bytes=sum(2 * nbytes for _, nbytes, summed in shared if not summed),
                       device=U.tensors(state)[0].device,
                       group_modules=group_modules,
                       clone_input=clone_input, split=0, rng=rng, has_buffers=has_buffers, plain_chain=chain,

@@ -75,6 +75,8 @@ import weakref
 import torch
 from torch import nn
 
+from gpusolve.chain import Chain
+
 from . import _util as U
 from .executor import _keep_graph
 from .offload import HostCopies, _raw, _Slot
@@ -180,10 +182,10 @@ class PaperOffloadRunner:
         from gpusolve.offload.compare import paper_plan
         from gpusolve.offload.link import Link
         from gpusolve.simulate import budget_bytes_of
-        chain, shared = planning_instance(model, sample)
+        chain = planning_instance(model, sample)
         entry = model._last
         link = link if isinstance(link, Link) else Link.parse(link)
-        plan = paper_plan(chain, budget_bytes_of(entry.plain_chain, budget), link, method, shared)
+        plan = paper_plan(chain, budget_bytes_of(entry.plain_chain, budget), link, method)
         return cls(entry.groups, plan, entry.device, modules=[model])
 
     def __call__(self, x):
@@ -215,30 +217,21 @@ class PaperOffloadRunner:
         return keys
 
 
-def planning_instance(model, sample) -> tuple:
-    """(chain, shared gradients) a paper plan for the :class:`torch_exec.CheckpointedSequential` ``model``'s
-    stages is made on, profiling it on ``sample`` unless it has a profile for such inputs: the profiled chain
-    with what the runner's step holds beside the stages reserved (the caller's a_N and the gradient of it
-    the backward seeds, one unsplit allocator block on CUDA: ``torch_exec.executor.caller_chain``), and
-    :func:`shared_grads` of its stages (Note [Gradients summed across stages] in
-    gpusolve/offload/compare.py). Without the first the plans measured 8 B over at the paper's least
-    budget on the CPU (a scalar loss and its seed), without the second up to 3.2 % (``bench/results/
-    paper_fidelity_cpu_before.md``)."""
+def planning_instance(model, sample) -> Chain:
+    """The chain a paper plan for the :class:`torch_exec.CheckpointedSequential` ``model``'s stages is made
+    on, profiling it on ``sample`` unless it has a profile for such inputs: the profiled chain with what the
+    runner's step holds beside the stages reserved (the caller's a_N and the gradient of it the backward
+    seeds, one unsplit allocator block on CUDA: ``torch_exec.executor.caller_chain``); it carries the leaves
+    several stages read (``Chain.shared_grads``), which the paper's plans are charged by default (Note
+    [Gradients summed across stages] in gpusolve/offload/compare.py). Without the first the plans measured
+    8 B over at the paper's least budget on the CPU (a scalar loss and its seed), without the second up to
+    3.2 % (``bench/results/paper_fidelity_cpu_before.md``)."""
     from .executor import caller_chain, caller_output_bytes
     model.prepare(sample)
     entry = model._last
     chain, _, _ = caller_chain(entry.plain_chain, caller_output_bytes(entry.plain_chain, entry.profile),
                                remainder=U.allocator_reserve_bytes(entry.device.type))
-    return chain, shared_grads(entry.groups)
-
-
-def shared_grads(groups) -> list[tuple[int, int, int]]:
-    """``(first, last, bytes)`` for each leaf tensor requiring a gradient that several stages (1-based) may
-    read (:func:`torch_exec._util.shared_leaves`): plain autograd sums its gradients in a buffer held from
-    stage ``last``'s backward through stage ``first``'s (Note [Gradients summed across stages] in
-    gpusolve/offload/compare.py; bytes in the device allocator's blocks)."""
-    return [(stages[0], stages[-1], U.device_block_bytes(t.device, t.numel() * t.element_size()))
-            for t, stages in U.shared_leaves(groups)]
+    return chain
 
 
 class _PaperStep:

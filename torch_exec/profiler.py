@@ -54,6 +54,24 @@ Note [Lazy workspaces]
     leaves allocated is there before every reading, as it is before every training step after the
     first. tests/test_profile_lazy.py checks it on the CPU with stages that allocate and keep a buffer on
     their first forward and their first backward.
+
+Note [Leaves several stages read]
+    Plain autograd's one backward sums the gradients of a leaf that several stages read (a language
+    model's input embedding tied to its output head) in a buffer the size of the leaf, from the later
+    reader's backward to the earlier one's; no stage's readings charge it (Note [Shared leaves split tape
+    runs] in torch_exec/executor.py, Note [Gradients summed across stages] in gpusolve/offload/compare.py).
+    Which stages read which leaf is read off the autograd graph in the memory pass's forward
+    (:class:`torch_exec._util.LeafReaders`): after each stage, a walk from its output down to the nodes
+    of its input or of an earlier stage, collecting the leaves whose ``AccumulateGrad`` it reaches. So a
+    reader is found however it holds the leaf (a registered module, a closure, a list attribute), and a
+    stage that holds a tensor it does not use reads nothing. The profile's ``shared_leaves`` lists each
+    leaf more than one stage read: ``stages``, ``nbytes``, and ``summed``, whether every stage read the
+    same tensor, so that the profile's plain step had the buffer (not where one read a parameter and
+    another the profiler's stand-in for it, ``_standin_params`` in the executor: two leaves here, one in
+    training). Before (the stages' modules and what their callables reach), a reader through a list
+    attribute was missed and a stage holding the whole model read every parameter
+    (tests/test_shared_leaves.py). A stage that reads another stage's intermediate result through
+    module state, not through the chain, is not seen as reading what that result came from.
 """
 from __future__ import annotations
 
@@ -71,9 +89,9 @@ import torch
 from gpusolve.chain import PROFILE_FORMAT, Chain
 from gpusolve.errors import FallbackWarning
 
-from ._util import (ModelSnapshot, RngState, aliases, backward_segment, buffers_of, clone, copyable, cuda_devices,
-                    held_from, held_nbytes, make_leaf, map_state, output_facts, params_of, stage_list, stage_state,
-                    state_nbytes, storage_key, storages, tensors)
+from ._util import (LeafReaders, ModelSnapshot, RngState, aliases, backward_segment, buffers_of, clone, copyable,
+                    cuda_devices, held_from, held_nbytes, make_leaf, map_state, output_facts, params_of, stage_list,
+                    stage_state, state_nbytes, storage_key, storages, tensors)
 from .meter import MemoryMeter
 from .offload import HostCopies
 
@@ -170,7 +188,8 @@ def profile_dict(stages, sample_input, passes: int = 5, warmup: int = 1, network
         while True:
             kind = _CudaProfiler if device.type == "cuda" else _CpuProfiler
             try:
-                measured = kind(fns, sample_input, device, state, loss_only, stage_by_stage).run(passes, warmup)
+                profiler = kind(fns, sample_input, device, state, loss_only, stage_by_stage)
+                measured = profiler.run(passes, warmup)
                 break
             except torch.OutOfMemoryError as err:
                 if stage_by_stage and isolated is None:
@@ -206,6 +225,7 @@ def profile_dict(stages, sample_input, passes: int = 5, warmup: int = 1, network
         "isolated": stage_by_stage,
         "reference": reference,
         "stages": [dict(name=name, **fields) for name, fields in zip(names, per_stage)],
+        "shared_leaves": profiler.readers.shared(),  # Note [Leaves several stages read]
     }
     for s, stage in enumerate(data["stages"]):
         if stage.pop("mutates_input", False):
@@ -213,6 +233,23 @@ def profile_dict(stages, sample_input, passes: int = 5, warmup: int = 1, network
                           f"a checkpoint before it would be overwritten; make it return its input or avoid in-place",
                           InputMutationWarning, stacklevel=2)
     return data
+
+
+@contextlib.contextmanager
+def _no_cycle_collection():
+    """No cyclic garbage collection inside the block, and none left from before it: the meter reads every
+    allocation and free of the process, so a collection freeing garbage made earlier in the pass inside a
+    stage's window read as the stage's (on the CPU a Tanh stage of a test's MLP, profiled after other tests,
+    read an output of 0 bytes, then fused as if it aliased its input, once the profiler made more Python
+    objects and the collector ran there; tests/test_profile_lazy.py)."""
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _median(values):
@@ -250,6 +287,7 @@ class _Passes:
         self.saved: list = []
         self.flags: list = []
         self.loss_only = loss_only  # also measure a plain step that keeps only the loss (metered_plain_step)
+        self.readers = LeafReaders()  # the leaves each stage's graph reaches (the memory pass's forward)
         self.sample = sample
         self.device = device
         self.rg = [t.requires_grad for t in tensors(sample)]
@@ -329,7 +367,8 @@ class _Passes:
         n = self.n
         mem = [dict() for _ in range(n)]
         ng_marks = []
-        with MemoryMeter(self.device) as meter:
+        self.readers = LeafReaders()
+        with _no_cycle_collection(), MemoryMeter(self.device) as meter:
             self.nograd_memory(meter, mem, ng_marks)
             g_marks, readings = (self.isolated_memory if self.isolated else self.whole_memory)(meter, mem)
         spans, reference = readings()  # readings exist once the meter has stopped
@@ -413,6 +452,7 @@ class _Passes:
         outs = [a0]
         with torch.enable_grad():
             held_input = state = clone(a0)  # held as the caller holds its input
+            self.readers.enter(state)
             for s, fn in enumerate(self.fns):
                 versions = _versions(state)
                 with self.saved_hooks() as saved:
@@ -420,10 +460,12 @@ class _Passes:
                     out = fn(state)
                     g_marks.append((a, meter.mark()))
                 self.note_saved(mem[s], out, state, saved)
+                self.readers.note(s + 1, out)
                 del saved
                 bounds.watch(out, s + 1, versions)
                 outs.append(out)
                 state = out
+        self.readers.leave()
         del state, out
         # backward as plain autograd runs it: no stage output referenced from here
         final = [t for t in tensors(outs[n]) if t.requires_grad]
@@ -469,10 +511,13 @@ class _Passes:
         n = self.n
         for s, fn in enumerate(self.fns):
             leaf, state = self._stage_input(s)
+            self.readers.enter(state)
             with torch.enable_grad(), self.saved_hooks(no_backward=True) as saved:
                 a = mark()
                 out = fn(state)
                 b = mark()
+            self.readers.note(s + 1, out)
+            self.readers.leave()
             self.note_saved(mem[s], out, state, saved)
             keys = set(saved)
             out_keys = self.in_keys[s + 1] if s + 1 < n else []

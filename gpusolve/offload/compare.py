@@ -40,11 +40,11 @@ def paper_rate(link: Link) -> float | None:
     return None if rate == 0.0 or math.isinf(rate) else rate
 
 
-def paper_chain(chain: Chain, budget_bytes: int, link: Link, input_on_device: bool = False, shared_grads=()):
+def paper_chain(chain: Chain, budget_bytes: int, link: Link, input_on_device: bool = False, shared_grads=None):
     """The paper's instance at ``budget_bytes`` (Note [One budget, two models]); raises ``ValueError``
     when the budget is below what the paper's model needs to run at all, or the link has no finite rate.
     ``input_on_device``: the instance an executor runs (Note [Running the paper's plans]);
-    ``shared_grads``: Note [Gradients summed across stages]."""
+    ``shared_grads``: Note [Gradients summed across stages] (None: the chain's own)."""
     from .paper import OffloadChain
     rate = paper_rate(link)
     if rate is None:
@@ -73,16 +73,23 @@ def paper_chain(chain: Chain, budget_bytes: int, link: Link, input_on_device: bo
 #     between the readers instead, each accumulating its part at once (Note [Shared leaves split tape runs]
 #     in torch_exec/executor.py); a runner of plain autograd cannot.
 #     ``shared_grads`` are ``(first, last, nbytes)``: the buffer is added to ex^B of the backwards of
-#     stages first .. last - 1 (the last one's own backward profiled it). ``torch_exec.paper_offload.
-#     shared_grads`` finds them from the stages' parameters. Not handled (a review, 2026-11-27): a reader
-#     that holds the leaf in a closure was profiled over another leaf than the module readers (the
-#     profiler's stand-ins), and the runner then measured up to 1 MB over such a plan; readers the search
-#     misses or over-counts (Note [Shared leaves split tape runs] in torch_exec/executor.py).
+#     stages first .. last - 1 (the last one's own backward profiled it). The profiler reads the readers off
+#     the autograd graph (Note [Leaves several stages read] in torch_exec/profiler.py) and the chain carries
+#     them (``Chain.shared_grads``, the default here), so ``gpusolve compare --offload`` on a profile charges
+#     them too. Where the profile did not sum them (a reader held the parameter in a closure, the others
+#     read the profiler's stand-in for it: two leaves), the first reader's backward missed the sum as well,
+#     made beside the buffer and its own gradient: on the CPU, the embedding's backward peak of the tied
+#     model read 4 063 232 B summed and 2 048 000 B not, and the runner measured 326 656 B over the plan at
+#     the paper's least budget until that stage was charged the leaf's size once more
+#     (tests/test_shared_leaves.py).
 
 
 def checked_shared_grads(chain: Chain, shared_grads) -> list[tuple[int, int, int]]:
-    """``shared_grads`` as ``(first, last, nbytes)`` int triples; raises ``ValueError`` naming one that
-    does not fit ``chain`` (stages 1 <= first < last <= N, bytes >= 0)."""
+    """``shared_grads`` as ``(first, last, nbytes)`` int triples (None: the chain's own,
+    :meth:`gpusolve.chain.Chain.shared_grads`); raises ``ValueError`` naming one that does not fit
+    ``chain`` (stages 1 <= first < last <= N, bytes >= 0)."""
+    if shared_grads is None:
+        shared_grads = chain.shared_grads()
     out = []
     for item in shared_grads:
         first, last, nbytes = (int(v) for v in item)
@@ -93,11 +100,11 @@ def checked_shared_grads(chain: Chain, shared_grads) -> list[tuple[int, int, int
     return out
 
 
-def paper_least_bytes(chain: Chain, link: Link, input_on_device: bool = True, shared_grads=()) -> int:
+def paper_least_bytes(chain: Chain, link: Link, input_on_device: bool = True, shared_grads=None) -> int:
     """The least budget (this project's bytes) the paper's model runs ``chain`` in: its largest op
     footprint, everything else on the host (``input_on_device``: as :func:`paper_plan` has the input, else
-    as :func:`paper_results` does; ``shared_grads``: Note [Gradients summed across stages]). It can exceed
-    the store-all peak: the paper's B_i holds x_{i+1} whole."""
+    as :func:`paper_results` does; ``shared_grads``: Note [Gradients summed across stages], None: the
+    chain's own). It can exceed the store-all peak: the paper's B_i holds x_{i+1} whole."""
     from .paper import m_min
     c = paper_chain(chain, 1 << 62, link, input_on_device, shared_grads)  # an instance valid at any budget
     shift = chain.reserved_bytes if input_on_device else chain.reserved_bytes - chain.input_bytes
@@ -158,12 +165,13 @@ def run_paper_algorithms(c, names=PAPER_ALGORITHMS, movable=None) -> dict:
     return out
 
 
-def paper_plan(chain: Chain, budget_bytes: int, link: Link, method: str = "best", shared_grads=()) -> PaperPlan:
+def paper_plan(chain: Chain, budget_bytes: int, link: Link, method: str = "best", shared_grads=None) -> PaperPlan:
     """The paper's ``method`` (one of :data:`PAPER_ALGORITHMS`, or ``"best"``: the fastest of them) at
     ``budget_bytes`` over ``link``, as a plan an executor runs. Raises ``ValueError`` naming why when it
     has no schedule there: :class:`~gpusolve.errors.InfeasibleBudgetError` (its ``min_bytes``:
     :func:`paper_least_bytes`) for a budget below the model's least; no finite rate, no valid decisions.
-    ``shared_grads``: gradients autograd's engine sums across stages (Note [Gradients summed across stages])."""
+    ``shared_grads``: gradients autograd's engine sums across stages (Note [Gradients summed across stages];
+    None: the chain's own, as its profile found them)."""
     from .paper import issue_points, issued_makespan
     shared_grads = checked_shared_grads(chain, shared_grads)  # a bad one is not a budget below the least
     wanted = PAPER_ALGORITHMS if method == "best" else (method.upper(),)

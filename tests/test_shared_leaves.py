@@ -67,6 +67,13 @@ def test_the_tied_weight_is_found_once_per_reader():
     assert shared_of(nn.Sequential(nn.Linear(2, 2), nn.ReLU(), nn.Linear(2, 1)), torch.randn(3, 2))[0] == []
 
 
+def test_stage_by_stage_profiling_finds_the_same_readers():
+    """Note [Profiling stage by stage]: each stage's graph walked alone, from its own input."""
+    whole, _ = shared_of(tied_model(), IDS)
+    alone, chain = shared_of(tied_model(), IDS, profile_isolated=True)
+    assert alone == whole and chain.shared_grads() == [(1, len(tied_model()), WEIGHT_BYTES)]
+
+
 def test_the_graph_finds_readers_however_they_hold_the_leaf():
     """A plain callable, a closure over the module, a list attribute: each adds a gradient to the weight,
     and is found; a stage holding the whole model but reading one layer reads that layer only (before,

@@ -189,6 +189,8 @@ def test_cli_compare_offload_charges_a_profiles_shared_leaves(capsys, tmp_path):
                              "--backend", "cpu", "--json"])
         rows[name] = {r["name"]: r for r in out["records"]}
     assert rows["tied"]["recompute only (gpusolve)"] == rows["plain"]["recompute only (gpusolve)"]
+    assert f"{300 << 20} B over stages 1-{last - 1}" in rows["tied"]["VDNN [O]"]["detail"]["note"]
+    assert "shared_leaves" not in rows["plain"]["VDNN [O]"]["detail"]["note"]
     greedy = [rows[k]["GREEDY [O]"] for k in ("plain", "tied")]
     assert greedy[0]["feasible"] and (not greedy[1]["feasible"] or greedy[1]["peak_bytes"] > greedy[0]["peak_bytes"]
                                       or greedy[1]["time_ms"] > greedy[0]["time_ms"])

@@ -256,6 +256,10 @@ def offload_records(chain: Chain, budget, link: Link, bucket=None, backend: str 
         else:
             rows.append(Record(name, None, None, None, False, detail))
     note = "paper's model: store-all plus offloaded tapes, one rate (the slower direction), no latency"
+    shared = chain.shared_grads()
+    if shared:  # Note [Gradients summed across stages]
+        note += (f"; charged what plain autograd holds of the gradients several stages add to one leaf "
+                 f"(the profile's shared_leaves: {', '.join(f'{b} B over stages {f}-{l - 1}' for f, l, b in shared)})")
     for name, result in paper_results(chain, budget_bytes, link).items():
         if isinstance(result, str):
             rows.append(Record(name, None, None, None, False, {"reason": result}))

@@ -205,3 +205,48 @@ def test_plans_hold_where_a_review_found_the_readings_low(make):
         wrapped.measure_memory(1)
         wrapped(x).backward()
         assert wrapped.memory_report()[-1].within_budget, wrapped.memory_report()[-1]
+
+
+def test_a_whole_pass_that_runs_out_of_memory_leaves_nothing_alive():
+    """The failed whole pass's graph is gone before the stage-by-stage profile starts: an output saved as
+    itself (Tanh saves its result) kept its graph alive through C++ references no collector sees, as no
+    backward released it (found by a review; the CUDA fallback then ran beside the failed pass's tensors)."""
+    import weakref
+    made, fail = [], [True]
+
+    class Boom(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(64, 1)
+
+        def forward(self, h):
+            if torch.is_grad_enabled() and fail[0]:
+                fail[0] = False
+                raise torch.OutOfMemoryError("simulated")
+            return self.lin(h).sum()
+
+    class Track(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(64, 64)
+
+        def forward(self, x):
+            y = self.lin(x)
+            if torch.is_grad_enabled():
+                made.append(weakref.ref(y))
+            return y
+    alive_at_retry = []
+    real = tp._Passes.memory_pass
+
+    def memory_pass(self):
+        if self.isolated:
+            alive_at_retry.append([ref() is not None for ref in made])
+        return real(self)
+    tp._Passes.memory_pass = memory_pass
+    try:
+        scale = nn.Parameter(torch.ones(64))  # the product saves y; Tanh saves its result, which holds the rest
+        data = profile_dict([Track(), lambda y: torch.tanh(y * scale), Boom()], torch.randn(32, 64), passes=1,
+                            warmup=0, isolated=None)
+    finally:
+        tp._Passes.memory_pass = real
+    assert data["isolated"] and alive_at_retry and alive_at_retry[0] == [False]

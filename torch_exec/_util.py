@@ -5,6 +5,7 @@ import contextlib
 import functools
 import itertools
 import types
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -650,10 +651,12 @@ class LeafReaders:
     :meth:`enter` walks a stage's input (those nodes belong to earlier stages or to the caller's input),
     :meth:`note` the graph stage ``s`` added above it; each walk stops at the nodes an earlier one
     passed. Nodes are held only from ``enter`` to ``leave`` (held longer, a graph that never runs its
-    backward would keep its saved tensors)."""
+    backward would keep its saved tensors), leaves only weakly (a leaf a stage makes for itself, and its
+    gradient, would otherwise live to the end of profiling)."""
 
     def __init__(self):
-        self.readers: dict = {}   # id(leaf stood for) -> (that leaf, [stages], {ids of the tensors read})
+        # id(leaf stood for) -> [weak reference to it, its bytes, [stages], {ids of the tensors read}]
+        self.readers: dict = {}
         self.passed: set = set()  # nodes walked since enter()
         self.inputs: set = set()  # ids of the leaves behind the input (the caller's, not a stage's)
 
@@ -664,9 +667,8 @@ class LeafReaders:
             node = stack.pop()
             if node is None:
                 continue
-            variable = getattr(node, "variable", None)  # AccumulateGrad: the leaf it adds into
-            if variable is not None:
-                found.append(variable)  # reached again by a later stage: read again
+            if type(node).__name__ == "AccumulateGrad":  # the leaf it adds into (a custom Function's ctx may
+                found.append(node.variable)  # have a ``variable`` of its own); reached again later: read again
                 continue
             if node in self.passed:
                 continue
@@ -684,10 +686,12 @@ class LeafReaders:
             if id(t) in self.inputs:
                 continue
             leaf = stood_for(t)
-            _, stages, read = self.readers.setdefault(id(leaf), (leaf, [], set()))
-            if s not in stages:
-                stages.append(s)
-            read.add(id(t))
+            entry = self.readers.get(id(leaf))
+            if entry is None or entry[0]() is not leaf:  # new, or another tensor at a dead one's id
+                entry = self.readers[id(leaf)] = [weakref.ref(leaf), int(leaf.numel() * leaf.element_size()), [], set()]
+            if s not in entry[2]:
+                entry[2].append(s)
+            entry[3].add(id(t))
 
     def leave(self) -> None:
         self.passed, self.inputs = set(), set()
@@ -696,8 +700,8 @@ class LeafReaders:
         """The profile's ``shared_leaves``: per leaf that several stages read, ``stages`` (ascending),
         ``nbytes`` and ``summed`` (every stage read the same tensor, so the profile's plain step summed
         their gradients; not where one read the parameter a stand-in replaced)."""
-        return [{"stages": sorted(stages), "nbytes": int(leaf.numel() * leaf.element_size()), "summed": len(read) == 1}
-                for leaf, stages, read in self.readers.values() if len(stages) > 1]
+        return [{"stages": sorted(stages), "nbytes": nbytes, "summed": len(read) == 1}
+                for _, nbytes, stages, read in self.readers.values() if len(stages) > 1]
 
 
 def shared_leaves(groups) -> list[tuple[torch.Tensor, list[int]]]:

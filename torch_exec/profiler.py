@@ -71,7 +71,12 @@ Note [Leaves several stages read]
     training). Before (the stages' modules and what their callables reach), a reader through a list
     attribute was missed and a stage holding the whole model read every parameter
     (tests/test_shared_leaves.py). A stage that reads another stage's intermediate result through
-    module state, not through the chain, is not seen as reading what that result came from.
+    module state, not through the chain, is not seen as reading what that result came from (right for
+    plain autograd: that result's node runs once, on the summed gradient), except stage by stage (Note
+    [Profiling stage by stage]), where each walk starts afresh and reads the earlier stage's leaves
+    behind it: one more break, never a missed one. Leaves are held weakly (a leaf a stage makes for
+    itself lives as long as its graph); only ``AccumulateGrad`` nodes count as leaves (a custom
+    Function's ``ctx`` may carry a ``variable`` of its own: a review found the walk stopped there).
 """
 from __future__ import annotations
 
@@ -197,7 +202,9 @@ def profile_dict(stages, sample_input, passes: int = 5, warmup: int = 1, network
                 if isolated is not None:
                     raise
                 reason = str(err).splitlines()[0][:160]
-            # Out of the except block: the error's traceback no longer holds the failed pass's tensors.
+            # Out of the except block: the error's traceback no longer holds the failed pass's tensors, nor
+            # (dropped here) the failed profiler the graph its readers walked.
+            profiler = None
             snapshot.restore(hooks=False)  # the retry is no training step either: hooks stay suspended
             gc.collect()
             torch.cuda.empty_cache()
@@ -512,7 +519,7 @@ class _Passes:
         for s, fn in enumerate(self.fns):
             leaf, state = self._stage_input(s)
             self.readers.enter(state)
-            with torch.enable_grad(), self.saved_hooks(no_backward=True) as saved:
+            with torch.enable_grad(), self.saved_hooks() as saved:
                 a = mark()
                 out = fn(state)
                 b = mark()
@@ -600,17 +607,19 @@ class _Passes:
         return start, retained, end
 
     @contextlib.contextmanager
-    def saved_hooks(self, no_backward: bool = False):
+    def saved_hooks(self):
         """Yields the storage keys of the tensors autograd saves inside the block. Only identities
         are recorded: a pack hook is kept alive by every tensor it packed, so holding the tensors
-        here would keep them all until the stage's last node has run. ``no_backward``: the graph will
-        never run backward, and an output saved as itself (with its grad_fn) would keep the graph
-        alive through C++ references no collector sees: it is packed detached."""
+        here would keep them all until the stage's last node has run. Each is packed detached: an
+        output saved as itself (with its grad_fn) keeps its graph alive through C++ references no
+        collector sees until a backward releases it, which never comes for the stage-by-stage forward
+        pass, nor for a whole pass that a later stage ended by raising (out of memory: the fallback
+        to profiling stage by stage then ran beside the failed pass's tensors; found by a review)."""
         keys: list = []
 
         def pack(t):
             keys.append(storage_key(t))
-            return t.detach() if no_backward else t
+            return t.detach()
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             yield keys
 

@@ -294,7 +294,8 @@ class _Passes:
         self.saved: list = []
         self.flags: list = []
         self.loss_only = loss_only  # also measure a plain step that keeps only the loss (metered_plain_step)
-        self.readers = LeafReaders()  # the leaves each stage's graph reaches (the memory pass's forward)
+        # the leaves each stage's graph reaches in the memory pass's forward (a second pass finds the same)
+        self.readers = LeafReaders()
         self.sample = sample
         self.device = device
         self.rg = [t.requires_grad for t in tensors(sample)]
@@ -374,7 +375,6 @@ class _Passes:
         n = self.n
         mem = [dict() for _ in range(n)]
         ng_marks = []
-        self.readers = LeafReaders()
         with _no_cycle_collection(), MemoryMeter(self.device) as meter:
             self.nograd_memory(meter, mem, ng_marks)
             g_marks, readings = (self.isolated_memory if self.isolated else self.whole_memory)(meter, mem)

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +60,7 @@ import numpy as np
 
 from .errors import ProfileWarning
 from .profiles import resolve as resolve_profile
+from .units import MAX_BYTES
 
 TIME_FIELDS = ("t_fwd", "t_fwd_nograd", "t_bwd")
 BYTE_FIELDS = ("act_bytes", "grad_bytes", "tape_bytes", "fwd_nograd_extra", "fwd_grad_extra", "bwd_extra")
@@ -77,6 +79,9 @@ BWD_ESTIMATE_FACTOR = 2.0
 # Measured stage times below this (ms) are timer noise around zero (an in-place ReLU's backward
 # reads as -0.002 ms): they are clamped to 0. Anything more negative is an error in the profile.
 TIME_NOISE_MS = 0.05
+# The longest a stage's pass may take (ms): about 31 700 years, so that the DP's float32 sums of a chain's
+# times, each forward run up to N times, stay finite. Sizes have MAX_BYTES (gpusolve.units).
+MAX_TIME_MS = 1e15
 # The CUDA caching allocator hands out blocks in multiples of 512 bytes; the CPU allocator's
 # events report the bytes asked for.
 ALLOCATOR_GRANULE = 512
@@ -151,12 +156,14 @@ class Chain:
             values = getattr(self, name)
             if len(values) != n:
                 raise ValueError(f"field {name!r} has {len(values)} values but the chain has {n} stages")
-            bad = np.flatnonzero(~np.isfinite(values.astype(np.float64)) | (values < 0))
+            limit, most = (MAX_TIME_MS, f"{MAX_TIME_MS:.0e} ms") if name in TIME_FIELDS else (MAX_BYTES, "2^50 bytes")
+            as_float = values.astype(np.float64)
+            bad = np.flatnonzero(~np.isfinite(as_float) | (values < 0) | (as_float > limit))
             if len(bad):
                 s = int(bad[0])
                 raise ValueError(
                     f"stage {s + 1} ({self.names[s] if self.names and s < len(self.names) else '?'}): "
-                    f"{name} = {values[s]!r}; every cost must be finite and >= 0")
+                    f"{name} = {values[s].item()!r}; every cost must be finite, >= 0 and at most {most}")
         if len(self.names) != n:
             raise ValueError(f"{len(self.names)} stage names for {n} stages")
         over = np.flatnonzero(self.bwd_tape_bytes > self.tape_bytes)
@@ -166,9 +173,14 @@ class Chain:
                              f"tape_bytes = {int(self.tape_bytes[s])}; the tape held at the backward is part of the tape")
         for name in ("input_bytes", "input_grad_bytes", "reserved_bytes"):
             value = getattr(self, name)
-            if not isinstance(value, (int, np.integer)) or value < 0:
-                raise ValueError(f"{name} = {value!r}; it must be a whole number of bytes >= 0")
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or not 0 <= value <= MAX_BYTES:
+                raise ValueError(f"{name} = {value!r}; it must be a whole number of bytes, >= 0 and at most 2^50")
             setattr(self, name, int(value))
+        total = (sum(int(getattr(self, name).sum()) for name in ALL_BYTE_FIELDS)
+                 + self.input_bytes + self.input_grad_bytes + self.reserved_bytes)
+        if total > MAX_BYTES:
+            raise ValueError(f"the chain's sizes add up to {total} bytes, more than 2^50 (1 PiB): check their unit "
+                             f"(sizes are bytes)")
 
     # ------------------------------------------------------------------ derived arrays
     def padded(self) -> dict[str, np.ndarray]:
@@ -255,6 +267,9 @@ class Chain:
                     "fwd_peak_nograd", "fwd_peak_grad", "bwd_peak")
         notes: list[str] = []
         for s, stage in enumerate(stages):
+            if not isinstance(stage, dict):
+                raise ValueError(f"{source}: stage {s + 1} is {stage!r}, not an object with the fields "
+                                 f"{', '.join(required)}")
             for key in required:
                 if key not in stage:
                     raise ValueError(f"{source}: stage {s + 1} lacks field {key!r}")
@@ -268,23 +283,17 @@ class Chain:
                 warnings.warn(message, ProfileWarning, stacklevel=3)
                 notes.append(message)
                 stage = stages[s] = dict(stage, t_bwd=estimate)
-            for key in required[1:]:
-                value = stage[key]
-                if key == "bwd_peak" and value is None:
-                    continue
-                if not isinstance(value, (int, float)) or not math.isfinite(value):
-                    raise ValueError(f"{source}: stage {s + 1} ({stage['name']}): {key} = {value!r} is not a finite number")
-            for key in TIME_FIELDS:
-                if stage[key] < -TIME_NOISE_MS:
-                    raise ValueError(f"{source}: stage {s + 1} ({stage['name']}): {key} = {stage[key]} ms is negative")
-            for key in ("x", "x_nbytes", "xbar", "fwd_peak_nograd", "fwd_peak_grad"):
-                if stage[key] < 0:
-                    raise ValueError(f"{source}: stage {s + 1} ({stage['name']}): {key} = {stage[key]} bytes is negative")
+            _check_profile_stage(stage, f"{source}: stage {s + 1} ({stage['name']})")
             if "held_from" in stage and not _valid_held_from(stage["held_from"], s + 1):
                 raise ValueError(f"{source}: stage {s + 1} ({stage['name']}): held_from = {stage['held_from']!r} is not a "
                                  f"list of [stage, bytes] pairs with 0 <= stage <= {s + 1} and bytes >= 0; re-profile, "
                                  f"or drop the field")
-        input_bytes = int(data.get("input_bytes", 0))
+        input_bytes = data.get("input_bytes", 0)
+        if not _whole(input_bytes) or not 0 <= input_bytes <= MAX_BYTES:
+            raise ValueError(f"{source}: input_bytes = {input_bytes!r} is not a whole number of bytes between 0 and "
+                             f"2^50; re-profile, or fix the field")
+        if not isinstance(data.get("input_requires_grad", False), bool):
+            raise ValueError(f"{source}: input_requires_grad = {data['input_requires_grad']!r} must be true or false")
         granule = profile_granule(data)
         in_place_first = stages[0]["x"] == 0
         if clones_input(stages[0]):
@@ -485,8 +494,8 @@ def _as_bytes(values, name: str) -> np.ndarray:
     arr = np.asarray(values, dtype=np.float64).reshape(-1)
     if np.any(np.isfinite(arr) & (arr != np.round(arr))):
         raise ValueError(f"field {name!r} must hold whole bytes, got {arr.tolist()[:8]}")
-    # Keep non-finite or negative values visible to validate() (it names the stage).
-    if not np.all(np.isfinite(arr)) or np.any(arr < 0):
+    # Keep non-finite, negative or too large values visible to validate() (it names the stage).
+    if not np.all(np.isfinite(arr)) or np.any(arr < 0) or np.any(arr > MAX_BYTES):
         return arr
     return arr.astype(np.int64)
 
@@ -507,13 +516,56 @@ def read_json_object(path_or_dict):
     return data, path
 
 
+def _whole(value) -> bool:
+    """Whether a profile's value is a whole number (not a bool)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+
+
+# A profile stage's numeric fields beside the required ones (gpusolve/profiles/README.md): (least value,
+# whether null is allowed). Sizes are whole bytes; ``bwd_delta`` is a change, so it may be negative.
+_OPTIONAL_STAGE_BYTES = {"held_nbytes": (0, False), "saved_bytes": (0, False), "out_saved_bytes": (0, False),
+                         "in_saved_bytes": (0, False), "bwd_delta": (-MAX_BYTES, True)}
+_STAGE_FLAGS = ("aliases", "rng", "device_only")
+
+
+def _check_profile_stage(stage: dict, where: str) -> None:
+    """Raise ``ValueError`` naming the field of a profile stage that is not what the format says: the
+    required times and sizes finite numbers (times >= -TIME_NOISE_MS and at most MAX_TIME_MS, sizes >= 0
+    and at most MAX_BYTES; ``bwd_peak`` may be null, and negative in the bundled profiles, read as 0),
+    the optional sizes whole bytes, the flags true or false."""
+    for key in TIME_FIELDS + ("x", "x_nbytes", "xbar", "fwd_peak_nograd", "fwd_peak_grad", "bwd_peak"):
+        value = stage[key]
+        if key == "bwd_peak" and value is None:
+            continue
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+            raise ValueError(f"{where}: {key} = {value!r} is not a finite number")
+        if key in TIME_FIELDS:
+            if value < -TIME_NOISE_MS:
+                raise ValueError(f"{where}: {key} = {value} ms is negative")
+            if value > MAX_TIME_MS:
+                raise ValueError(f"{where}: {key} = {value} ms is more than {MAX_TIME_MS:.0e} ms: times are in ms")
+        elif key != "bwd_peak" and value < 0:
+            raise ValueError(f"{where}: {key} = {value} bytes is negative")
+        elif abs(value) > MAX_BYTES:
+            raise ValueError(f"{where}: {key} = {value} bytes is more than 2^50 (1 PiB): sizes are in bytes")
+    for key, (least, nullable) in _OPTIONAL_STAGE_BYTES.items():
+        value = stage.get(key)
+        if key not in stage or (value is None and nullable):
+            continue
+        if not _whole(value) or not least <= value <= MAX_BYTES:
+            raise ValueError(f"{where}: {key} = {value!r} is not a whole number of bytes between "
+                             f"{'-2^50' if least < 0 else least} and 2^50; "
+                             f"re-profile, or drop the field")
+    for key in _STAGE_FLAGS:
+        if key in stage and not isinstance(stage[key], (bool, np.bool_)):
+            raise ValueError(f"{where}: {key} = {stage[key]!r} must be true or false; re-profile, or drop the field")
+
+
 def _valid_held_from(value, number: int) -> bool:
     """Whether ``value`` is a ``held_from`` of measured stage ``number``: [stage, bytes] pairs of whole
     numbers, each stage 0..number (Note [Outputs passed through])."""
-    def whole(v):
-        return isinstance(v, int) and not isinstance(v, bool)
     return isinstance(value, list) and all(
-        isinstance(pair, list) and len(pair) == 2 and whole(pair[0]) and whole(pair[1])
+        isinstance(pair, list) and len(pair) == 2 and _whole(pair[0]) and _whole(pair[1])
         and 0 <= pair[0] <= number and pair[1] >= 0 for pair in value)
 
 

@@ -12,6 +12,7 @@ from .chain import THESIS_FORMAT, Chain, read_json_object
 from .data import THESIS_CASES
 from .errors import BackendUnavailableError, FallbackWarning
 from .simulate import budget_bytes_of, store_all_peak_bytes
+from .dp.buckets import parse_bucket
 from .units import format_bytes, parse_bytes
 
 PROFILE_DIR = profiles.DIRECTORY
@@ -129,7 +130,7 @@ def cmd_solve(args) -> int:
     from .solve import solve
     chain = load_chain(args.profile)
     budget = _budget(chain, args.budget)
-    bucket = _bytes(args.bucket, "bucket") if args.bucket is not None else None
+    bucket = parse_bucket(args.bucket) if args.bucket is not None else None
     link = offload_link(args)
     if link is not None:
         from .offload.solver import solve_offload
@@ -149,7 +150,7 @@ def cmd_compare(args) -> int:
     from .solve import check_budget
     chain = load_chain(args.profile)
     budget = _budget(chain, args.budget)
-    bucket = _bytes(args.bucket, "bucket") if args.bucket is not None else None
+    bucket = parse_bucket(args.bucket) if args.bucket is not None else None
     link = offload_link(args)
     low = check_budget(chain, budget, bucket)  # compare() itself reports infeasibility in its rows
     records = compare(chain, budget, bucket=bucket, backend=args.backend)
@@ -172,7 +173,7 @@ def cmd_curve(args) -> int:
     output_path(args.out)  # an unknown image format fails before the solve
     chain = load_chain(args.profile)
     top = _budget(chain, args.max_budget, "max budget") if args.max_budget is not None else None
-    bucket = _bytes(args.bucket, "bucket") if args.bucket is not None else None
+    bucket = parse_bucket(args.bucket) if args.bucket is not None else None
     link = offload_link(args)
     if link is not None:
         from .offload.compare import offload_curve_data, plot_offload_curves
@@ -199,14 +200,22 @@ def cmd_thesis(args) -> int:
     data, path = read_json_object(Path(args.cases) if args.cases is not None else THESIS_CASES)
     if data.get("format") != THESIS_FORMAT:
         raise CliError(f"{path}: format is {data.get('format')!r}, expected {THESIS_FORMAT!r}")
+    cases = data.get("cases", [])
+    if not isinstance(cases, list) or not all(isinstance(case, dict) for case in cases):
+        raise CliError(f"{path}: 'cases' must be a list of objects with fields alpha_f, alpha_b, beta_f, beta_b, "
+                       f"budgets")
     out = []
-    for case in data.get("cases", []):
+    for number, case in enumerate(cases, 1):
         try:
             chain = Chain.from_thesis(case["alpha_f"], case["alpha_b"], case["beta_f"], case["beta_b"],
                                       name=case.get("name", "thesis"))
-            budgets = [int(b) for b in case["budgets"]]
+            if not isinstance(case["budgets"], list):
+                raise ValueError(f"budgets = {case['budgets']!r} is not a list")
+            budgets = [parse_bytes(b, "budget") for b in case["budgets"]]
         except KeyError as err:
-            raise CliError(f"{path}: a case lacks field {err}") from None
+            raise CliError(f"{path}: case {number} lacks field {err}") from None
+        except (TypeError, ValueError) as err:
+            raise CliError(f"{path}: case {number} ({case.get('name', '?')}): {err}") from None
         shifted = [b - chain.input_bytes for b in budgets]
         top = max([0] + shifted)
         problem = Problem.build(chain, 1, top, dtype=np.float64)
@@ -228,8 +237,9 @@ def cmd_thesis(args) -> int:
 def cmd_demo(args) -> int:
     from .baselines import compare
     from .plot import curve_data, output_path, plot_curve
-    from .solve import solve
+    from .solve import _pick_backend, solve
     output_path(args.out)  # an unknown image format fails before the solves
+    _pick_backend(args.backend, [])  # and a backend that cannot run, before anything is printed
     chain = load_chain(DEMO_PROFILE)
     peak = store_all_peak_bytes(chain)
     budget = int(DEMO_FRACTION * peak)
@@ -407,7 +417,7 @@ def cmd_join_profiles(args) -> int:
                        f"{JOIN_EXAMPLE}")
     turn = _join_turn(args)
     branches = [load_chain(spec) for spec in args.profiles]
-    bucket = _bytes(args.bucket, "bucket") if args.bucket is not None else None
+    bucket = parse_bucket(args.bucket) if args.bucket is not None else None
     plan = solve_join(branches, turn, args.budget, bucket=bucket, backend=args.backend)
     net = plan.net
     names = [_chain_name(c, spec) for c, spec in zip(branches, args.profiles, strict=True)]
@@ -530,7 +540,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("profiles", help="list the bundled profiles")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p = sub.add_parser("join", help="join networks (k branches into one loss): branch profiles, or --paper's slot model",
-                       epilog="e.g. gpusolve join resnet50_b128 resnet50_b128 --budget 50%% --compare; "
+                       epilog="e.g. gpusolve join resnet50_b128 resnet50_b128 --budget 50% --compare; "
                               "gpusolve join --paper --lengths 10,50 --slots 5..62")
     p.add_argument("profiles", metavar="PROFILE", nargs="*",
                    help="branch profiles (>= 2; paths or bundled names): each branch is a chain, all meet at the turn")
@@ -602,8 +612,7 @@ def main(argv=None) -> int:
                 print(f"gpusolve: note: {text}", file=sys.stderr)
         sys.stdout.flush()
         return code
-    except (ValueError, FileNotFoundError, IsADirectoryError, PermissionError, MemoryError,
-            BackendUnavailableError, RecursionError) as err:
+    except (ValueError, OSError, MemoryError, BackendUnavailableError, RecursionError) as err:
         message = " ".join(str(err).split()) or type(err).__name__
         print(f"gpusolve: error: {message}", file=sys.stderr)
         return 2

@@ -1,6 +1,8 @@
 """The time/memory trade-off curve: the optimum for every budget against the baselines (PNG)."""
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -8,7 +10,9 @@ import numpy as np
 from .baselines import baseline_curves
 from .chain import Chain
 from .dp.minpeak import min_feasible_bytes
+from .errors import InfeasibleBudgetError
 from .simulate import budget_bytes_of, store_all_peak_bytes, store_all_time_ms
+from .units import format_bytes
 
 GIB = float(1 << 30)
 GRID_POINTS = 24
@@ -31,8 +35,15 @@ def curve_data(chain: Chain, max_budget=None, bucket=None, backend: str = "auto"
 
     top = store_all_peak_bytes(chain) if max_budget is None else budget_bytes_of(chain, max_budget, "max budget")
     low = min_feasible_bytes(chain)
-    plan = solve(chain, top, bucket=bucket, backend=backend)  # raises below the minimum feasible budget
+    if top < low:
+        raise InfeasibleBudgetError(f"max budget {top} B is below the chain's least feasible budget {low} B: raise it "
+                                    f"(--max-budget), or leave it out for the store-all peak", low)
+    plan = solve(chain, top, bucket=bucket, backend=backend)
     curve = plan.curve.feasible()
+    if not len(curve.budget_bytes):
+        raise ValueError(f"bucket {format_bytes(plan.bucket_bytes)} is too coarse for a curve: no budget up to "
+                         f"{format_bytes(top)} is feasible in whole buckets; give a finer bucket (--bucket), e.g. "
+                         f"{format_bytes(max(1, top // 1024))}, or leave it out")
     grid = np.unique(np.linspace(low, top, points).astype(np.int64)).tolist()
     return {"name": chain.provenance.get("network") or chain.provenance.get("source") or "chain",
             "stages": chain.n, "profiled_stages": chain.profiled_stages, "max_budget_bytes": top, "min_feasible_bytes": low,
@@ -47,7 +58,15 @@ def output_path(out) -> Path:
     Raises ``ValueError`` for an extension matplotlib cannot write."""
     from matplotlib.backend_bases import FigureCanvasBase
 
+    given = str(out)
     out = Path(out)
+    if given.endswith(("/", os.sep)) or out.is_dir():
+        raise ValueError(f"--out {given}: is a directory; give a file name in it, e.g. {out / 'curve.png'}")
+    folder = next((p for p in out.parents if p.exists()), Path("."))  # the nearest folder there is
+    if not folder.is_dir():
+        raise ValueError(f"--out {given}: {folder} is a file, not a folder; give another path")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ValueError(f"--out {given}: cannot write in {folder}; give a path in a folder you may write to")
     suffix = out.suffix.lower().lstrip(".")
     if not suffix:
         return out.with_name(out.name + ".png")
@@ -55,6 +74,27 @@ def output_path(out) -> Path:
     if suffix not in formats:
         raise ValueError(f"--out {out}: cannot write a '.{suffix}' image; use one of "
                          f"{', '.join('.' + f for f in sorted(formats))} (the extension names the format)")
+    return out
+
+
+def save_figure(fig, out: Path, **savefig) -> Path:
+    """Write matplotlib figure ``fig`` to ``out`` (a path from :func:`output_path`; the format from its
+    extension) and close it. The image is written beside ``out`` and renamed onto it, so a failed write
+    (a full disk) leaves no truncated file, and ``out`` is untouched; the failure is an ``OSError``
+    naming the path."""
+    import matplotlib.pyplot as plt
+    out.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{out.stem}.", suffix=out.suffix, dir=out.parent)
+    os.close(handle)
+    try:
+        fig.savefig(temporary, format=out.suffix.lstrip(".").lower(), **savefig)
+        os.replace(temporary, out)
+    except Exception as err:  # OSError, or what a writer raises on a short write (zlib.error for PDF)
+        raise OSError(f"could not write {out}: {' '.join(str(err).split()) or type(err).__name__}") from err
+    finally:
+        plt.close(fig)
+        if os.path.exists(temporary):
+            os.unlink(temporary)
     return out
 
 
@@ -118,7 +158,4 @@ def plot_curve(data: dict, out) -> Path:
     # Below the axes, where it covers no data.
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=3, frameon=False)
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, bbox_inches="tight")  # the format from the extension (output_path)
-    plt.close(fig)
-    return out
+    return save_figure(fig, out, bbox_inches="tight")

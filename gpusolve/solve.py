@@ -426,7 +426,8 @@ def _solve_exact(chain: Chain, budget_bytes: int, bucket, strict: bool, progress
     holds the exact budgets at which the optimal time drops (and the budget itself)."""
     from .dp import exact
     if bucket is not None:
-        raise ValueError("the exact backend has no buckets: leave bucket=None (or use backend='cpu'/'cuda')")
+        raise ValueError(f"the exact backend has no buckets, but bucket {bucket!r} was given: leave the bucket out "
+                         f"(--bucket; bucket=None), or use backend 'cpu' or 'cuda'")
     timings["setup"] = time.perf_counter() - started
     clock = time.perf_counter()
     show = progress if progress is not None else chain.n > EXACT_PROGRESS_STAGES
@@ -520,12 +521,20 @@ def _pick_backend(backend: str, notes: list[str]):
         cuda.ensure_available()
         return "cuda", cuda.fill
     except (ImportError, BackendUnavailableError) as err:
-        if backend == "cuda":
-            raise BackendUnavailableError(f"the CUDA backend cannot run: {err}") from None
-        note = f"CUDA backend unavailable ({err}); solving on the CPU"
-        warnings.warn(note, FallbackWarning, stacklevel=3)
-        notes.append(note)
-        return "cpu", cpu.fill
+        return "cpu", _without_cuda(backend, err, notes, cpu.fill)
+
+
+def _without_cuda(backend: str, err, notes: list[str], cpu_fill):
+    """Where CUDA cannot run (``err`` says why): ``backend="cuda"`` raises BackendUnavailableError naming
+    the remedy; ``"auto"`` falls back to ``cpu_fill``, saying so in one line (a FallbackWarning, and in
+    ``notes``)."""
+    if backend == "cuda":
+        raise BackendUnavailableError(f"the CUDA backend cannot run: {err}; solve on the CPU instead (backend "
+                                      f"'cpu', or 'auto', which falls back to it: --backend cpu/auto)") from None
+    note = f"CUDA backend unavailable ({err}); solving on the CPU"
+    warnings.warn(note, FallbackWarning, stacklevel=4)
+    notes.append(note)
+    return cpu_fill
 
 
 def pick_kernel_backend(backend: str, notes: list[str], kernel_module: str, cpu_fill, *, names: tuple[str, ...],
@@ -546,12 +555,7 @@ def pick_kernel_backend(backend: str, notes: list[str], kernel_module: str, cpu_
     try:
         kernel.ensure_available()
     except BackendUnavailableError as err:
-        if backend == "cuda":
-            raise BackendUnavailableError(f"the CUDA backend cannot run: {err}") from None
-        note = f"CUDA backend unavailable ({err}); solving on the CPU"
-        warnings.warn(note, FallbackWarning, stacklevel=3)
-        notes.append(note)
-        return "cpu", cpu_fill
+        return "cpu", _without_cuda(backend, err, notes, cpu_fill)
     if backend == "auto":
         notes.append(f"backend auto: {dp} runs on CUDA (CuPy sees a device)")
     return "cuda", kernel.fill

@@ -2,7 +2,12 @@
 from __future__ import annotations
 
 import math
+import numbers
 import re
+
+# The most bytes a size, a budget or a whole chain (all its sizes together) may be: 2^50 (1 PiB), far
+# beyond any device, and small enough that every sum the DP and the simulator form stays within int64.
+MAX_BYTES = 1 << 50
 
 _UNITS = {
     "": 1, "b": 1,
@@ -14,22 +19,21 @@ _PATTERN = re.compile(r"^\s*([+-]?[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-
 
 
 def parse_bytes(value: int | float | str, what: str = "size") -> int:
-    """Return a byte count from an int, a float or a string such as ``"6GiB"``.
+    """Return a byte count from a number (Python's or NumPy's) or a string such as ``"6GiB"``.
 
     Binary suffixes (KiB, MiB, GiB, TiB, and the short K/M/G/T) are powers of 1024,
     decimal ones (KB, MB, GB, TB) powers of 1000. Fractions are rounded down to whole bytes.
-    Raises ``ValueError`` naming ``what`` for anything else, negative or non-finite values.
+    Raises ``ValueError`` naming ``what`` for anything else, negative or non-finite values, or more
+    than :data:`MAX_BYTES`.
     """
-    if isinstance(value, bool):
-        raise ValueError(f"{what} must be a number of bytes or a string like '6GiB', got {value!r}")
-    if isinstance(value, (int, float)):
-        number, scale = float(value), 1
-    elif isinstance(value, str):
+    if isinstance(value, str):
         match = _PATTERN.match(value)
         if not match or match.group(2).lower() not in _UNITS:
             raise ValueError(
                 f"{what} {value!r} is not a size: use bytes or a number with KiB/MiB/GiB/TiB (or KB/MB/GB)")
         number, scale = float(match.group(1)), _UNITS[match.group(2).lower()]
+    elif isinstance(value, numbers.Real) and not isinstance(value, bool):  # NumPy's numbers too, not bools
+        number, scale = (int(value) if isinstance(value, numbers.Integral) else float(value)), 1
     else:
         raise ValueError(f"{what} must be a number of bytes or a string like '6GiB', got {value!r}")
     if number < 0:
@@ -37,6 +41,9 @@ def parse_bytes(value: int | float | str, what: str = "size") -> int:
         raise ValueError(f"{what} {value!r} is negative: give a size of 0 bytes or more, e.g. {example!r}")
     if not math.isfinite(number):
         raise ValueError(f"{what} must be a finite, non-negative size, got {value!r}")
+    if number * scale > MAX_BYTES:
+        raise ValueError(f"{what} {value!r} is more than 2^50 bytes (1 PiB), more than any device holds: check its "
+                         f"unit (sizes are bytes, or a number with KiB/MiB/GiB/TiB)")
     return int(number * scale)
 
 

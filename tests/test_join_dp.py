@@ -434,7 +434,7 @@ def test_errors_name_the_value_and_the_fix():
         JoinNet([chain, [1, 2]], Turn())
     bad = small_chain(random.Random(0), 2, False)
     bad.t_bwd[1] = float("nan")
-    with pytest.raises(ValueError, match=r"branch 1: stage 2 .*t_bwd = .*nan.*; every cost must be finite and >= 0"):
+    with pytest.raises(ValueError, match=r"branch 1: stage 2 .*t_bwd = .*nan.*; every cost must be finite, >= 0"):
         JoinNet([chain, bad], Turn())
     with pytest.raises(ValueError, match=r"t_fwd = -1.0; a time must be a finite number of ms >= 0"):
         JoinNet([chain, chain], Turn(t_fwd=-1.0))

@@ -575,6 +575,20 @@ def refuse_inference_mode(who: str) -> None:
                            f"torch.inference_mode(): call it outside that block, with inputs made outside it")
 
 
+def refuse_meta(who: str, values, module: nn.Module | None = None) -> None:
+    """Profiling reads the allocator and times the passes: tensors on the ``meta`` device have neither.
+    Raises ``ValueError`` naming the first such tensor (an input, or ``module``'s parameter or buffer)."""
+    named = [(f"input {i}", t) for i, t in enumerate(tensors(values))]
+    if module is not None:
+        named += [(f"parameter {n}", t) for n, t in module.named_parameters()]
+        named += [(f"buffer {n}", t) for n, t in module.named_buffers()]
+    for name, t in named:
+        if t.device.type == "meta":
+            raise ValueError(f"{who}: {name} is on the meta device, which has no memory or time to profile; move the "
+                             f"model and its inputs to the device it trains on (model.to_empty(device='cuda') and load "
+                             f"its weights, or build it there)")
+
+
 def autocast_key() -> tuple:
     """The autocast settings of the calling thread as part of an input signature (plans differ per
     autocast dtype)."""

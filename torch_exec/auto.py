@@ -181,6 +181,7 @@ from collections import OrderedDict
 import inspect
 import io
 import logging
+import numbers
 import operator
 import threading
 import warnings
@@ -190,12 +191,13 @@ import torch
 import torch.utils._pytree as pytree
 from torch import fx, nn
 
-from gpusolve.units import format_bytes
+from gpusolve.dp.buckets import parse_bucket
 from gpusolve.join.solve import JOIN_BACKENDS
+from gpusolve.units import format_bytes
 
 from . import _util as U
 from .meter import MemoryMeter
-from .executor import CheckpointedSequential, _budget_setting, _caller_keeps_setting
+from .executor import CheckpointedSequential, _backend_setting, _budget_setting, _caller_keeps_setting
 from .join import CheckpointedJoin
 
 MAX_CROSSING = 1
@@ -1158,6 +1160,47 @@ _STATE_DICTS = ("_parameters", "_buffers", "_non_persistent_buffers_set", "_modu
                 "_state_dict_pre_hooks", "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks")
 
 
+@contextlib.contextmanager
+def _undone_on_error(model: nn.Module, armed: bool):
+    """Where ``armed``, an error inside the block puts ``model``'s buffers and the RNG state back as they
+    were at its start (what a step's code run before the error changed: the step did not happen)."""
+    if not armed:
+        yield
+        return
+    buffers = U.buffers_of([model])
+    with torch.no_grad():
+        saved = [b.detach().clone() for b in buffers]
+    rng = U.RngState.capture(U.all_rng_devices())
+    try:
+        yield
+    except BaseException:
+        with torch.no_grad():
+            for b, data in zip(buffers, saved):
+                b.copy_(data)
+        rng.restore()
+        raise
+
+
+def _max_stages_setting(value) -> int:
+    """``max_stages``: a whole number >= 2 (one stage leaves nothing to checkpoint)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 2:
+        raise ValueError(f"max_stages={value!r}: give a whole number of at least 2, the most chain stages the model "
+                         f"is cut into (more stages give the solver more plans, and lower budgets; None: "
+                         f"{DEFAULT_MAX_STAGES})")
+    return value
+
+
+def _check_executor_kwargs(kwargs: dict) -> None:
+    """The keywords :func:`auto_checkpoint` passes on to :class:`CheckpointedSequential`: known ones only,
+    checked before any capture."""
+    known = set(inspect.signature(CheckpointedSequential.__init__).parameters) - {"self", "stages", "budget", "bucket",
+                                                                                   "backend"}
+    unknown = sorted(set(kwargs) - known)
+    if unknown:
+        raise TypeError(f"auto_checkpoint got unexpected keyword argument(s) {', '.join(map(repr, unknown))}; it takes "
+                        f"budget, backend, bucket, sample, max_stages, capture, join and {', '.join(sorted(known))}")
+
+
 class AutoCheckpointed(nn.Module):
     """``model`` trained under a memory budget: called exactly like ``model`` (same arguments, same
     outputs), with the model's parameters, buffers and ``state_dict`` names. See
@@ -1178,9 +1221,10 @@ class AutoCheckpointed(nn.Module):
         self.budget = _budget_setting(budget)  # a bad budget fails here, before any capture
         if "caller_keeps" in executor_kwargs:  # so does a bad caller_keeps
             _caller_keeps_setting(executor_kwargs["caller_keeps"])
-        self.backend = backend
-        self.bucket = bucket
-        self.max_stages = max_stages or DEFAULT_MAX_STAGES.get(backend, 64)
+        self.backend = _backend_setting(backend)  # and a bad backend, bucket or max_stages, or an unknown keyword
+        self.bucket = None if bucket is None else parse_bucket(bucket)
+        self.max_stages = DEFAULT_MAX_STAGES[backend] if max_stages is None else _max_stages_setting(max_stages)
+        _check_executor_kwargs(executor_kwargs)
         self.capture_method = capture
         self.join = join
         self._executor_kwargs = dict(executor_kwargs)
@@ -1244,10 +1288,16 @@ class AutoCheckpointed(nn.Module):
             cap.executor.measure_memory(0)
 
     def replan(self, budget="keep", **kwargs) -> None:
-        if budget != "keep":
-            self.budget = _budget_setting(budget)
-        for cap in self._captures.values():
-            cap.executor.replan(budget=budget, **kwargs)
+        """:meth:`torch_exec.CheckpointedSequential.replan` for every input signature seen; one that raises
+        leaves them all, and this wrapper's budget, as they were."""
+        setting = self.budget if budget == "keep" else _budget_setting(budget)
+        executors = [cap.executor for cap in self._captures.values() if cap.executor is not None]
+        with contextlib.ExitStack() as undo:
+            for executor in executors:
+                undo.enter_context(executor._all_or_nothing())
+            for executor in executors:
+                executor.replan(budget=budget, **kwargs)
+        self.budget = setting
 
     def extra_repr(self) -> str:
         budget = self.budget if isinstance(self.budget, str) or self.budget is None else format_bytes(self.budget)
@@ -1371,6 +1421,8 @@ class AutoCheckpointed(nn.Module):
         if cap is not None and not _current(cap, self._model):
             cap = None  # Note [Sharing the model's state]: the model's tensors changed (.to(), reassignment)
         if cap is None:
+            U.refuse_meta("auto_checkpoint", [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)],
+                          self._model)
             self._finalize_meters()  # a CPU meter cannot start while another is running
             # finding the blocks and checking them run the model: its buffers (BatchNorm's statistics), gradients
             # and RNG state are put back, as profiling leaves them (its parameters: nothing here changes them)
@@ -1408,11 +1460,14 @@ class AutoCheckpointed(nn.Module):
         if self._measure_next > 0:  # measure_memory(): this step is one of those asked for
             self._measure_next -= 1
             cap.executor.measure_memory(1)
-        if cap.method == "blocks":
-            return self._run_blocks(cap, args, kwargs)
-        flat = pytree.tree_leaves((args, {k: kwargs[k] for k in cap.kw_order}))
-        self._run_prologue(cap, flat)
-        outs = cap.executor(*_executor_inputs(cap, flat))
+        # the first call of a signature profiles and solves inside the step, after the model's code before the
+        # chain has run (BatchNorm's statistics, random numbers): a plan that fails undoes that code too
+        with _undone_on_error(self._model, not cap.executor._entries):
+            if cap.method == "blocks":
+                return self._run_blocks(cap, args, kwargs)
+            flat = pytree.tree_leaves((args, {k: kwargs[k] for k in cap.kw_order}))
+            self._run_prologue(cap, flat)
+            outs = cap.executor(*_executor_inputs(cap, flat))
         outs = (outs,) if isinstance(outs, torch.Tensor) else tuple(outs)
         leaves = []
         for kind, value in cap.outputs:

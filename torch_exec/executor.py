@@ -261,7 +261,8 @@ from gpusolve.offload.link import Link
 from gpusolve.offload.solver import OffloadPlan, solve_offload
 from gpusolve.schedule import SWAP_OPS, Op, OpKind, policy_to_schedule
 from gpusolve.simulate import budget_bytes_of, simulate, store_all_peak_bytes, store_all_time_ms
-from gpusolve.solve import Curve, Plan, release_device_memory, solve
+from gpusolve.dp.buckets import parse_bucket
+from gpusolve.solve import BACKENDS, Curve, Plan, release_device_memory, solve
 from gpusolve.units import format_bytes, parse_budget, parse_bytes, parse_percentage
 
 from . import _util as U
@@ -1255,6 +1256,14 @@ def _budget_setting(budget):
     return parse_bytes(budget, "budget")
 
 
+def _backend_setting(backend, backends=BACKENDS) -> str:
+    """The solver backend, checked now (not at the first call, after profiling)."""
+    if not isinstance(backend, str) or backend not in backends:
+        raise ValueError(f"backend {backend!r} is not one of {', '.join(map(repr, backends))} ('auto': CUDA where "
+                         f"CuPy sees a device, else the CPU)")
+    return backend
+
+
 def _needs_at_least(err: InfeasibleBudgetError, budget: str, peak: int) -> str:
     """What an infeasible percentage budget's error adds: the peak it is a percentage of and the least
     percentage this input needs, rounded up to 0.1."""
@@ -1269,7 +1278,7 @@ class _PlannedModule(nn.Module):
     are the subclass's), re-solving them, and the budget as ``extra_repr`` shows it."""
 
     def _set_solver(self, budget, bucket, backend, profile_passes, profile_warmup, schedule_fn, preserve_rng_state,
-                    network, measure_steps: int, profile_isolated: bool | None = None) -> None:
+                    network, measure_steps: int, profile_isolated: bool | None = None, backends=BACKENDS) -> None:
         self.budget = _budget_setting(budget)
         self._meter = StepMeter(cuda_steps=measure_steps)
         # Bytes the caller holds through each step beside the stages, made before the step (its meter
@@ -1279,8 +1288,8 @@ class _PlannedModule(nn.Module):
         # Bytes the code around the stages adds during the step (its meter sees them), counted in every
         # plan as reserved: the model's code after its blocks (Note [The rest of the model] in auto.py).
         self.beside_bytes = 0
-        self.bucket = bucket
-        self.backend = backend
+        self.bucket = None if bucket is None else parse_bucket(bucket)
+        self.backend = _backend_setting(backend, backends)
         self.profile_passes = profile_passes
         self.profile_warmup = profile_warmup
         self.profile_isolated = profile_isolated  # Note [Profiling stage by stage] in torch_exec/profiler.py
@@ -1319,15 +1328,34 @@ class _PlannedModule(nn.Module):
         profile (a percentage budget such as ``"35%"`` is resolved again for each signature against its
         measured plain autograd peak). ``budget=None`` switches to plain autograd. ``profile=True``
         drops the profiles: the next call with each input signature profiles again."""
-        if budget != "keep":
-            self.budget = _budget_setting(budget)
-        if schedule_fn != "keep":
-            self.schedule_fn = schedule_fn
-        if profile:
-            self._entries.clear()
-            self._last = None
-            return
-        self._replan_all()
+        with self._all_or_nothing():
+            if budget != "keep":
+                self.budget = _budget_setting(budget)
+            if schedule_fn != "keep":
+                self.schedule_fn = schedule_fn
+            if profile:
+                self._entries.clear()
+                self._last = None
+                return
+            self._replan_all()
+
+    @contextlib.contextmanager
+    def _all_or_nothing(self):
+        """A re-plan that raises (a budget below a signature's least) leaves the module as it was: its settings
+        and every cached signature's plan, not some re-planned under a budget it then refuses."""
+        settings = {name: getattr(self, name) for name in ("budget", "schedule_fn", "offload") if hasattr(self, name)}
+        entries, last = dict(self._entries), self._last
+        states = {key: dict(vars(entry)) for key, entry in entries.items()}
+        try:
+            yield
+        except BaseException:
+            for name, value in settings.items():
+                setattr(self, name, value)
+            self._entries, self._last = entries, last
+            for key, entry in entries.items():
+                vars(entry).clear()
+                vars(entry).update(states[key])
+            raise
 
     def _replan_all(self) -> None:
         """Re-solve every cached signature from its profiles (nothing to do under plain autograd)."""
@@ -1505,6 +1533,7 @@ class CheckpointedSequential(_PlannedModule):
     def _build(self, state, data: dict | None = None) -> Entry:
         sample = U.make_leaf(state, [t.requires_grad for t in U.tensors(state)])
         if data is None:
+            U.refuse_meta("CheckpointedSequential", state, self)
             with _standin_params([self]):  # Note [DistributedDataParallel]
                 data = profile_dict(list(self._fns), sample, passes=self.profile_passes,
                                     warmup=self.profile_warmup, network=self.network, names=self.names,
@@ -1708,9 +1737,10 @@ class CheckpointedSequential(_PlannedModule):
 
     def replan(self, budget="keep", schedule_fn="keep", profile: bool = False, offload="keep") -> None:
         """As :meth:`_PlannedModule.replan`, and ``offload`` may change too."""
-        if not (isinstance(offload, str) and offload == "keep"):
-            self.offload = _offload_setting(offload)
-        super().replan(budget, schedule_fn, profile)
+        with self._all_or_nothing():
+            if not (isinstance(offload, str) and offload == "keep"):
+                self.offload = _offload_setting(offload)
+            super().replan(budget, schedule_fn, profile)
 
     # ------------------------------------------------------------ forward
     def _plain(self, state):

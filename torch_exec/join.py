@@ -77,7 +77,7 @@ from gpusolve.join.baselines import store_all
 from gpusolve.join.bytesim import simulate_join, store_all_join_peak_bytes
 from gpusolve.join.dp import min_peak_join
 from gpusolve.join.network import EmptyBranch, JoinNet, Turn, join_policy_to_schedule
-from gpusolve.join.solve import JoinPlan, solve_join
+from gpusolve.join.solve import JOIN_BACKENDS, JoinPlan, solve_join
 from gpusolve.schedule import OpKind
 from gpusolve.solve import Curve
 from gpusolve.units import parse_budget
@@ -339,7 +339,7 @@ class CheckpointedJoin(_PlannedModule):
                                  f"see: {'; '.join(hidden)}. Pass the head as an nn.Module")
             self._head_fn = head
         self._set_solver(budget, bucket, backend, profile_passes, profile_warmup, schedule_fn, preserve_rng_state,
-                         network, measure_steps, profile_isolated)
+                         network, measure_steps, profile_isolated, backends=JOIN_BACKENDS)
 
     @property
     def k(self) -> int:
@@ -373,6 +373,7 @@ class CheckpointedJoin(_PlannedModule):
                 tuple(_structure(x, b) for b, x in enumerate(inputs)), self.training, U.autocast_key())
 
     def _build(self, inputs) -> JoinEntry:
+        U.refuse_meta("CheckpointedJoin", [t for x in inputs for t in U.tensors(x)], self)
         structures = [_structure(x, b) for b, x in enumerate(inputs)]
         branch_entries, exec_chains, plain_chains = [], [], []
         for x, seq, empty in zip(inputs, self.branches, self.empty, strict=True):

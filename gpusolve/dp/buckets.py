@@ -32,11 +32,19 @@ def default_bucket(budget_bytes: int, backend: str) -> int:
     return max(1, -(-int(budget_bytes) // DEFAULT_BUCKETS[backend]))
 
 
-def check_user_bucket(budget_bytes: int, bucket) -> int:
-    """A user's bucket in bytes, validated against the budget (one-line ``ValueError`` otherwise)."""
+def parse_bucket(bucket) -> int:
+    """A user's bucket in whole bytes, at least 1 (one-line ``ValueError`` naming the value otherwise)."""
     bucket_bytes = parse_bytes(bucket, "bucket")
     if bucket_bytes < 1:
-        raise ValueError("bucket must be at least 1 byte")
+        raise ValueError(f"bucket {bucket!r} is {bucket_bytes} whole bytes: a bucket must be at least 1 byte "
+                         f"(leave it out to let the solver choose)")
+    return bucket_bytes
+
+
+def check_user_bucket(budget_bytes: int, bucket) -> int:
+    """A user's bucket in bytes (:func:`parse_bucket`), validated against the budget (one-line
+    ``ValueError`` otherwise)."""
+    bucket_bytes = parse_bucket(bucket)
     if bucket_bytes > budget_bytes:
         raise ValueError(f"bucket {format_bytes(bucket_bytes)} is larger than the budget {format_bytes(budget_bytes)}; "
                          f"use a bucket of at most the budget (for example budget / 1024)")

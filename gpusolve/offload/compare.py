@@ -307,7 +307,7 @@ def offload_curve_data(chain: Chain, link: Link, max_budget=None, bucket=None, b
 
 def plot_offload_curves(data: dict, out) -> "object":
     """Write the three curves of :func:`offload_curve_data` to ``out`` (format from its extension)."""
-    from ..plot import GIB, output_path
+    from ..plot import GIB, output_path, save_figure
     out = output_path(out)
     import matplotlib
     matplotlib.use("Agg")
@@ -347,7 +347,4 @@ def plot_offload_curves(data: dict, out) -> "object":
     secondary.set_ylabel("overhead over store-all (%)")
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2, frameon=False)
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, bbox_inches="tight")
-    plt.close(fig)
-    return out
+    return save_figure(fig, out, bbox_inches="tight")

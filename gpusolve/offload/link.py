@@ -36,7 +36,8 @@ def parse_rate(value, what: str = "bandwidth") -> float:
         if not match:
             if _is_zero(text):
                 return 0.0  # a zero rate needs no unit: a useless link
-            raise ValueError(f"{what} {value!r} is not a rate: use bytes/ms or a size per second such as '12GB/s'")
+            raise ValueError(f"{what} {value!r} is not a rate: give a size per second or per ms such as '12GB/s' "
+                             f"or '12e6/ms' (a bare number is bytes/ms only from Python)")
         size, unit = match.group(1), match.group(2).lower()
         try:
             number = float(size)  # a bare number keeps its fraction (0.5/ms)

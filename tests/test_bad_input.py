@@ -1,0 +1,277 @@
+"""Bad input gets one clear error naming the value and the fix, and leaves nothing half done (from a review
+of the CLI and the API with bad values: each case failed before, with a traceback, a hang, a truncated file,
+a changed model or a message naming the wrong thing)."""
+from __future__ import annotations
+
+import copy
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+from gpusolve import Chain, InfeasibleBudgetError, parse_bytes, solve
+from gpusolve.cli import main
+
+MAX_BYTES = 1 << 50  # gpusolve.units.MAX_BYTES (checked below), a literal so that this file runs on older code
+
+RESNET = "resnet50_b128"
+
+
+def run_cli(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def error_line(capsys, *argv) -> str:
+    """The CLI's one error line for ``argv`` (exit 2, nothing else on stderr)."""
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 2, (out, err)
+    lines = [line for line in err.splitlines() if not line.startswith("gpusolve: note:")]
+    assert len(lines) == 1 and lines[0].startswith("gpusolve: error: "), err
+    return lines[0]
+
+
+# ---------------------------------------------------------------------------- sizes and chains
+
+def test_numpy_numbers_are_sizes():
+    chain = Chain.load(RESNET)
+    budget = chain.tape_bytes.sum() // 2  # np.int64: was refused as "not a number of bytes"
+    assert isinstance(budget, np.integer)
+    assert parse_bytes(budget, "budget") == int(budget)
+    assert parse_bytes(np.float32(3.5)) == 3
+    assert solve(chain, budget, backend="cpu").budget_bytes == int(budget)
+    with pytest.raises(ValueError, match="must be a number of bytes"):
+        parse_bytes(np.bool_(True))
+
+
+@pytest.mark.parametrize("value", ["1e308GiB", "1e30", 1e300, MAX_BYTES + 1, "2048TiB"])
+def test_sizes_beyond_any_device_are_refused(value):
+    with pytest.raises(ValueError, match=r"is more than 2\^50 bytes \(1 PiB\)"):
+        parse_bytes(value, "budget")
+    assert parse_bytes(MAX_BYTES) == MAX_BYTES
+    from gpusolve.units import MAX_BYTES as rule
+    assert rule == MAX_BYTES
+
+
+def test_chains_beyond_any_device_are_refused():
+    with pytest.raises(ValueError, match=r"stage 2 \(stage2\): act_bytes = .*at most 2\^50 bytes"):
+        Chain(**{**_fields(3), "act_bytes": [1, 10**30, 1]})
+    with pytest.raises(ValueError, match=r"sizes add up to .* more than 2\^50"):
+        Chain(**{**_fields(3), "tape_bytes": [MAX_BYTES // 2] * 3})
+    with pytest.raises(ValueError, match=r"t_fwd = 1e\+308.*at most 1e\+15 ms"):
+        Chain(**{**_fields(3), "t_fwd": [1.0, 1e308, 1e308]})  # their sum overflowed to inf in the DP
+
+
+def _fields(n):
+    return dict(t_fwd=[1.0] * n, t_fwd_nograd=[1.0] * n, t_bwd=[2.0] * n, act_bytes=[8] * n, grad_bytes=[8] * n,
+                tape_bytes=[16] * n, fwd_nograd_extra=[0] * n, fwd_grad_extra=[0] * n, bwd_extra=[0] * n)
+
+
+def _profile():
+    from gpusolve.profiles import resolve
+    return json.loads(resolve(RESNET).read_text())
+
+
+def _stage(key, value):
+    def edit(d):
+        d["stages"][3][key] = value
+    return edit
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d.__setitem__("input_bytes", float("inf")), r"input_bytes = inf is not a whole number of bytes"),
+    (lambda d: d.__setitem__("input_bytes", None), r"input_bytes = None is not a whole number of bytes"),
+    (lambda d: d.__setitem__("input_bytes", "abc"), r"input_bytes = 'abc' is not a whole number of bytes"),
+    (lambda d: d.__setitem__("input_requires_grad", "no"), r"input_requires_grad = 'no' must be true or false"),
+    (lambda d: d["stages"].__setitem__(3, 5), r"stage 4 is 5, not an object with the fields name, t_fwd"),
+    (_stage("x", 10**30), r"stage 4 \(maxpool\): x = 10+ bytes is more than 2\^50"),
+    (_stage("t_fwd", 1e308), r"stage 4 \(maxpool\): t_fwd = 1e\+308 ms is more than 1e\+15 ms"),
+    (_stage("x", True), r"stage 4 \(maxpool\): x = True is not a finite number"),
+    (_stage("out_saved_bytes", "x"), r"out_saved_bytes = 'x' is not a whole number of bytes between 0 and 2\^50"),
+    (_stage("saved_bytes", -10), r"saved_bytes = -10 is not a whole number of bytes between 0 and 2\^50"),
+    (_stage("held_nbytes", -10), r"held_nbytes = -10 is not a whole number of bytes"),
+    (_stage("bwd_delta", "x"), r"bwd_delta = 'x' is not a whole number of bytes between -2\^50 and 2\^50"),
+    (_stage("rng", "yes"), r"rng = 'yes' must be true or false"),
+])
+def test_profile_fields_are_checked(edit, message):
+    data = _profile()
+    edit(data)
+    with pytest.raises(ValueError, match=message):
+        Chain.from_profile(data)
+
+
+def test_profile_fields_that_may_be_null_or_negative_still_read():
+    data = _profile()
+    data["stages"][3]["bwd_peak"] = -10**6  # the bundled vgg16_b64 has such readings: read as 0
+    data["stages"][3]["bwd_delta"] = None
+    data["stages"][3]["bwd_peak"] = None
+    Chain.from_profile(data)
+
+
+@pytest.mark.parametrize("cases, message", [
+    ('"x"', r"'cases' must be a list of objects"),
+    ("[5]", r"'cases' must be a list of objects"),
+    ('[{"alpha_f": "abc", "alpha_b": [1, 1, 1], "beta_f": [1, 1, 1], "beta_b": [1, 1, 1], "budgets": [1]}]',
+     r"case 1 \(\?\): could not convert string to float"),
+    ('[{"alpha_f": [1, 1, 1], "alpha_b": [1, 1, 1], "beta_f": [1, 1, 1], "beta_b": [1, 1, 1], "budgets": [1e300]}]',
+     r"case 1 \(\?\): budget 1e\+300 is more than 2\^50"),
+    ('[{"alpha_f": [1, 1, 1]}]', r"case 1 lacks field 'alpha_b'"),
+])
+def test_thesis_files_are_checked(tmp_path, capsys, cases, message):
+    path = tmp_path / "cases.json"
+    path.write_text('{"format": "thesis-reference/1", "cases": ' + cases + "}")
+    assert pytest.importorskip("re").search(message, error_line(capsys, "thesis", str(path)))
+
+
+# ---------------------------------------------------------------------------- the CLI
+
+@pytest.mark.parametrize("budget", ["1e308GiB", "1e300", "1e20"])
+def test_cli_huge_budgets_are_one_line(capsys, budget):
+    assert "more than 2^50 bytes" in error_line(capsys, "solve", RESNET, "--budget", budget, "--backend", "cpu")
+
+
+def test_cli_images_are_never_half_written(tmp_path, capsys, monkeypatch):
+    from matplotlib.figure import Figure
+    into_dir = error_line(capsys, "curve", RESNET, "--backend", "cpu", "--out", f"{tmp_path}/")
+    assert "is a directory; give a file name in it" in into_dir
+    assert not (tmp_path.parent / f"{tmp_path.name}.png").exists()  # was written beside the folder
+    a_file = tmp_path / "file"
+    a_file.write_text("")
+    assert "is a file, not a folder" in error_line(capsys, "curve", RESNET, "--out", f"{a_file}/c.png")
+    out = tmp_path / "c.pdf"
+    out.write_bytes(b"the old image")
+
+    def short_write(self, fname, **kwargs):  # a disk that fills half way through the image
+        with open(fname, "wb") as f:
+            f.write(b"%PDF-1.4 trunc")
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(Figure, "savefig", short_write)
+    line = error_line(capsys, "curve", RESNET, "--backend", "cpu", "--out", str(out))
+    assert f"could not write {out}" in line and "No space left on device" in line
+    assert out.read_bytes() == b"the old image"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.pdf", "file"]  # no temporary left
+
+
+def test_cli_curve_errors_name_their_option(capsys):
+    line = error_line(capsys, "curve", RESNET, "--max-budget", "1", "--backend", "cpu")
+    assert "max budget 1 B is below the chain's least feasible budget" in line and "--max-budget" in line
+    line = error_line(capsys, "curve", RESNET, "--bucket", "1GiB", "--max-budget", "3GiB", "--backend", "cpu",
+                      "--out", "/nonexistent-dir-never/c.png")
+    assert "too coarse for a curve" in line and "--bucket" in line
+    line = error_line(capsys, "solve", RESNET, "--budget", "5GiB", "--bucket", "1MiB", "--backend", "exact")
+    assert "the exact backend has no buckets, but bucket 1048576 was given" in line
+    assert "bucket '0.5' is 0 whole bytes" in error_line(capsys, "solve", RESNET, "--budget", "5GiB",
+                                                          "--bucket", "0.5", "--backend", "cpu")
+    line = error_line(capsys, "solve", RESNET, "--budget", "35%", "--offload", "--bandwidth", "12")
+    assert "'12GB/s' or '12e6/ms'" in line
+
+
+def test_cli_join_help_example_runs(capsys):
+    code, out, _ = run_cli(capsys, "join", "--help")
+    assert code == 0
+    example = out.split("e.g. gpusolve ", 1)[1].split(";")[0].split()
+    assert example[example.index("--budget") + 1] == "50%"
+
+
+def test_cuda_unavailable_names_the_remedy(capsys):
+    from gpusolve.errors import BackendUnavailableError
+    from gpusolve.solve import _pick_backend
+    try:
+        _pick_backend("cuda", [])
+    except BackendUnavailableError:
+        pass
+    else:
+        pytest.skip("CUDA runs here")
+    code, out, err = run_cli(capsys, "demo", "--backend", "cuda", "--out", "/tmp/never-written.png")
+    assert code == 2 and "solve on the CPU instead" in err and "--backend cpu/auto" in err
+    assert out == ""  # nothing printed before the error (the demo's header was)
+
+
+# ---------------------------------------------------------------------------- the torch wrappers
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+import torch_exec  # noqa: E402
+
+
+def _bn_mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(*[nn.Sequential(nn.Linear(16, 16), nn.BatchNorm1d(16), nn.ReLU()) for _ in range(4)],
+                         nn.Linear(16, 1))
+
+
+class _Untouchable(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        raise AssertionError("the model ran: a bad setting was found only after capturing it")
+
+
+@pytest.mark.parametrize("max_stages", [-1, 0, 1, 2.5, True])
+def test_auto_checkpoint_max_stages(max_stages):
+    with pytest.raises(ValueError, match=rf"max_stages={max_stages!r}: give a whole number of at least 2"):
+        torch_exec.auto_checkpoint(_Untouchable(), "50%", max_stages=max_stages, sample=(torch.randn(2, 4),))
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(backend="gpu"), ValueError, r"backend 'gpu' is not one of 'auto', 'cpu', 'cuda', 'exact'"),
+    (dict(bucket="0.5"), ValueError, r"bucket '0.5' is 0 whole bytes"),
+    (dict(bucket="lots"), ValueError, r"bucket 'lots' is not a size"),
+    (dict(device="cuda"), TypeError, r"auto_checkpoint got unexpected keyword argument\(s\) 'device'"),
+])
+def test_auto_checkpoint_settings_fail_before_the_model_runs(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        torch_exec.auto_checkpoint(_Untouchable(), "50%", sample=(torch.randn(2, 4),), **kwargs)
+
+
+def test_meta_tensors_are_refused():
+    model = _bn_mlp().to("meta")
+    with pytest.raises(ValueError, match=r"auto_checkpoint: input 0 is on the meta device"):
+        torch_exec.auto_checkpoint(model, "50%", sample=(torch.randn(8, 16, device="meta"),))
+    with pytest.raises(ValueError, match=r"CheckpointedSequential: input 0 is on the meta device"):
+        torch_exec.CheckpointedSequential(_bn_mlp().to("meta"), budget="50%").prepare(torch.randn(8, 16, device="meta"))
+    with pytest.raises(ValueError, match=r"parameter \S*0\.0\.weight is on the meta device"):
+        torch_exec.CheckpointedSequential(_bn_mlp().to("meta"), budget="50%").prepare(torch.randn(8, 16))
+
+
+def test_a_failed_first_call_leaves_the_model_as_it_was():
+    model = _bn_mlp()
+    before = copy.deepcopy(model.state_dict())
+    rng = torch.get_rng_state()
+    wrapped = torch_exec.auto_checkpoint(model, "1%")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(InfeasibleBudgetError):
+            wrapped(torch.randn(8, 16, generator=torch.Generator().manual_seed(1)))
+    for key, value in model.state_dict().items():  # num_batches_tracked went 0 -> 1, the statistics moved
+        assert torch.equal(value, before[key]), key
+    assert torch.equal(torch.get_rng_state(), rng)
+
+
+def test_a_failed_replan_keeps_the_budget_and_every_plan():
+    torch.manual_seed(0)
+    stages = nn.Sequential(*[nn.Sequential(nn.Linear(16, 16), nn.Tanh()) for _ in range(6)])
+    cs = torch_exec.CheckpointedSequential(stages, budget="80%")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cs.prepare(torch.randn(4, 16))
+        cs.prepare(torch.randn(64, 16))
+        plans = dict(cs.plans)
+        with pytest.raises(InfeasibleBudgetError):
+            cs.replan(budget=2000)  # feasible for the small batch only: it was re-planned, the other refused
+        assert cs.budget == "80%"
+        assert cs.plans == plans  # the same plan objects, none re-planned
+        wrapped = torch_exec.auto_checkpoint(_bn_mlp(), "80%")
+        wrapped.prepare(torch.randn(4, 16))
+        wrapped.prepare(torch.randn(64, 16))
+        before = [cap.executor.plan for cap in wrapped._captures.values()]
+        with pytest.raises(InfeasibleBudgetError):
+            wrapped.replan(budget=3000)
+        assert wrapped.budget == "80%"
+        assert [cap.executor.plan for cap in wrapped._captures.values()] == before
+        assert all(cap.executor.budget == "80%" for cap in wrapped._captures.values())

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -84,8 +83,7 @@ def save_figure(fig, out: Path, **savefig) -> Path:
     naming the path."""
     import matplotlib.pyplot as plt
     out.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{out.stem}.", suffix=out.suffix, dir=out.parent)
-    os.close(handle)
+    temporary = out.with_name(f".{out.name}.{os.getpid()}.partial")  # made as any file is (the umask's mode)
     try:
         fig.savefig(temporary, format=out.suffix.lstrip(".").lower(), **savefig)
         os.replace(temporary, out)

@@ -140,6 +140,12 @@ def test_cli_images_are_never_half_written(tmp_path, capsys, monkeypatch):
     a_file = tmp_path / "file"
     a_file.write_text("")
     assert "is a file, not a folder" in error_line(capsys, "curve", RESNET, "--out", f"{a_file}/c.png")
+    written = tmp_path / "ok.svg"
+    assert run_cli(capsys, "curve", RESNET, "--backend", "cpu", "--out", str(written))[0] == 0
+    plain = tmp_path / "plain"
+    plain.write_text("")
+    assert written.stat().st_mode == plain.stat().st_mode  # as any file is made, not a temporary's 0600
+    written.unlink(), plain.unlink()
     out = tmp_path / "c.pdf"
     out.write_bytes(b"the old image")
 

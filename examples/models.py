@@ -384,6 +384,72 @@ def tied_lm(vocab: int = 2000, width: int = 128, hidden: int = 2048, blocks: int
     return nn.Sequential(embedding, *[_WideBlock(width, hidden) for _ in range(blocks)], head)
 
 
+class _Pre(nn.Module):
+    def __init__(self, width: int):
+        super().__init__()
+        self.lin = nn.Linear(width, width)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x))
+
+
+class _AuxAndBranch(nn.Module):
+    """An auxiliary head (a large weight gradient) made first, then a small branch b1."""
+
+    def __init__(self, width: int, hidden: int, aux: int, branch: int):
+        super().__init__()
+        self.fc1, self.fc2, self.b1 = nn.Linear(width, hidden), nn.Linear(hidden, aux), nn.Linear(width, branch)
+
+    def forward(self, h):
+        aux = self.fc2(torch.relu(self.fc1(h)))
+        return h, torch.relu(self.b1(h)), aux
+
+
+class _PassOn(nn.Module):
+    """Passes b1 on unchanged beside a wide branch b2."""
+
+    def __init__(self, repeat: int):
+        super().__init__()
+        self.repeat = repeat
+
+    def forward(self, state):
+        h, b1, aux = state
+        return b1, torch.tanh(h.repeat(1, self.repeat)), aux
+
+
+class _Cat(nn.Module):
+    """The cat of b1 and b2: its gradient is one buffer, and b1's gradient a slice of it."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(channels))
+
+    def forward(self, state):
+        b1, b2, aux = state
+        return torch.cat([b1, b2], 1) * self.w, aux
+
+
+class _TwoLosses(nn.Module):
+    def forward(self, state):
+        z, aux = state
+        return z.square().mean() + aux.square().mean()
+
+
+CAT_SLICE = dict(width=64, hidden=4096, aux=8, branch=16)
+
+
+def cat_slice(repeat: int = 128, seed: int = 0) -> nn.Sequential:
+    """Five stages whose states are tuples, ending in their loss, ``model(x).backward()`` with ``x`` of width
+    ``CAT_SLICE["width"]``: a small branch b1 passed on unchanged to a later ``cat`` beside a wide branch
+    (``repeat`` x the width), and an auxiliary head carried to the loss, as an inception block's branch and
+    GoogLeNet's auxiliary heads are. b1's gradient is a slice of the cat's, which keeps the whole buffer
+    allocated until b1's own backward (Note [Gradients that are views] in gpusolve/chain.py)."""
+    torch.manual_seed(seed)
+    d = CAT_SLICE["width"]
+    return nn.Sequential(_Pre(d), _AuxAndBranch(d, CAT_SLICE["hidden"], CAT_SLICE["aux"], CAT_SLICE["branch"]),
+                         _PassOn(repeat), _Cat(CAT_SLICE["branch"] + d * repeat), _TwoLosses())
+
+
 class WithCrossEntropy(nn.Module):
     """A classifier and its loss as one model, ``(x, y) -> loss``: the loss's own memory (cross-entropy
     saves its log-softmax) is then the model's, inside the budget, instead of the caller's."""

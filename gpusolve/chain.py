@@ -524,7 +524,7 @@ def _whole(value) -> bool:
 # A profile stage's numeric fields beside the required ones (gpusolve/profiles/README.md): (least value,
 # whether null is allowed). Sizes are whole bytes; ``bwd_delta`` is a change, so it may be negative.
 _OPTIONAL_STAGE_BYTES = {"held_nbytes": (0, False), "saved_bytes": (0, False), "out_saved_bytes": (0, False),
-                         "in_saved_bytes": (0, False), "bwd_delta": (-MAX_BYTES, True)}
+                         "in_saved_bytes": (0, False), "grad_held_bytes": (0, False), "bwd_delta": (-MAX_BYTES, True)}
 _STAGE_FLAGS = ("aliases", "rng", "device_only")
 
 
@@ -653,6 +653,28 @@ def _shared_leaves(data: dict, source, group_of: dict[int, int], granule: int) -
     return out
 
 
+# Note [Gradients that are views]
+#     The gradient of a_s that a later stage's backward hands over may be a view of a larger buffer: a
+#     ``cat``'s backward returns slices of the gradient of its output, not copies. When a stage passes a
+#     tensor on unchanged to a later ``cat`` (an inception block's branch beside an auxiliary head, a
+#     U-Net's skip), the slice that is its gradient keeps the whole buffer allocated, through the
+#     backwards of the stages that pass it on, until the stage that made the tensor consumes it. The
+#     readings are right (each stage's backward peak is measured above its start, that buffer included,
+#     and the stage that frees it reads the freeing as its own), but a gradient counted by the sizes of
+#     a_s's tensors held only the slice: the model's level at those stages' starts was short of the rest
+#     of the buffer, and GoogLeNet with its auxiliary heads (torchvision, batch 2) measured 22 272 B over
+#     its least budget (the five-stage model of tests/test_grad_views.py: 130 944 B, 13 %). The profiler
+#     records ``grad_held_bytes``, the storages behind the gradients of a_s as the engine hands them over
+#     (hooks on every tensor of a_s in the memory pass; the seeds of the stage in a stage-by-stage pass),
+#     and the gradient of a_s (grad_bytes) counts at least that, from the end of the backward of stage
+#     s + 1 to the end of stage s's. Stage s's reading is above its start, where the buffer is held: its
+#     bwd_extra stays, and its peak in the model rises to the one measured. Stage s + 1's reading made the
+#     buffer: its bwd_extra is its peak less the gradient of its input, now the larger one, so its peak in
+#     the model stays. Exact inside a tape run and in plain autograd; where the executor ends a backward
+#     call at a_s it copies such a view out (``take_grads``) and the buffer goes: the model then
+#     over-counts, which is safe.
+
+
 def _merge_group(group: list[dict], grad_in: int, notes: list[str], granule: int = ALLOCATOR_GRANULE,
                  first: int = 1) -> dict:
     """Costs of one executor stage made of several measured stages run back to back.
@@ -717,6 +739,8 @@ def _merge_group(group: list[dict], grad_in: int, notes: list[str], granule: int
             above = max(above, level + max(0, int(st["bwd_peak"])))
             level += int(st["bwd_delta"])
         bwd_extra = max(0, above - grad_in)
+    # held from the start of the backward, which its readings are above: bwd_extra stays as it is
+    grad_out = max(grad_out, int(group[-1].get("grad_held_bytes", 0)))  # Note [Gradients that are views]
     # The group's output is released before its backward unless a member's backward saved it
     # (profiles that do not say so keep it: the tape stays whole). The storages earlier members made
     # and the output passes on were saved by no backward: a member is joined to the one before only

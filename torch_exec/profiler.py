@@ -95,8 +95,8 @@ from gpusolve.chain import PROFILE_FORMAT, Chain
 from gpusolve.errors import FallbackWarning
 
 from ._util import (LeafReaders, ModelSnapshot, RngState, aliases, backward_segment, buffers_of, clone, copyable,
-                    cuda_devices, held_from, held_nbytes, make_leaf, map_state, output_facts, params_of, stage_list,
-                    stage_state, state_nbytes, storage_key, storages, tensors)
+                    cuda_devices, grad_storages, held_from, held_nbytes, make_leaf, map_state, output_facts, params_of,
+                    stage_list, stage_state, state_nbytes, storage_key, storages, tensors)
 from .meter import MemoryMeter
 from .offload import HostCopies
 
@@ -454,7 +454,7 @@ class _Passes:
         n = self.n
         g_marks = []
         # forward with grad, outputs of all earlier stages held: xbar is what the stage adds
-        bounds = _Boundaries(n, meter.mark)
+        bounds = _Boundaries(n, meter.mark, grads=True)
         a0 = make_leaf(self.sample, self.rg)
         outs = [a0]
         with torch.enable_grad():
@@ -479,6 +479,8 @@ class _Passes:
         del outs, a0
         bounds.backward(final)
         del final, held_input
+        for s in range(1, n):
+            mem[s - 1]["grad_held_bytes"] = bounds.grad_held_bytes(s)  # Note [Gradients that are views] (chain.py)
         # plain autograd's step, for the reference figures
         ref_start, retained, ref_end = self.metered_plain_step(meter, loss_only=False)
         loss_marks = self.metered_plain_step(meter, loss_only=True) if self.loss_only else None
@@ -495,7 +497,7 @@ class _Passes:
         """Each stage alone (Note [Profiling stage by stage]): (the forward's marks per stage,
         ``readings()``: the backward's span per stage and what the host copies took; no plain step)."""
         g_marks = self.isolated_forward(meter.mark, mem)
-        bwd_marks = self.isolated_backward(meter.mark)
+        bwd_marks = self.isolated_backward(meter.mark, mem)
         host = int(self.stash.host_bytes())
         return g_marks, lambda: ([(c, d) if c is not None else None for _, _, c, d in bwd_marks],
                                  {"host_copies_bytes": host})
@@ -537,7 +539,7 @@ class _Passes:
         self.stash.restart(frozenset(range(n)))  # the host copies serve the next pass again
         return marks
 
-    def isolated_backward(self, mark) -> list:
+    def isolated_backward(self, mark, mem: list | None = None) -> list:
         """Each stage alone, last to first: its forward with grad, then its backward from the gradient
         of its output that the stage after it made, as that stage's backward handed it over (a hook on
         the input: a broadcast gradient stays one), the last stage's seeded with ones and held to the
@@ -545,7 +547,8 @@ class _Passes:
         end, backward start, backward end)`` per stage, the backward's None when no gradient reaches the
         stage. As in a whole pass, its output is gone before its backward unless the stage saved it,
         and the input tensors an earlier stage's backward saved (or, for the first stage, the caller's
-        input) stay held through it."""
+        input) stay held through it. With ``mem`` (the memory pass), each stage's ``grad_held_bytes``: the
+        storages behind the gradient of its output (Note [Gradients that are views] in gpusolve/chain.py)."""
         n = self.n
         marks = [None] * n
         grad = None  # the gradient of the current stage's output, made by the stage after it
@@ -578,6 +581,8 @@ class _Passes:
             span = bounds.span(1)
             marks[s] = (a, b) + (span if span is not None else (None, None))
             grad = [got.get(i) for i in range(count)]
+            if s > 0 and mem is not None:  # the gradients of a_s as the next stage's backward handed them over
+                mem[s - 1]["grad_held_bytes"] = sum(grad_storages(grad).values())
             del leaf  # the leaf's .grad (AccumulateGrad may have made a dense copy) goes with it
         del grad
         self.stash.restart(frozenset(range(n)))
@@ -719,10 +724,13 @@ class _Boundaries:
     reaches the stage's parameters). None when no gradient reached a_s.
     """
 
-    def __init__(self, n: int, mark):
-        self.n, self.mark = n, mark
+    def __init__(self, n: int, mark, grads: bool = False):
+        self.n, self.mark, self.grads = n, mark, grads
         self.at: list = [None] * (n + 1)    # when a gradient of a_s is first ready: stage s may start
         self.last: list = [None] * (n + 1)  # when the last one is: stage s + 1's backward is done
+        # the storages behind the gradients of a_s as the engine hands them over (Note [Gradients that are
+        # views] in gpusolve/chain.py): keys only, no tensor kept
+        self.grad_storages: list = [{} for _ in range(n + 1)]
         self.handles: list = []
         self.end = None
 
@@ -737,6 +745,14 @@ class _Boundaries:
         grads = [t for t in tensors(out) if t.requires_grad]
         made = [t for t in grads if passed is None or passed.get(id(t)) != t._version]
         self.handles += [t.register_hook(lambda g, s=s: self._reached(s)) for t in (made or grads)]
+        if self.grads:  # the memory pass (a timing pass runs no more Python in the backward than it must)
+            self.handles += [t.register_hook(lambda g, s=s: self.grad_storages[s].update(grad_storages([g])))
+                             for t in grads]
+
+    def grad_held_bytes(self, s: int) -> int:
+        """Bytes the gradients of a_s held, in the allocator's blocks (Note [Gradients that are views] in
+        gpusolve/chain.py)."""
+        return sum(self.grad_storages[s].values())
 
     def _reached(self, s: int) -> None:
         """A gradient of a_s is ready. With a tuple state the engine may run part of stage s's backward

@@ -256,12 +256,12 @@ from torch.utils._pytree import tree_leaves
 
 from gpusolve.baselines import store_all
 from gpusolve.chain import Chain, clones_input
+from gpusolve.dp.buckets import parse_bucket
 from gpusolve.errors import FallbackWarning, InfeasibleBudgetError
 from gpusolve.offload.link import Link
 from gpusolve.offload.solver import OffloadPlan, solve_offload
 from gpusolve.schedule import SWAP_OPS, Op, OpKind, policy_to_schedule
 from gpusolve.simulate import budget_bytes_of, simulate, store_all_peak_bytes, store_all_time_ms
-from gpusolve.dp.buckets import parse_bucket
 from gpusolve.solve import BACKENDS, Curve, Plan, release_device_memory, solve
 from gpusolve.units import format_bytes, parse_budget, parse_bytes, parse_percentage
 

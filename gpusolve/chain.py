@@ -173,7 +173,7 @@ class Chain:
                              f"tape_bytes = {int(self.tape_bytes[s])}; the tape held at the backward is part of the tape")
         for name in ("input_bytes", "input_grad_bytes", "reserved_bytes"):
             value = getattr(self, name)
-            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or not 0 <= value <= MAX_BYTES:
+            if not _whole(value) or not 0 <= value <= MAX_BYTES:
                 raise ValueError(f"{name} = {value!r}; it must be a whole number of bytes, >= 0 and at most 2^50")
             setattr(self, name, int(value))
         total = (sum(int(getattr(self, name).sum()) for name in ALL_BYTE_FIELDS)

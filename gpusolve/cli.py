@@ -10,9 +10,9 @@ from pathlib import Path
 from . import profiles
 from .chain import THESIS_FORMAT, Chain, read_json_object
 from .data import THESIS_CASES
+from .dp.buckets import parse_bucket
 from .errors import BackendUnavailableError, FallbackWarning
 from .simulate import budget_bytes_of, store_all_peak_bytes
-from .dp.buckets import parse_bucket
 from .units import format_bytes, parse_bytes
 
 PROFILE_DIR = profiles.DIRECTORY

@@ -10,6 +10,7 @@ from torch import nn
 
 import torch_exec as te
 from gpusolve.schedule import Checkpoint, Swap, Tape
+from torch_exec.meter import measure_peak
 from torch_exec.split import CrossEntropyStage
 
 DT = torch.float64
@@ -144,3 +145,15 @@ def assert_grads_close(ref, model, buffers: bool = True) -> None:
     if buffers:
         for b, c in zip(ref.buffers(), model.buffers(), strict=True):
             torch.testing.assert_close(c, b, rtol=1e-5, atol=1e-6)
+
+
+def measured_step(module: nn.Module, step):
+    """The CPU meter's reading of ``step()`` (a forward and backward of ``module``) once it is steady: the
+    parameters' gradients allocated (zeros where there are none) and one step run first, so that what a
+    first step makes lazily is not counted."""
+    for p in module.parameters():
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    step()
+    _, reading = measure_peak(step)
+    return reading

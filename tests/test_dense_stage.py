@@ -25,7 +25,7 @@ import torch_exec as te  # noqa: E402
 from gpusolve import store_all_peak_bytes  # noqa: E402
 from gpusolve.schedule import OpKind, segments_policy  # noqa: E402
 from torch_exec.executor import plain_peak_bytes  # noqa: E402
-from torch_exec.meter import measure_peak  # noqa: E402
+from _torch_helpers import measured_step  # noqa: E402
 from torch_exec.split import DenseStage, split_model  # noqa: E402
 
 DT = torch.float64
@@ -171,13 +171,7 @@ def test_measured_peak_of_dense_stages_holds_the_budget(profiled):
     budget = int(lo + 0.3 * (hi - lo))
     wrapped.replan(budget)
     assert sum(op.kind in (OpKind.FWD_NOGRAD, OpKind.FWD_TAPE) for op in wrapped.plan.schedule) > wrapped.chain.n
-    for p in stages.parameters():
-        p.grad = torch.zeros_like(p)
-
-    def step():
-        wrapped(x).backward()
-    step()
-    _, reading = measure_peak(step)
+    reading = measured_step(wrapped, lambda: wrapped(x).backward())
     assert reading.peak <= budget, (reading.peak, budget)
 
 

@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import torch_exec as te  # noqa: E402
-from torch_exec.meter import measure_peak  # noqa: E402
+from _torch_helpers import measured_step  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 import models  # noqa: E402  (examples/models.py)
@@ -39,13 +39,7 @@ def test_a_slice_of_a_later_cat_holds_its_buffer(repeat, isolated):
         assert profile["stages"][2]["grad_held_bytes"] == 4 * BATCH * (b + d * repeat + k)  # (b1, b2, aux)
         least = wrapped.min_budget_bytes
         wrapped.replan(least)
-        for p in wrapped.parameters():
-            p.grad = torch.zeros_like(p)
-
-        def step():
-            wrapped(x).backward()
-        step()
-        _, reading = measure_peak(step)
+        reading = measured_step(wrapped, lambda: wrapped(x).backward())
     predicted = wrapped.plan.predicted_peak_bytes
     assert reading.peak <= least, f"measured {reading.peak} B over the budget {least} B"
     assert reading.peak <= predicted <= reading.peak + 256, (predicted, reading.peak)

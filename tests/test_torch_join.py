@@ -17,7 +17,7 @@ from gpusolve.join.bytesim import simulate_join, store_all_join_peak_bytes  # no
 from gpusolve.join.network import BranchCheckpoint, BranchTape  # noqa: E402
 from gpusolve.schedule import OpKind  # noqa: E402
 from torch_exec.meter import measure_peak  # noqa: E402
-from _torch_helpers import DT, random_policy  # noqa: E402
+from _torch_helpers import DT, measured_step, random_policy  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::torch_exec.CPUTimingWarning", "ignore::gpusolve.FallbackWarning")
 
@@ -348,15 +348,7 @@ def test_budget_none_is_plain_autograd():
 
 # ---------------------------------------------------------------------------- memory
 def _measured_peak(join, xs) -> int:
-    for p in join.parameters():
-        if p.grad is None:
-            p.grad = torch.zeros_like(p)
-
-    def step():
-        join(*xs).backward()
-    step()  # warm: lazily allocated state exists before the measured step
-    _, reading = measure_peak(step)
-    return reading.peak
+    return measured_step(join, lambda: join(*xs).backward()).peak
 
 
 def test_measured_peak_holds_the_budget_and_low_budgets_recompute():

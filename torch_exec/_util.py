@@ -791,10 +791,11 @@ class ModelSnapshot:
     and plans went over their budgets by them). ``tensors``: loose leaf tensors (not parameters of
     ``modules``, e.g. those a callable stage closes over) kept the same way (see :func:`stage_state`).
     ``values=False``: the parameters' values are not copied, for passes that change none (no optimizer
-    step, gradients only), whose copy would be one more model's worth of memory.
+    step, gradients only), whose copy would be one more model's worth of memory. ``suspend=False``: the
+    hooks stay as they are (a real step that is undone only if it fails).
     """
 
-    def __init__(self, modules, tensors=(), values: bool = True):
+    def __init__(self, modules, tensors=(), values: bool = True, suspend: bool = True):
         self.params = params_of(modules)
         known = {id(p) for p in self.params}
         self.params += [t for t in {id(t): t for t in tensors}.values() if id(t) not in known]
@@ -807,7 +808,7 @@ class ModelSnapshot:
         self.training = [(m, m.training) for mod in modules for m in mod.modules()]
         # The engine holds the hook dicts themselves: empty them in place, refill them on restore.
         self.hooks = []
-        for p in self.params:
+        for p in self.params if suspend else ():
             for name in ("_post_accumulate_grad_hooks",):
                 hooks = getattr(p, name, None)
                 if hooks:

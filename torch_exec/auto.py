@@ -1162,22 +1162,14 @@ _STATE_DICTS = ("_parameters", "_buffers", "_non_persistent_buffers_set", "_modu
 
 @contextlib.contextmanager
 def _undone_on_error(model: nn.Module, armed: bool):
-    """Where ``armed``, an error inside the block puts ``model``'s buffers and the RNG state back as they
-    were at its start (what a step's code run before the error changed: the step did not happen)."""
-    if not armed:
-        yield
-        return
-    buffers = U.buffers_of([model])
-    with torch.no_grad():
-        saved = [b.detach().clone() for b in buffers]
-    rng = U.RngState.capture(U.all_rng_devices())
+    """Where ``armed``, an error inside the block puts ``model``'s buffers, gradients and the RNG state back
+    as they were at its start (what a step's code run before the error changed: the step did not happen)."""
+    snapshot = U.ModelSnapshot([model], values=False, suspend=False) if armed else None
     try:
         yield
     except BaseException:
-        with torch.no_grad():
-            for b, data in zip(buffers, saved):
-                b.copy_(data)
-        rng.restore()
+        if snapshot is not None:
+            snapshot.restore()
         raise
 
 

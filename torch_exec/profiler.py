@@ -730,7 +730,7 @@ class _Boundaries:
         self.last: list = [None] * (n + 1)  # when the last one is: stage s + 1's backward is done
         # the storages behind the gradients of a_s as the engine hands them over (Note [Gradients that are
         # views] in gpusolve/chain.py): keys only, no tensor kept
-        self.grad_storages: list = [{} for _ in range(n + 1)]
+        self.grad_buffers: list = [{} for _ in range(n + 1)]
         self.handles: list = []
         self.end = None
 
@@ -746,13 +746,13 @@ class _Boundaries:
         made = [t for t in grads if passed is None or passed.get(id(t)) != t._version]
         self.handles += [t.register_hook(lambda g, s=s: self._reached(s)) for t in (made or grads)]
         if self.grads:  # the memory pass (a timing pass runs no more Python in the backward than it must)
-            self.handles += [t.register_hook(lambda g, s=s: self.grad_storages[s].update(grad_storages([g])))
+            self.handles += [t.register_hook(lambda g, s=s: self.grad_buffers[s].update(grad_storages([g])))
                              for t in grads]
 
     def grad_held_bytes(self, s: int) -> int:
         """Bytes the gradients of a_s held, in the allocator's blocks (Note [Gradients that are views] in
         gpusolve/chain.py)."""
-        return sum(self.grad_storages[s].values())
+        return sum(self.grad_buffers[s].values())
 
     def _reached(self, s: int) -> None:
         """A gradient of a_s is ready. With a tuple state the engine may run part of stage s's backward

@@ -10,6 +10,8 @@ budgets between the least feasible one and plain autograd's measured peak.
         # the wrapper told that the loop keeps only the loss (Note [The caller holds a_N])
     python bench/auto_models.py --models hf --caller-keeps loss --capture blocks \
         --out bench/results/auto_models_cpu_hf_blocks   # the same through the block fallback
+    python bench/auto_models.py --models tv_mnasnet0_5,tv_mobilenet_v3_small,tv_shufflenet_v2_x0_5 \
+        --capture blocks --out bench/results/auto_models_cpu_tv_blocks   # which list the block fallback takes
 
 Each model's gradients are also checked against plain autograd's, on a copy of the model made before
 wrapping, at the least feasible budget (the most recomputation): the loss must be equal and the
@@ -45,6 +47,8 @@ DEFAULT_MODELS = "resnet,densenet,transformer,gated,gpt2"
 FRACTIONS = (1.0, 0.5, 0.25, 0.0)  # of the way from the least feasible budget to plain autograd's peak
 # torchvision's own networks (random weights) at sizes a CPU runs in minutes: (batch, image side)
 TORCHVISION = {f"tv_{name}": shape for name, shape in TORCHVISION_CPU_SIZES.items()}
+# small CNNs whose features are one list beside a classifier list (Note [Block fallback] in torch_exec/auto.py)
+TORCHVISION.update({"tv_mnasnet0_5": (4, 64), "tv_mobilenet_v3_small": (4, 64), "tv_shufflenet_v2_x0_5": (4, 64)})
 # transformers' architectures at tiny random configurations (4 layers, width 32, 2 x 16 tokens):
 # name -> (config class, model class, config fields beside HF_SIZE's)
 HF_SIZE = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4, vocab_size=97,
@@ -154,7 +158,9 @@ def main(argv=None):
             step()  # warm
             _, reading = measure_peak(step)
             plan = wrapped.plan
+            blocks = getattr(wrapped.capture, "blocks", None)
             rows.append(dict(model=name, **grads[name], method=wrapped.capture.method, notes=wrapped.capture.notes[0],
+                             blocks_list=blocks[0].name if blocks else None,
                              stages=ex.chain.n, profiled_stages=len(ex._last.profile["stages"]),
                              min_budget_bytes=lo, plain_peak_bytes=hi, fraction=f, budget_bytes=budget,
                              predicted_peak_bytes=plan.predicted_peak_bytes, measured_peak_bytes=reading.peak,
@@ -197,7 +203,8 @@ def main(argv=None):
              "| model | chain found | stages (profiled) | f | budget B | predicted B | measured B | measured/predicted | held | overhead |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |"]
     for r in rows:
-        lines.append(f"| {r['model']} | {r['method']} | {r['stages']} ({r['profiled_stages']}) | {r['fraction']:.2f} | "
+        found = f"blocks of '{r['blocks_list']}'" if r.get("blocks_list") else r["method"]
+        lines.append(f"| {r['model']} | {found} | {r['stages']} ({r['profiled_stages']}) | {r['fraction']:.2f} | "
                      f"{r['budget_bytes']} | {r['predicted_peak_bytes']} | {r['measured_peak_bytes']} | "
                      f"{r['measured_peak_bytes'] / r['predicted_peak_bytes']:.3f} | {'yes' if r['within_budget'] else 'NO'} | "
                      f"{100 * r['overhead']:+.1f} % |")

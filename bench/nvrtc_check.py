@@ -78,8 +78,9 @@ def compile_like_rawmodule(source: str, options: tuple = cuda.COMPILE_OPTIONS, a
 
     saved = (compiler._get_arch, compiler._get_arch_for_options_for_nvrtc, compiler.function,
              compiler._NVRTCProgram.compile, compiler._kernel_cache_backend)
-    # A fresh disk cache, so that NVRTC really runs (CuPy's default backend, another folder).
-    compiler._set_kernel_cache_backend(compiler._DiskKernelCacheBackend(tempfile.mkdtemp(prefix="gpusolve-nvrtc-")))
+    # A fresh disk cache, so that NVRTC really runs (CuPy's default backend, another folder), removed after.
+    cache_dir = tempfile.TemporaryDirectory(prefix="gpusolve-nvrtc-")
+    compiler._set_kernel_cache_backend(compiler._DiskKernelCacheBackend(cache_dir.name))
     compiler._get_arch = lambda: arch
     compiler._get_arch_for_options_for_nvrtc = arch_option
     compiler.function = types.SimpleNamespace(Module=CapturingModule, LinkState=function.LinkState)
@@ -94,6 +95,7 @@ def compile_like_rawmodule(source: str, options: tuple = cuda.COMPILE_OPTIONS, a
         (compiler._get_arch, compiler._get_arch_for_options_for_nvrtc, compiler.function,
          compiler._NVRTCProgram.compile, cache) = saved
         compiler._set_kernel_cache_backend(cache)
+        cache_dir.cleanup()
     final = [c for c in calls if c[1] == "cubin"]
     if "cubin" not in captured or not final:
         raise SystemExit("nvrtc_check: CuPy produced no cubin (was the kernel cache hit?)")

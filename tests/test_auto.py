@@ -297,6 +297,51 @@ def test_blocks_fallback_when_the_graph_cannot_be_captured():
     assert "forward" not in model.blocks[0].__dict__
 
 
+class _ConvNetWithHead(nn.Module):
+    """torchvision's MNASNet in small: convolutional features with few parameters and large activations,
+    then a classifier list (dropout, a large linear layer on a vector) holding most parameters."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.Sequential(*[nn.Sequential(nn.Conv2d(3 if i == 0 else 8, 8, 3, padding=1), nn.ReLU())
+                                      for i in range(4)])
+        self.classifier = nn.Sequential(nn.Dropout(0.0), nn.Linear(8, 4000))
+
+    def forward(self, x):
+        return self.classifier(self.layers(x).mean((2, 3)))
+
+
+def test_blocks_fallback_takes_the_list_that_makes_the_activations():
+    # Note [Block fallback]: ranked by parameters, the classifier (2 stages, nothing to free) was chosen.
+    model = _ConvNetWithHead()
+    x = torch.randn(2, 3, 32, 32)
+    assert sum(p.numel() for p in model.classifier.parameters()) > sum(p.numel() for p in model.layers.parameters())
+    wrapped = te.auto_checkpoint(model, "1GiB", capture="blocks", backend="cpu")
+    reference = copy.deepcopy(model)
+    wrapped(x).sum().backward()
+    reference(x).sum().backward()
+    assert wrapped.capture.blocks[0].name == "layers"
+    assert len(wrapped.executor.stages) == 4
+    # each block makes a conv output and a ReLU output of 2*8*32*32 floats, 64 KiB each (not in place)
+    assert "its blocks make 512.00 KiB in a forward" in " ".join(wrapped.capture.notes)
+    for (key, p), (_, q) in zip(model.named_parameters(), reference.named_parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-7, msg=key)
+
+
+def test_blocks_fallback_says_when_it_ranks_by_parameters(monkeypatch):
+    # a model the counting mode cannot run: the lists are ranked by parameters, and the notes say so
+    from torch_exec import auto
+
+    def refuse(self, func, types, args=(), kwargs=None):
+        raise RuntimeError("no dispatch modes here")
+    monkeypatch.setattr(auto._BytesMade, "__torch_dispatch__", refuse)
+    wrapped = te.auto_checkpoint(_ConvNetWithHead(), "1GiB", capture="blocks", backend="cpu")
+    wrapped.prepare(torch.randn(2, 3, 32, 32))
+    assert wrapped.capture.blocks[0].name == "classifier"
+    assert ("ranked by parameters, since the forward that measures the bytes each list's blocks make raised "
+            "RuntimeError: no dispatch modes here") in wrapped.capture.notes[0]
+
+
 @pytest.mark.parametrize("fraction", [0.0, 0.4])
 def test_blocks_fallback_holds_the_budget_over_the_whole_step(fraction):
     # Note [The rest of the model]: the gated transformer's embeddings, head and loss run as plain autograd

@@ -117,9 +117,13 @@ Note [Sharing the model's state]
     buffers) is captured again.
 
 Note [Block fallback]
-    When the graph cannot be captured, the ``nn.ModuleList``/``nn.Sequential`` of blocks (the one
-    holding the most parameters, then the longest) whose outputs feed the next block (each called
-    once per forward, every other argument the same for all blocks) becomes the chain: while the
+    When the graph cannot be captured, the ``nn.ModuleList``/``nn.Sequential`` of blocks whose
+    outputs feed the next block (each called once per forward, every other argument the same for
+    all blocks) becomes the chain; of several such lists, the one whose blocks make the most bytes
+    in a forward (new storages of the ops run inside them, counted without grad by a dispatch mode:
+    what checkpointing can free), then the one holding the most parameters, then the longest. Ranked
+    by parameters alone, torchvision's MNASNet and MobileNetV3 chose their ``classifier`` (dropout and
+    a large linear layer on a vector: nothing to free) over their convolutional features. While the
     wrapper runs, the first block's call runs all the blocks under the schedule and the later calls
     return its result. The rest of the model runs as plain autograd, its memory measured once and
     counted in the budget (Note [The rest of the model]). The substitution is checked once on the
@@ -190,6 +194,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.utils._pytree as pytree
 from torch import fx, nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from gpusolve.dp.buckets import parse_bucket
 from gpusolve.join.solve import JOIN_BACKENDS
@@ -1058,17 +1063,78 @@ class _Blocks:
         self.tuple_out = tuple_out    # blocks return (hidden, ...) rather than a tensor
         self.calls = 0
         self.result = None
+        self.chosen = ""              # why this list (Note [Block fallback]), for the capture's notes
+
+
+class _BytesMade(TorchDispatchMode):
+    """Bytes of the new storages the ops make while a candidate's blocks run, per candidate
+    (Note [Block fallback]: the ranking of the lists). Views and in-place results are not new."""
+
+    def __init__(self, n: int):
+        super().__init__()
+        self.running = [0] * n   # blocks of each candidate running now (nested calls count once)
+        self.made = [0] * n
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        now = [c for c, depth in enumerate(self.running) if depth]
+        if now:
+            known = {U.storage_key(t) for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+            made = sum(key[2] for key in U.storages(out) if key not in known)
+            for c in now:
+                self.made[c] += made
+        return out
+
+
+def _bytes_made(model: nn.Module, args: tuple, kwargs: dict, candidates: list) -> tuple[list[int] | None, str]:
+    """What each candidate's blocks make in one forward without grad (:class:`_BytesMade`), or None and
+    why when the model does not run under the counting mode (then the lists are ranked by parameters)."""
+    meter = _BytesMade(len(candidates))
+    handles = []
+
+    def enter(c):
+        def pre(mod, a):
+            meter.running[c] += 1
+        return pre
+
+    def leave(c):
+        def post(mod, a, out):
+            meter.running[c] -= 1
+        return post
+
+    for c, (_, blocks) in enumerate(candidates):
+        for b in blocks:
+            handles.append(b.register_forward_pre_hook(enter(c)))
+            handles.append(b.register_forward_hook(leave(c), always_call=True))
+    try:
+        with torch.no_grad(), torch.random.fork_rng(U.all_rng_devices()), meter:
+            model(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - a model the mode cannot run: rank by parameters, saying so
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return None, f"{type(exc).__name__}: {first}"
+    finally:
+        for h in handles:
+            h.remove()
+    return meter.made, ""
 
 
 def _find_blocks(model: nn.Module, args: tuple, kwargs: dict) -> _Blocks | None:
-    """The longest list of blocks whose outputs feed the next (Note [Block fallback])."""
+    """The list of blocks that makes the most activations, among those whose outputs feed the next
+    (Note [Block fallback])."""
     candidates = []
     for name, mod in model.named_modules():
         if isinstance(mod, (nn.ModuleList, nn.Sequential)) and len(mod) >= 2:
             candidates.append((name, list(mod)))
-    # The list covering most of the model first (its blocks' parameters), then the longest.
-    candidates.sort(key=lambda c: (-sum(p.numel() for b in c[1] for p in b.parameters()), -len(c[1])))
-    for name, blocks in candidates:
+    if not candidates:
+        return None
+    made, failed = _bytes_made(model, args, kwargs, candidates)
+    made = made or [0] * len(candidates)
+    params = [sum(p.numel() for b in blocks for p in b.parameters()) for _, blocks in candidates]
+    # The list whose blocks make the most bytes first (what checkpointing can free), then the one
+    # holding most of the model's parameters, then the longest.
+    order = sorted(range(len(candidates)), key=lambda c: (-made[c], -params[c], -len(candidates[c][1])))
+    for c in order:
+        name, blocks = candidates[c]
         calls: dict = {}
         handles = []
         for i, b in enumerate(blocks):
@@ -1083,7 +1149,7 @@ def _find_blocks(model: nn.Module, args: tuple, kwargs: dict) -> _Blocks | None:
         finally:
             for h in handles:
                 h.remove()
-        if sorted(calls) != list(range(len(blocks))) or any(len(c) != 1 for c in calls.values()):
+        if sorted(calls) != list(range(len(blocks))) or any(len(v) != 1 for v in calls.values()):
             continue
         first_a, first_kw, first_out = calls[0][0]
         hidden = first_a[0] if first_a else None
@@ -1114,7 +1180,12 @@ def _find_blocks(model: nn.Module, args: tuple, kwargs: dict) -> _Blocks | None:
                 ok = False
                 break
         if ok:
-            return _Blocks(name, blocks, position, isinstance(first_out, (tuple, list)))
+            found = _Blocks(name, blocks, position, isinstance(first_out, (tuple, list)))
+            found.chosen = (f"the lists of blocks ranked by parameters, since the forward that measures the bytes "
+                            f"each list's blocks make raised {failed}" if failed else
+                            f"its blocks make {format_bytes(made[c])} in a forward, "
+                            f"the most of the lists whose outputs feed the next")
+            return found
     return None
 
 
@@ -1403,7 +1474,8 @@ class AutoCheckpointed(nn.Module):
             s.label = f"{blocks.name}.{i}"
         cap = Capture(method="blocks", prologue=None, stages=stages, side=_Side(), chain_input=[], outputs=[],
                       out_spec=None, kw_order=[], tensors=_model_tensors(self._model),
-                      notes=[f"graph not captured; the chain is the {len(stages)} blocks of '{blocks.name}'"])
+                      notes=[f"graph not captured; the chain is the {len(stages)} blocks of '{blocks.name}': "
+                             f"{blocks.chosen}"])
         cap.blocks = (blocks, box)
         return cap
 

@@ -10,6 +10,8 @@ budgets between the least feasible one and plain autograd's measured peak.
         # the wrapper told that the loop keeps only the loss (Note [The caller holds a_N])
     python bench/auto_models.py --models hf --caller-keeps loss --capture blocks \
         --out bench/results/auto_models_cpu_hf_blocks   # the same through the block fallback
+    python bench/auto_models.py --models hf_more --caller-keeps loss --out bench/results/auto_models_cpu_hf_more
+        # twelve more (BART, BLOOM, Mixtral, XLNet, Reformer, ...: HF_MORE); add --capture blocks as above
     python bench/auto_models.py --models tv_mnasnet0_5,tv_mobilenet_v3_small,tv_shufflenet_v2_x0_5 \
         --capture blocks --out bench/results/auto_models_cpu_tv_blocks   # which list the block fallback takes
 
@@ -64,18 +66,53 @@ HF = {"hf_llama": ("LlamaConfig", "LlamaForCausalLM", dict(num_key_value_heads=2
       "hf_vit": ("ViTConfig", "ViTForImageClassification", dict(image_size=16, patch_size=4, num_labels=5)),
       "hf_t5": ("T5Config", "T5ForConditionalGeneration",
                 dict(d_model=32, d_ff=64, num_layers=2, num_heads=4, d_kv=8, decoder_start_token_id=0))}
+# more of transformers' architectures (a review's zoo): name -> (config class, model class, the whole config,
+# the inputs: "ids" (tokens and labels) or "image"); the nearest each config allows to HF_SIZE's model
+_V, _KV = HF_SIZE["vocab_size"], dict(HF_SIZE, num_key_value_heads=2)
+_ED = dict(vocab_size=_V, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+           decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=32)
+_TOKENS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)
+HF_MORE = {
+    "hf_bart": ("BartConfig", "BartForConditionalGeneration", _ED, "ids"),
+    "hf_roberta": ("RobertaConfig", "RobertaForMaskedLM", dict(HF_SIZE, pad_token_id=1), "ids"),
+    "hf_deberta_v2": ("DebertaV2Config", "DebertaV2ForMaskedLM", HF_SIZE, "ids"),
+    "hf_bloom": ("BloomConfig", "BloomForCausalLM", dict(vocab_size=_V, hidden_size=32, n_layer=4, n_head=4), "ids"),
+    "hf_falcon": ("FalconConfig", "FalconForCausalLM", HF_SIZE, "ids"),
+    "hf_mixtral": ("MixtralConfig", "MixtralForCausalLM", dict(_KV, num_local_experts=4, num_experts_per_tok=2), "ids"),
+    "hf_gemma2": ("Gemma2Config", "Gemma2ForCausalLM", dict(_KV, head_dim=8), "ids"),
+    "hf_mamba": ("MambaConfig", "MambaForCausalLM", dict(vocab_size=_V, hidden_size=32, num_hidden_layers=4,
+                                                         state_size=8, **_TOKENS), "ids"),
+    "hf_rwkv": ("RwkvConfig", "RwkvForCausalLM", dict(vocab_size=_V, hidden_size=32, num_hidden_layers=4,
+                                                      attention_hidden_size=32, intermediate_size=64, context_length=32,
+                                                      bos_token_id=1, eos_token_id=2), "ids"),
+    "hf_xlnet": ("XLNetConfig", "XLNetLMHeadModel", dict(vocab_size=_V, d_model=32, n_layer=4, n_head=4, d_inner=64,
+                                                         **_TOKENS), "ids"),
+    "hf_reformer": ("ReformerConfig", "ReformerModelWithLMHead",
+                    dict(vocab_size=_V, hidden_size=32, num_attention_heads=4, attention_head_size=8,
+                         feed_forward_size=64, attn_layers=["local"] * 4, axial_pos_shape=[4, 4],
+                         axial_pos_embds_dim=[16, 16], max_position_embeddings=16, local_attn_chunk_length=8,
+                         is_decoder=True, pad_token_id=0, eos_token_id=2), "ids"),
+    "hf_swin": ("SwinConfig", "SwinForImageClassification",
+                dict(image_size=32, patch_size=4, embed_dim=16, depths=[2, 2], num_heads=[2, 4], window_size=2,
+                     num_labels=5), "image"),
+}
 GRAD_TOL = 1e-6  # largest |gradient - plain autograd's| accepted (float32, values of order 1)
 
 
 def make_hf(name: str):
-    """(model, args, kwargs, loss_of) of one of ``HF``: random weights, the model's own loss."""
+    """(model, args, kwargs, loss_of) of one of ``HF`` or ``HF_MORE``: random weights, the model's own loss."""
     import transformers
-    config_cls, model_cls, fields = HF[name]
-    size = {k: v for k, v in HF_SIZE.items() if name != "hf_t5" or k == "vocab_size"}
+    if name in HF_MORE:
+        config_cls, model_cls, config, inputs = HF_MORE[name]
+        side = config.get("image_size", 16)
+    else:
+        config_cls, model_cls, fields = HF[name]
+        config = {**{k: v for k, v in HF_SIZE.items() if name != "hf_t5" or k == "vocab_size"}, **fields}
+        inputs, side = ("image" if name == "hf_vit" else "ids"), 16
     torch.manual_seed(0)
-    model = getattr(transformers, model_cls)(getattr(transformers, config_cls)(**size, **fields))
-    if name == "hf_vit":
-        inputs = {"pixel_values": torch.randn(2, 3, 16, 16), "labels": torch.randint(0, 5, (2,))}
+    model = getattr(transformers, model_cls)(getattr(transformers, config_cls)(**config))
+    if inputs == "image":
+        inputs = {"pixel_values": torch.randn(2, 3, side, side), "labels": torch.randint(0, 5, (2,))}
     else:
         ids = torch.randint(0, HF_SIZE["vocab_size"], (2, 16))
         inputs = {"input_ids": ids, "labels": ids}
@@ -90,7 +127,7 @@ def make(name: str):
         model = models.gpt2(layers=12, width=768, heads=12, vocab=50257, context=128)
         ids = torch.randint(0, 50257, (4, 128))
         return model, (), {"input_ids": ids, "labels": ids, "use_cache": False}, lambda out: out.loss
-    if name in HF:
+    if name in HF or name in HF_MORE:
         return make_hf(name)
     if name not in TORCHVISION:
         return models.make(name)
@@ -125,7 +162,8 @@ def main(argv=None):
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
     rows, grads, uncaptured = [], {}, {}
-    names = [m for name in args.models.split(",") for m in (HF if name == "hf" else [name])]
+    groups = {"hf": HF, "hf_more": HF_MORE}
+    names = [m for name in args.models.split(",") for m in groups.get(name, [name])]
     for name in names:
         model, a, kw, loss_of = make(name)
         model.train()
@@ -137,6 +175,10 @@ def main(argv=None):
         except te.CaptureError as err:  # reported in the record, the other models go on
             uncaptured[name] = str(err).split(". Cut the model by hand")[0]
             print(f"{name:12s} no chain: {uncaptured[name]}", flush=True)
+            continue
+        if wrapped.capture.branches is not None:  # CheckpointedJoin: its own benchmark measures it
+            uncaptured[name] = "captured as a join network: measured by bench/auto_join.py"
+            print(f"{name:12s} {uncaptured[name]}", flush=True)
             continue
         ex = wrapped.executor
         lo, hi = ex.min_budget_bytes, plain_peak_bytes(ex._last)
@@ -198,7 +240,8 @@ def main(argv=None):
              f"parameter gradients within {GRAD_TOL:g}): "
              + ("every model passes." if all(g["grad_ok"] for g in grads.values()) else
                 "FAILED for " + ", ".join(n for n, g in grads.items() if not g["grad_ok"]) + "."), "",
-             *[f"No chain found for {n}: {why}." for n, why in uncaptured.items()],
+             *[f"No chain found for {n}: {why}." if not why.startswith("captured as") else f"{n} was {why}."
+               for n, why in uncaptured.items()],
              *([""] if uncaptured else []),
              "| model | chain found | stages (profiled) | f | budget B | predicted B | measured B | measured/predicted | held | overhead |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |"]

@@ -106,7 +106,31 @@ Note [Values read late]
     segment's input takes the gradients the engine hands it without a copy in the middle of the backward
     (Note [Segment inputs] in torch_exec/executor.py; before it, such a copy took DenseNet cut this way
     14 % over its budget). Where more values than that still cross most points, the capture warns "few
-    places to cut". Not the default for every graph (:data:`MAX_CROSSING`).
+    places to cut". Not the default for every graph (:data:`MAX_CROSSING`). A conversion that changes
+    nothing (``r.type(x.dtype)`` in each of transformers' XLNet layers, ``aten.to`` returning its input
+    itself) is dropped from the graph before it is cut (:func:`_drop_unchanged_conversions`): export made
+    one value per layer of the position embedding they all read, none crossing enough points to be
+    seen, and XLNet's chain came out with 6 stages and a least budget of 85 % of plain autograd's peak.
+
+Note [Custom autograd Functions]
+    torch.export traces a ``torch.autograd.Function``'s forward into the graph and drops its
+    backward: the captured graph back-propagates through the forward's operations instead. Where the
+    backward is not their derivative (a straight-through estimator: ``round`` forward, identity
+    backward; reversible layers that recompute their input in the backward, transformers' Reformer)
+    the gradients came out wrong without a word: zero for the layers before a rounding, a loss that
+    did not require grad for Reformer. Before a graph is captured, one forward runs eagerly with grad
+    (its saved tensors dropped as they are packed, so it holds no more than a forward without grad)
+    and the autograd graph of its outputs is searched for custom Functions' nodes. With one, the graph
+    is not captured (the block fallback runs the model's own code, Functions and all) and the message
+    names them, unless the Function's backward is checked to be the derivative of its forward: on the
+    arguments its first call got in a forward without grad, ``apply``'s gradients and those of the
+    forward's own operations, for one random seed, agree (within float rounding). transformers' BLOOM
+    computes its GELU's derivative by hand and is captured; a backward that agrees with the
+    derivative on those arguments and not on others would pass this check wrongly. Reentrant
+    ``torch.utils.checkpoint`` fails it: its forward runs under ``no_grad``, and export made a graph
+    in which the layers inside it got no gradient. A forward that runs a backward itself
+    (``torch.autograd.grad`` inside the model) cannot run with its saved tensors dropped; the message
+    says that the check raised, and the block fallback is tried.
 
 Note [Sharing the model's state]
     The wrapper shares the model's ``_parameters``, ``_buffers`` and ``_modules`` dictionaries, so
@@ -123,7 +147,14 @@ Note [Block fallback]
     in a forward (new storages of the ops run inside them, counted without grad by a dispatch mode:
     what checkpointing can free), then the one holding the most parameters, then the longest. Ranked
     by parameters alone, torchvision's MNASNet and MobileNetV3 chose their ``classifier`` (dropout and
-    a large linear layer on a vector: nothing to free) over their convolutional features. While the
+    a large linear layer on a vector: nothing to free) over their convolutional features. Blocks that
+    return a tuple (the hidden state and values such as ``None`` for attention maps not asked for)
+    get their other items back from every call as the first run gave them, tensors among them as
+    ``None`` (a 1-tuple broke the models that unpack two or three: transformers' DeBERTa-v2, XLNet,
+    RWKV, Swin; the schedule keeps no tensor but the hidden state, and a model whose outputs read one
+    of them is refused by the check below). When no list is taken the error
+    names the lists tried and the first test each failed (transformers' Gemma2 alternates sliding and
+    full attention masks between its layers). While the
     wrapper runs, the first block's call runs all the blocks under the schedule and the later calls
     return its result. The rest of the model runs as plain autograd, its memory measured once and
     counted in the budget (Note [The rest of the model]). The substitution is checked once on the
@@ -403,6 +434,29 @@ def _cat_parts(node: fx.Node):
     if isinstance(val, torch.Tensor) and isinstance(dim, int) and dim < 0:
         dim += val.dim()
     return list(tensors), dim
+
+
+def _drop_unchanged_conversions(gm: fx.GraphModule) -> int:
+    """Note [Values read late]: each ``aten.to`` that returns its input itself (the same dtype, device,
+    layout and strides, no copy asked) replaced by that input; the count."""
+    dropped = 0
+    for n in list(gm.graph.nodes):
+        if n.op != "call_function" or getattr(n.target, "overloadpacket", None) is not torch.ops.aten.to:
+            continue
+        src = n.args[0] if n.args else None
+        out, val = n.meta.get("val"), getattr(src, "meta", {}).get("val")
+        at = [a.name for a in n.target._schema.arguments].index("copy")
+        copies = n.args[at] if at < len(n.args) else n.kwargs.get("copy", False)
+        if (isinstance(out, torch.Tensor) and isinstance(val, torch.Tensor) and not copies
+                and out.dtype == val.dtype and out.device == val.device and out.layout == val.layout
+                and out.shape == val.shape and out.stride() == val.stride()):
+            n.replace_all_uses_with(src)
+            gm.graph.erase_node(n)
+            dropped += 1
+    if dropped:
+        gm.graph.lint()
+        gm.recompile()
+    return dropped
 
 
 def _running_concatenation(gm: fx.GraphModule) -> int:
@@ -921,13 +975,133 @@ def _drop_guards(gm: fx.GraphModule) -> None:
     gm.recompile()
 
 
+CHECKPOINT_FUNCTION = "torch.utils.checkpoint.CheckpointFunction"  # reentrant torch.utils.checkpoint
+
+
+def _custom_functions(model: nn.Module, args: tuple, kwargs: dict) -> list[str]:
+    """The custom autograd Functions one forward of the model runs whose backward is not the derivative
+    of their forward's operations, by name (Note [Custom autograd Functions]); the model's state is the
+    caller's to restore (buffers, RNG)."""
+    def pack(t):
+        return None
+
+    def unpack(_):
+        raise RuntimeError("a saved tensor was read in the forward")
+    try:
+        with torch.enable_grad(), torch.random.fork_rng(U.all_rng_devices()), \
+                torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+            out = model(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - the model's own errors are many: one line
+        raise CaptureError(f"checking the model for custom autograd Functions (Note [Custom autograd Functions]) "
+                           f"raised {type(exc).__name__}: {_first_line(exc)}") from None
+    stack = [t.grad_fn for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+    del out
+    seen, classes = set(), {}
+    while stack:
+        fn = stack.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        if isinstance(fn, torch.autograd.function.BackwardCFunction):
+            cls = fn._forward_cls
+            classes[f"{cls.__module__}.{cls.__qualname__}"] = cls
+        stack.extend(f for f, _ in fn.next_functions)
+    del seen, stack
+    if not classes:
+        return []
+    inputs = _function_inputs(model, args, kwargs, list(classes.values()))
+    return sorted(name for name, cls in classes.items()
+                  if cls not in inputs or not _backward_is_derivative(cls, *inputs[cls]))
+
+
+def _function_inputs(model: nn.Module, args: tuple, kwargs: dict, classes: list) -> dict:
+    """``{Function class: (its forward's arguments, keywords)}`` at its first call in a forward without grad
+    (tensors detached), for :func:`_backward_is_derivative`."""
+    seen: dict = {}
+    saved = {cls: cls.__dict__.get("forward") for cls in classes}
+
+    def recording(cls, forward, with_ctx):
+        def run(*a, **kw):
+            if cls not in seen:
+                seen[cls] = pytree.tree_map(lambda v: v.detach() if isinstance(v, torch.Tensor) else v,
+                                            (a[1:] if with_ctx else a, kw))
+            return forward(*a, **kw)
+        return staticmethod(run)
+    try:
+        for cls in classes:
+            with_ctx = not torch.autograd.function._is_setup_context_defined(cls.setup_context)
+            cls.forward = recording(cls, cls.forward, with_ctx)
+        with torch.no_grad(), torch.random.fork_rng(U.all_rng_devices()), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # reentrant checkpoint warns without grad
+            model(*args, **kwargs)
+    except Exception:  # noqa: BLE001, S110 - the classes not seen are refused
+        pass
+    finally:
+        for cls, forward in saved.items():
+            if forward is None:
+                del cls.forward
+            else:
+                cls.forward = forward
+    return seen
+
+
+def _backward_is_derivative(cls, args: tuple, kwargs: dict) -> bool:
+    """Whether ``cls.apply``'s gradients equal those of its forward's operations on these arguments (a
+    random seed for the outputs' gradients, the same random numbers drawn by both; Note [Custom autograd
+    Functions]). False where it cannot be told."""
+    def fresh():
+        return pytree.tree_map(lambda v: v.detach().clone().requires_grad_(v.is_floating_point() or v.is_complex())
+                               if isinstance(v, torch.Tensor) else v, (args, kwargs))
+    try:
+        grads = []
+        state = U.RngState.capture(U.all_rng_devices())
+        with torch.random.fork_rng(U.all_rng_devices()), torch.enable_grad():
+            for own in (True, False):
+                state.restore()
+                a, kw = fresh()
+                if own:
+                    out = cls.apply(*a, **kw)
+                elif torch.autograd.function._is_setup_context_defined(cls.setup_context):
+                    out = cls.forward(*a, **kw)
+                else:
+                    ctx = torch.autograd.function.FunctionCtx()
+                    ctx.needs_input_grad = tuple(isinstance(v, torch.Tensor) and v.requires_grad for v in a)
+                    out = cls.forward(ctx, *a, **kw)
+                leaves = [v for v in pytree.tree_leaves((a, kw)) if isinstance(v, torch.Tensor) and v.requires_grad]
+                outs = [v for v in pytree.tree_leaves(out) if isinstance(v, torch.Tensor) and v.is_floating_point()]
+                if own:
+                    generator = torch.Generator(device=outs[0].device).manual_seed(0)
+                    seeds = [torch.randn(o.shape, dtype=o.dtype, device=o.device, generator=generator) for o in outs]
+                pairs = [(o, g) for o, g in zip(outs, seeds) if o.requires_grad]
+                got = torch.autograd.grad([o for o, _ in pairs], leaves, [g for _, g in pairs], allow_unused=True)
+                grads.append([torch.zeros_like(x) if g is None else g for x, g in zip(leaves, got)])
+        own, derived = grads
+        return len(own) == len(derived) and all(
+            a.shape == b.shape and torch.allclose(a, b, rtol=1e-3, atol=1e-6 * max(1.0, float(a.abs().max())))
+            for a, b in zip(own, derived))
+    except Exception:  # noqa: BLE001 - a forward that does not run this way (custom kernels): refused
+        return False
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""
+
+
 def _capture_export(model: nn.Module, args: tuple, kwargs: dict, max_stages: int, join=True,
                     backend: str = "auto") -> Capture:
     """The model's graph cut into a chain, or into a join network's branches and head (Note [Join
     detection]) when ``join`` is True; a string ``join`` says why a join is cut as one chain instead."""
+    functions = _custom_functions(model, args, kwargs)
+    if functions:
+        raise CaptureError(f"the model runs custom autograd Functions ({', '.join(functions)}), whose backward "
+                           f"torch.export drops (Note [Custom autograd Functions])"
+                           + ("; auto_checkpoint plans the recomputation itself: call the layers without "
+                              "torch.utils.checkpoint" if CHECKPOINT_FUNCTION in functions else ""))
     ep = _export(model, args, kwargs)
     gm = ep.module()
     _drop_guards(gm)
+    _drop_unchanged_conversions(gm)
     concatenations = _running_concatenation(gm)
     in_spec = ep.call_spec.in_spec
     kw_order = list(in_spec.child(1).context) if in_spec.num_children == 2 else []
@@ -1061,6 +1235,7 @@ class _Blocks:
         self.blocks = blocks
         self.position = position      # where the hidden state is passed: a positional index or a keyword
         self.tuple_out = tuple_out    # blocks return (hidden, ...) rather than a tensor
+        self.tails: list = []         # with tuple_out, each block's other items (tensors as None), handed back
         self.calls = 0
         self.result = None
         self.chosen = ""              # why this list (Note [Block fallback]), for the capture's notes
@@ -1110,83 +1285,102 @@ def _bytes_made(model: nn.Module, args: tuple, kwargs: dict, candidates: list) -
         with torch.no_grad(), torch.random.fork_rng(U.all_rng_devices()), meter:
             model(*args, **kwargs)
     except Exception as exc:  # noqa: BLE001 - a model the mode cannot run: rank by parameters, saying so
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        return None, f"{type(exc).__name__}: {first}"
+        return None, f"{type(exc).__name__}: {_first_line(exc)}"
     finally:
         for h in handles:
             h.remove()
     return meter.made, ""
 
 
-def _find_blocks(model: nn.Module, args: tuple, kwargs: dict) -> _Blocks | None:
+def _find_blocks(model: nn.Module, args: tuple, kwargs: dict) -> tuple[_Blocks | None, list[str]]:
     """The list of blocks that makes the most activations, among those whose outputs feed the next
-    (Note [Block fallback])."""
+    (Note [Block fallback]); else None and why each list was not taken."""
     candidates = []
     for name, mod in model.named_modules():
         if isinstance(mod, (nn.ModuleList, nn.Sequential)) and len(mod) >= 2:
             candidates.append((name, list(mod)))
     if not candidates:
-        return None
+        return None, []
     made, failed = _bytes_made(model, args, kwargs, candidates)
     made = made or [0] * len(candidates)
     params = [sum(p.numel() for b in blocks for p in b.parameters()) for _, blocks in candidates]
     # The list whose blocks make the most bytes first (what checkpointing can free), then the one
     # holding most of the model's parameters, then the longest.
     order = sorted(range(len(candidates)), key=lambda c: (-made[c], -params[c], -len(candidates[c][1])))
+    refused = []
     for c in order:
         name, blocks = candidates[c]
-        calls: dict = {}
-        handles = []
-        for i, b in enumerate(blocks):
-            def hook(mod, a, kw, out, i=i, calls=calls):
-                calls.setdefault(i, []).append((a, kw, out))
-            handles.append(b.register_forward_hook(hook, with_kwargs=True))
-        try:
-            with torch.no_grad(), torch.random.fork_rng(U.all_rng_devices()):
-                model(*args, **kwargs)
-        except Exception:  # noqa: BLE001, S112 - the model itself fails without grad: not a candidate
+        found, why = _blocks_of(model, args, kwargs, name, blocks)
+        if found is None:
+            refused.append(f"'{name}': {why}")
             continue
-        finally:
-            for h in handles:
-                h.remove()
-        if sorted(calls) != list(range(len(blocks))) or any(len(v) != 1 for v in calls.values()):
+        found.chosen = (f"the lists of blocks ranked by parameters, since the forward that measures the bytes "
+                        f"each list's blocks make raised {failed}" if failed else
+                        f"its blocks make {format_bytes(made[c])} in a forward, the most of the lists whose "
+                        f"outputs feed the next")
+        return found, refused
+    return None, refused
+
+
+def _blocks_of(model: nn.Module, args: tuple, kwargs: dict, name: str, blocks: list) -> tuple[_Blocks | None, str]:
+    """``blocks`` as a chain (Note [Block fallback]): each called once, on the previous one's output, with
+    the same other arguments; else None and why not."""
+    calls: dict = {}
+    handles = []
+    for i, b in enumerate(blocks):
+        def hook(mod, a, kw, out, i=i):
+            calls.setdefault(i, []).append((a, kw, out))
+        handles.append(b.register_forward_hook(hook, with_kwargs=True))
+    try:
+        with torch.no_grad(), torch.random.fork_rng(U.all_rng_devices()):
+            model(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - the model itself fails without grad: not a candidate
+        return None, f"the model raised without grad ({type(exc).__name__}: {_first_line(exc)})"
+    finally:
+        for h in handles:
+            h.remove()
+    for i in range(len(blocks)):
+        if len(calls.get(i, ())) != 1:
+            return None, f"block {i} ran {len(calls.get(i, ()))} times in a forward, not once"
+    first_a, first_kw, first_out = calls[0][0]
+    position: str | int = 0
+    if (first_a[0] if first_a else None) is None:  # the hidden state passed by keyword
+        keys = [k for k, v in first_kw.items() if isinstance(v, torch.Tensor) and v.is_floating_point()]
+        if not keys:
+            return None, "its first block takes no floating-point tensor"
+        position = keys[0]
+    tuple_out = isinstance(first_out, (tuple, list))
+    for i in range(len(blocks)):
+        a, kw, out = calls[i][0]
+        if tuple_out != isinstance(out, (tuple, list)):
+            return None, f"block {i} returns a {type(out).__name__}, block 0 a {type(first_out).__name__}"
+        if i == 0:
             continue
-        first_a, first_kw, first_out = calls[0][0]
-        hidden = first_a[0] if first_a else None
-        position: str | int = 0
-        if hidden is None:
-            keys = [k for k, v in first_kw.items() if isinstance(v, torch.Tensor) and v.is_floating_point()]
-            if not keys:
-                continue
-            position = keys[0]
-        ok = True
-        for i in range(1, len(blocks)):
-            a, kw, _ = calls[i][0]
-            prev_out = calls[i - 1][0][2]
-            prev = prev_out[0] if isinstance(prev_out, (tuple, list)) else prev_out
-            got = a[0] if position == 0 and a else kw.get(position) if isinstance(position, str) else None
-            if got is not prev:
-                ok = False
-                break
-            rest_a = a[1:] if position == 0 else a
-            rest0 = first_a[1:] if position == 0 else first_a
-            if len(rest_a) != len(rest0) or any(x is not y and not _same_constant(x, y) for x, y in zip(rest_a, rest0)):
-                ok = False
-                break
-            kw_rest = {k: v for k, v in kw.items() if k != position}
-            kw0 = {k: v for k, v in first_kw.items() if k != position}
-            if kw_rest.keys() != kw0.keys() or any(kw_rest[k] is not kw0[k] and not _same_constant(kw_rest[k], kw0[k])
-                                                   for k in kw0):
-                ok = False
-                break
-        if ok:
-            found = _Blocks(name, blocks, position, isinstance(first_out, (tuple, list)))
-            found.chosen = (f"the lists of blocks ranked by parameters, since the forward that measures the bytes "
-                            f"each list's blocks make raised {failed}" if failed else
-                            f"its blocks make {format_bytes(made[c])} in a forward, "
-                            f"the most of the lists whose outputs feed the next")
-            return found
-    return None
+        prev_out = calls[i - 1][0][2]
+        prev = prev_out[0] if tuple_out else prev_out
+        got = a[0] if position == 0 and a else kw.get(position) if isinstance(position, str) else None
+        if got is not prev:
+            return None, f"block {i} does not take block {i - 1}'s output as its first argument"
+        rest_a = a[1:] if position == 0 else a
+        rest0 = first_a[1:] if position == 0 else first_a
+        if len(rest_a) != len(rest0):
+            return None, f"block {i} gets {len(rest_a)} other positional arguments, block 0 {len(rest0)}"
+        for j, (x, y) in enumerate(zip(rest_a, rest0)):
+            if x is not y and not _same_constant(x, y):
+                return None, f"block {i} gets another positional argument {j + (position == 0)} than block 0"
+        kw_rest = {k: v for k, v in kw.items() if k != position}
+        kw0 = {k: v for k, v in first_kw.items() if k != position}
+        if kw_rest.keys() != kw0.keys():
+            return None, f"block {i} gets keywords {sorted(kw_rest)}, block 0 {sorted(kw0)}"
+        for k in kw0:
+            if kw_rest[k] is not kw0[k] and not _same_constant(kw_rest[k], kw0[k]):
+                return None, f"block {i} gets another {k!r} than block 0"
+    found = _Blocks(name, blocks, position, tuple_out)
+    # a tuple's other items are handed back by every call, tensors as None (the schedule keeps none of them:
+    # a model whose outputs read them is refused by _check_blocks)
+    found.tails = [pytree.tree_map(lambda v: None if isinstance(v, torch.Tensor) else v, tuple(calls[i][0][2][1:]))
+                   for i in range(len(blocks))] if tuple_out else []
+    return found, ""
 
 
 def _same_constant(x, y) -> bool:
@@ -1420,11 +1614,13 @@ class AutoCheckpointed(nn.Module):
                 errors.append(f"torch.export: {exc}")
             except Exception as exc:  # noqa: BLE001 - export's own errors are many; report the first line
                 errors.append(f"torch.export could not capture the graph ({type(exc).__name__}: "
-                              f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''})")
+                              f"{_first_line(exc)})")
         if cap is None and self.capture_method in ("auto", "blocks"):
-            blocks = _find_blocks(self._model, args, kwargs)
+            blocks, refused = _find_blocks(self._model, args, kwargs)
             if blocks is None:
-                errors.append("no nn.ModuleList/nn.Sequential of blocks whose outputs feed the next block was found")
+                errors.append("no nn.ModuleList/nn.Sequential of blocks whose outputs feed the next block was found"
+                              + (f" (lists tried: {'; '.join(refused[:3])}{'; ...' if len(refused) > 3 else ''})"
+                                 if refused else ""))
             else:
                 cap = self._blocks_capture(blocks, args, kwargs)
                 if errors:
@@ -1622,7 +1818,7 @@ def _substituted(blocks: _Blocks, box: list, executor: CheckpointedSequential):
                 finally:
                     state["inside"] = False
             out = state["out"]
-            return (out,) if blocks.tuple_out else out
+            return (out, *blocks.tails[i]) if blocks.tuple_out else out
         return run
 
     for i, b in enumerate(blocks.blocks):

@@ -40,6 +40,17 @@ Note [Freed as autograd frees]
     keep the original. ``drop`` frees what no saved tensor reads (an output nobody saved). A handle read
     a second time after its storage went (a kept graph's second backward) fetches it again.
 
+Note [Kept past the hooks]
+    Autograd keeps some of a tape without calling the pack hook: a Python number an op saves (``0.5 * x``
+    saves ``0.5`` as a 0-dim float64 tensor: ``SavedVariable`` skips the hooks for wrapped numbers; 24 B per
+    block of transformers' GPT-2, whose GELU multiplies by three of them) and a tensor a custom Function
+    keeps on ``ctx`` rather than through ``save_for_backward``. Those bytes stay on the device when x_k
+    moves, and a plan that counted them as moved measured above its prediction (gpt2_hf 24 B at 90 %; an
+    MLP keeping ``ctx.kept`` 95 248 B above the paper's least budget). The profile sees them: a stage's
+    ``xbar`` (the memory its forward keeps) above its ``saved_bytes`` (its output and what went through the
+    hooks). :func:`planning_instance` takes them out of each tape and reserves them for the whole step:
+    exact on the CPU, an over-count on CUDA by the rounding of the saved storages to allocator blocks.
+
 Note [Written while copied]
     ``offload k`` is issued before stage k+1 runs, which reads a_k. A stage that writes into a_k in place
     (an in-place activation at its start) would change bytes the copy has already read or is reading, and
@@ -70,8 +81,10 @@ Note [Pinned buffers]
 """
 from __future__ import annotations
 
+from dataclasses import replace
 import weakref
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -225,13 +238,26 @@ def planning_instance(model, sample) -> Chain:
     several stages read (``Chain.shared_grads``), which the paper's plans are charged by default (Note
     [Gradients summed across stages] in gpusolve/offload/compare.py). Without the first the plans measured
     8 B over at the paper's least budget on the CPU (a scalar loss and its seed), without the second up to
-    3.2 % (``bench/results/paper_fidelity_cpu_before.md``)."""
+    3.2 % (``bench/results/paper_fidelity_cpu_before.md``). What autograd keeps past the saved-tensor hooks
+    stays on the device: it leaves the tapes and is reserved (Note [Kept past the hooks])."""
     from .executor import caller_chain, caller_output_bytes
     model.prepare(sample)
     entry = model._last
     chain, _, _ = caller_chain(entry.plain_chain, caller_output_bytes(entry.plain_chain, entry.profile),
                                remainder=U.allocator_reserve_bytes(entry.device.type))
-    return chain
+    kept = unhooked_bytes(chain, entry.profile)
+    tape = np.maximum(chain.tape_bytes - kept, 0)
+    return replace(chain, tape_bytes=tape, bwd_tape_bytes=np.minimum(chain.bwd_tape_bytes, tape),
+                   reserved_bytes=int(chain.reserved_bytes + (chain.tape_bytes - tape).sum()))
+
+
+def unhooked_bytes(chain: Chain, profile: dict) -> np.ndarray:
+    """Per stage of ``chain``: the bytes its forward keeps that no saved-tensor hook sees, the profile's
+    ``xbar`` above its ``saved_bytes`` summed over the stage's members (Note [Kept past the hooks])."""
+    by_name = {stage["name"]: stage for stage in profile["stages"]}
+    members = chain.provenance.get("members") or [[name] for name in chain.names]
+    return np.array([sum(max(0, int(by_name[m]["xbar"]) - int(by_name[m].get("saved_bytes", by_name[m]["xbar"])))
+                         for m in group) for group in members], dtype=np.int64)
 
 
 class _PaperStep:

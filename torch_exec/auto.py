@@ -120,14 +120,20 @@ Note [Custom autograd Functions]
     the gradients came out wrong without a word: zero for the layers before a rounding, a loss that
     did not require grad for Reformer. Before a graph is captured, one forward runs eagerly with grad
     (its saved tensors dropped as they are packed, so it holds no more than a forward without grad)
-    and the autograd graph of its outputs is searched for custom Functions' nodes. With one, the graph
-    is not captured (the block fallback runs the model's own code, Functions and all) and the message
-    names them, unless the Function's backward is checked to be the derivative of its forward: on the
-    arguments its first call got in a forward without grad, ``apply``'s gradients and those of the
-    forward's own operations, for one random seed, agree (within float rounding). transformers' BLOOM
-    computes its GELU's derivative by hand and is captured; a backward that agrees with the
-    derivative on those arguments and not on others would pass this check wrongly. Reentrant
-    ``torch.utils.checkpoint`` fails it: its forward runs under ``no_grad``, and export made a graph
+    and the autograd graph of its outputs is searched for custom Functions' nodes. Each Function
+    found is checked (:func:`_backward_differs`), on copies of the arguments of its first call in a
+    forward without grad: ``apply``'s gradients against those of its forward's own operations, for
+    one random seed of the outputs' gradients, within a few roundings of their dtype (BLOOM's GELU,
+    whose derivative it writes by hand, differs from autograd's by one rounding in bfloat16). Refused
+    as well: a forward that runs other custom Functions (their backward would stand in for the
+    derivative: a quantiser calling an estimator passed) and one that reads tensors it is not given
+    (a module's parameters, which its backward may leave without a gradient). With a Function
+    refused the graph is not captured (the block fallback runs the model's own code, Functions and
+    all) and the message names each one and why. ``torch.library.custom_op``'s ``register_autograd``
+    runs through a Function too, but export keeps the op and its backward: not checked. A backward
+    that agrees with the derivative on those arguments and not on others would pass wrongly (a
+    clamp's estimator whose first inputs all lie inside the clamp). Reentrant
+    ``torch.utils.checkpoint`` is refused: its forward runs under ``no_grad``, and export made a graph
     in which the layers inside it got no gradient. A forward that runs a backward itself
     (``torch.autograd.grad`` inside the model) cannot run with its saved tensors dropped; the message
     says that the check raised, and the block fallback is tried.
@@ -152,7 +158,8 @@ Note [Block fallback]
     get their other items back from every call as the first run gave them, tensors among them as
     ``None`` (a 1-tuple broke the models that unpack two or three: transformers' DeBERTa-v2, XLNet,
     RWKV, Swin; the schedule keeps no tensor but the hidden state, and a model whose outputs read one
-    of them is refused by the check below). When no list is taken the error
+    of them is refused by the check below); items that could depend on the data (floats, objects)
+    would be stale, and their list is not taken. When no list is taken the error
     names the lists tried and the first test each failed (transformers' Gemma2 alternates sliding and
     full attention masks between its layers). While the
     wrapper runs, the first block's call runs all the blocks under the schedule and the later calls
@@ -212,6 +219,7 @@ Note [The rest of the model]
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections import OrderedDict
 import inspect
 import io
@@ -979,9 +987,9 @@ CHECKPOINT_FUNCTION = "torch.utils.checkpoint.CheckpointFunction"  # reentrant t
 
 
 def _custom_functions(model: nn.Module, args: tuple, kwargs: dict) -> list[str]:
-    """The custom autograd Functions one forward of the model runs whose backward is not the derivative
-    of their forward's operations, by name (Note [Custom autograd Functions]); the model's state is the
-    caller's to restore (buffers, RNG)."""
+    """The custom autograd Functions one forward of the model runs whose backward is not shown to be the
+    derivative of their forward's operations, each as "name (why)" (Note [Custom autograd Functions]);
+    the model's state is the caller's to restore (buffers, RNG)."""
     def pack(t):
         return None
 
@@ -994,36 +1002,67 @@ def _custom_functions(model: nn.Module, args: tuple, kwargs: dict) -> list[str]:
     except Exception as exc:  # noqa: BLE001 - the model's own errors are many: one line
         raise CaptureError(f"checking the model for custom autograd Functions (Note [Custom autograd Functions]) "
                            f"raised {type(exc).__name__}: {_first_line(exc)}") from None
-    stack = [t.grad_fn for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+    roots = [t.grad_fn for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.grad_fn is not None]
     del out
-    seen, classes = set(), {}
+    classes = {f"{cls.__module__}.{cls.__qualname__}": cls for cls in _function_classes(roots)
+               if not cls.__module__.startswith(_EXPORTED_FUNCTIONS)}
+    del roots
+    if not classes:
+        return []
+    inputs = _function_inputs(model, args, kwargs, list(classes.values()))
+    refused = []
+    for name, cls in sorted(classes.items()):
+        why = (_backward_differs(cls, *inputs[cls]) if cls in inputs else
+               "its first call was not seen in a forward without grad")
+        if why:
+            refused.append(f"{name}: {why}")
+    return refused
+
+
+# torch.library.custom_op's autograd (register_autograd) runs through a Function of this module; export keeps
+# the op and its registered backward
+_EXPORTED_FUNCTIONS = ("torch._library.autograd",)
+
+
+def _function_classes(roots: list) -> list:
+    """The custom Function classes whose nodes the autograd graph from ``roots`` holds."""
+    stack, seen, classes = list(roots), set(), {}
     while stack:
         fn = stack.pop()
         if fn is None or fn in seen:
             continue
         seen.add(fn)
         if isinstance(fn, torch.autograd.function.BackwardCFunction):
-            cls = fn._forward_cls
-            classes[f"{cls.__module__}.{cls.__qualname__}"] = cls
+            classes[fn._forward_cls] = None
         stack.extend(f for f, _ in fn.next_functions)
-    del seen, stack
-    if not classes:
-        return []
-    inputs = _function_inputs(model, args, kwargs, list(classes.values()))
-    return sorted(name for name, cls in classes.items()
-                  if cls not in inputs or not _backward_is_derivative(cls, *inputs[cls]))
+    return list(classes)
+
+
+def _graph_leaves(roots: list) -> list:
+    """The tensors the autograd graph from ``roots`` accumulates gradients into."""
+    stack, seen, leaves = list(roots), set(), []
+    while stack:
+        fn = stack.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        if hasattr(fn, "variable"):
+            leaves.append(fn.variable)
+        stack.extend(f for f, _ in fn.next_functions)
+    return leaves
 
 
 def _function_inputs(model: nn.Module, args: tuple, kwargs: dict, classes: list) -> dict:
     """``{Function class: (its forward's arguments, keywords)}`` at its first call in a forward without grad
-    (tensors detached), for :func:`_backward_is_derivative`."""
+    (tensors copied), for :func:`_backward_differs`."""
     seen: dict = {}
     saved = {cls: cls.__dict__.get("forward") for cls in classes}
 
     def recording(cls, forward, with_ctx):
+        @functools.wraps(forward)  # Function.apply binds arguments by the forward's signature
         def run(*a, **kw):
-            if cls not in seen:
-                seen[cls] = pytree.tree_map(lambda v: v.detach() if isinstance(v, torch.Tensor) else v,
+            if cls not in seen:  # copies: the forward (or the model after it) may write into its arguments
+                seen[cls] = pytree.tree_map(lambda v: v.detach().clone() if isinstance(v, torch.Tensor) else v,
                                             (a[1:] if with_ctx else a, kw))
             return forward(*a, **kw)
         return staticmethod(run)
@@ -1045,20 +1084,22 @@ def _function_inputs(model: nn.Module, args: tuple, kwargs: dict, classes: list)
     return seen
 
 
-def _backward_is_derivative(cls, args: tuple, kwargs: dict) -> bool:
-    """Whether ``cls.apply``'s gradients equal those of its forward's operations on these arguments (a
-    random seed for the outputs' gradients, the same random numbers drawn by both; Note [Custom autograd
-    Functions]). False where it cannot be told."""
-    def fresh():
-        return pytree.tree_map(lambda v: v.detach().clone().requires_grad_(v.is_floating_point() or v.is_complex())
-                               if isinstance(v, torch.Tensor) else v, (args, kwargs))
+def _backward_differs(cls, args: tuple, kwargs: dict) -> str:
+    """Why ``cls.apply``'s gradients are not shown to equal those of its forward's operations on these
+    arguments ("" when they are: a random seed for the outputs' gradients, the same random numbers drawn
+    by both, within a few roundings of their dtype; Note [Custom autograd Functions])."""
+    leaves = pytree.tree_map(lambda v: v.detach().clone().requires_grad_(v.is_floating_point() or v.is_complex())
+                             if isinstance(v, torch.Tensor) else v, (args, kwargs))
+    wrt = [v for v in pytree.tree_leaves(leaves) if isinstance(v, torch.Tensor) and v.requires_grad]
     try:
         grads = []
         state = U.RngState.capture(U.all_rng_devices())
         with torch.random.fork_rng(U.all_rng_devices()), torch.enable_grad():
             for own in (True, False):
                 state.restore()
-                a, kw = fresh()
+                # copies of the leaves: a forward may write into its input (ctx.mark_dirty), not into a leaf
+                a, kw = pytree.tree_map(lambda v: v.clone() if isinstance(v, torch.Tensor) and v.requires_grad else v,
+                                        leaves)
                 if own:
                     out = cls.apply(*a, **kw)
                 elif torch.autograd.function._is_setup_context_defined(cls.setup_context):
@@ -1067,20 +1108,30 @@ def _backward_is_derivative(cls, args: tuple, kwargs: dict) -> bool:
                     ctx = torch.autograd.function.FunctionCtx()
                     ctx.needs_input_grad = tuple(isinstance(v, torch.Tensor) and v.requires_grad for v in a)
                     out = cls.forward(ctx, *a, **kw)
-                leaves = [v for v in pytree.tree_leaves((a, kw)) if isinstance(v, torch.Tensor) and v.requires_grad]
                 outs = [v for v in pytree.tree_leaves(out) if isinstance(v, torch.Tensor) and v.is_floating_point()]
                 if own:
                     generator = torch.Generator(device=outs[0].device).manual_seed(0)
                     seeds = [torch.randn(o.shape, dtype=o.dtype, device=o.device, generator=generator) for o in outs]
                 pairs = [(o, g) for o, g in zip(outs, seeds) if o.requires_grad]
-                got = torch.autograd.grad([o for o, _ in pairs], leaves, [g for _, g in pairs], allow_unused=True)
-                grads.append([torch.zeros_like(x) if g is None else g for x, g in zip(leaves, got)])
-        own, derived = grads
-        return len(own) == len(derived) and all(
-            a.shape == b.shape and torch.allclose(a, b, rtol=1e-3, atol=1e-6 * max(1.0, float(a.abs().max())))
-            for a, b in zip(own, derived))
-    except Exception:  # noqa: BLE001 - a forward that does not run this way (custom kernels): refused
-        return False
+                if not own:
+                    roots = [o.grad_fn for o, _ in pairs]
+                    inner = _function_classes(roots)
+                    if inner:  # their own backward would stand in for the derivative
+                        return f"its forward runs other custom Functions ({', '.join(c.__qualname__ for c in inner)})"
+                    given = {id(v) for v in wrt}
+                    if any(id(v) not in given for v in _graph_leaves(roots)):
+                        return "its forward reads tensors it is not given as arguments (a module's parameters)"
+                if not pairs:
+                    return "its forward's outputs do not require grad"
+                got = torch.autograd.grad([o for o, _ in pairs], wrt, [g for _, g in pairs], allow_unused=True)
+                grads.append([torch.zeros_like(x) if g is None else g for x, g in zip(wrt, got)])
+    except Exception as exc:  # noqa: BLE001 - a forward that does not run this way (custom kernels): refused
+        return f"checking its backward raised {type(exc).__name__}: {_first_line(exc)}"
+    for own, derived in zip(*grads):
+        rtol = max(1e-3, 16 * torch.finfo(own.dtype).eps) if own.is_floating_point() else 1e-3
+        if not torch.allclose(own, derived, rtol=rtol, atol=rtol * max(1e-3, float(own.abs().max()))):
+            return "its backward is not the derivative of its forward"
+    return ""
 
 
 def _first_line(exc: BaseException) -> str:
@@ -1094,10 +1145,11 @@ def _capture_export(model: nn.Module, args: tuple, kwargs: dict, max_stages: int
     detection]) when ``join`` is True; a string ``join`` says why a join is cut as one chain instead."""
     functions = _custom_functions(model, args, kwargs)
     if functions:
-        raise CaptureError(f"the model runs custom autograd Functions ({', '.join(functions)}), whose backward "
-                           f"torch.export drops (Note [Custom autograd Functions])"
+        raise CaptureError(f"the model runs custom autograd Functions whose backward torch.export would drop "
+                           f"(Note [Custom autograd Functions]): {'; '.join(functions)}"
                            + ("; auto_checkpoint plans the recomputation itself: call the layers without "
-                              "torch.utils.checkpoint" if CHECKPOINT_FUNCTION in functions else ""))
+                              "torch.utils.checkpoint (transformers: model.gradient_checkpointing_disable())"
+                              if any(f.startswith(CHECKPOINT_FUNCTION + ":") for f in functions) else ""))
     ep = _export(model, args, kwargs)
     gm = ep.module()
     _drop_guards(gm)
@@ -1354,6 +1406,11 @@ def _blocks_of(model: nn.Module, args: tuple, kwargs: dict, name: str, blocks: l
         a, kw, out = calls[i][0]
         if tuple_out != isinstance(out, (tuple, list)):
             return None, f"block {i} returns a {type(out).__name__}, block 0 a {type(first_out).__name__}"
+        stale = [v for v in pytree.tree_leaves(list(out[1:])) if tuple_out
+                 and not (v is None or isinstance(v, (torch.Tensor, bool, int, str)))]
+        if stale:  # handed back as the first run made them, a value that depends on the data would be stale
+            return None, (f"block {i} returns {type(stale[0]).__name__} values beside its output, which the "
+                          f"fallback cannot hand back")
         if i == 0:
             continue
         prev_out = calls[i - 1][0][2]
@@ -1377,7 +1434,8 @@ def _blocks_of(model: nn.Module, args: tuple, kwargs: dict, name: str, blocks: l
                 return None, f"block {i} gets another {k!r} than block 0"
     found = _Blocks(name, blocks, position, tuple_out)
     # a tuple's other items are handed back by every call, tensors as None (the schedule keeps none of them:
-    # a model whose outputs read them is refused by _check_blocks)
+    # a model whose outputs read them is refused by _check_blocks); the rest are None, bools, ints (shapes,
+    # fixed for an input signature) and strings
     found.tails = [pytree.tree_map(lambda v: None if isinstance(v, torch.Tensor) else v, tuple(calls[i][0][2][1:]))
                    for i in range(len(blocks))] if tuple_out else []
     return found, ""

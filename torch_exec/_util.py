@@ -367,6 +367,24 @@ def backward_segment(tape: list, grad: list, started=None) -> None:
         torch.autograd.backward(root, root.new_empty(0))
 
 
+def graph_nodes(roots):
+    """Each node of the autograd graph from the nodes ``roots`` (``grad_fn``; None ignored), once."""
+    seen, stack = set(), list(roots)
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        yield node
+        stack.extend(next_node for next_node, _ in node.next_functions)
+
+
+def accumulated_leaf(node):
+    """The leaf an ``AccumulateGrad`` node adds into, else None (a custom Function's node is its ctx, which
+    may have a ``variable`` of its own)."""
+    return node.variable if type(node).__name__ == "AccumulateGrad" else None
+
+
 def state_nbytes(state) -> int:
     return sum(t.numel() * t.element_size() for t in tensors(state))
 

@@ -988,7 +988,7 @@ CHECKPOINT_FUNCTION = "torch.utils.checkpoint.CheckpointFunction"  # reentrant t
 
 def _custom_functions(model: nn.Module, args: tuple, kwargs: dict) -> list[str]:
     """The custom autograd Functions one forward of the model runs whose backward is not shown to be the
-    derivative of their forward's operations, each as "name (why)" (Note [Custom autograd Functions]);
+    derivative of their forward's operations, each as "name: why" (Note [Custom autograd Functions]);
     the model's state is the caller's to restore (buffers, RNG)."""
     def pack(t):
         return None
@@ -1002,7 +1002,7 @@ def _custom_functions(model: nn.Module, args: tuple, kwargs: dict) -> list[str]:
     except Exception as exc:  # noqa: BLE001 - the model's own errors are many: one line
         raise CaptureError(f"checking the model for custom autograd Functions (Note [Custom autograd Functions]) "
                            f"raised {type(exc).__name__}: {_first_line(exc)}") from None
-    roots = [t.grad_fn for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+    roots = [t.grad_fn for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
     del out
     classes = {f"{cls.__module__}.{cls.__qualname__}": cls for cls in _function_classes(roots)
                if not cls.__module__.startswith(_EXPORTED_FUNCTIONS)}
@@ -1026,30 +1026,9 @@ _EXPORTED_FUNCTIONS = ("torch._library.autograd",)
 
 def _function_classes(roots: list) -> list:
     """The custom Function classes whose nodes the autograd graph from ``roots`` holds."""
-    stack, seen, classes = list(roots), set(), {}
-    while stack:
-        fn = stack.pop()
-        if fn is None or fn in seen:
-            continue
-        seen.add(fn)
-        if isinstance(fn, torch.autograd.function.BackwardCFunction):
-            classes[fn._forward_cls] = None
-        stack.extend(f for f, _ in fn.next_functions)
+    classes = {node._forward_cls: None for node in U.graph_nodes(roots)
+               if isinstance(node, torch.autograd.function.BackwardCFunction)}
     return list(classes)
-
-
-def _graph_leaves(roots: list) -> list:
-    """The tensors the autograd graph from ``roots`` accumulates gradients into."""
-    stack, seen, leaves = list(roots), set(), []
-    while stack:
-        fn = stack.pop()
-        if fn is None or fn in seen:
-            continue
-        seen.add(fn)
-        if hasattr(fn, "variable"):
-            leaves.append(fn.variable)
-        stack.extend(f for f, _ in fn.next_functions)
-    return leaves
 
 
 def _function_inputs(model: nn.Module, args: tuple, kwargs: dict, classes: list) -> dict:
@@ -1119,7 +1098,8 @@ def _backward_differs(cls, args: tuple, kwargs: dict) -> str:
                     if inner:  # their own backward would stand in for the derivative
                         return f"its forward runs other custom Functions ({', '.join(c.__qualname__ for c in inner)})"
                     given = {id(v) for v in wrt}
-                    if any(id(v) not in given for v in _graph_leaves(roots)):
+                    leaves_read = [U.accumulated_leaf(node) for node in U.graph_nodes(roots)]
+                    if any(v is not None and id(v) not in given for v in leaves_read):
                         return "its forward reads tensors it is not given as arguments (a module's parameters)"
                 if not pairs:
                     return "its forward's outputs do not require grad"
@@ -2082,16 +2062,10 @@ def _run_plain(stages, state, cut: bool = False):
 
 def _graph_reaches(outputs: list, params: set) -> bool:
     """Whether the autograd graph of ``outputs`` reaches a parameter whose ``id`` is in ``params``."""
-    seen, stack = set(), [t.grad_fn for t in outputs if t.grad_fn is not None]
-    while stack:
-        node = stack.pop()
-        if node is None or node in seen:
-            continue
-        seen.add(node)
-        variable = getattr(node, "variable", None)  # AccumulateGrad: a leaf's
+    for node in U.graph_nodes([t.grad_fn for t in outputs]):
+        variable = U.accumulated_leaf(node)
         if variable is not None and id(variable) in params:
             return True
-        stack.extend(next_node for next_node, _ in node.next_functions)
     return False
 
 

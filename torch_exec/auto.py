@@ -110,7 +110,8 @@ Note [Values read late]
     nothing (``r.type(x.dtype)`` in each of transformers' XLNet layers, ``aten.to`` returning its input
     itself) is dropped from the graph before it is cut (:func:`_drop_unchanged_conversions`): export made
     one value per layer of the position embedding they all read, none crossing enough points to be
-    seen, and XLNet's chain came out with 6 stages and a least budget of 85 % of plain autograd's peak.
+    seen, and XLNet's least budget was 85.1 % of plain autograd's peak (40.9 % now;
+    ``bench/results/auto_models_cpu_hf_more_before.md``).
 
 Note [Custom autograd Functions]
     torch.export traces a ``torch.autograd.Function``'s forward into the graph and drops its
@@ -159,11 +160,11 @@ Note [Block fallback]
     ``None`` (a 1-tuple broke the models that unpack two or three: transformers' DeBERTa-v2, XLNet,
     RWKV, Swin; the schedule keeps no tensor but the hidden state, and a model whose outputs read one
     of them is refused by the check below); items that could depend on the data (floats, objects)
-    would be stale, and their list is not taken. When no list is taken the error
-    names the lists tried and the first test each failed (transformers' Gemma2 alternates sliding and
-    full attention masks between its layers). While the
-    wrapper runs, the first block's call runs all the blocks under the schedule and the later calls
-    return its result. The rest of the model runs as plain autograd, its memory measured once and
+    would be stale, and their list is not taken. When no list is taken the error names the lists
+    tried and the first test each failed (transformers' Gemma2 alternates sliding and full attention
+    masks between its layers). While the wrapper runs, the first block's call runs all the blocks
+    under the schedule and the later calls return its result. The rest of the model runs as plain
+    autograd, its memory measured once and
     counted in the budget (Note [The rest of the model]). The substitution is checked once on the
     sample before it is used: outputs equal to the plain model's, and nothing made inside the blocks
     reaching the outputs but the last block's output (:func:`_check_blocks`). Arguments the blocks

@@ -494,6 +494,26 @@ def test_custom_autograd_function_checks(case, call, dtype, why):
     assert (len(refused) == 1 and why in refused[0]) if why else refused == [], refused
 
 
+class _CtxVariable(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, holder):
+        ctx.variable = holder.weight  # a node's own attribute, not the leaf an AccumulateGrad adds into
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2, None
+
+
+def test_a_functions_ctx_attribute_is_not_a_leaf_of_the_graph():
+    # _util.accumulated_leaf: read by attribute, a Function's ctx.variable counted as a leaf its graph reaches
+    from torch_exec.auto import _graph_reaches
+    holder = nn.Linear(3, 3)
+    out = _CtxVariable.apply(torch.randn(3, requires_grad=True), holder)
+    assert not _graph_reaches([out], {id(holder.weight)})
+    assert _graph_reaches([holder(out)], {id(holder.weight)})
+
+
 def test_custom_ops_keep_their_backward_under_export():
     # torch.library.custom_op's register_autograd runs through a Function; export keeps the op and its backward
     @torch.library.custom_op("gpusolve_test::sine", mutates_args=())

@@ -130,7 +130,7 @@ def cmd_solve(args) -> int:
     from .solve import solve
     chain = load_chain(args.profile)
     budget = _budget(chain, args.budget)
-    bucket = parse_bucket(args.bucket) if args.bucket is not None else None
+    bucket = parse_bucket(args.bucket)
     link = offload_link(args)
     if link is not None:
         from .offload.solver import solve_offload
@@ -150,7 +150,7 @@ def cmd_compare(args) -> int:
     from .solve import check_budget
     chain = load_chain(args.profile)
     budget = _budget(chain, args.budget)
-    bucket = parse_bucket(args.bucket) if args.bucket is not None else None
+    bucket = parse_bucket(args.bucket)
     link = offload_link(args)
     low = check_budget(chain, budget, bucket)  # compare() itself reports infeasibility in its rows
     records = compare(chain, budget, bucket=bucket, backend=args.backend)
@@ -173,7 +173,7 @@ def cmd_curve(args) -> int:
     output_path(args.out)  # an unknown image format fails before the solve
     chain = load_chain(args.profile)
     top = _budget(chain, args.max_budget, "max budget") if args.max_budget is not None else None
-    bucket = parse_bucket(args.bucket) if args.bucket is not None else None
+    bucket = parse_bucket(args.bucket)
     link = offload_link(args)
     if link is not None:
         from .offload.compare import offload_curve_data, plot_offload_curves
@@ -417,7 +417,7 @@ def cmd_join_profiles(args) -> int:
                        f"{JOIN_EXAMPLE}")
     turn = _join_turn(args)
     branches = [load_chain(spec) for spec in args.profiles]
-    bucket = parse_bucket(args.bucket) if args.bucket is not None else None
+    bucket = parse_bucket(args.bucket)
     plan = solve_join(branches, turn, args.budget, bucket=bucket, backend=args.backend)
     net = plan.net
     names = [_chain_name(c, spec) for c, spec in zip(branches, args.profiles, strict=True)]

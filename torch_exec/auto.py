@@ -1518,7 +1518,7 @@ class AutoCheckpointed(nn.Module):
         if "caller_keeps" in executor_kwargs:  # so does a bad caller_keeps
             _caller_keeps_setting(executor_kwargs["caller_keeps"])
         self.backend = _backend_setting(backend)  # and a bad backend, bucket or max_stages, or an unknown keyword
-        self.bucket = None if bucket is None else parse_bucket(bucket)
+        self.bucket = parse_bucket(bucket)
         self.max_stages = DEFAULT_MAX_STAGES[backend] if max_stages is None else _max_stages_setting(max_stages)
         _check_executor_kwargs(executor_kwargs)
         self.capture_method = capture

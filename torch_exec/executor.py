@@ -1288,7 +1288,7 @@ class _PlannedModule(nn.Module):
         # Bytes the code around the stages adds during the step (its meter sees them), counted in every
         # plan as reserved: the model's code after its blocks (Note [The rest of the model] in auto.py).
         self.beside_bytes = 0
-        self.bucket = None if bucket is None else parse_bucket(bucket)
+        self.bucket = parse_bucket(bucket)
         self.backend = _backend_setting(backend, backends)
         self.profile_passes = profile_passes
         self.profile_warmup = profile_warmup

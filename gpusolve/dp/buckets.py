@@ -32,8 +32,11 @@ def default_bucket(budget_bytes: int, backend: str) -> int:
     return max(1, -(-int(budget_bytes) // DEFAULT_BUCKETS[backend]))
 
 
-def parse_bucket(bucket) -> int:
-    """A user's bucket in whole bytes, at least 1 (one-line ``ValueError`` naming the value otherwise)."""
+def parse_bucket(bucket) -> int | None:
+    """A user's bucket in whole bytes, at least 1 (one-line ``ValueError`` naming the value otherwise); None
+    (the solver chooses) stays None."""
+    if bucket is None:
+        return None
     bucket_bytes = parse_bytes(bucket, "bucket")
     if bucket_bytes < 1:
         raise ValueError(f"bucket {bucket!r} is {bucket_bytes} whole bytes: a bucket must be at least 1 byte "

@@ -46,7 +46,8 @@ Note [Kept past the hooks]
     block of transformers' GPT-2, whose GELU multiplies by three of them) and a tensor a custom Function
     keeps on ``ctx`` rather than through ``save_for_backward``. Those bytes stay on the device when x_k
     moves, and a plan that counted them as moved measured above its prediction (gpt2_hf 24 B at 90 %; an
-    MLP keeping ``ctx.kept`` 95 248 B above the paper's least budget). The profile sees them: a stage's
+    MLP keeping ``ctx.kept`` 95 248 B above the paper's least budget;
+    ``bench/results/repros_kept_past_hooks_cpu_before.md``). The profile sees them: a stage's
     ``xbar`` (the memory its forward keeps) above its ``saved_bytes`` (its output and what went through the
     hooks). :func:`planning_instance` takes them out of each tape and reserves them for the whole step:
     exact on the CPU, an over-count on CUDA by the rounding of the saved storages to allocator blocks.

@@ -1,6 +1,6 @@
 """Run the fuzzing helper's repros (this folder) against a tree and record what they print.
 
-    python bench/repros/run.py [--root TREE] [--out NAME] [--label TEXT]
+    python bench/repros/run.py [--root TREE] [--out NAME] [--label TEXT] [--only NAME,...]
 
 Each script prints the budget, prediction and measurement of the case it reproduces (or the error).
 ``--root``: the tree whose ``torch_exec`` and ``gpusolve`` they import (default: this repository);
@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from _common import cpu_description  # noqa: E402
 
 SCRIPTS = ("grad_hooks", "autograd_grad_measured", "returned_input", "measure_before_first_call", "tuple_fp16",
-           "cat_slice", "googlenet_aux")
+           "cat_slice", "googlenet_aux", "paper_kept_past_hooks")
 
 
 def main(argv=None) -> int:
@@ -30,13 +30,18 @@ def main(argv=None) -> int:
     parser.add_argument("--root", default=str(ROOT))
     parser.add_argument("--out", default="repros_cpu")
     parser.add_argument("--label", default="this tree")
+    parser.add_argument("--only", help="comma list of the scripts to run (default: all)")
     args = parser.parse_args(argv)
     import torch
     lines = [f"# The fuzzing helper's repros on {args.label} (CPU)", "",
              f"- device: CPU: {cpu_description()}", f"- date: {datetime.datetime.now(datetime.timezone.utc).isoformat()}",
              f"- command: `python bench/repros/run.py {' '.join(sys.argv[1:] if argv is None else argv)}`",
              f"- torch {torch.__version__}; tree: {args.label}", ""]
-    for name in SCRIPTS:
+    names = SCRIPTS if args.only is None else args.only.split(",")
+    unknown = sorted(set(names) - set(SCRIPTS))
+    if unknown:
+        parser.error(f"--only: no repro {', '.join(unknown)}; they are {', '.join(SCRIPTS)}")
+    for name in names:
         res = subprocess.run([sys.executable, str(HERE / f"{name}.py")], capture_output=True, text=True,
                              env=dict(os.environ, GS_ROOT=args.root), timeout=600)
         out = [line for line in (res.stdout + res.stderr).splitlines()

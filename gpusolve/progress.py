@@ -1,4 +1,4 @@
-"""Progress of long solves, on stderr only (stdout stays clean for ``--json``).
+"""Progress of long solves and of profiling, on stderr only (stdout stays clean for ``--json``).
 
 On a terminal a tqdm bar; anywhere else (a log file, a pipe, CI, a notebook) one plain line now and
 then: the first once the solve has run :data:`PROGRESS_DELAY_S`, then at every tenth of the work (at
@@ -127,26 +127,34 @@ def _is_terminal(stream) -> bool:
 
 
 @contextmanager
-def pair_progress(n: int, columns: int, desc: str, show: bool, stream=None):
-    """Yields the ``progress(pairs)`` callback for a backend filling an ``n``-stage table with
-    ``columns`` memory columns (None when not ``show``): a tqdm bar when ``stream`` (default stderr)
-    is a terminal, else :class:`LineProgress`; both weighted by work (Note [Progress units])."""
+def work_progress(total: int, desc: str, show: bool = True, stream=None):
+    """Yields ``update(work)`` for a task of ``total`` work units (None when not ``show``): a tqdm bar
+    when ``stream`` (default stderr) is a terminal, else :class:`LineProgress`. Nothing is shown for
+    a task shorter than :data:`PROGRESS_DELAY_S`."""
     if not show:
         yield None
         return
     stream = stream or sys.stderr
-    total = table_work(n, columns)
     if _is_terminal(stream):
         from tqdm import tqdm
         bar = tqdm(total=total, desc=desc, file=stream, leave=False, delay=PROGRESS_DELAY_S, smoothing=0,
                    bar_format="{desc}: {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}]")
         with bar:
-            yield PairsToWork(n, columns, bar.update)
+            yield bar.update
         return
     lines = LineProgress(total, desc, stream)
     finished = False
     try:
-        yield PairsToWork(n, columns, lines.update)
+        yield lines.update
         finished = True
     finally:
         lines.close(finished)
+
+
+@contextmanager
+def pair_progress(n: int, columns: int, desc: str, show: bool, stream=None):
+    """Yields the ``progress(pairs)`` callback for a backend filling an ``n``-stage table with
+    ``columns`` memory columns (None when not ``show``), weighted by work (Note [Progress units]):
+    :func:`work_progress` of the table's candidate evaluations."""
+    with work_progress(table_work(n, columns), desc, show, stream) as update:
+        yield None if update is None else PairsToWork(n, columns, update)

@@ -250,3 +250,43 @@ def test_a_whole_pass_that_runs_out_of_memory_leaves_nothing_alive():
     finally:
         tp._Passes.memory_pass = real
     assert data["isolated"] and alive_at_retry and alive_at_retry[0] == [False]
+
+
+@pytest.mark.parametrize("isolated", [False, True])
+@pytest.mark.parametrize("passes,warmup", [(1, 0), (2, 1), (3, 2)])
+def test_profiling_progress_reaches_its_total(monkeypatch, passes, warmup, isolated):
+    """The profiler's progress (gpusolve.progress.work_progress) is told exactly the work it announced:
+    it neither stops short of 100 % nor runs past it, whole step or stage by stage, for any warm-up."""
+    import contextlib
+    seen = []
+
+    @contextlib.contextmanager
+    def recording(total, desc, show=True, stream=None):
+        done = []
+        yield done.append
+        seen.append((total, sum(done), len(done), desc))
+
+    monkeypatch.setattr(tp, "work_progress", recording)
+    model, x = MODELS[sorted(MODELS)[0]]()
+    fns = list(te.CheckpointedSequential(model, budget=None)._fns)
+    profile_dict(fns, x, passes=passes, warmup=warmup, isolated=isolated)
+    (total, done, updates, desc), = seen
+    assert done == total == tp.profile_work(passes, warmup, isolated)
+    assert updates >= 1 + passes
+    assert desc == f"profiling {len(fns)} stages" + (" one at a time" if isolated else "")
+
+
+def test_profiling_progress_lines_on_stderr(monkeypatch, capsys):
+    """Profiling longer than the delay prints plain lines on stderr (not a terminal here) and a last
+    one when done; with progress=False, nothing."""
+    from gpusolve import progress
+    monkeypatch.setattr(progress, "PROGRESS_DELAY_S", 0.0)  # as if profiling were long
+    monkeypatch.setattr(progress, "LINE_EVERY_S", 0.0)
+    model, x = MODELS[sorted(MODELS)[0]]()
+    fns = list(te.CheckpointedSequential(model, budget=None)._fns)
+    profile_dict(fns, x, passes=2, warmup=1)
+    err = capsys.readouterr().err.splitlines()
+    assert err and all(line.startswith(f"gpusolve: profiling {len(fns)} stages: ") for line in err)
+    assert err[-1].split(": ")[-1].startswith("done in")
+    profile_dict(fns, x, passes=2, warmup=1, progress=False)
+    assert capsys.readouterr().err == ""

@@ -290,3 +290,33 @@ def test_profiling_progress_lines_on_stderr(monkeypatch, capsys):
     assert err[-1].split(": ")[-1].startswith("done in")
     profile_dict(fns, x, passes=2, warmup=1, progress=False)
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_profiling_and_solving_progress_on_rank_zero_only(monkeypatch, capsys, rank):
+    """In a distributed job only rank 0 reports the progress of profiling and of the solve (every rank
+    would print the same lines)."""
+    import importlib
+    gpusolve_solve = importlib.import_module("gpusolve.solve")
+    import torch_exec._util as U
+    from gpusolve import progress
+    monkeypatch.setattr(torch.distributed, "is_available", lambda: True)
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.distributed, "get_rank", lambda group=None: rank)
+    setting = U.progress_setting()
+    assert setting is (False if rank else None)
+    monkeypatch.undo()  # the rest of the step would call collectives; the wrapper reads the setting
+    monkeypatch.setattr(U, "progress_setting", lambda: setting)
+    monkeypatch.setattr(tp, "progress_setting", lambda: setting)
+    monkeypatch.setattr(progress, "PROGRESS_DELAY_S", 0.0)
+    monkeypatch.setattr(progress, "LINE_EVERY_S", 0.0)
+    monkeypatch.setattr(gpusolve_solve, "PROGRESS_THRESHOLD", 0)  # as if the table were large
+    model, x = MODELS[sorted(MODELS)[0]]()
+    wrapped = te.CheckpointedSequential(model, budget="60%", backend="cpu", profile_passes=1)
+    wrapped.prepare(x)
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("gpusolve: ")]
+    if rank:
+        assert err == []
+    else:
+        assert any(line.startswith("gpusolve: profiling ") for line in err), err
+        assert any(line.startswith("gpusolve: solving ") for line in err), err

@@ -572,6 +572,16 @@ class RngState:
         return sum(t.numel() * t.element_size() for t in tensors_ if t.device.type == device_type)
 
 
+def progress_setting() -> bool | None:
+    """The ``progress`` of the solves and profiling a wrapper runs: None (gpusolve's default: shown when
+    long) in a single process and on rank 0 of a distributed job, False on the other ranks, which would
+    print the same lines again."""
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized() and dist.get_rank() != 0:
+        return False
+    return None
+
+
 def all_rng_devices() -> list[int]:
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         return list(range(torch.cuda.device_count()))

@@ -1627,9 +1627,10 @@ class CheckpointedSequential(_PlannedModule):
     def _solve(self, chain: Chain, budget: int, link: Link | None) -> Plan:
         """The one place that picks the solver: the chain DP, or with a link the combined recompute +
         offload DP (backends "auto", "cpu" and "cuda": ``solve_offload`` refuses "exact" and names them)."""
+        progress = U.progress_setting()
         if link is None:
-            return solve(chain, budget, bucket=self.bucket, backend=self.backend)
-        return solve_offload(chain, budget, link, bucket=self.bucket, backend=self.backend)
+            return solve(chain, budget, bucket=self.bucket, backend=self.backend, progress=progress)
+        return solve_offload(chain, budget, link, bucket=self.bucket, backend=self.backend, progress=progress)
 
     def _solve_above_floor(self, entry: Entry, chain: Chain, budget: int, link: Link | None) -> Plan:
         """:meth:`_solve`, after checking the budget against ``entry.floor_bytes`` (at or above it, the

@@ -97,7 +97,7 @@ from gpusolve.progress import work_progress
 
 from ._util import (LeafReaders, ModelSnapshot, RngState, aliases, backward_segment, buffers_of, clone, copyable,
                     cuda_devices, grad_storages, held_from, held_nbytes, make_leaf, map_state, output_facts, params_of,
-                    stage_list, stage_state, state_nbytes, storage_key, storages, tensors)
+                    progress_setting, stage_list, stage_state, state_nbytes, storage_key, storages, tensors)
 from .meter import MemoryMeter
 from .offload import HostCopies
 
@@ -214,7 +214,8 @@ def profile_dict(stages, sample_input, passes: int = 5, warmup: int = 1, network
             try:
                 profiler = kind(fns, sample_input, device, state, loss_only, stage_by_stage)
                 desc = f"profiling {len(fns)} stages" + (" one at a time" if stage_by_stage else "")
-                with work_progress(profile_work(passes, warmup, stage_by_stage), desc, progress) as update:
+                show = progress and progress_setting() is not False  # rank 0 only
+                with work_progress(profile_work(passes, warmup, stage_by_stage), desc, show) as update:
                     measured = profiler.run(passes, warmup, update)
                 break
             except torch.OutOfMemoryError as err:

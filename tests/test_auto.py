@@ -1227,3 +1227,77 @@ def test_two_values_across_a_cut_into_a_cat_hold_the_least_budget(monkeypatch):
     wrapped.replan(wrapped.executor.min_budget_bytes)
     _, reading = _measured_step(wrapped, args, kwargs, loss_of)
     assert reading.peak <= wrapped.plan.budget_bytes, (reading.peak, wrapped.plan.budget_bytes)
+
+
+def test_parameters_unfrozen_after_the_first_call_get_their_gradients():
+    """Gradual unfreezing: parameters frozen when the graph was captured are data to it (computed without
+    grad). Unfrozen later, they got no gradient and nothing said so (a review's BERT classifier: all 39
+    encoder parameters' .grad None): which parameters require grad is part of a capture's signature."""
+    model, args, kwargs, loss_of = A.make("transformer")
+    names = [n for n, _ in model.named_parameters()]
+    frozen = set(names[: len(names) // 2])
+    for n, p in model.named_parameters():
+        p.requires_grad_(n not in frozen)
+    reference = copy.deepcopy(model)
+    wrapped = te.auto_checkpoint(model, "80%")
+    for step, unfreeze in enumerate((False, True)):
+        for m in (model, reference):
+            m.zero_grad(set_to_none=True)
+            for n, p in m.named_parameters():
+                p.requires_grad_(unfreeze or n not in frozen)
+        torch.manual_seed(step)
+        loss = loss_of(wrapped(*args, **kwargs))
+        torch.manual_seed(step)
+        ref_loss = loss_of(reference(*args, **kwargs))
+        torch.testing.assert_close(loss, ref_loss, rtol=0, atol=0)
+        loss.backward()
+        ref_loss.backward()
+        got, want = _grads(model), _grads(reference)
+        assert [k for k in want if (got[k] is None) != (want[k] is None)] == [], f"step {step}"
+        for key in want:
+            if want[key] is not None:
+                torch.testing.assert_close(got[key], want[key], rtol=1e-5, atol=1e-7, msg=f"step {step}: {key}")
+    assert len(wrapped._captures) == 2
+
+
+def test_the_models_own_mode_switch_is_followed():
+    """model.train() called on the model, not the wrapper (a model from from_pretrained is in eval mode
+    when wrapped): each step ran the graph captured in the other mode (BatchNorm on running statistics,
+    dropout off). The modules' training modes are part of a capture's signature."""
+    model, args, kwargs, loss_of = A.make("densenet")
+    model.eval()
+    wrapped = te.auto_checkpoint(model, "80%")
+    wrapped.prepare(*args, **kwargs)  # captured in eval mode
+    model.train()
+    reference = copy.deepcopy(model)
+    torch.manual_seed(3)
+    loss = loss_of(wrapped(*args, **kwargs))
+    torch.manual_seed(3)
+    ref_loss = loss_of(reference(*args, **kwargs))
+    torch.testing.assert_close(loss, ref_loss, rtol=0, atol=0)
+    loss.backward()
+    ref_loss.backward()
+    for (key, b), (_, ref_b) in zip(model.named_buffers(), reference.named_buffers()):
+        torch.testing.assert_close(b, ref_b, rtol=1e-5, atol=1e-7, msg=f"buffer {key}")  # running statistics
+    model.eval()  # and back: the eval capture is kept
+    with torch.no_grad():
+        torch.testing.assert_close(wrapped(*args, **kwargs), reference.eval()(*args, **kwargs), rtol=0, atol=0)
+    assert len(wrapped._captures) == 2
+
+
+def test_a_deep_copy_trains_on_its_own_parameters():
+    """copy.deepcopy of the wrapper (timm's model EMA, torch.optim.swa_utils.AveragedModel) raised on an
+    unused thread lock; the copy holds its own parameters and gives the same loss."""
+    model, args, kwargs, loss_of = A.make("transformer")
+    wrapped = te.auto_checkpoint(model, "80%")
+    twin = copy.deepcopy(wrapped)  # before the first call
+    loss_of(wrapped(*args, **kwargs)).backward()
+    later = copy.deepcopy(wrapped)  # and after it
+    for other in (twin, later):
+        assert not {id(p) for p in other.parameters()} & {id(p) for p in wrapped.parameters()}
+        with torch.no_grad():
+            for p, q in zip(other.parameters(), wrapped.parameters()):
+                p.copy_(q)
+        torch.testing.assert_close(loss_of(other(*args, **kwargs)), loss_of(wrapped(*args, **kwargs)), rtol=0, atol=0)
+    averaged = torch.optim.swa_utils.AveragedModel(wrapped)
+    averaged.update_parameters(wrapped)

@@ -637,6 +637,14 @@ def refuse_meta(who: str, values, module: nn.Module | None = None) -> None:
                              f"its weights, or build it there)")
 
 
+def module_state_key(module) -> tuple:
+    """What of ``module``'s state a profile, a plan and a captured graph depend on beside the inputs, as
+    part of an input signature: each submodule's training mode (a captured graph has its dropout and
+    BatchNorm mode fixed) and which parameters require grad (a frozen one gets no gradient: the
+    profile holds none for it, and a captured graph computes it as data, without grad)."""
+    return tuple(m.training for m in module.modules()), tuple(p.requires_grad for p in module.parameters())
+
+
 def autocast_key() -> tuple:
     """The autocast settings of the calling thread as part of an input signature (plans differ per
     autocast dtype)."""

@@ -227,7 +227,6 @@ import io
 import logging
 import numbers
 import operator
-import threading
 import warnings
 from dataclasses import dataclass, field
 
@@ -1527,7 +1526,6 @@ class AutoCheckpointed(nn.Module):
         self._captures: dict = {}
         self._measure_next = 0  # steps measure_memory() asked for that have not run yet
         self._last: Capture | None = None
-        self._lock = threading.Lock()
         self._use_cache_note = False
         self._forward_takes_use_cache: bool | None = None
 
@@ -1639,8 +1637,9 @@ class AutoCheckpointed(nn.Module):
             except TypeError:
                 return ("O", type(v).__name__, id(v))
         leaves, spec = pytree.tree_flatten((args, dict(sorted(kwargs.items()))))
-        return (tuple(leaf_key(v) for v in leaves), str(spec), self.training,
-                U.autocast_key())
+        # the model's own modes and frozen parameters, not the wrapper's mode: model.train() or a layer
+        # unfrozen after the first call changes them without the wrapper (a captured graph has them fixed)
+        return (tuple(leaf_key(v) for v in leaves), str(spec), U.module_state_key(self._model), U.autocast_key())
 
     def _build(self, args, kwargs) -> Capture:
         errors = []
@@ -2027,7 +2026,7 @@ def _warn_many_captures(before: tuple, key: tuple, args, kwargs) -> None:
     where = [f"argument {_argument_name(path)} ({'shape' if a[0] == 'T' else 'value'})"
              for path, a, b in zip(paths, before[0], key[0]) if a != b] if len(before[0]) == len(key[0]) else []
     if before[2:] != key[2:]:
-        where.append("training mode or autocast")
+        where.append("the modules' training modes, which parameters require grad, or autocast")
     warnings.warn(f"auto_checkpoint: {MANY_CAPTURES} input signatures captured so far, each profiled and solved once; "
                   f"the latest differs from the one before in {', '.join(where[:3]) or 'its arguments'}. Pass numbers "
                   f"that change every step (a token count, a step number) as tensors, and pad batches to a few "

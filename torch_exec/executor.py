@@ -1527,8 +1527,7 @@ class CheckpointedSequential(_PlannedModule):
 
     def _key(self, state):
         return (tuple((tuple(t.shape), t.dtype, t.device, t.requires_grad) for t in U.tensors(state)),
-                isinstance(state, torch.Tensor), self.training,
-                U.autocast_key())
+                isinstance(state, torch.Tensor), U.module_state_key(self), U.autocast_key())
 
     def _build(self, state, data: dict | None = None) -> Entry:
         sample = U.make_leaf(state, [t.requires_grad for t in U.tensors(state)])

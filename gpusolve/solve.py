@@ -300,8 +300,11 @@ def exact_candidates(chain: Chain, problem: Problem, table, full_curve: np.ndarr
     if found is not None:
         m, (peak, candidate) = found
         best = (full_curve[m], peak, candidate, slack_note(m - buckets, peak))
-    # (3): segment policies (store-all, checkpoint_sequential, Chen's greedy).
-    segment = _fastest_segment_policy(chain, problem, budget_bytes, best[0] if best is not None else np.inf)
+    # (3): segment policies (store-all, checkpoint_sequential, Chen's greedy). Not in the thesis's model
+    # (multi_tape=False: a forward with tape only right before its own backward), whose class they leave:
+    # a store-all plan returned there was below the class's least budget, which the exact backend refused.
+    segment = (_fastest_segment_policy(chain, problem, budget_bytes, best[0] if best is not None else np.inf)
+               if chain.multi_tape else None)
     if segment is not None:
         seg_time, seg_peak, cuts, origin = segment
         found = ("" if best is None else

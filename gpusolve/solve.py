@@ -154,16 +154,22 @@ def plan_summary(plan, head: str, ops_detail: str = "") -> str:
     return "\n".join(lines + [f"note: {n}" for n in plan.notes])
 
 
+def json_number(value):
+    """``value``, or None where it is not finite (an infeasible plan's time is infinite): JSON has no
+    NaN nor Infinity, and ``--json`` refused such a plan."""
+    return value if value is None or np.isfinite(value) else None
+
+
 def plan_dict(plan, **extra) -> dict:
     """The JSON-ready ``to_dict()`` shared by :class:`Plan` and :class:`gpusolve.join.JoinPlan`: the
     common fields, the class's own ``extra`` ones, the feasible part of the curve and the schedule."""
     finite = np.isfinite(plan.curve.time_ms)
-    return {"feasible": plan.feasible, "predicted_time_ms": plan.predicted_time_ms,
+    return {"feasible": plan.feasible, "predicted_time_ms": json_number(plan.predicted_time_ms),
             "predicted_peak_bytes": plan.predicted_peak_bytes, "budget_bytes": plan.budget_bytes,
             "bucket_bytes": plan.bucket_bytes, "buckets": plan.buckets, **extra,
             "solve_seconds": plan.solve_seconds, "timings": dict(plan.timings),
             "min_feasible_bytes": plan.min_feasible_bytes, "store_all_time_ms": plan.store_all_time_ms,
-            "overhead": plan.overhead, "notes": list(plan.notes),
+            "overhead": json_number(plan.overhead), "notes": list(plan.notes),
             "curve": {"budget_bytes": [int(b) for b in plan.curve.budget_bytes[finite]],
                       "time_ms": [float(t) for t in plan.curve.time_ms[finite]]},
             "schedule": schedule_to_json(plan.schedule)}

@@ -18,14 +18,8 @@ _UNITS = {
 _PATTERN = re.compile(r"^\s*([+-]?[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
 
-def parse_bytes(value: int | float | str, what: str = "size") -> int:
-    """Return a byte count from a number (Python's or NumPy's) or a string such as ``"6GiB"``.
-
-    Binary suffixes (KiB, MiB, GiB, TiB, and the short K/M/G/T) are powers of 1024,
-    decimal ones (KB, MB, GB, TB) powers of 1000. Fractions are rounded down to whole bytes.
-    Raises ``ValueError`` naming ``what`` for anything else, negative or non-finite values, or more
-    than :data:`MAX_BYTES`.
-    """
+def _number_and_scale(value, what: str) -> tuple:
+    """(number, bytes per unit) of a size (:func:`parse_bytes`'s forms), refused when negative."""
     if isinstance(value, str):
         match = _PATTERN.match(value)
         if not match or match.group(2).lower() not in _UNITS:
@@ -39,6 +33,25 @@ def parse_bytes(value: int | float | str, what: str = "size") -> int:
     if number < 0:
         example = value.strip().lstrip("-") if isinstance(value, str) else f"{-number:g}"
         raise ValueError(f"{what} {value!r} is negative: give a size of 0 bytes or more, e.g. {example!r}")
+    return number, scale
+
+
+def parse_amount(value, what: str = "size") -> float:
+    """Bytes from a size as :func:`parse_bytes` reads it, fractions kept and no upper bound: the
+    amount in a rate (``"0.5B/ms"``, ``"12GB/s"``), which is no size a device holds."""
+    number, scale = _number_and_scale(value, what)
+    return float(number) * scale
+
+
+def parse_bytes(value: int | float | str, what: str = "size") -> int:
+    """Return a byte count from a number (Python's or NumPy's) or a string such as ``"6GiB"``.
+
+    Binary suffixes (KiB, MiB, GiB, TiB, and the short K/M/G/T) are powers of 1024,
+    decimal ones (KB, MB, GB, TB) powers of 1000. Fractions are rounded down to whole bytes.
+    Raises ``ValueError`` naming ``what`` for anything else, negative or non-finite values, or more
+    than :data:`MAX_BYTES`.
+    """
+    number, scale = _number_and_scale(value, what)
     if not math.isfinite(number):
         raise ValueError(f"{what} must be a finite, non-negative size, got {value!r}")
     if number * scale > MAX_BYTES:
@@ -89,7 +102,7 @@ def parse_duration_ms(value, what: str = "latency") -> float:
     Raises ``ValueError`` naming ``what`` for anything else, negative or non-finite values."""
     if isinstance(value, bool):
         raise ValueError(f"{what} must be ms or a string like '0.01ms', got {value!r}")
-    if isinstance(value, (int, float)):
+    if isinstance(value, numbers.Real):  # NumPy's numbers too (bools refused above)
         ms = float(value)
     elif isinstance(value, str) and _TIME.match(value):
         match = _TIME.match(value)

@@ -474,3 +474,54 @@ def test_outputs_sharing_a_storage_are_never_swapped():
         plan = solve_offload(chain, m, link, bucket=1, backend="cpu")
         swapped = {op.stage for op in plan.schedule if op.kind is OpKind.OFFLOAD}
         assert plan.feasible and not swapped & set(never.tolist()), (m, swapped)
+
+
+@pytest.mark.filterwarnings("ignore::gpusolve.FallbackWarning")
+def test_a_useless_link_is_never_slower_than_recompute_only():
+    """Over a link of 0 B/s the combined table equals the chain DP's, but "auto" solves a short chain
+    with no bucket exactly: the comparison with gpusolve.solve (Note [Never slower than recompute only])
+    was skipped there, and a review's 13-stage chain got 29.57 against 24.71 ms at 2971 B."""
+    import json
+    from gpusolve import solve
+    rng = np.random.default_rng(143)
+    chain = random_chain(rng, int(rng.integers(3, 14)), scale=int(rng.choice([10**3, 10**6])))
+    useless = Link.parse("0B/s")
+    assert useless.is_useless
+    plain = solve(chain, 2971)
+    plan = solve_offload(chain, 2971, useless)
+    assert plan.predicted_time_ms <= plain.predicted_time_ms * (1 + 1e-12), (plan.predicted_time_ms, plain.predicted_time_ms)
+    assert plan.recompute_only is not None
+    json.dumps(plan.to_dict(), allow_nan=False)
+
+
+def test_an_offload_plan_without_a_table_value_is_valid_json():
+    """dp_time_ms is NaN where no table value made the plan (an infeasible plan, the least-peak fallback):
+    --json refused it ("Out of range float values are not JSON compliant"); it is null there, and so is an
+    infeasible plan's infinite time, of any solver."""
+    import json
+    from gpusolve import solve
+    chain = random_chain(np.random.default_rng(7), 5)
+    plan = solve_offload(chain, 1, Link.parse("12GB/s"), backend="cpu", strict=False)
+    assert not plan.feasible and math.isnan(plan.dp_time_ms)
+    data = json.loads(json.dumps(plan.to_dict(), allow_nan=False))
+    assert data["dp_time_ms"] is None and data["predicted_time_ms"] is None
+    data = json.loads(json.dumps(solve(chain, 1, backend="cpu", strict=False).to_dict(), allow_nan=False))
+    assert data["predicted_time_ms"] is None and data["overhead"] is None
+
+
+def test_rates_keep_fractions_refuse_bits_and_take_numpy_numbers():
+    """A review's rates: '0.5B/ms' became 0 (a useless link, silently), '12Gb/s' was read as 12 GB/s,
+    '-5GB/s' suggested '5GB', NumPy numbers were refused as not numbers, and a link's dict without its
+    keys raised a bare KeyError."""
+    assert parse_rate("0.5B/ms") == 0.5 and parse_rate("0.5/ms") == 0.5
+    assert parse_rate("1e15GB/s") == pytest.approx(1e21)  # no device size limit on a rate
+    with pytest.raises(ValueError, match="lowercase b reads as bits.*'12GB/s'"):
+        parse_rate("12Gb/s")
+    with pytest.raises(ValueError, match="negative.*'5GB/s'"):
+        parse_rate("-5GB/s")
+    assert parse_rate(np.int64(5)) == 5.0 and parse_rate(np.float32(2.5)) == 2.5
+    link = Link(np.int64(5), np.int64(6), np.float32(0.5))
+    assert (link.d2h_bytes_per_ms, link.h2d_bytes_per_ms, link.latency_ms) == (5.0, 6.0, 0.5)
+    with pytest.raises(ValueError, match=r"needs 'd2h_bytes_per_ms'.*\['h2d_bytes_per_ms'\] is missing"):
+        Link.from_dict({"d2h_bytes_per_ms": 5})
+    assert Link.from_dict(Link.parse("12GB/s", latency_ms="0.01ms").to_dict()) == Link.parse("12GB/s", latency_ms="0.01ms")

@@ -675,3 +675,14 @@ def test_offload_executor_time_ops_fills_the_row_or_keeps_it():
     time_ops(row, wrapped, broken, FAST, x.device, errors, "mlp combined 33%")
     assert row == {"step_ms": 1.5, "op_times_error": "RuntimeError: CUDA out of memory"}
     assert errors == ["mlp combined 33%: --op-times raised RuntimeError: CUDA out of memory"]
+
+
+def test_the_plan_is_an_offload_plan_where_plain_autograd_fits():
+    """With offload= given, wrapped.plan has the link and the swaps where plain autograd fits too (a plain
+    Plan before: plan.swaps raised AttributeError at "100%")."""
+    from gpusolve.offload.solver import OffloadPlan
+    x = torch.randn(16, 4, dtype=DT, requires_grad=True)
+    wrapped = wrap(mlp(width=24, depth=8), offload=FAST, budget="100%")
+    wrapped.prepare(x)
+    assert isinstance(wrapped.plan, OffloadPlan) and wrapped.plan.link == FAST and wrapped.plan.swaps == 0
+    assert any("plain autograd fits" in note for note in wrapped.plan.notes)

@@ -1433,7 +1433,7 @@ class CheckpointedSequential(_PlannedModule):
     autograd. ``bucket``/``backend`` are passed to :func:`gpusolve.solve`.
 
     ``offload``: plans may also move held checkpoints to host memory while later stages run (the
-    combined recompute + offload DP, :func:`gpusolve.offload.solver.solve_offload`, CPU solver only;
+    combined recompute + offload DP, :func:`gpusolve.offload.solver.solve_offload`, on the CPU or CUDA backend;
     spec ``offload.md`` B.4.1), over this host link: a :class:`gpusolve.offload.link.Link`, a rate string
     such as ``"12GB/s"`` (both directions), or ``"measure"`` (:func:`torch_exec.offload.measure_link` on
     the input's CUDA device, once per device). Host buffers are pinned once per plan and a copy stream
@@ -1658,7 +1658,7 @@ class CheckpointedSequential(_PlannedModule):
             # Not measured (profiled stage by stage): the solver's store-all schedule runs instead,
             # whose peak the model predicts (plain autograd's can be above the model's store-all peak).
             chain = plain
-            plan = plan_from_schedule(plain, store_all(plain), plain_peak if budget is None else budget)
+            plan = plan_from_schedule(plain, store_all(plain), plain_peak if budget is None else budget, link=link)
             plan.predicted_peak_bytes = plain_peak
             plan.feasible = True  # judged by the measured peak of this very step
             plan.notes = [f"plain autograd fits the budget (its peak {plan.predicted_peak_bytes} B, measured when "

@@ -240,7 +240,7 @@ def offload_records(chain: Chain, budget, link: Link, bucket=None, backend: str 
     rows = []
     combined = solve_offload(chain, budget_bytes, link, bucket=bucket, backend=backend, strict=False)
     plans = [("combined (gpusolve)", combined)]
-    if recompute:  # the combined solve ran it (Note [Never slower than recompute only]) unless the link is useless
+    if recompute:  # the combined solve ran it where it could differ (Note [Never slower than recompute only])
         other = combined.recompute_only
         plans.append(("recompute only (gpusolve)", other if other is not None else
                       solve(chain, budget_bytes, bucket=bucket, backend=backend, strict=False)))

@@ -12,21 +12,23 @@ and the combined DP is the recompute DP. An infinite bandwidth leaves only the l
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from dataclasses import dataclass
 
-from ..units import parse_bytes, parse_duration_ms
+from ..units import parse_amount, parse_duration_ms
 
 _RATE = re.compile(r"^\s*(.+?)\s*/\s*(s|sec|ms)\s*$", re.IGNORECASE)
 
 
 def parse_rate(value, what: str = "bandwidth") -> float:
     """Bytes per millisecond from a number (already bytes/ms) or a string such as ``"12GB/s"``,
-    ``"11.5GiB/s"`` or ``"4MB/ms"`` (sizes as :func:`gpusolve.units.parse_bytes`: GB = 1e9, GiB =
-    2^30). ``"inf"`` is an unlimited link, 0 a useless one. Raises ``ValueError`` naming ``what``."""
+    ``"11.5GiB/s"`` or ``"4MB/ms"`` (sizes as :func:`gpusolve.units.parse_amount` reads them: GB = 1e9,
+    GiB = 2^30, fractions kept; a lowercase b, bits, is refused). ``"inf"`` is an unlimited link, 0 a
+    useless one. Raises ``ValueError`` naming ``what``."""
     if isinstance(value, bool):
         raise ValueError(f"{what} must be bytes/ms or a string like '12GB/s', got {value!r}")
-    if isinstance(value, (int, float)):
+    if isinstance(value, numbers.Real):  # NumPy's numbers too (bools refused above)
         rate = float(value)
     elif isinstance(value, str):
         text = value.strip()
@@ -39,10 +41,14 @@ def parse_rate(value, what: str = "bandwidth") -> float:
             raise ValueError(f"{what} {value!r} is not a rate: give a size per second or per ms such as '12GB/s' "
                              f"or '12e6/ms' (a bare number is bytes/ms only from Python)")
         size, unit = match.group(1), match.group(2).lower()
-        try:
-            number = float(size)  # a bare number keeps its fraction (0.5/ms)
-        except ValueError:
-            number = float(parse_bytes(size, what))
+        if size.startswith("-"):
+            raise ValueError(f"{what} {value!r} is negative: give a rate >= 0 such as {text.lstrip('-')!r} (0 means "
+                             f"a useless link)")
+        if size.endswith("b"):  # Gb/s: a lowercase b reads as bits
+            bits = size[:-1].rstrip()
+            raise ValueError(f"{what} {value!r}: a lowercase b reads as bits, and rates are in bytes; give "
+                             f"'{bits}B/{match.group(2)}' for bytes, or divide by 8 for bits")
+        number = parse_amount(size, what)  # fractions kept: 0.5B/ms is no useless link
         rate = number / 1000.0 if unit in ("s", "sec") else number
     else:
         raise ValueError(f"{what} must be bytes/ms or a string like '12GB/s', got {value!r}")
@@ -65,11 +71,11 @@ class Link:
     def __post_init__(self):
         for name in ("d2h_bytes_per_ms", "h2d_bytes_per_ms"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or value < 0:
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isnan(value) or value < 0:
                 raise ValueError(f"{name} = {value!r}: a bandwidth must be a number >= 0 (0 means a useless link)")
             object.__setattr__(self, name, float(value))
         lat = self.latency_ms
-        if isinstance(lat, bool) or not isinstance(lat, (int, float)) or not math.isfinite(lat) or lat < 0:
+        if isinstance(lat, bool) or not isinstance(lat, numbers.Real) or not math.isfinite(lat) or lat < 0:
             raise ValueError(f"latency_ms = {lat!r}: the latency must be a finite number of ms >= 0")
         object.__setattr__(self, "latency_ms", float(lat))
         if self.channels != 1:
@@ -111,9 +117,15 @@ class Link:
 
     @classmethod
     def from_dict(cls, data: dict) -> "Link":
+        missing = [key for key in ("d2h_bytes_per_ms", "h2d_bytes_per_ms") if key not in data]
+        if missing:
+            raise ValueError(f"a link's dict needs 'd2h_bytes_per_ms' and 'h2d_bytes_per_ms' (bytes per ms, as "
+                             f"Link.to_dict() and torch_exec.offload.measure_link() give), and {missing} "
+                             f"{'is' if len(missing) == 1 else 'are'} missing from {sorted(data)}; or give a rate "
+                             f"string such as '12GB/s'")
         return cls(parse_rate(data["d2h_bytes_per_ms"], "d2h_bytes_per_ms"),
                    parse_rate(data["h2d_bytes_per_ms"], "h2d_bytes_per_ms"),
-                   float(data.get("latency_ms", 0.0)), int(data.get("channels", 1)))
+                   parse_duration_ms(data.get("latency_ms", 0.0), "latency_ms"), int(data.get("channels", 1)))
 
 
 def _is_zero(text: str) -> bool:

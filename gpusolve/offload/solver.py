@@ -16,8 +16,8 @@ from ..dp.minpeak import min_feasible_bytes, min_peak_policy
 from ..dp.problem import Problem
 from ..schedule import OpKind, policy_to_schedule
 from ..simulate import budget_bytes_of, simulate, store_all_time_ms
-from ..solve import (Curve, Plan, _infeasible, auto_is_exact, exact_candidates, pick_kernel_backend, slack_buckets,
-                     solve, table_progress)
+from ..solve import (Curve, Plan, _infeasible, auto_is_exact, exact_candidates, json_number, pick_kernel_backend,
+                     slack_buckets, solve, table_progress)
 from ..units import format_bytes
 from . import dp as offload_dp
 from .link import Link
@@ -33,8 +33,11 @@ from .link import Link
 # bucket and backend (the chain DP; exact where "auto" would take it) and keeps the faster plan,
 # the combined one on a tie. Cost: one chain solve, 0.14-0.54 x the offload fill's time on the CPU
 # (more on the short chains; bench/results/offload_curves.md), where it gave the plan in 1 of 27 rows.
-# Over a useless link the two tables are equal bit for bit and nothing more is solved; nor where
-# only the table's curve is read (offload_curve_data: reference=False; at 50-25 % on
+# Over a useless link the two tables are equal bit for bit, and so are the plans, unless "auto" takes
+# the exact DP for gpusolve.solve (a short chain, no bucket given): only then is it solved. Skipped
+# there too before, a review's 13-stage chain got 29.57 ms over a link of 0 B/s against 24.71 ms
+# without --offload (tests/test_offload_dp.py). Nothing more is solved where only the table's curve
+# is read (offload_curve_data: reference=False; at 50-25 % on
 # densenet121_fine_b32 that solve took 17-22 s on the CPU, timings.recompute_only in
 # bench/results/offload_curves.json).
 
@@ -53,13 +56,15 @@ class OffloadPlan(Plan):
     dp_time_ms: float = float("nan")
     swaps: int = 0
     # gpusolve.solve's plan at the same budget, bucket and backend (Note [Never slower than recompute
-    # only]); None over a useless link or where it is infeasible.
+    # only]); None where it is infeasible, not asked for (``reference=False``), or the same plan (a useless
+    # link, the same backend).
     recompute_only: Plan | None = field(default=None, kw_only=True, compare=False, repr=False)
 
     def to_dict(self) -> dict:
         other = self.recompute_only
         return super().to_dict() | {"link": None if self.link is None else self.link.to_dict(),
-                                    "dp_time_ms": self.dp_time_ms, "swaps": self.swaps,
+                                    "dp_time_ms": json_number(self.dp_time_ms),  # NaN: no table value made it
+                                    "swaps": self.swaps,
                                     "recompute_only_time_ms": None if other is None else other.predicted_time_ms}
 
 
@@ -127,10 +132,11 @@ def solve_offload(chain: Chain, budget, link, bucket=None, backend: str = "auto"
     best = exact_candidates(chain, problem, table, full_curve, buckets, budget_bytes, peak_of)
     timings["recover"] = time.perf_counter() - clock
     recompute = None  # gpusolve.solve's plan, Note [Never slower than recompute only]
-    if reference and not link.is_useless:
+    reference_backend = "exact" if auto_is_exact(backend, bucket, chain.n) else name
+    if reference and not (link.is_useless and reference_backend == name):
         clock = time.perf_counter()
         recompute = solve(chain, budget_bytes, bucket=bucket, strict=False, progress=progress,
-                          backend="exact" if auto_is_exact(backend, bucket, chain.n) else name)
+                          backend=reference_backend)
         timings["recompute_only"] = time.perf_counter() - clock
         if not recompute.feasible:
             recompute = None

@@ -1301,3 +1301,23 @@ def test_a_deep_copy_trains_on_its_own_parameters():
         torch.testing.assert_close(loss_of(other(*args, **kwargs)), loss_of(wrapped(*args, **kwargs)), rtol=0, atol=0)
     averaged = torch.optim.swa_utils.AveragedModel(wrapped)
     averaged.update_parameters(wrapped)
+
+
+def test_a_full_budget_runs_plain_autograd_when_the_caller_keeps_the_loss():
+    """A "100%" budget is plain autograd's peak in the caller's loop: with caller_keeps="loss", the step
+    keeping only the loss. The plain path was judged against the step holding every output (above it),
+    so a frozen model whose chain model counts a little more than that step was refused at "100%"
+    (a review's BERT linear probe: "this input needs at least 102.6%")."""
+    model, args, kwargs, loss_of = A.make("gpt2")
+    for p in list(model.parameters())[: len(list(model.parameters())) * 3 // 4]:
+        p.requires_grad_(False)
+    wrapped = te.auto_checkpoint(model, "100%", caller_keeps="loss")
+    wrapped.prepare(*args, **kwargs)
+    from torch_exec.executor import reference_peak_bytes
+    peak, what = reference_peak_bytes(wrapped.executor._last)
+    assert wrapped.plan.budget_bytes == peak < plain_peak_bytes(wrapped.executor._last) and "only the loss" in what
+    assert any("plain autograd fits" in note for note in wrapped.plan.notes), wrapped.plan.notes
+    wrapped.measure_memory()
+    loss_of(wrapped(*args, **kwargs)).backward()
+    record = wrapped.memory_report()[-1]
+    assert record.within_budget, record

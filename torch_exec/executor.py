@@ -646,6 +646,16 @@ def plain_peak_bytes(entry) -> int:
     return max(store_all_peak_bytes(entry.plain_chain), entry.floor_bytes)
 
 
+def plain_least_bytes(entry) -> int | None:
+    """The least budget at which the plain path runs this entry: plain autograd's measured peak in the
+    caller's loop (:func:`reference_peak_bytes`) and the shared leaves' buffers it does not see, or None
+    where it was not measured. The chain model's least budget can be above it (a frozen prefix: a review's
+    BERT linear probe, 102.6 % of it); the lower of the two is the wrapper's least budget."""
+    if not plain_peak_measured(entry):
+        return None
+    return reference_peak_bytes(entry)[0] + entry.unseen_shared_bytes
+
+
 def reference_peak_bytes(entry) -> tuple[int, str]:
     """(the plain autograd peak a percentage budget is taken of, what step it is): with
     ``caller_keeps="loss"`` the profiler's step that keeps and back-propagates only the loss (the
@@ -1506,7 +1516,9 @@ class CheckpointedSequential(_PlannedModule):
         """The least budget under which this wrapper can run the latest input signature (bytes)."""
         if self._last is None:
             return None
-        return max(least_budget_bytes(self._last.exec_chain, self._last.link), self._last.floor_bytes)
+        model = max(least_budget_bytes(self._last.exec_chain, self._last.link), self._last.floor_bytes)
+        plain = plain_least_bytes(self._last)
+        return model if plain is None else min(model, plain)
 
     def prepare(self, *sample_input, profile: dict | None = None) -> Plan:
         """Profile and solve for inputs like ``sample_input`` now (otherwise the first call does it).
@@ -1646,11 +1658,14 @@ class CheckpointedSequential(_PlannedModule):
         plain = entry.plain_chain
         chain = entry.exec_chain
         budget = resolved = self.budget_bytes_for(entry)
-        plain_peak = plain_peak_bytes(entry)
+        # plain autograd's measured peak in the caller's loop: with caller_keeps="loss", the step that keeps only
+        # the loss (a "100%" budget is that peak, which the step holding every output is above)
+        plain_peak = reference_peak_bytes(entry)[0]
         link = entry.link = self.link_for(entry.device) if entry.device is not None else None
         # the buffers of shared leaves read through a closure on top of the measured peak, which does not see them
         # (Note [Shared leaves split tape runs])
-        plain_fits = budget is None or (plain_peak_measured(entry) and plain_peak + entry.unseen_shared_bytes <= budget)
+        plain_least = plain_least_bytes(entry)
+        plain_fits = budget is None or (plain_least is not None and plain_least <= budget)
         if self.schedule_fn is not None:
             plan = plan_from_schedule(chain, self.schedule_fn(chain), budget, link=link)
         elif plain_fits:
@@ -1667,7 +1682,13 @@ class CheckpointedSequential(_PlannedModule):
             try:
                 plan = self._solve_above_floor(entry, chain, budget, link)
             except InfeasibleBudgetError as err:
-                ceiling = self._percent_ceiling(entry, err.min_bytes)
+                ceiling = self._percent_ceiling(entry, err.min_bytes)  # a ceiling the solver can plan within
+                if ceiling is None and plain_least is not None and plain_least < err.min_bytes:
+                    # the plain path's least is the wrapper's least (plain_least_bytes)
+                    err = InfeasibleBudgetError(
+                        f"budget {format_bytes(budget)} ({budget} B) is below plain autograd's measured peak "
+                        f"{plain_least} B, at which it runs (the chain model's least budget, {err.min_bytes} B, "
+                        f"is above it); raise the budget to at least {plain_least} B", plain_least)
                 if ceiling is None:
                     more = (_needs_at_least(err, self.budget, reference_peak_bytes(entry)[0])
                             if isinstance(self.budget, str) else "")

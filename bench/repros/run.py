@@ -22,7 +22,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 from _common import cpu_description  # noqa: E402
 
 SCRIPTS = ("grad_hooks", "autograd_grad_measured", "returned_input", "measure_before_first_call", "tuple_fp16",
-           "cat_slice", "googlenet_aux", "paper_kept_past_hooks", "model_state_changes", "frozen_probe")
+           "cat_slice", "googlenet_aux", "paper_kept_past_hooks", "model_state_changes", "frozen_probe",
+           "autocast_export_grads")
 
 
 def main(argv=None) -> int:

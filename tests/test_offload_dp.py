@@ -525,3 +525,26 @@ def test_rates_keep_fractions_refuse_bits_and_take_numpy_numbers():
     with pytest.raises(ValueError, match=r"needs 'd2h_bytes_per_ms'.*\['h2d_bytes_per_ms'\] is missing"):
         Link.from_dict({"d2h_bytes_per_ms": 5})
     assert Link.from_dict(Link.parse("12GB/s", latency_ms="0.01ms").to_dict()) == Link.parse("12GB/s", latency_ms="0.01ms")
+
+
+def test_the_offload_dps_bucket_hint_counts_its_three_tables(monkeypatch):
+    """Too fine a bucket for host memory: the hint was sized for the chain DP's two tables, so following
+    it raised again ("the offload DP needs ... give a coarser bucket"); the default bucket raised instead of
+    coarsening. Both are sized for the offload DP's tables now."""
+    import re
+
+    from gpusolve.dp import buckets as B
+    from gpusolve.offload import dp as offload_dp
+    chain = random_chain(np.random.default_rng(3), 12, scale=10**6)
+    budget = store_all_peak_bytes(chain) // 2
+    default = B.table_fits_host(chain.n, budget // B.default_bucket(budget, "cpu"), offload_dp.TABLES / 2)[1]
+    monkeypatch.setattr(B, "available_host_bytes", lambda: default)  # a fraction of it is allowed: too little
+    with pytest.raises(MemoryError, match="use a bucket of at least") as err:
+        solve_offload(chain, budget, Link.parse("12GB/s"), bucket=1, backend="cpu")
+    hint = int(re.search(r"\((\d+) B\)", str(err.value)).group(1))
+    plan = solve_offload(chain, budget, Link.parse("12GB/s"), bucket=hint, backend="cpu")
+    assert plan.feasible and plan.bucket_bytes == hint
+    assert B.table_fits_host(chain.n, budget // hint, offload_dp.TABLES / 2)[0]
+    assert not B.table_fits_host(chain.n, budget // (hint * 99 // 100), offload_dp.TABLES / 2)[0]  # 1 % finer
+    plan = solve_offload(chain, budget, Link.parse("12GB/s"), backend="cpu")  # the default bucket coarsens
+    assert plan.feasible and any("the finest that fits" in note for note in plan.notes)

@@ -54,37 +54,40 @@ def check_user_bucket(budget_bytes: int, bucket) -> int:
     return bucket_bytes
 
 
-def choose_bucket(budget_bytes: int, n: int, backend: str, bucket=None, notes: list[str] | None = None) -> int:
+def choose_bucket(budget_bytes: int, n: int, backend: str, bucket=None, notes: list[str] | None = None,
+                  tables: float = 1.0) -> int:
     """The bucket (bytes) to solve a chain of ``n`` stages within ``budget_bytes`` on ``backend``.
 
-    ``bucket`` is the user's (None: ours). Notes on coarsening are appended to ``notes``.
+    ``bucket`` is the user's (None: ours). Notes on coarsening are appended to ``notes``. ``tables``: the
+    host tables as a multiple of the chain DP's (the offload DP keeps 3 where the chain DP keeps 2: 1.5).
     """
     notes = notes if notes is not None else []
     user = bucket is not None
     bucket_bytes = check_user_bucket(budget_bytes, bucket) if user else default_bucket(budget_bytes, backend)
     if backend == "cuda":
         return _fit_device(budget_bytes, bucket_bytes, n, user, notes)
-    return _fit_host(budget_bytes, bucket_bytes, n, user, notes)
+    return _fit_host(budget_bytes, bucket_bytes, n, user, notes, tables)
 
 
-def table_fits_host(n: int, buckets: int) -> tuple[bool, int, int]:
-    """(fits, bytes needed, bytes allowed) of the CPU backend's tables for ``n`` stages, ``buckets``."""
+def table_fits_host(n: int, buckets: int, tables: float = 1.0) -> tuple[bool, int, int]:
+    """(fits, bytes needed, bytes allowed) of the CPU backend's tables for ``n`` stages, ``buckets``
+    (``tables`` times the chain DP's, :func:`choose_bucket`)."""
     from .cpu import host_bytes_for
-    need = host_bytes_for(n, buckets)
+    need = int(host_bytes_for(n, buckets) * tables)
     available = available_host_bytes()
     allowed = int(HOST_MEMORY_FRACTION * available) if available else need
     return need <= allowed, need, allowed
 
 
-def _fit_host(budget_bytes: int, bucket_bytes: int, n: int, user: bool, notes: list[str]) -> int:
+def _fit_host(budget_bytes: int, bucket_bytes: int, n: int, user: bool, notes: list[str], tables: float = 1.0) -> int:
     from .cpu import host_bytes_for
-    fits, need, allowed = table_fits_host(n, budget_bytes // bucket_bytes)
+    fits, need, allowed = table_fits_host(n, budget_bytes // bucket_bytes, tables)
     if fits:
         return bucket_bytes
-    per_column = max(1, host_bytes_for(n, 1) - host_bytes_for(n, 0))
-    columns = max(1, (allowed - host_bytes_for(n, 0)) // per_column)  # buckets + 1
+    per_column = max(1, int((host_bytes_for(n, 1) - host_bytes_for(n, 0)) * tables))
+    columns = max(1, (allowed - int(host_bytes_for(n, 0) * tables)) // per_column)  # buckets + 1
     finest = -(-budget_bytes // max(int(columns) - 1, 1))
-    while finest < budget_bytes and not table_fits_host(n, budget_bytes // finest)[0]:
+    while finest < budget_bytes and not table_fits_host(n, budget_bytes // finest, tables)[0]:
         finest += max(1, finest // 1000)
     if user:
         raise MemoryError(f"the CPU solver needs {format_bytes(need)} for {n * (n + 1) // 2} pairs x "

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..chain import Chain
-from ..dp.buckets import choose_bucket, table_fits_host
+from ..dp.buckets import choose_bucket
 from ..dp.minpeak import min_feasible_bytes, min_peak_policy
 from ..dp.problem import Problem
 from ..schedule import OpKind, policy_to_schedule
@@ -102,7 +102,7 @@ def solve_offload(chain: Chain, budget, link, bucket=None, backend: str = "auto"
         return _as_offload(_infeasible(chain, budget_bytes, bucket, name, started, timings, notes, strict, minimum()),
                            link)
     try:
-        bucket_bytes = choose_bucket(budget_bytes, chain.n, "cpu", bucket, notes)
+        bucket_bytes = choose_bucket(budget_bytes, chain.n, "cpu", bucket, notes, tables=offload_dp.TABLES / 2)
     except ValueError:
         if budget_bytes < minimum():
             return _as_offload(_infeasible(chain, budget_bytes, bucket, name, started, timings, notes, strict,
@@ -110,12 +110,6 @@ def solve_offload(chain: Chain, budget, link, bucket=None, backend: str = "auto"
         raise
     buckets = budget_bytes // bucket_bytes
     slack = slack_buckets(chain.n, buckets) if bucket is None else 0
-    _, two_tables, allowed = table_fits_host(chain.n, buckets + slack)
-    # choose_bucket sized the chain DP's two tables; on CUDA the device's memory is checked by the fill
-    if name == "cpu" and two_tables * offload_dp.TABLES // 2 > allowed:
-        raise MemoryError(f"the offload DP needs {format_bytes(two_tables * offload_dp.TABLES // 2)} of tables at "
-                          f"bucket {format_bytes(bucket_bytes)} but {format_bytes(allowed)} of host memory may be "
-                          f"used: give a coarser bucket")
     problem = Problem.build(chain, bucket_bytes, buckets + slack)
     timings["setup"] = time.perf_counter() - started
     with table_progress(problem, f"offload DP, {name}", progress) as callback:

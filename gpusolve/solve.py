@@ -206,6 +206,10 @@ def solve(chain: Chain, budget, bucket=None, backend: str = "auto", strict: bool
         return _solve_exact(chain, budget_bytes, bucket, strict, progress, started, timings, notes)
     name, filler = _pick_backend(backend, notes)
     if budget_bytes < 1:
+        if budget_bytes >= min_feasible_bytes(chain):  # sizes all 0: no bucket to round to
+            _zero_budget_bucket(bucket)
+            notes.append("a budget of 0 B fits this chain, whose sizes are all 0: exact DP (no buckets)")
+            return _solve_exact(chain, budget_bytes, bucket, strict, progress, started, timings, notes)
         return _infeasible(chain, budget_bytes, bucket, name, started, timings, notes, strict)
     try:
         bucket_bytes = choose_bucket(budget_bytes, chain.n, name, bucket, notes)
@@ -266,6 +270,13 @@ def solve(chain: Chain, budget, bucket=None, backend: str = "auto", strict: bool
                 solve_seconds=time.perf_counter() - started, curve=curve, schedule=schedule, policy=policy,
                 store_all_time_ms=store_all_time_ms(chain), bytes_per_state=_bytes_per_state(name, problem),
                 notes=notes, timings=timings, chain=chain, known_min_bytes=known_min)
+
+
+def _zero_budget_bucket(bucket) -> None:
+    """A budget of 0 B fits a chain whose sizes are all 0, and no bucket divides it: one given is refused."""
+    if bucket is not None:
+        raise ValueError(f"a budget of 0 B fits this chain (its sizes are all 0), but no bucket ({bucket!r}) divides "
+                         f"it: leave the bucket out")
 
 
 def auto_is_exact(backend: str, bucket, n: int) -> bool:

@@ -548,3 +548,20 @@ def test_the_offload_dps_bucket_hint_counts_its_three_tables(monkeypatch):
     assert not B.table_fits_host(chain.n, budget // (hint * 99 // 100), offload_dp.TABLES / 2)[0]  # 1 % finer
     plan = solve_offload(chain, budget, Link.parse("12GB/s"), backend="cpu")  # the default bucket coarsens
     assert plan.feasible and any("the finest that fits" in note for note in plan.notes)
+
+
+def test_a_chain_of_zero_sizes_fits_a_zero_budget():
+    """Every size 0: the least budget is 0 B, and a budget of 0 B was refused as "below the minimum
+    feasible budget 0 B" by the bucketed backends and the offload solve (no bucket divides 0 B)."""
+    from gpusolve import solve
+    n = 2
+    zero = Chain(t_fwd=[1.0] * n, t_fwd_nograd=[1.0] * n, t_bwd=[2.0] * n, act_bytes=[0] * n, grad_bytes=[0] * n,
+                 tape_bytes=[0] * n, fwd_nograd_extra=[0] * n, fwd_grad_extra=[0] * n, bwd_extra=[0] * n)
+    assert min_feasible_bytes(zero) == 0
+    assert solve(zero, 0, backend="cpu").feasible
+    plan = solve_offload(zero, 0, Link.parse("1GB/s"), backend="cpu")
+    assert plan.feasible and plan.predicted_peak_bytes == 0 and plan.predicted_time_ms == 6.0
+    for run in (lambda: solve(zero, 0, backend="cpu", bucket=1),
+                lambda: solve_offload(zero, 0, Link.parse("1GB/s"), backend="cpu", bucket=1)):
+        with pytest.raises(ValueError, match="no bucket .* divides it: leave the bucket out"):
+            run()

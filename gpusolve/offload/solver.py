@@ -16,8 +16,8 @@ from ..dp.minpeak import min_feasible_bytes, min_peak_policy
 from ..dp.problem import Problem
 from ..schedule import OpKind, policy_to_schedule
 from ..simulate import budget_bytes_of, simulate, store_all_time_ms
-from ..solve import (Curve, Plan, _infeasible, auto_is_exact, exact_candidates, json_number, pick_kernel_backend,
-                     slack_buckets, solve, table_progress)
+from ..solve import (Curve, Plan, _infeasible, _zero_budget_bucket, auto_is_exact, exact_candidates, json_number,
+                     pick_kernel_backend, slack_buckets, solve, table_progress)
 from ..units import format_bytes
 from . import dp as offload_dp
 from .link import Link
@@ -99,6 +99,9 @@ def solve_offload(chain: Chain, budget, link, bucket=None, backend: str = "auto"
         return min_feasible_bytes(chain) if link.is_useless else offload_dp.min_offload_bytes(chain)
 
     if budget_bytes < 1:
+        if budget_bytes >= minimum():  # sizes all 0: nothing to move, nothing to bucket
+            _zero_budget_bucket(bucket)
+            return _as_offload(solve(chain, budget_bytes, strict=strict, progress=progress, backend="exact"), link)
         return _as_offload(_infeasible(chain, budget_bytes, bucket, name, started, timings, notes, strict, minimum()),
                            link)
     try:
@@ -185,7 +188,8 @@ def solve_offload(chain: Chain, budget, link, bucket=None, backend: str = "auto"
 
 
 def _as_offload(plan: Plan, link: Link) -> OffloadPlan:
-    """An infeasible :class:`Plan` (from :func:`gpusolve.solve._infeasible`) as an :class:`OffloadPlan`."""
+    """A :class:`Plan` as an :class:`OffloadPlan` over ``link``: an infeasible one (:func:`gpusolve.solve._infeasible`),
+    or the recompute-only plan of a chain whose sizes are all 0."""
     fields = {name: getattr(plan, name) for name in Plan.__dataclass_fields__}
     return OffloadPlan(**fields, link=link)
 

@@ -686,3 +686,17 @@ def test_the_plan_is_an_offload_plan_where_plain_autograd_fits():
     wrapped.prepare(x)
     assert isinstance(wrapped.plan, OffloadPlan) and wrapped.plan.link == FAST and wrapped.plan.swaps == 0
     assert any("plain autograd fits" in note for note in wrapped.plan.notes)
+
+
+def test_offload_with_the_exact_backend_is_refused_before_profiling():
+    """The combined DP has no exact backend: offload= with backend="exact" raised at the first call, after
+    profiling; now when the wrapper is made or re-planned (which then changes nothing)."""
+    model = mlp(width=8, depth=3)
+    with pytest.raises(ValueError, match="no 'exact' backend: pass backend='auto'"):
+        te.CheckpointedSequential(model, budget="50%", backend="exact", offload="12GB/s")
+    with pytest.raises(ValueError, match="no 'exact' backend"):
+        te.auto_checkpoint(model, "50%", backend="exact", offload="12GB/s")
+    wrapped = te.CheckpointedSequential(model, budget="50%", backend="exact")
+    with pytest.raises(ValueError, match="no 'exact' backend"):
+        wrapped.replan(offload="12GB/s")
+    assert wrapped.offload is None

@@ -241,7 +241,8 @@ from gpusolve.units import format_bytes
 
 from . import _util as U
 from .meter import MemoryMeter
-from .executor import CheckpointedSequential, _backend_setting, _budget_setting, _caller_keeps_setting
+from .executor import (CheckpointedSequential, _backend_setting, _budget_setting, _caller_keeps_setting,
+                       check_offload_backend)
 from .join import CheckpointedJoin
 
 MAX_CROSSING = 1
@@ -1520,6 +1521,7 @@ class AutoCheckpointed(nn.Module):
         self.bucket = parse_bucket(bucket)
         self.max_stages = DEFAULT_MAX_STAGES[backend] if max_stages is None else _max_stages_setting(max_stages)
         _check_executor_kwargs(executor_kwargs)
+        check_offload_backend(executor_kwargs.get("offload"), self.backend)
         self.capture_method = capture
         self.join = join
         self._executor_kwargs = dict(executor_kwargs)

@@ -259,7 +259,7 @@ from gpusolve.chain import Chain, clones_input
 from gpusolve.dp.buckets import parse_bucket
 from gpusolve.errors import FallbackWarning, InfeasibleBudgetError
 from gpusolve.offload.link import Link
-from gpusolve.offload.solver import OffloadPlan, solve_offload
+from gpusolve.offload.solver import OFFLOAD_BACKENDS, OffloadPlan, solve_offload
 from gpusolve.schedule import SWAP_OPS, Op, OpKind, policy_to_schedule
 from gpusolve.simulate import budget_bytes_of, simulate, store_all_peak_bytes, store_all_time_ms
 from gpusolve.solve import BACKENDS, Curve, Plan, release_device_memory, solve
@@ -1246,6 +1246,14 @@ def _offload_setting(offload):
                     f"'measure', got {offload!r}")
 
 
+def check_offload_backend(offload, backend: str) -> None:
+    """``offload=`` is solved by the combined DP, whose backends are :data:`OFFLOAD_BACKENDS`: another is
+    refused when the wrapper is made (or re-planned), not at the first call, after profiling."""
+    if offload is not None and backend not in OFFLOAD_BACKENDS:
+        raise ValueError(f"offload= is solved by the combined recompute + offload DP, which has no {backend!r} "
+                         f"backend: pass backend='auto' (the default), 'cpu' or 'cuda'")
+
+
 def _caller_keeps_setting(value) -> str:
     """``caller_keeps``: what of the model's output the caller holds through the backward (Note [The caller
     holds a_N]): "output" (all of it, the default) or "loss" (its scalar loss only)."""
@@ -1497,6 +1505,7 @@ class CheckpointedSequential(_PlannedModule):
         self._set_solver(budget, bucket, backend, profile_passes, profile_warmup, schedule_fn, preserve_rng_state,
                          network, measure_steps, profile_isolated)
         self.offload = _offload_setting(offload)
+        check_offload_backend(self.offload, self.backend)
         self._measured_links: dict = {}  # str(device) -> Link measured for offload="measure"
         # Bytes the caller's code adds right after the forward, above what the stages hold then, until the
         # backward reaches the output: counted at the end of stage N's forward (auto_checkpoint's block
@@ -1761,6 +1770,7 @@ class CheckpointedSequential(_PlannedModule):
         with self._all_or_nothing():
             if not (isinstance(offload, str) and offload == "keep"):
                 self.offload = _offload_setting(offload)
+                check_offload_backend(self.offload, self.backend)
             super().replan(budget, schedule_fn, profile)
 
     # ------------------------------------------------------------ forward

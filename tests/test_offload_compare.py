@@ -194,3 +194,19 @@ def test_cli_compare_offload_charges_a_profiles_shared_leaves(capsys, tmp_path):
     greedy = [rows[k]["GREEDY [O]"] for k in ("plain", "tied")]
     assert greedy[0]["feasible"] and (not greedy[1]["feasible"] or greedy[1]["peak_bytes"] > greedy[0]["peak_bytes"]
                                       or greedy[1]["time_ms"] > greedy[0]["time_ms"])
+
+
+def test_compare_table_shows_the_solve_time_not_its_phases(capsys):
+    """The text table printed the combined solve's whole timings dict (a line of 240 characters); it shows
+    the seconds, and --json keeps the phases."""
+    import json
+    from gpusolve.cli import main
+    assert main(["compare", "resnet50_b128", "--budget", "35%", "--offload", "--bandwidth", "50GB/s",
+                 "--backend", "cpu"]) in (0, None)
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("combined (gpusolve)"))
+    assert "timings=" not in line and "solve=" in line
+    assert main(["compare", "resnet50_b128", "--budget", "35%", "--offload", "--bandwidth", "50GB/s",
+                 "--backend", "cpu", "--json"]) in (0, None)
+    records = json.loads(capsys.readouterr().out)
+    rows = records if isinstance(records, list) else records.get("rows", records.get("records"))
+    assert any("dp" in r["detail"].get("timings", {}) for r in rows)

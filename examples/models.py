@@ -350,6 +350,19 @@ def gpt2(layers: int = 2, width: int = 32, heads: int = 4, vocab: int = 101, con
     return GPT2LMHeadModel(cfg)
 
 
+def bert_probe(seed: int = 0):
+    """A linear probe: transformers' BertForSequenceClassification (2 layers, width 128, 3 labels, random
+    weights) with its embeddings and encoder frozen, and a batch of 2 x 32 tokens (``(model, batch)``)."""
+    from transformers import BertConfig, BertForSequenceClassification
+    torch.manual_seed(seed)
+    model = BertForSequenceClassification(BertConfig(
+        vocab_size=1000, hidden_size=128, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+        max_position_embeddings=64, num_labels=3)).train()
+    for p in [*model.bert.encoder.parameters(), *model.bert.embeddings.parameters()]:
+        p.requires_grad_(False)
+    return model, dict(input_ids=torch.randint(0, 1000, (2, 32)), labels=torch.tensor([0, 2]))
+
+
 class _WideBlock(nn.Module):
     def __init__(self, width: int, hidden: int):
         super().__init__()

@@ -50,6 +50,18 @@ def _grads(model):
     return {n: (None if p.grad is None else p.grad.clone()) for n, p in model.named_parameters()}
 
 
+def _step_both(wrapped, reference, args, kwargs, loss_of, seed: int):
+    """One step of the wrapper and of plain autograd on ``reference`` from the same RNG state: the losses
+    equal bit for bit, then both backwards."""
+    torch.manual_seed(seed)
+    loss = loss_of(wrapped(*args, **kwargs))
+    torch.manual_seed(seed)
+    ref_loss = loss_of(reference(*args, **kwargs))
+    torch.testing.assert_close(loss, ref_loss, rtol=0, atol=0)
+    loss.backward()
+    ref_loss.backward()
+
+
 @pytest.fixture(params=MODELS)
 def case(request):
     model, args, kwargs, loss_of = A.make(request.param)
@@ -284,13 +296,7 @@ def test_blocks_fallback_when_the_graph_cannot_be_captured():
         _between(wrapped, args, kwargs)
     assert wrapped.capture.method == "blocks"
     for step in range(2):
-        torch.manual_seed(step)
-        loss = loss_of(wrapped(*args, **kwargs))
-        torch.manual_seed(step)
-        ref_loss = loss_of(reference(*args, **kwargs))
-        torch.testing.assert_close(loss, ref_loss, rtol=0, atol=0)
-        loss.backward()
-        ref_loss.backward()
+        _step_both(wrapped, reference, args, kwargs, loss_of, step)
     for (key, p), (_, q) in zip(model.named_parameters(), reference.named_parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-7, msg=key)
     # Called directly, the model is untouched by the substitution.
@@ -1245,13 +1251,7 @@ def test_parameters_unfrozen_after_the_first_call_get_their_gradients():
             m.zero_grad(set_to_none=True)
             for n, p in m.named_parameters():
                 p.requires_grad_(unfreeze or n not in frozen)
-        torch.manual_seed(step)
-        loss = loss_of(wrapped(*args, **kwargs))
-        torch.manual_seed(step)
-        ref_loss = loss_of(reference(*args, **kwargs))
-        torch.testing.assert_close(loss, ref_loss, rtol=0, atol=0)
-        loss.backward()
-        ref_loss.backward()
+        _step_both(wrapped, reference, args, kwargs, loss_of, step)
         got, want = _grads(model), _grads(reference)
         assert [k for k in want if (got[k] is None) != (want[k] is None)] == [], f"step {step}"
         for key in want:
@@ -1270,13 +1270,7 @@ def test_the_models_own_mode_switch_is_followed():
     wrapped.prepare(*args, **kwargs)  # captured in eval mode
     model.train()
     reference = copy.deepcopy(model)
-    torch.manual_seed(3)
-    loss = loss_of(wrapped(*args, **kwargs))
-    torch.manual_seed(3)
-    ref_loss = loss_of(reference(*args, **kwargs))
-    torch.testing.assert_close(loss, ref_loss, rtol=0, atol=0)
-    loss.backward()
-    ref_loss.backward()
+    _step_both(wrapped, reference, args, kwargs, loss_of, 3)
     for (key, b), (_, ref_b) in zip(model.named_buffers(), reference.named_buffers()):
         torch.testing.assert_close(b, ref_b, rtol=1e-5, atol=1e-7, msg=f"buffer {key}")  # running statistics
     model.eval()  # and back: the eval capture is kept

@@ -82,15 +82,9 @@ def test_a_frozen_encoders_least_budget_is_plain_autograds_peak(keeps):
     102.6 % of plain autograd's measured peak, at which the plain path runs. "100%" was refused with
     caller_keeps="loss" (the plain path was judged against the step holding every output), and "99%" said
     "needs at least 102.6%" while "100%" ran: the least budget is the lower of the two, and the error names it."""
-    import transformers as T
     from gpusolve.errors import InfeasibleBudgetError
-    torch.manual_seed(0)
-    model = T.BertForSequenceClassification(T.BertConfig(
-        vocab_size=1000, hidden_size=128, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
-        max_position_embeddings=64, num_labels=3)).train()
-    for p in [*model.bert.encoder.parameters(), *model.bert.embeddings.parameters()]:
-        p.requires_grad_(False)
-    batch = dict(input_ids=torch.randint(0, 1000, (2, 32)), labels=torch.tensor([0, 2]))
+    from models import bert_probe  # examples/models.py
+    model, batch = bert_probe()
     wrapped = te.auto_checkpoint(model, "100%", caller_keeps=keeps)
     wrapped.prepare(**batch)
     assert any("plain autograd fits" in note for note in wrapped.plan.notes)

@@ -2,6 +2,7 @@
 any-model tests (``tests/test_auto.py``) check ``auto_checkpoint`` on."""
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 
 import torch
@@ -348,6 +349,42 @@ def gpt2(layers: int = 2, width: int = 32, heads: int = 4, vocab: int = 101, con
     cfg = GPT2Config(n_layer=layers, n_embd=width, n_head=heads, vocab_size=vocab, n_positions=context,
                      bos_token_id=0, eos_token_id=0)
     return GPT2LMHeadModel(cfg)
+
+
+class GeluNew(nn.Module):
+    """transformers' NewGELUActivation: its multiplications save three Python numbers (0-dim float64),
+    which autograd keeps without calling the saved-tensor hooks."""
+
+    def forward(self, x):
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+class _KeepOnCtx(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.kept = x.exp()  # held by the node, not through save_for_backward: no pack hook sees it
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2 + 0 * ctx.kept
+
+
+class CtxKeep(nn.Module):
+    """A custom Function that keeps a tensor on its ctx (no saved-tensor hook sees it)."""
+
+    def forward(self, x):
+        return _KeepOnCtx.apply(x)
+
+
+def activation_mlp(act, seed: int = 0) -> nn.Sequential:
+    """Linear 4 -> 64, six (``act()``, Linear 64 -> 64), Linear 64 -> 3, in float64: the MLPs of Note [Kept
+    past the hooks] in torch_exec/paper_offload.py (``act``: :class:`GeluNew` or :class:`CtxKeep`)."""
+    torch.manual_seed(seed)
+    layers = [nn.Linear(4, 64)]
+    for _ in range(6):
+        layers += [act(), nn.Linear(64, 64)]
+    return nn.Sequential(*layers, nn.Linear(64, 3)).double()
 
 
 def bert_probe(seed: int = 0):

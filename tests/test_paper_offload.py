@@ -6,7 +6,8 @@ On the CPU the "host" copy is a second CPU tensor and the copies are synchronous
 order are those of CUDA (tests/test_torch_offload_gpu.py runs it on a device)."""
 from __future__ import annotations
 
-import math
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +20,9 @@ from torch_exec.meter import measure_peak  # noqa: E402
 from torch_exec.paper_offload import PaperOffloadRunner, planning_instance  # noqa: E402
 from torch import nn  # noqa: E402
 from _torch_helpers import DT, loss_of, mlp, wrap  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+from models import CtxKeep, GeluNew, activation_mlp  # noqa: E402  (examples/models.py)
 
 pytestmark = pytest.mark.filterwarnings("ignore::torch_exec.CPUTimingWarning",
                                         "ignore::gpusolve.FallbackWarning")
@@ -109,39 +113,12 @@ def test_tightest_plan_measures_its_prediction():
     assert peak == plan.predicted_peak_bytes - 2 * 64 * 3 * 8 + 16
 
 
-class _GeluNew(nn.Module):
-    """transformers' NewGELUActivation: its multiplications save three Python numbers (0-dim float64)."""
-
-    def forward(self, x):
-        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
-
-
-class _KeepOnCtx(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.kept = x.exp()  # held by the node, not through save_for_backward: no pack hook sees it
-        return x * 2
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad * 2 + 0 * ctx.kept
-
-
-class _CtxKeep(nn.Module):
-    def forward(self, x):
-        return _KeepOnCtx.apply(x)
-
-
-@pytest.mark.parametrize("act, kept", [(_GeluNew, 3 * 8), (_CtxKeep, 64 * 64 * 8)])
+@pytest.mark.parametrize("act, kept", [(GeluNew, 3 * 8), (CtxKeep, 64 * 64 * 8)])
 def test_what_autograd_keeps_past_the_hooks_stays_reserved(act, kept):
     # Note [Kept past the hooks]: the runner cannot move these bytes; counted as moved, the least budget's plan
-    # measured 95248 B above its prediction with _CtxKeep (24 B per GELU on transformers' GPT-2)
+    # measured 95248 B above its prediction with CtxKeep (24 B per GELU on transformers' GPT-2)
     from torch_exec.paper_offload import unhooked_bytes
-    torch.manual_seed(0)
-    layers = [nn.Linear(4, 64)]
-    for _ in range(6):
-        layers += [act(), nn.Linear(64, 64)]
-    model = nn.Sequential(*layers, nn.Linear(64, 3)).to(DT)
+    model = activation_mlp(act)
     x = torch.randn(64, 4, dtype=DT)
     wrapped = wrap(model)
     chain = planning_instance(wrapped, x)

@@ -1699,7 +1699,7 @@ class CheckpointedSequential(_PlannedModule):
                         f"{plain_least} B, at which it runs (the chain model's least budget, {err.min_bytes} B, "
                         f"is above it); raise the budget to at least {plain_least} B", plain_least)
                 if ceiling is None:
-                    more = (_needs_at_least(err, self.budget, reference_peak_bytes(entry)[0])
+                    more = (_needs_at_least(err, self.budget, plain_peak)
                             if isinstance(self.budget, str) else "")
                     more += self._loss_only_hint(entry, budget, link)
                     if not more:

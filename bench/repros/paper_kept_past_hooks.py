@@ -1,44 +1,21 @@
 """The offloading paper's plan at its least budget on MLPs whose stages keep bytes past the saved-tensor hooks:
 transformers' NewGELU (three Python numbers saved as 0-dim tensors) and a Function keeping a tensor on ``ctx``
 (Note [Kept past the hooks] in torch_exec/paper_offload.py)."""
-import math
+import sys
+from pathlib import Path
 
 from _setup import te, torch  # the tree under test: GS_ROOT
-from torch import nn
 
 from gpusolve.offload.compare import paper_least_bytes  # noqa: E402
 from gpusolve.offload.link import Link  # noqa: E402
 from torch_exec.meter import measure_peak  # noqa: E402
 from torch_exec.paper_offload import PaperOffloadRunner, planning_instance  # noqa: E402
 
-
-class GeluNew(nn.Module):
-    def forward(self, x):
-        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
-
-
-class _Keep(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.kept = x.exp()  # held by the node, not through save_for_backward
-        return x * 2
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad * 2 + 0 * ctx.kept
-
-
-class CtxKeep(nn.Module):
-    def forward(self, x):
-        return _Keep.apply(x)
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))  # this tree's models, any GS_ROOT
+from models import CtxKeep, GeluNew, activation_mlp  # noqa: E402
 
 for act in (GeluNew, CtxKeep):
-    torch.manual_seed(0)
-    layers = [nn.Linear(4, 64)]
-    for _ in range(6):
-        layers += [act(), nn.Linear(64, 64)]
-    model = nn.Sequential(*layers, nn.Linear(64, 3)).double()
+    model = activation_mlp(act)
     x = torch.randn(64, 4, dtype=torch.float64)
     wrapped = te.CheckpointedSequential(model, budget="1TiB", backend="cpu")
     link = Link.parse("1GB/s")

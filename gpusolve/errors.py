@@ -1,4 +1,22 @@
 """Exceptions and warnings of gpusolve (a module of its own so every backend can import them)."""
+import warnings
+
+# Note [Warnings once per process]
+# Python shows a "default" warning once per code location, but forgets what it showed whenever a
+# filter changes: every ``warnings.catch_warnings()`` (torch.export and the capture use several per
+# input signature) clears the registries. So a fact about the machine (CPU timings, no CUDA backend)
+# was repeated for every new input shape of a training run. ``warn_once`` shows a given (category,
+# text) once per process; the plan's notes still say it every time.
+_SHOWN: set = set()
+
+
+def warn_once(message: str, category=UserWarning, stacklevel: int = 2) -> None:
+    """``warnings.warn`` the first time this ``(category, message)`` is seen in the process (Note
+    [Warnings once per process]); later calls are silent."""
+    if (category, message) in _SHOWN:
+        return
+    _SHOWN.add((category, message))
+    warnings.warn(message, category, stacklevel=stacklevel + 1)
 
 
 class InfeasibleBudgetError(ValueError):

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import sys
 import time
-import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -36,7 +35,7 @@ from .dp.buckets import check_user_bucket, choose_bucket
 from .dp.minpeak import min_feasible_bytes, min_peak_policy, policy_peak_bytes
 from .dp.problem import BYTES_PER_STATE, Problem
 from .dp.segments import SegmentEvaluator
-from .errors import BackendUnavailableError, FallbackWarning, InfeasibleBudgetError
+from .errors import BackendUnavailableError, FallbackWarning, InfeasibleBudgetError, warn_once
 from .progress import pair_progress, table_work
 from .schedule import Op, Policy, policy_to_schedule, schedule_to_json, segments_policy
 from .simulate import budget_bytes_of, overhead, simulate, store_all_time_ms
@@ -546,13 +545,13 @@ def _pick_backend(backend: str, notes: list[str]):
 
 def _without_cuda(backend: str, err, notes: list[str], cpu_fill):
     """Where CUDA cannot run (``err`` says why): ``backend="cuda"`` raises BackendUnavailableError naming
-    the remedy; ``"auto"`` falls back to ``cpu_fill``, saying so in one line (a FallbackWarning, and in
-    ``notes``)."""
+    the remedy; ``"auto"`` falls back to ``cpu_fill``, saying so in one line (a FallbackWarning, once per
+    process, and in ``notes`` every time)."""
     if backend == "cuda":
         raise BackendUnavailableError(f"the CUDA backend cannot run: {err}; solve on the CPU instead (backend "
                                       f"'cpu', or 'auto', which falls back to it: --backend cpu/auto)") from None
     note = f"CUDA backend unavailable ({err}); solving on the CPU"
-    warnings.warn(note, FallbackWarning, stacklevel=4)
+    warn_once(note, FallbackWarning, stacklevel=4)  # Note [Warnings once per process]
     notes.append(note)
     return cpu_fill
 

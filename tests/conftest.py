@@ -84,3 +84,11 @@ def random_chain(rng: np.random.Generator, n: int, multi_tape: bool = True, scal
                  fwd_nograd_extra=sizes(5), fwd_grad_extra=sizes(5), bwd_extra=sizes(5),
                  input_bytes=int(rng.integers(0, scale)),
                  reserved_bytes=int(rng.integers(0, scale)) if rng.random() < 0.5 else 0, multi_tape=multi_tape)
+
+
+@pytest.fixture(autouse=True)
+def _warnings_shown_afresh():
+    """Each test sees its once-per-process warnings (Note [Warnings once per process])."""
+    from gpusolve import errors
+    errors._SHOWN.clear()
+    yield

@@ -1315,3 +1315,17 @@ def test_a_full_budget_runs_plain_autograd_when_the_caller_keeps_the_loss():
     loss_of(wrapped(*args, **kwargs)).backward()
     record = wrapped.memory_report()[-1]
     assert record.within_budget, record
+
+
+def test_cpu_timing_warning_once_across_input_signatures():
+    # Note [Warnings once per process]: each new input shape exports and profiles again, and the
+    # export's catch_warnings cleared Python's registry, so the warning repeated (3 times here)
+    torch.manual_seed(0)
+    wrapped = te.auto_checkpoint(A.WithCrossEntropy(nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 4))),
+                                 budget="100%")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        for n in (4, 8, 12):
+            wrapped(torch.randn(n, 16), torch.randint(0, 4, (n,))).backward()
+    assert len(wrapped._captures) == 3
+    assert sum(issubclass(w.category, te.CPUTimingWarning) for w in caught) == 1

@@ -235,6 +235,7 @@ import torch.utils._pytree as pytree
 from torch import fx, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from gpusolve.errors import warn_once
 from gpusolve.dp.buckets import parse_bucket
 from gpusolve.join.solve import JOIN_BACKENDS
 from gpusolve.units import format_bytes
@@ -1223,7 +1224,7 @@ def _capture_export(model: nn.Module, args: tuple, kwargs: dict, max_stages: int
                      f"{len(stages)} stages kept (max_stages={max_stages})")
         if few:
             notes.append(f"{few}, {LONG_LIVED_ADVICE}")
-            warnings.warn(f"auto_checkpoint: {few}, {LONG_LIVED_ADVICE}", UserWarning, stacklevel=5)
+            warn_once(f"auto_checkpoint: {few}, {LONG_LIVED_ADVICE}", UserWarning, stacklevel=5)
     # The prologue: every side value from the flat inputs.
     graph = fx.Graph()
     env = {}

@@ -92,7 +92,7 @@ from pathlib import Path
 import torch
 
 from gpusolve.chain import PROFILE_FORMAT, Chain
-from gpusolve.errors import FallbackWarning
+from gpusolve.errors import FallbackWarning, warn_once
 from gpusolve.progress import work_progress
 
 from ._util import (LeafReaders, ModelSnapshot, RngState, aliases, backward_segment, buffers_of, clone, copyable,
@@ -204,8 +204,8 @@ def profile_dict(stages, sample_input, passes: int = 5, warmup: int = 1, network
     state = stage_state(fns, modules)
     snapshot = ModelSnapshot(*state)
     if device.type != "cuda":
-        warnings.warn("profiling on the CPU: stage times are CPU times (perf_counter); memory is the CPU "
-                      "allocator's", CPUTimingWarning, stacklevel=3)
+        warn_once("profiling on the CPU: stage times are CPU times (perf_counter); memory is the CPU "
+                  "allocator's", CPUTimingWarning, stacklevel=3)  # Note [Warnings once per process]
     _PROFILING.depth = getattr(_PROFILING, "depth", 0) + 1
     try:
         stage_by_stage = bool(isolated)

@@ -13,7 +13,7 @@ from .data import THESIS_CASES
 from .dp.buckets import parse_bucket
 from .errors import BackendUnavailableError, FallbackWarning
 from .simulate import budget_bytes_of, store_all_peak_bytes
-from .units import format_bytes, parse_bytes
+from .units import exact_bytes, format_bytes, parse_bytes
 
 PROFILE_DIR = profiles.DIRECTORY
 DEMO_PROFILE = "densenet121_b64"
@@ -95,7 +95,7 @@ def comparison_table(records: list[dict], budget_bytes: int) -> str:
                      "yes" if r["feasible"] else "no", detail))
     widths = [max(len(row[c]) for row in rows) for c in range(len(header))]
     align = ["<", ">", ">", ">", "^", "<"]
-    lines = [f"budget {format_bytes(budget_bytes)} ({budget_bytes} B)"]
+    lines = [f"budget {exact_bytes(budget_bytes)}"]
     for n, row in enumerate(rows):
         lines.append("  ".join(f"{cell:{a}{w}}" for cell, a, w in zip(row, align, widths)).rstrip())
         if n == 0:

@@ -39,7 +39,7 @@ from .errors import BackendUnavailableError, FallbackWarning, InfeasibleBudgetEr
 from .progress import pair_progress, table_work
 from .schedule import Op, Policy, policy_to_schedule, schedule_to_json, segments_policy
 from .simulate import budget_bytes_of, overhead, simulate, store_all_time_ms
-from .units import format_bytes, parse_bytes
+from .units import exact_bytes, format_bytes, parse_bytes
 
 BACKENDS = ("auto", "cpu", "cuda", "exact")
 # "auto" solves chains of at most this many stages with the exact, bucket-free DP: the true optimum
@@ -469,17 +469,6 @@ def _solve_exact(chain: Chain, budget_bytes: int, bucket, strict: bool, progress
                 solve_seconds=time.perf_counter() - started, curve=curve, schedule=schedule, policy=policy,
                 store_all_time_ms=store_all_time_ms(chain), bytes_per_state=0, notes=notes, timings=timings,
                 chain=chain, known_min_bytes=int(peaks[0]))
-
-
-def exact_bytes(num_bytes: int) -> str:
-    """A size with enough digits to tell two budgets apart: ``2.3987 GiB (2575560704 B)``."""
-    value = float(num_bytes)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024 or unit == "GiB":
-            break
-        value /= 1024
-    text = f"{int(num_bytes)} B" if unit == "B" else f"{value:.4f} {unit} ({int(num_bytes)} B)"
-    return text
 
 
 def _bytes_per_state(backend: str, problem: Problem) -> int:

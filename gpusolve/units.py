@@ -122,3 +122,15 @@ def format_bytes(num_bytes: float) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
         value /= 1024
     return f"{value:.2f} GiB"  # pragma: no cover
+
+
+
+def exact_bytes(num_bytes: int) -> str:
+    """A size with enough digits to tell two budgets apart and the exact count a fix may pass on:
+    ``'2.3987 GiB (2575560704 B)'``, ``'670 B'``."""
+    value = float(num_bytes)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024 or unit == "GiB":
+            break
+        value /= 1024
+    return f"{int(num_bytes)} B" if unit == "B" else f"{value:.4f} {unit} ({int(num_bytes)} B)"

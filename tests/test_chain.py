@@ -321,3 +321,11 @@ def test_stage_counts_say_why_stages_were_merged():
     both = Chain.from_profile(data | {"stages": [head, relu, loss]})
     assert both.stages_text() == \
         "1 stage (3 profiled; 2 merged: 1 in place, 1 where no backward saves the tensor between)"
+
+
+def test_exact_bytes_names_the_count_once():
+    from gpusolve.units import exact_bytes
+    assert exact_bytes(670) == "670 B"  # was "670 B (670 B)" in the bucket hints
+    assert exact_bytes(0) == "0 B"
+    assert exact_bytes(3 * 2**30) == "3.0000 GiB (3221225472 B)"
+    assert exact_bytes(1536) == "1.5000 KiB (1536 B)"

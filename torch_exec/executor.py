@@ -263,7 +263,7 @@ from gpusolve.offload.solver import OFFLOAD_BACKENDS, OffloadPlan, solve_offload
 from gpusolve.schedule import SWAP_OPS, Op, OpKind, policy_to_schedule
 from gpusolve.simulate import budget_bytes_of, simulate, store_all_peak_bytes, store_all_time_ms
 from gpusolve.solve import BACKENDS, Curve, Plan, release_device_memory, solve
-from gpusolve.units import format_bytes, parse_budget, parse_bytes, parse_percentage
+from gpusolve.units import exact_bytes, format_bytes, parse_budget, parse_bytes, parse_percentage
 
 from . import _util as U
 from . import opclock
@@ -1657,7 +1657,7 @@ class CheckpointedSequential(_PlannedModule):
         solver's least budget is the least)."""
         if budget < entry.floor_bytes:
             raise InfeasibleBudgetError(
-                f"budget {format_bytes(budget)} ({budget} B) is below the {entry.floor_bytes} B the step reaches "
+                f"budget {exact_bytes(budget)} is below the {entry.floor_bytes} B the step reaches "
                 f"outside the stages (the model's code before its blocks, which checkpointing the blocks cannot "
                 f"lower: Note [The rest of the model] in torch_exec/auto.py); raise the budget to at least "
                 f"{entry.floor_bytes} B", entry.floor_bytes)
@@ -1695,7 +1695,7 @@ class CheckpointedSequential(_PlannedModule):
                 if ceiling is None and plain_least is not None and plain_least < err.min_bytes:
                     # the plain path's least is the wrapper's least (plain_least_bytes)
                     err = InfeasibleBudgetError(
-                        f"budget {format_bytes(budget)} ({budget} B) is below plain autograd's measured peak "
+                        f"budget {exact_bytes(budget)} is below plain autograd's measured peak "
                         f"{plain_least} B, at which it runs (the chain model's least budget, {err.min_bytes} B, "
                         f"is above it); raise the budget to at least {plain_least} B", plain_least)
                 if ceiling is None:

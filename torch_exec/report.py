@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from gpusolve.units import format_bytes
+from gpusolve.units import exact_bytes, format_bytes
 
 from ._util import allocator_reserve_bytes
 from .meter import MemoryMeter
@@ -268,7 +268,7 @@ class StepMeter:
             warnings.warn(
                 f"step {record.step}: measured peak {format_bytes(record.beyond_param_grads)} "
                 f"({record.beyond_param_grads} B, beyond parameter gradients) exceeds the budget "
-                f"{format_bytes(budget)} ({budget} B) by {over} B; the plan predicted "
+                f"{exact_bytes(budget)} by {over} B; the plan predicted "
                 f"{format_bytes(record.predicted_peak)}. What the caller computes from the model's output (its loss) "
                 f"is measured too but not planned for; beyond that, the profile under-estimated a stage's memory: re-profile "
                 f"(model.replan(profile=True)) or lower the budget by the excess; model.memory_report() has every "

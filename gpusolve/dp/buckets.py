@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 
-from ..units import format_bytes, parse_bytes
+from ..units import exact_bytes, format_bytes, parse_bytes
 
 # Buckets per budget when the caller leaves the bucket to us.
 DEFAULT_BUCKETS = {"cpu": 1024, "cuda": 8192}
@@ -92,7 +92,7 @@ def _fit_host(budget_bytes: int, bucket_bytes: int, n: int, user: bool, notes: l
     if user:
         raise MemoryError(f"the CPU solver needs {format_bytes(need)} for {n * (n + 1) // 2} pairs x "
                           f"{budget_bytes // bucket_bytes + 1} buckets but {format_bytes(allowed)} of host memory "
-                          f"may be used; use a bucket of at least {format_bytes(finest)} ({finest} B)")
+                          f"may be used; use a bucket of at least {exact_bytes(finest)}")
     notes.append(f"the CPU table at bucket {format_bytes(bucket_bytes)} needs {format_bytes(need)} but "
                  f"{format_bytes(allowed)} of host memory may be used; using bucket {format_bytes(finest)} "
                  f"({budget_bytes // finest} buckets), the finest that fits")
@@ -122,7 +122,7 @@ def device_memory_message(need: int, n: int, buckets: int, free: int, finest: in
     """The one message for a CUDA table that does not fit the device."""
     return (f"the CUDA table needs {format_bytes(need)} ({need} B: {n * (n + 1) // 2} pairs x {buckets + 1} "
             f"buckets x 4 B) but {format_bytes(free)} of device memory is free; "
-            f"use a bucket of at least {format_bytes(finest)} ({finest} B)")
+            f"use a bucket of at least {exact_bytes(finest)}")
 
 
 def uniform_buckets(n: int) -> int:

@@ -34,7 +34,7 @@ import numpy as np
 from ..dp import cuda as chain_cuda
 from ..dp.problem import ceil_div
 from ..errors import BackendUnavailableError  # noqa: F401  (callers catch join.cuda.BackendUnavailableError)
-from ..units import format_bytes
+from ..units import exact_bytes, format_bytes
 from .dp import JoinProblem, JoinTable
 
 COMPILE_OPTIONS = chain_cuda.COMPILE_OPTIONS
@@ -195,7 +195,7 @@ def choose_device_bucket(net, budget_bytes: int, bucket, default_bucket: int, no
     if bucket is not None:
         raise MemoryError(f"the join tables need {format_bytes(need)} of device memory at bucket "
                           f"{format_bytes(chosen)} but {format_bytes(free)} may be used; use a bucket of at least "
-                          f"{format_bytes(finest)} ({finest} B)")
+                          f"{exact_bytes(finest)}")
     notes.append(f"the join tables at bucket {format_bytes(chosen)} need {format_bytes(need)} of device memory but "
                  f"{format_bytes(free)} may be used; using bucket {format_bytes(finest)}")
     return finest

@@ -28,9 +28,9 @@ import numpy as np
 
 from ..dp.buckets import HOST_MEMORY_FRACTION, available_host_bytes, check_user_bucket
 from ..errors import InfeasibleBudgetError
-from ..solve import (Curve, PlanBase, exact_bytes, pick_kernel_backend, plan_dict, plan_summary, slack_band_fit,
+from ..solve import (Curve, PlanBase, pick_kernel_backend, plan_dict, plan_summary, slack_band_fit,
                      slack_buckets, slack_note)
-from ..units import format_bytes, parse_budget
+from ..units import exact_bytes, format_bytes, parse_budget
 from .baselines import equiv_chain, split_budget, store_all
 from .bytesim import simulate_join, store_all_join_peak_bytes
 from .dp import JoinProblem, fill_join, host_bytes_for, min_peak_join
@@ -101,7 +101,7 @@ def choose_join_bucket(net: JoinNet, budget_bytes: int, bucket=None, notes: list
     if user:
         raise MemoryError(f"the join tables need {format_bytes(need)} at bucket {format_bytes(chosen)} but "
                           f"{format_bytes(allowed)} of host memory may be used; use a bucket of at least "
-                          f"{format_bytes(finest)} ({finest} B)")
+                          f"{exact_bytes(finest)}")
     notes.append(f"the join tables at bucket {format_bytes(chosen)} need {format_bytes(need)} but "
                  f"{format_bytes(allowed)} of host memory may be used; using bucket {format_bytes(finest)}")
     return finest

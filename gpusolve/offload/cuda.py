@@ -39,7 +39,7 @@ from ..chain import Chain
 from ..dp import cuda as chain_cuda
 from ..dp.problem import Problem
 from ..errors import BackendUnavailableError  # noqa: F401  (callers catch offload.cuda.BackendUnavailableError)
-from ..units import format_bytes
+from ..units import exact_bytes, format_bytes
 from .dp import OffloadTable, SwapArrays
 from .link import Link
 
@@ -149,7 +149,7 @@ def finest_fitting_bucket(budget_bytes: int, n: int, free_bytes: int) -> int:
 def _memory_message(problem: Problem, need: int, free: int) -> str:
     finest = finest_fitting_bucket(problem.bucket_bytes * problem.buckets, problem.n, free)
     return (f"the offload DP's two planes need {format_bytes(need)} of device memory at {problem.buckets} buckets "
-            f"but {format_bytes(free)} may be used; use a bucket of at least {format_bytes(finest)} ({finest} B)")
+            f"but {format_bytes(free)} may be used; use a bucket of at least {exact_bytes(finest)}")
 
 
 # ---------------------------------------------------------------------------- availability

@@ -442,6 +442,25 @@ def test_unsupported_backward_calls_are_refused_before_touching_grads():
     assert all(p.grad is not None for p in join.parameters())
 
 
+@pytest.mark.parametrize("call", ["backward_inputs", "autograd_grad"])
+def test_calls_naming_only_parameters_are_refused_not_ignored(call):
+    # the parameters reached no node of the step: the engine skipped its backward, and the named
+    # parameters were left without gradients, with no error
+    xs = [x.detach() for x in inputs(2)]
+    join = te.CheckpointedJoin([list(tower(0)), list(tower(1))], Head(2), budget="1GiB", **OPTS,
+                               schedule_fn=lambda net: random_join_policy(random.Random(0), net, 1.0))
+    named = [next(join.parameters())]
+    loss = join(*xs)
+    with pytest.raises(RuntimeError, match="not supported through a checkpointed join"):
+        if call == "backward_inputs":
+            loss.backward(inputs=named)
+        else:
+            torch.autograd.grad(loss, named)
+    assert all(p.grad is None for p in join.parameters())
+    loss.backward()  # the step is still intact
+    assert all(p.grad is not None for p in join.parameters())
+
+
 def test_plain_autograd_runs_when_its_measured_step_fits():
     xs = inputs(2)
 

@@ -85,8 +85,8 @@ from gpusolve.units import parse_budget
 from . import _util as U
 from .executor import (NOT_MEASURED, TURN, CheckpointedSequential, ProgramSplit, Runtime, _backward_runtime,
                        _backward_segment,
-                       _compiler_disable, _detached_results, _keep_graph, _needs_at_least,
-                       _PlannedModule, _standin_params, annotate, executor_chain, interpret,
+                       _compiler_disable, _detached_results, _keep_graph, _needs_at_least, _ParamTap,
+                       _PlannedModule, _standin_params, _tap_params, annotate, executor_chain, interpret,
                        output_out_of_tape)
 from .meter import MemoryMeter
 from .profiler import chain_from_profile, profile_dict, profiling
@@ -634,7 +634,11 @@ class CheckpointedJoin(_PlannedModule):
         flat = [t for x in inputs for t in U.tensors(x)]
         if self._begin_step(entry, flat[0].device):
             return self._plain_step(lambda: self._plain(inputs))
-        tap = torch.empty(0, requires_grad=True)
+        # The parameters reach the Function through a tap, so that a call naming only them
+        # (backward(inputs=[...]), autograd.grad) runs its backward and meets _NAMED_ERROR instead of
+        # leaving them without gradients, silently; the tap itself passes no gradient on.
+        params = _tap_params(self, self._meter.own_hooks())
+        tap = _ParamTap.apply([], *params) if params else torch.empty(0, requires_grad=True)
         box: list = []
         results = _JoinFunction.apply((entry, self.preserve_rng_state, box, self._meter), tap, *flat)
         results = iter(results if isinstance(results, tuple) else (results,))

@@ -400,6 +400,51 @@ def bert_probe(seed: int = 0):
     return model, dict(input_ids=torch.randint(0, 1000, (2, 32)), labels=torch.tensor([0, 2]))
 
 
+class _ProbeTower(nn.Module):
+    def __init__(self, d_in: int, width: int, depth: int, dim: int):
+        super().__init__()
+        layers = []
+        for i in range(depth):
+            layers += [nn.Linear(d_in if i == 0 else width, width), nn.ReLU()]
+        self.backbone = nn.Sequential(*layers)
+        self.proj = nn.Linear(width, dim)
+
+    def forward(self, x):
+        return self.proj(self.backbone(x))
+
+
+class FrozenTwoTower(nn.Module):
+    """A two-tower (CLIP-style) linear probe: an image MLP and a text tower (embedding, MLP), both
+    backbones frozen, their projections trained; ``(images (B, 768), ids (B, 8)) -> loss``."""
+
+    def __init__(self):
+        super().__init__()
+        self.image = _ProbeTower(768, 512, 6, 32)
+        self.text = nn.Sequential(nn.Embedding(100, 64), nn.Flatten(), _ProbeTower(64 * 8, 256, 4, 32))
+        for tower in (self.image.backbone, self.text[0], self.text[2].backbone):
+            tower.requires_grad_(False)
+
+    def forward(self, images, ids):
+        a = F.normalize(self.image(images), dim=1)
+        b = F.normalize(self.text(ids), dim=1)
+        return F.cross_entropy(a @ b.T / 0.07, torch.arange(a.shape[0], device=a.device))
+
+
+def plain_step_peak(model: nn.Module, args: tuple) -> int:
+    """Plain autograd's whole step on ``model(*args)`` (a loss), its peak of allocated bytes measured
+    around the call with parameter gradients allocated before (the CPU allocator, or the device's)."""
+    from torch_exec.meter import MemoryMeter
+    for p in model.parameters():
+        if p.requires_grad:
+            p.grad = torch.zeros_like(p)
+    device = next(t.device for t in args if isinstance(t, torch.Tensor))
+    with MemoryMeter(device) as meter:
+        start = meter.mark()
+        model(*args).backward()
+        end = meter.mark()
+    return meter.between(start, end).peak
+
+
 class _WideBlock(nn.Module):
     def __init__(self, width: int, hidden: int):
         super().__init__()

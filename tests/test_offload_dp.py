@@ -520,6 +520,12 @@ def test_rates_keep_fractions_refuse_bits_and_take_numpy_numbers():
     with pytest.raises(ValueError, match="negative.*'5GB/s'"):
         parse_rate("-5GB/s")
     assert parse_rate(np.int64(5)) == 5.0 and parse_rate(np.float32(2.5)) == 2.5
+    # a second review: '12GB/s/s' was refused quoting '12GB/s', and '1e400GB/s' was an unlimited link
+    with pytest.raises(ValueError, match=r"'12GB/s/s' is not a rate"):
+        parse_rate("12GB/s/s")
+    with pytest.raises(ValueError, match=r"'1e400GB/s' is beyond any number.*'inf'"):
+        parse_rate("1e400GB/s")
+    assert parse_rate("inf") == float("inf")
     link = Link(np.int64(5), np.int64(6), np.float32(0.5))
     assert (link.d2h_bytes_per_ms, link.h2d_bytes_per_ms, link.latency_ms) == (5.0, 6.0, 0.5)
     with pytest.raises(ValueError, match=r"needs 'd2h_bytes_per_ms'.*\['h2d_bytes_per_ms'\] is missing"):
@@ -565,3 +571,12 @@ def test_a_chain_of_zero_sizes_fits_a_zero_budget():
                 lambda: solve_offload(zero, 0, Link.parse("1GB/s"), backend="cpu", bucket=1)):
         with pytest.raises(ValueError, match="no bucket .* divides it: leave the bucket out"):
             run()
+
+
+def test_a_useless_links_plan_says_so():
+    # a review: offload="0" gave only "offloading saves nothing at this budget", not why
+    chain = random_chain(np.random.default_rng(5), 8, scale=10**6)
+    budget = store_all_peak_bytes(chain) * 3 // 4
+    useless = solve_offload(chain, budget, Link.parse("0"), backend="cpu")
+    assert useless.swaps == 0 and "bandwidth 0" in useless.notes[0]
+    assert not any("bandwidth 0" in n for n in solve_offload(chain, budget, Link.parse("12GB/s"), backend="cpu").notes)

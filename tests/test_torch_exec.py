@@ -715,3 +715,48 @@ def test_stages_unfrozen_after_profiling_are_profiled_again():
         step()
         _, reading = measure_peak(step)
         assert len(wrapped.plans) == 2 and reading.peak <= budget, (reading.peak, budget)
+
+
+def test_recomputed_stages_start_from_the_buffers_their_first_run_saw():
+    # Note [Recomputing from the step's buffers]: spectral norm updates _u and _v, then reads them; a
+    # re-run on clones of the updated buffers computed another weight (0.01 % off plain autograd)
+    from torch.nn.utils import parametrizations
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(6):
+        layers += [parametrizations.spectral_norm(nn.Linear(64, 64)), nn.Tanh()]
+    model = nn.Sequential(*layers, nn.Linear(64, 10))
+    reference = copy.deepcopy(model)
+    x, y = torch.randn(32, 64) * 3, torch.randint(0, 10, (32,))
+    wrapped = te.CheckpointedSequential(model, budget="100%")
+    wrapped.prepare(x)
+    wrapped.replan(wrapped.min_budget_bytes)
+    assert any(op.kind.name == "FWD_NOGRAD" for op in wrapped.plan.schedule)
+    writes = wrapped._last.buffer_writes  # the profile's: the spectral norms write _u and _v, the head nothing
+    assert all(writes[1:-1]) and not writes[-1]
+    nn.functional.cross_entropy(wrapped(x), y).backward()
+    nn.functional.cross_entropy(reference(x), y).backward()
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=0, atol=0)
+    for a, b in zip(model.buffers(), reference.buffers()):
+        assert torch.equal(a, b)
+
+
+def test_a_sequentials_wrapper_keeps_its_state_dict_names():
+    # Note [A Sequential's own names]: the keys were stages.<i>.<name>, so neither checkpoint loaded into the other
+    torch.manual_seed(0)
+    seq = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 2))
+    wrapped = te.CheckpointedSequential(seq, budget="100%")
+    assert list(wrapped.state_dict()) == list(seq.state_dict())
+    plain = copy.deepcopy(seq)
+    for p in plain.parameters():
+        p.data.add_(1)
+    plain.load_state_dict(wrapped.state_dict())
+    wrapped.load_state_dict(plain.state_dict())
+    assert [p is q for p, q in zip(wrapped.parameters(), seq.parameters())] == [True] * 6
+    assert [type(m).__name__ for m in wrapped.stages] == ["Linear", "BatchNorm1d", "ReLU", "Linear"]
+    twin = copy.deepcopy(wrapped)
+    x = torch.randn(4, 8)
+    torch.testing.assert_close(twin(x), seq(x), rtol=0, atol=0)
+    listed = te.CheckpointedSequential([nn.Linear(8, 8), torch.relu, nn.Linear(8, 2)], budget="100%")
+    assert list(listed.state_dict()) == ["stages.0.weight", "stages.0.bias", "stages.1.weight", "stages.1.bias"]

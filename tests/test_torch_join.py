@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import random
+import types
 
 import pytest
 
@@ -459,6 +460,28 @@ def test_calls_naming_only_parameters_are_refused_not_ignored(call):
     assert all(p.grad is None for p in join.parameters())
     loss.backward()  # the step is still intact
     assert all(p.grad is not None for p in join.parameters())
+
+
+def test_the_least_budget_is_plain_autograds_where_the_join_model_asks_more(monkeypatch):
+    # a review: the join named the join model's least (100.5 % of plain autograd's measured peak) while
+    # plain autograd runs at its peak; as for CheckpointedSequential, the least budget is the lower of the two
+    import torch_exec.join as J
+    xs = inputs(2)
+    join = te.CheckpointedJoin([list(tower(0)), list(tower(1))], Head(2), budget="1GiB", **OPTS)
+    join.prepare(*xs)
+    plain = join.plain_peak_bytes_for(join._last)
+    above = plain + 4096
+    monkeypatch.setattr(J, "min_peak_join", lambda net: types.SimpleNamespace(min_bytes=above))
+
+    def refuse(*args, **kwargs):
+        raise InfeasibleBudgetError(f"below the minimum feasible budget {above} B", above)
+    monkeypatch.setattr(J, "solve_join", refuse)
+    assert join.min_budget_bytes == plain
+    join.replan(budget=plain)
+    assert join.plan.decided_by == "plain autograd"
+    with pytest.raises(InfeasibleBudgetError, match=rf"below plain autograd's measured peak {plain} B") as err:
+        join.replan(budget="99%")
+    assert err.value.min_bytes == plain and "needs at least 100%" in str(err.value)
 
 
 def test_plain_autograd_runs_when_its_measured_step_fits():

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import random
+import warnings
 
 import pytest
 
@@ -16,6 +17,7 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 import torch_exec as te  # noqa: E402
+from torch_exec.report import MemoryBudgetWarning  # noqa: E402
 from gpusolve import InfeasibleBudgetError, store_all_peak_bytes  # noqa: E402
 from gpusolve.dp.minpeak import min_feasible_bytes  # noqa: E402
 from gpusolve.offload.dp import min_offload_bytes  # noqa: E402
@@ -489,27 +491,36 @@ def test_two_forwards_before_one_backward_and_retained_graph():
     assert all(torch.equal(a, b) for a, b in zip(want, got, strict=True))
 
 
-def test_measured_cpu_peak_holds_the_budget_after_the_first_step():
-    # On the CPU the host buffers are CPU memory too; from the second step on they exist before the
-    # step starts (pool), so the step's allocations are the device-side ones the plan counts.
+@pytest.mark.parametrize("grads_before", [True, False])
+def test_the_first_measured_step_of_a_cpu_offload_plan_reads_as_the_next(grads_before):
+    # On the CPU the host buffers are CPU memory too. A review: the first step of every plan allocates the pool's "host" buffers in the CPU memory it
+    # measures, and read over its budget by exactly them (later steps find them made before the meter
+    # started); the report warned and advised re-profiling, which makes a new pool. Note [Gradients set
+    # during the step] in torch_exec/report.py: a mark before each new buffer, which counts below after it.
     x = torch.randn(64, 4, dtype=DT)
     model = mlp(width=64, depth=8)
     wrapped = wrap(model, offload=FAST, bucket=1)
     wrapped.prepare(x)
     chain = wrapped._last.exec_chain
     budget = min_offload_bytes(chain) + (store_all_peak_bytes(chain) - min_offload_bytes(chain)) // 4
-    wrapped.replan(budget=budget)
+    wrapped.replan(budget=budget)  # a new plan: an empty pool
     assert wrapped.plan.swaps > 0
-    for p in model.parameters():
-        p.grad = torch.zeros_like(p)
-    loss_of(wrapped(x)).backward()
     wrapped.measure_memory(2)
-    for _ in range(2):
-        loss_of(wrapped(x)).backward()
-    records = wrapped.memory_report()[-2:]
-    assert len(records) == 2
-    for record in records:
-        assert record.measured_peak <= record.budget == budget, str(wrapped.memory_report())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", MemoryBudgetWarning)
+        for _ in range(2):
+            if grads_before:
+                for p in model.parameters():
+                    p.grad = torch.zeros_like(p)
+            else:
+                model.zero_grad(set_to_none=True)
+            loss_of(wrapped(x)).backward()
+        first, second = wrapped.memory_report()[-2:]
+    assert wrapped._last.copies.allocations > 0
+    assert first.measured_peak > second.measured_peak  # the buffers are in the first step's raw reading
+    assert first.beyond_param_grads == second.beyond_param_grads <= budget, str(wrapped.memory_report())
+    if grads_before:  # from the second step on the buffers come from the pool, made before the meter started
+        assert second.measured_peak <= budget
 
 
 def test_retained_graph_random_swap_policies():

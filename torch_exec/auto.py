@@ -28,6 +28,35 @@ Note [Cut points]
     The last stage returns every carrying tensor of the model's output; the output's structure
     (tuple, dict, a ``CausalLMOutput``) is rebuilt around them.
 
+Note [Side values nothing reads]
+    A frozen part of the model (a backbone whose parameters require no grad, a linear probe's encoder)
+    is side data too: its intermediates need no gradient. The prologue returns only the side values a
+    stage, the join's head or the model's output reads (the frozen part's last value, the masks); the
+    others are freed inside it after their last use, as plain autograd frees them. Returning them all
+    held a frozen backbone's every intermediate through the step: a two-tower probe measured 5.76x
+    plain autograd's peak, and "100%" was that much (bench/repros/rv_join_frozen_towers.py).
+
+Note [What a captured graph fixes]
+    ``torch.export`` runs the model's Python once and keeps the operations it issued: every value the
+    Python read is fixed in the graph. Beside the inputs, the training modes and the parameters'
+    dtypes and ``requires_grad`` (``module_state_key``), the input signature therefore holds each
+    module's scalar attributes (``Dropout.p``, a temperature the loop anneals) and which forward hooks
+    are registered (``captured_state_key`` in torch_exec/_util.py): changing one captures again, where
+    the graph captured before went on with the old value (a review: loss and gradients frozen at the
+    first step's temperature, 0.386 off). A forward hook runs while capturing, on FakeTensors too, and
+    what it does to outputs is in the graph; it does not run at each step, so the capture says so once
+    (hooks that must run every step, logging or activation statistics: ``capture="blocks"``).
+
+Note [Gradient hooks registered in the forward]
+    A forward that calls ``h.register_hook(fn)`` on an intermediate tensor (gradient scaling, a
+    gradient-reversal trick) changes the gradients of everything before ``h``. ``torch.export`` keeps
+    the operations, not the hook: the layers before it got plain gradients (a review: a third of plain
+    autograd's). The block fallback runs the model's code around the blocks once per step, with every
+    block call after the first returning the chain's output: a hook the model puts on a block's output
+    lands on the last block's. Both captures therefore watch ``Tensor.register_hook`` (a
+    ``TorchFunctionMode``, :class:`_TensorHooks`) in their checking run and refuse, naming the line; a
+    hook inside a block's own forward runs with the block and is left alone.
+
 Note [Join detection]
     A model with several inputs whose branches meet (CLIP's image and text towers, a Siamese or
     triplet network: one encoder applied to each input) has no cut inside its later branches: the
@@ -233,6 +262,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.utils._pytree as pytree
 from torch import fx, nn
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from gpusolve.errors import warn_once
@@ -241,9 +271,9 @@ from gpusolve.join.solve import JOIN_BACKENDS
 from gpusolve.units import format_bytes
 
 from . import _util as U
-from .meter import MemoryMeter
+from .meter import MemoryMeter, measure_peak
 from .executor import (CheckpointedSequential, _backend_setting, _budget_setting, _caller_keeps_setting,
-                       check_offload_backend)
+                       _compiler_disable, check_offload_backend)
 from .join import CheckpointedJoin
 
 MAX_CROSSING = 1
@@ -353,6 +383,7 @@ class Capture:
     tensors: list[tuple[str, torch.Tensor]] = field(default_factory=list)  # (name, tensor) of the model it reads
     executor: CheckpointedSequential | None = None
     side_bytes: int | None = None     # bytes the prologue makes (besides the inputs), once known
+    prologue_peak: int | None = None  # the prologue's peak on the first step (Note [Side values nothing reads])
     notes: list[str] = field(default_factory=list)
     blocks: object = None                # _Blocks of the fallback
     rest: "_Rest | None" = None          # the block fallback's code around its blocks (Note [The rest of the model])
@@ -674,6 +705,11 @@ def _choose(positions: list[int], weights: list[int], max_stages: int) -> list[i
 
 
 # ---------------------------------------------------------------------------- building the program
+def _global_forward_hooks() -> bool:
+    from torch.nn.modules import module as module_module
+    return bool(module_module._global_forward_hooks or module_module._global_forward_pre_hooks)
+
+
 def _export(model: nn.Module, args: tuple, kwargs: dict):
     """torch.export (non-strict), quiet: a failure is reported by the caller in one line."""
     loggers = [logging.getLogger(name) for name in ("torch", "torch._dynamo", "torch.export", "torch._export",
@@ -988,6 +1024,31 @@ def _drop_guards(gm: fx.GraphModule) -> None:
 CHECKPOINT_FUNCTION = "torch.utils.checkpoint.CheckpointFunction"  # reentrant torch.utils.checkpoint
 
 
+class _TensorHooks(TorchFunctionMode):
+    """Records where the code it watches registers gradient hooks on tensors (``Tensor.register_hook``),
+    except while ``paused`` (Note [Gradient hooks registered in the forward])."""
+
+    def __init__(self):
+        super().__init__()
+        self.sites: list[str] = []
+        self.paused = False
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is torch.Tensor.register_hook and not self.paused:
+            import traceback
+            frames = [f for f in traceback.extract_stack()[:-1]
+                      if "/torch/" not in f.filename and not f.filename.endswith("torch_exec/auto.py")]
+            self.sites.append(f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "the model's forward")
+        return func(*args, **(kwargs or {}))
+
+
+def _hooks_error(sites: list[str], where: str) -> CaptureError:
+    return CaptureError(f"the model registers a gradient hook on a tensor {where} (Tensor.register_hook at "
+                        f"{', '.join(sorted(set(sites))[:3])}), which {'torch.export drops' if 'forward' in where else 'would land on another tensor'} "
+                        f"(Note [Gradient hooks registered in the forward]); register it on a parameter, or inside a block's "
+                        f"own forward (if h.requires_grad: h.register_hook(fn))")
+
+
 def _custom_functions(model: nn.Module, args: tuple, kwargs: dict) -> list[str]:
     """The custom autograd Functions one forward of the model runs whose backward is not shown to be the
     derivative of their forward's operations, each as "name: why" (Note [Custom autograd Functions]);
@@ -997,13 +1058,16 @@ def _custom_functions(model: nn.Module, args: tuple, kwargs: dict) -> list[str]:
 
     def unpack(_):
         raise RuntimeError("a saved tensor was read in the forward")
+    hooks = _TensorHooks()
     try:
         with torch.enable_grad(), torch.random.fork_rng(U.all_rng_devices()), \
-                torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+                torch.autograd.graph.saved_tensors_hooks(pack, unpack), hooks:
             out = model(*args, **kwargs)
     except Exception as exc:  # noqa: BLE001 - the model's own errors are many: one line
         raise CaptureError(f"checking the model for custom autograd Functions (Note [Custom autograd Functions]) "
                            f"raised {type(exc).__name__}: {_first_line(exc)}") from None
+    if hooks.sites:
+        raise _hooks_error(hooks.sites, "in its forward")
     roots = [t.grad_fn for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
     del out
     classes = {f"{cls.__module__}.{cls.__qualname__}": cls for cls in _function_classes(roots)
@@ -1132,6 +1196,13 @@ def _capture_export(model: nn.Module, args: tuple, kwargs: dict, max_stages: int
                            + ("; auto_checkpoint plans the recomputation itself: call the layers without "
                               "torch.utils.checkpoint (transformers: model.gradient_checkpointing_disable())"
                               if any(f.startswith(CHECKPOINT_FUNCTION + ":") for f in functions) else ""))
+    hooked = [name or type(model).__name__ for name, m in model.named_modules()
+              if m._forward_hooks or m._forward_pre_hooks]
+    if hooked or _global_forward_hooks():
+        warn_once(f"auto_checkpoint: the forward hooks of {', '.join(hooked[:3]) or 'the global registry'}"
+                  f"{' and more' if len(hooked) > 3 else ''} run while the graph is captured (on FakeTensors too) and "
+                  f"not at each step; what they do to outputs is in the graph (Note [What a captured graph fixes]). "
+                  f"Hooks that must run every step: capture='blocks'", UserWarning, stacklevel=5)
     ep = _export(model, args, kwargs)
     gm = ep.module()
     _drop_guards(gm)
@@ -1225,7 +1296,10 @@ def _capture_export(model: nn.Module, args: tuple, kwargs: dict, max_stages: int
         if few:
             notes.append(f"{few}, {LONG_LIVED_ADVICE}")
             warn_once(f"auto_checkpoint: {few}, {LONG_LIVED_ADVICE}", UserWarning, stacklevel=5)
-    # The prologue: every side value from the flat inputs.
+    # The prologue: the side values a stage, the head or the output reads, from the flat inputs. The
+    # others (a frozen backbone's intermediates) are freed inside it, as plain autograd frees them:
+    # Note [Side values nothing reads].
+    read = {i for stage in stages for i in stage.side_index} | {v for kind, v in outputs if kind == "side"}
     graph = fx.Graph()
     env = {}
     for n in g.placeholders:
@@ -1235,7 +1309,7 @@ def _capture_export(model: nn.Module, args: tuple, kwargs: dict, max_stages: int
             if a not in env and a.op == "get_attr":
                 env[a] = graph.get_attr(a.target)
         env[n] = graph.node_copy(n, lambda a: env[a])
-    graph.output(tuple(env[n] for n in side_nodes))
+    graph.output(tuple(env[n] if i in read else None for i, n in enumerate(side_nodes)))
     prologue = fx.GraphModule(gm, graph)
     if concatenations:
         notes.append(f"{concatenations} concatenation(s) extend the one before (Note [Running concatenation])")
@@ -1498,6 +1572,23 @@ def _check_executor_kwargs(kwargs: dict) -> None:
                         f"budget, backend, bucket, sample, max_stages, capture, join and {', '.join(sorted(known))}")
 
 
+class _Forward:
+    """The wrapper's ``forward`` as an instance attribute with the model's signature: transformers'
+    Trainer keeps only the batch columns ``inspect.signature(model.forward)`` names, and the wrapper's
+    own ``(*args, **kwargs)`` named none (a review: every column dropped). Picklable and copyable with
+    the wrapper (a closure would not be)."""
+
+    def __init__(self, wrapper: "AutoCheckpointed"):
+        self.wrapper = wrapper
+
+    def __call__(self, *args, **kwargs):
+        return type(self.wrapper).forward(self.wrapper, *args, **kwargs)
+
+    @property
+    def __signature__(self) -> inspect.Signature:
+        return inspect.signature(self.wrapper._model.forward)
+
+
 class AutoCheckpointed(nn.Module):
     """``model`` trained under a memory budget: called exactly like ``model`` (same arguments, same
     outputs), with the model's parameters, buffers and ``state_dict`` names. See
@@ -1511,10 +1602,16 @@ class AutoCheckpointed(nn.Module):
                             f"use torch_exec.CheckpointedSequential(stages, budget=...)")
         if capture not in ("auto", "export", "blocks"):
             raise ValueError(f"capture must be 'auto', 'export' or 'blocks', got {capture!r}")
+        if getattr(model, "_compiled_call_impl", None) is not None:
+            raise ValueError("auto_checkpoint: the model was compiled in place (model.compile()), and the capture would "
+                             "read the compiler's graph instead of the model; wrap the model itself and compile the "
+                             "wrapper: torch.compile(auto_checkpoint(model, budget)) (a checkpointed step runs eagerly "
+                             "under it: Note [torch.compile] in torch_exec/executor.py)")
         object.__setattr__(self, "_model", model)
         for name in _STATE_DICTS:  # Note [Sharing the model's state]
             self.__dict__[name] = getattr(model, name)
         self.training = model.training
+        self.__dict__["forward"] = _Forward(self)  # the model's signature (Trainer's column filter)
         self.budget = _budget_setting(budget)  # a bad budget fails here, before any capture
         if "caller_keeps" in executor_kwargs:  # so does a bad caller_keeps
             _caller_keeps_setting(executor_kwargs["caller_keeps"])
@@ -1601,6 +1698,7 @@ class AutoCheckpointed(nn.Module):
         return f"{type(self._model).__name__}, budget={budget}"
 
     # ------------------------------------------------------------ preparing
+    @_compiler_disable
     def prepare(self, *args, **kwargs):
         """Capture, profile and solve for inputs like these now (otherwise the first call does it);
         returns the plan. Parameters, buffers, gradients and RNG state are left as they were."""
@@ -1641,8 +1739,9 @@ class AutoCheckpointed(nn.Module):
                 return ("O", type(v).__name__, id(v))
         leaves, spec = pytree.tree_flatten((args, dict(sorted(kwargs.items()))))
         # the model's own modes and frozen parameters, not the wrapper's mode: model.train() or a layer
-        # unfrozen after the first call changes them without the wrapper (a captured graph has them fixed)
-        return (tuple(leaf_key(v) for v in leaves), str(spec), U.module_state_key(self._model), U.autocast_key())
+        # unfrozen after the first call changes them without the wrapper (a captured graph has them fixed),
+        # and its attributes and forward hooks (Note [What a captured graph fixes])
+        return (tuple(leaf_key(v) for v in leaves), str(spec), U.captured_state_key(self._model), U.autocast_key())
 
     def _build(self, args, kwargs) -> Capture:
         errors = []
@@ -1754,6 +1853,7 @@ class AutoCheckpointed(nn.Module):
             return self._model(*args, **kwargs)
         return self._call_scheduled(args, kwargs)
 
+    @_compiler_disable  # capture, profiling and the step run eagerly: Note [torch.compile] in the executor
     def _call_scheduled(self, args, kwargs):
         kwargs = self._training_kwargs(kwargs)
         cap = self._capture_for(args, kwargs)
@@ -1784,9 +1884,32 @@ class AutoCheckpointed(nn.Module):
 
     @staticmethod
     def _run_prologue(cap: Capture, flat: list) -> None:
-        """Compute the step's side values (Note [Cut points]); the bytes they add are noted once."""
-        with torch.no_grad():
-            cap.side.values = list(cap.prologue(*flat))
+        """Compute the step's side values (Note [Cut points]); the bytes they add are noted once. Its peak
+        (a frozen part's forward) is measured on the first step, where it sets the executor's least
+        budget, and on measured steps, whose records count it (Note [Side values nothing reads])."""
+        device = U.tensors(flat)[0].device if U.tensors(flat) else torch.device("cpu")
+        meter = cap.executor._meter
+        reading = None
+        if cap.prologue_peak is None or meter.due(device):
+            try:
+                with torch.no_grad():
+                    values, reading = measure_peak(cap.prologue, *flat, device=device)
+                cap.side.values = list(values)
+                del values
+            except RuntimeError as err:  # a CPU meter under the user's own torch.profiler cannot start
+                if "profiler" not in str(err).lower():
+                    raise
+                warn_once(f"auto_checkpoint: the prologue's peak is not measured ({_first_line(err)}); the least "
+                          f"budget does not count it (Note [Side values nothing reads])", UserWarning, stacklevel=5)
+                cap.prologue_peak = 0 if cap.prologue_peak is None else cap.prologue_peak
+        if reading is not None:
+            if cap.prologue_peak is None:
+                cap.prologue_peak = reading.peak
+                cap.executor.floor_bytes = max(int(cap.executor.floor_bytes), reading.peak)
+            meter.note_before_peak(reading.peak)
+        else:
+            with torch.no_grad():
+                cap.side.values = list(cap.prologue(*flat))
         if cap.side_bytes is None:
             cap.side_bytes = side_nbytes(cap.side.values, flat, cap.tensors)
             if cap.side_bytes:
@@ -1886,8 +2009,21 @@ def _check_blocks(wrapper: AutoCheckpointed, cap: Capture, args, kwargs) -> None
     args, kwargs = pytree.tree_map(lambda v: v.detach() if isinstance(v, torch.Tensor) else v, (args, kwargs))
     with torch.random.fork_rng(devices):
         state = U.RngState.capture(devices)  # both runs draw the same numbers (CPU and CUDA)
-        with torch.no_grad():
-            ref = wrapper._model(*args, **kwargs)
+        # the reference run records a graph (saving nothing) so that the model's code around the blocks
+        # registers its gradient hooks, which are watched there: Note [Gradient hooks registered in the forward]
+        hooks = _TensorHooks()
+        pause = [b.register_forward_pre_hook(lambda *_: setattr(hooks, "paused", True)) for b in blocks.blocks]
+        pause += [b.register_forward_hook(lambda *_: setattr(hooks, "paused", False), always_call=True)
+                  for b in blocks.blocks]
+        try:
+            with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(lambda t: None, lambda _: None), hooks:
+                ref = pytree.tree_map(lambda v: v.detach() if isinstance(v, torch.Tensor) else v,
+                                      wrapper._model(*args, **kwargs))
+        finally:
+            for handle in pause:
+                handle.remove()
+        if hooks.sites:
+            raise _hooks_error(hooks.sites, f"between the blocks of '{blocks.name}'")
         state.restore()
         try:
             with torch.enable_grad(), _substituted(blocks, box, lambda h: _run_plain(cap.stages, h, cut=True)):
@@ -2029,7 +2165,8 @@ def _warn_many_captures(before: tuple, key: tuple, args, kwargs) -> None:
     where = [f"argument {_argument_name(path)} ({'shape' if a[0] == 'T' else 'value'})"
              for path, a, b in zip(paths, before[0], key[0]) if a != b] if len(before[0]) == len(key[0]) else []
     if before[2:] != key[2:]:
-        where.append("the modules' training modes, which parameters require grad, or autocast")
+        where.append("the modules' training modes, which parameters require grad, their dtypes, the modules' "
+                     "attributes or forward hooks, or autocast")
     warnings.warn(f"auto_checkpoint: {MANY_CAPTURES} input signatures captured so far, each profiled and solved once; "
                   f"the latest differs from the one before in {', '.join(where[:3]) or 'its arguments'}. Pass numbers "
                   f"that change every step (a token count, a step number) as tensors, and pad batches to a few "

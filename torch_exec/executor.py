@@ -193,6 +193,29 @@ Note [Retained graphs]
     plan's peak by them (plain autograd keeps its whole graph). A second backward after one that
     freed the graph raises.
 
+Note [Recomputing from the step's buffers]
+    A re-run of a stage must compute what its first run computed. Its buffers are swapped for
+    clones so that the step updates them once (BatchNorm's statistics), but clones of the buffers as
+    the first run left them recompute something else wherever a module updates a buffer and then
+    reads it: spectral norm's power iteration (``_u``, ``_v``), a running centre subtracted in
+    training. A review measured gradients 0.01 % (spectral norm) and 0.35 % (an EMA centre) off plain
+    autograd's at the least budget (bench/repros/rv_loop_buffer_read_recompute.py); BatchNorm, whose
+    training forward never reads its statistics, was exact. So a recomputed stage's buffers are cloned
+    before its first run (``Runtime.buffers``) and every re-run starts from clones of those. They are
+    held through the step: :func:`executor_chain` reserves the buffer bytes of every stage whose forward
+    writes a buffer (the profile's ``buffer_writes``: the buffers' version counters moved; the plan is not
+    known then), a few hundred bytes per BatchNorm. A stage that only reads its buffers (a table of
+    targets, a mask) needs no copy and reserves nothing: its predictions stay exact.
+
+Note [A Sequential's own names]
+    ``CheckpointedSequential(seq)`` for an ``nn.Sequential`` shares the Sequential's ``_parameters``,
+    ``_buffers`` and ``_modules`` dictionaries (as ``auto_checkpoint`` shares the model's: Note
+    [Sharing the model's state] in torch_exec/auto.py), so its ``state_dict()`` keys are the
+    Sequential's (``0.weight``, ``encoder.bias``) and a checkpoint saved from either loads into the
+    other. Before, the stages sat in a ``ModuleList`` named ``stages``: ``stages.0.weight``, numbered
+    over the module stages only. A list of stages, or ``modules=`` given, keeps ``stages.<i>`` (and
+    ``extra_modules.<i>``): there is no model whose names to keep.
+
 Note [Autocast's cache]
     Inside ``torch.autocast`` (its default ``cache_enabled=True``) each parameter's low-precision cast
     is kept until the outermost autocast region exits: a plan's forward phase, which frees what its
@@ -429,7 +452,8 @@ def caller_chain(chain: Chain, output_bytes: int, output_grad_held: bool = True,
 
 
 def executor_chain(chain: Chain, rng: list, sample, preserve_rng: bool, group_modules: list,
-                   output_grad_held: bool = True, output_bytes: int = 0, allocator: bool = True) -> Chain:
+                   output_grad_held: bool = True, output_bytes: int = 0, allocator: bool = True,
+                   buffer_writes: list | None = None) -> Chain:
     """The chain as the executor runs it: what it holds beyond the stages' tensors is reserved.
 
     - What any step holds beside the stages (:func:`caller_chain`): the gradient of a_N, a_N itself
@@ -439,7 +463,10 @@ def executor_chain(chain: Chain, rng: list, sample, preserve_rng: bool, group_mo
       numbers (counted for every such stage: the plan is not known yet), plus the copy
       ``fork_rng`` takes while one is replayed.
     - The clones of a stage's buffers that its re-runs work on: workspace of a no-grad re-run, part
-      of a recorded re-run's tape.
+      of a recorded re-run's tape; and, for a stage whose forward writes them (``buffer_writes``, indexed
+      by stage, 0 unused; None: every stage), the buffers as they were before its first run, which its
+      re-runs start from, held through the step (counted for every such stage: Note [Recomputing from
+      the step's buffers]).
     """
     device_type = U.tensors(sample)[0].device.type
     remainder = U.allocator_reserve_bytes(device_type) if allocator else 0
@@ -448,6 +475,8 @@ def executor_chain(chain: Chain, rng: list, sample, preserve_rng: bool, group_mo
     # clone; a few hundred bytes).
     scratch = np.array([sum(b.numel() * b.element_size() for b in U.buffers_of(mods) if b.device.type == device_type)
                         for mods in group_modules], dtype=np.int64)
+    writes = scratch if buffer_writes is None else scratch * np.asarray(buffer_writes[1:], dtype=bool)
+    reserved += int(writes.sum())  # the buffers before each recomputed stage's first run (Runtime.buffers)
     drawing = sum(rng[1:])
     if preserve_rng and drawing:
         state = U.RngState.capture(U.cuda_devices(sample)).nbytes(device_type)
@@ -631,6 +660,22 @@ def plain_peak_measured(entry) -> bool:
     return bool(entry.profile.get("reference", {}).get("store_all_peak_bytes"))
 
 
+def below_floor_message(budget: int, floor: int) -> str:
+    """An infeasible budget's message where the step reaches ``floor`` outside the stages."""
+    return (f"budget {exact_bytes(budget)} is below the {floor} B the step reaches outside the stages, which "
+            f"checkpointing them cannot lower (the model's code before its blocks, or the part that needs no "
+            f"gradient, such as a frozen encoder: Note [The rest of the model], Note [Side values nothing reads] in "
+            f"torch_exec/auto.py); raise the budget to at least {floor} B")
+
+
+def below_plain_message(budget: int, plain_least: int, model_least: int) -> str:
+    """An infeasible budget's message where plain autograd's measured peak, at which the step runs, is
+    below the model's least budget (``plain_least_bytes``)."""
+    return (f"budget {exact_bytes(budget)} is below plain autograd's measured peak {plain_least} B, at which it "
+            f"runs (the model's least budget, {model_least} B, is above it); raise the budget to at least "
+            f"{plain_least} B")
+
+
 def _with_beside(entry, measured: int) -> int:
     """A step peak the profiler measured (it held nothing beside the stages) with what the entry counts
     beside them: its reserves, what its turn adds, and its floor."""
@@ -709,6 +754,9 @@ class Entry(ProgramSplit):
     recomputed: list = field(default_factory=list)  # [s]: stage s runs again during backward
     rng: list = field(default_factory=list)         # [s]: stage s draws random numbers (profiled)
     has_buffers: list = field(default_factory=list)  # [s]: stage s's modules hold buffers (BatchNorm)
+    # [s]: stage s's forward writes a buffer (the profile's buffer_writes; True where it does not say):
+    # Note [Recomputing from the step's buffers]
+    buffer_writes: list = field(default_factory=list)
     plain: bool = False             # the plan is store-all: run the stages as plain autograd
     breaks: frozenset = frozenset()  # (None, s): FWD_TAPE(s) starts a segment (Note [Shared leaves split tape runs])
     # what the profiler's plain step missed of the shared leaves it did not sum (one reader read a parameter,
@@ -753,6 +801,7 @@ class Runtime:
         self.tapes: dict = {}   # s -> (segment leaf, output of s); only the segment's newest stage
         self.grads: dict = {}
         self.rng: dict = {}
+        self.buffers: dict = {}  # s -> the stage's buffers before its first run (recomputed stages)
         self.ran = [False] * (self.n + 1)
         self.rg0 = input_requires_grad
         self.autocast = autocast
@@ -806,6 +855,8 @@ class Runtime:
             self.ran[s] = True
             if self.preserve_rng and entry.recomputed[s] and entry.rng[s]:
                 self.rng[s] = U.RngState.capture(self.devices)
+            if entry.recomputed[s] and entry.buffer_writes[s]:  # Note [Recomputing from the step's buffers]
+                self.buffers[s] = U.buffer_values(entry.group_modules[s - 1])
             for fn in entry.groups[s - 1]:
                 state = fn(state)
             return state
@@ -823,7 +874,7 @@ class Runtime:
             if cast:
                 stack.enter_context(U.autocast_from(self.autocast))
             if buffers:
-                stack.enter_context(U.scratch_buffers(entry.group_modules[s - 1]))
+                stack.enter_context(U.scratch_buffers(entry.group_modules[s - 1], self.buffers.get(s)))
             for fn in entry.groups[s - 1]:
                 state = fn(state)
         return state
@@ -1306,6 +1357,10 @@ class _PlannedModule(nn.Module):
         # Bytes the code around the stages adds during the step (its meter sees them), counted in every
         # plan as reserved: the model's code after its blocks (Note [The rest of the model] in auto.py).
         self.beside_bytes = 0
+        # The least bytes the step reaches outside the stages' part of it (auto_checkpoint's block fallback:
+        # the model's code before the blocks, forward and backward; its prologue: a frozen encoder, Note [Side
+        # values nothing reads]): no budget below it is planned for.
+        self.floor_bytes = 0
         self.bucket = parse_bucket(bucket)
         self.backend = _backend_setting(backend, backends)
         self.profile_passes = profile_passes
@@ -1496,11 +1551,15 @@ class CheckpointedSequential(_PlannedModule):
         super().__init__()
         self.caller_keeps = _caller_keeps_setting(caller_keeps)
         self.names, fns = U.stage_list(stages)
-        self.stages = nn.ModuleList([f for f in fns if isinstance(f, nn.Module)])
         extras = _extra_modules(modules)
+        if isinstance(stages, nn.Sequential) and not extras:  # Note [A Sequential's own names]
+            for name in ("_parameters", "_buffers", "_modules", "_non_persistent_buffers_set"):
+                self.__dict__[name] = getattr(stages, name)
+        else:
+            self._modules["stages"] = nn.ModuleList([f for f in fns if isinstance(f, nn.Module)])
         if extras:  # registered only when given: no empty entry in the module tree otherwise
             self.extra_modules = nn.ModuleList(extras)
-        _check_callables(self.names, fns, list(self.stages) + extras)
+        _check_callables(self.names, fns, [f for f in fns if isinstance(f, nn.Module)] + extras)
         self._fns = fns  # the callables, in order (modules are also registered above)
         self._set_solver(budget, bucket, backend, profile_passes, profile_warmup, schedule_fn, preserve_rng_state,
                          network, measure_steps, profile_isolated)
@@ -1511,9 +1570,6 @@ class CheckpointedSequential(_PlannedModule):
         # backward reaches the output: counted at the end of stage N's forward (auto_checkpoint's block
         # fallback: the model after its blocks, Note [The rest of the model] in torch_exec/auto.py).
         self.turn_bytes = 0
-        # The least bytes the step reaches outside the stages' part of it (auto_checkpoint's block fallback:
-        # the model's code before the blocks, forward and backward): no budget below it is planned for.
-        self.floor_bytes = 0
 
     # ------------------------------------------------------------ plans
     @property
@@ -1579,6 +1635,8 @@ class CheckpointedSequential(_PlannedModule):
         rng = [False] + [any(data["stages"][by_name[m]].get("rng", True) for m in members)
                          for members in chain.provenance["members"]]
         has_buffers = [False] + [bool(U.buffers_of(mods)) for mods in group_modules]
+        writes = [False] + [has and any(data["stages"][by_name[m]].get("buffer_writes", True) for m in members)
+                            for has, members in zip(has_buffers[1:], chain.provenance["members"])]
         output = caller_output_bytes(chain, data)
         chain = with_shared_leaves(chain, groups)
         shared = chain.shared_leaves()
@@ -1589,9 +1647,10 @@ class CheckpointedSequential(_PlannedModule):
                       unseen_shared_bytes=sum(2 * nbytes for _, nbytes, summed in shared if not summed),
                       device=U.tensors(state)[0].device,
                       group_modules=group_modules,
-                      clone_input=clone_input, split=0, rng=rng, has_buffers=has_buffers, plain_chain=chain,
+                      clone_input=clone_input, split=0, rng=rng, has_buffers=has_buffers,
+                      buffer_writes=writes, plain_chain=chain,
                       exec_chain=executor_chain(chain, rng, sample, self.preserve_rng_state, group_modules,
-                                                output_bytes=output),
+                                                output_bytes=output, buffer_writes=writes),
                       # executor_chain reserves every output's gradient, and the whole output
                       grad_reserve=int(chain.grad_bytes[-1]), out_reserve=output,
                       loss_only=self.caller_keeps == "loss")
@@ -1607,6 +1666,12 @@ class CheckpointedSequential(_PlannedModule):
             entry.exec_chain = with_learned_outputs(entry)
         self._plan_entry(entry)
         return entry
+
+    @property
+    def stages(self) -> nn.ModuleList:
+        """The stages that are modules, in order (registered under ``stages.<i>``, or under the
+        Sequential's own names: Note [A Sequential's own names])."""
+        return nn.ModuleList([f for f in self._fns if isinstance(f, nn.Module)])
 
     @property
     def _extras(self) -> list[nn.Module]:
@@ -1656,11 +1721,7 @@ class CheckpointedSequential(_PlannedModule):
         """:meth:`_solve`, after checking the budget against ``entry.floor_bytes`` (at or above it, the
         solver's least budget is the least)."""
         if budget < entry.floor_bytes:
-            raise InfeasibleBudgetError(
-                f"budget {exact_bytes(budget)} is below the {entry.floor_bytes} B the step reaches "
-                f"outside the stages (the model's code before its blocks, which checkpointing the blocks cannot "
-                f"lower: Note [The rest of the model] in torch_exec/auto.py); raise the budget to at least "
-                f"{entry.floor_bytes} B", entry.floor_bytes)
+            raise InfeasibleBudgetError(below_floor_message(budget, entry.floor_bytes), entry.floor_bytes)
         return self._solve(chain, budget, link)
 
     def _plan_entry(self, entry: Entry) -> None:
@@ -1694,10 +1755,7 @@ class CheckpointedSequential(_PlannedModule):
                 ceiling = self._percent_ceiling(entry, err.min_bytes)  # a ceiling the solver can plan within
                 if ceiling is None and plain_least is not None and plain_least < err.min_bytes:
                     # the plain path's least is the wrapper's least (plain_least_bytes)
-                    err = InfeasibleBudgetError(
-                        f"budget {exact_bytes(budget)} is below plain autograd's measured peak "
-                        f"{plain_least} B, at which it runs (the chain model's least budget, {err.min_bytes} B, "
-                        f"is above it); raise the budget to at least {plain_least} B", plain_least)
+                    err = InfeasibleBudgetError(below_plain_message(budget, plain_least, err.min_bytes), plain_least)
                 if ceiling is None:
                     more = (_needs_at_least(err, self.budget, plain_peak)
                             if isinstance(self.budget, str) else "")
@@ -1740,6 +1798,8 @@ class CheckpointedSequential(_PlannedModule):
         # Note [Pinned buffers once per plan] in torch_exec/offload.py: one pool and copy stream per plan.
         swaps = sum(1 for op in plan.schedule if op.kind is OpKind.OFFLOAD)
         entry.copies = HostCopies(entry.device) if swaps else None
+        if entry.copies is not None:
+            entry.copies.meter = self._meter
         if swaps and entry.device.type != "cuda":
             plan.notes = list(plan.notes) + [
                 f"offloading on {entry.device}: the 'host' copies are plain tensors in the same memory (a test path: "

@@ -84,10 +84,9 @@ from gpusolve.units import parse_budget
 
 from . import _util as U
 from .executor import (NOT_MEASURED, TURN, CheckpointedSequential, ProgramSplit, Runtime, _backward_runtime,
-                       _backward_segment,
-                       _compiler_disable, _detached_results, _keep_graph, _needs_at_least, _ParamTap,
-                       _PlannedModule, _standin_params, _tap_params, annotate, executor_chain, interpret,
-                       output_out_of_tape)
+                       _backward_segment, _compiler_disable, _detached_results, _keep_graph, _needs_at_least,
+                       _ParamTap, _PlannedModule, _standin_params, _tap_params, annotate, below_floor_message,
+                       below_plain_message, executor_chain, interpret, output_out_of_tape)
 from .meter import MemoryMeter
 from .profiler import chain_from_profile, profile_dict, profiling
 
@@ -128,6 +127,7 @@ class JoinEntry(ProgramSplit):
     plain_peak_bytes: int | None = 0  # plain autograd's step, measured (CheckpointedJoin._plain_step_peak); None: not
     held_bytes: int = 0              # held through each step beside the join (CheckpointedJoin.held_bytes)
     beside_bytes: int = 0            # made in each step beside the join (CheckpointedJoin.beside_bytes)
+    floor_bytes: int = 0             # the least budget whatever the plan (CheckpointedSequential.floor_bytes)
     plain: bool = False              # plain autograd fits the budget: the step runs as such
     program: list = field(default_factory=list)   # annotate(plan.schedule)
     split: int = 0                   # index of the head's forward (the first TURN entry) in program
@@ -357,8 +357,15 @@ class CheckpointedJoin(_PlannedModule):
 
     @property
     def min_budget_bytes(self) -> int | None:
-        """The least budget under which the latest input signature can run (bytes)."""
-        return None if self._last is None else min_peak_join(self._last.net).min_bytes
+        """The least budget under which the latest input signature can run (bytes): the join model's
+        (never below ``floor_bytes``), or plain autograd's measured peak where that is lower (it runs
+        there), as for CheckpointedSequential."""
+        if self._last is None:
+            return None
+        model = max(min_peak_join(self._last.net).min_bytes, self._last.floor_bytes)
+        if self._last.plain_peak_bytes is None:
+            return model
+        return min(model, self.plain_peak_bytes_for(self._last))
 
     def prepare(self, *inputs) -> JoinPlan:
         """Profile and solve for inputs like these now (otherwise the first call does it)."""
@@ -388,7 +395,8 @@ class CheckpointedJoin(_PlannedModule):
                 continue
             entry = seq._build(sample)  # profiles the branch (its own plain plan is never used)
             entry.exec_chain = executor_chain(entry.plain_chain, entry.rng, sample, self.preserve_rng_state,
-                                              entry.group_modules, output_grad_held=False, allocator=False)
+                                              entry.group_modules, output_grad_held=False, allocator=False,
+                                              buffer_writes=entry.buffer_writes)
             entry.chain = entry.exec_chain
             entry.plan = None
             branch_entries.append(entry)
@@ -404,7 +412,7 @@ class CheckpointedJoin(_PlannedModule):
                           plain_net=JoinNet(plain_chains, turn, reserved), branches=branch_entries,
                           structures=structures, head=self.head_fn, head_profile=head_profile,
                           plain_peak_bytes=self._plain_step_peak(inputs), held_bytes=int(self.held_bytes),
-                          beside_bytes=int(self.beside_bytes))
+                          beside_bytes=int(self.beside_bytes), floor_bytes=int(self.floor_bytes))
         self._plan_entry(entry)
         return entry
 
@@ -505,10 +513,10 @@ class CheckpointedJoin(_PlannedModule):
     def plain_peak_bytes_for(entry: JoinEntry) -> int:
         """Plain autograd's step peak for one signature: measured when it was profiled, with what the
         caller holds or makes beside the join (``held_bytes``, ``beside_bytes``); the model's store-all
-        peak where none was measured (which counts them as reserved)."""
+        peak where none was measured (which counts them as reserved); never below ``floor_bytes``."""
         if entry.plain_peak_bytes is None:
-            return store_all_join_peak_bytes(entry.plain_net)
-        return entry.plain_peak_bytes + entry.reserved_beside
+            return max(store_all_join_peak_bytes(entry.plain_net), entry.floor_bytes)
+        return max(entry.plain_peak_bytes + entry.reserved_beside, entry.floor_bytes)
 
     def budget_bytes_for(self, entry: JoinEntry) -> int | None:
         """The byte budget of one signature: bytes, or a percentage of plain autograd's step peak
@@ -545,10 +553,15 @@ class CheckpointedJoin(_PlannedModule):
                                    f"running the branches and the head as plain autograd"], net=entry.plain_net)
         else:
             try:
+                if budget < entry.floor_bytes:
+                    raise InfeasibleBudgetError(below_floor_message(budget, entry.floor_bytes), entry.floor_bytes)
                 plan = solve_join(net.branches, net.turn, budget, bucket=self.bucket, reserved_bytes=net.reserved_bytes,
                                   backend=self.backend)
             except InfeasibleBudgetError as err:
                 ceiling = self._percent_ceiling(entry, err.min_bytes)
+                plain_least = None if entry.plain_peak_bytes is None else self.plain_peak_bytes_for(entry)
+                if ceiling is None and plain_least is not None and plain_least < err.min_bytes:
+                    err = InfeasibleBudgetError(below_plain_message(budget, plain_least, err.min_bytes), plain_least)
                 if ceiling is None:
                     message = f"CheckpointedJoin: {err}"
                     if isinstance(self.budget, str):

@@ -96,6 +96,7 @@ class HostCopies:
         self.pool: dict[int, list[torch.Tensor]] = {}  # bytes -> free host buffers (uint8)
         self.allocations = 0                           # host buffers ever allocated (tests, reports)
         self.stream = torch.cuda.Stream(self.device) if self.cuda else None
+        self.meter = None   # the wrapper's StepMeter: on the CPU, new buffers are the measured memory
 
     def step(self) -> "StepCopies":
         """The copy state of one step (what the interpreter's copy ops call)."""
@@ -107,6 +108,8 @@ class HostCopies:
         if free:
             return free.pop()
         self.allocations += 1
+        if not self.cuda and self.meter is not None:  # Note [Gradients set during the step] in report.py
+            self.meter.note_host_buffer(nbytes)
         return torch.empty(nbytes, dtype=torch.uint8, device="cpu", pin_memory=self.pinned)
 
     def give(self, buf: torch.Tensor) -> None:

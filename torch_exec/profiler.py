@@ -183,6 +183,7 @@ def profile_dict(stages, sample_input, passes: int = 5, warmup: int = 1, network
 
     Extra fields beyond the shared format: ``input_requires_grad``, and per stage ``aliases``
     (the output shares all its storage with the input), ``rng`` (its forward draws random numbers),
+    ``buffer_writes`` (its forward writes a buffer: BatchNorm's statistics, spectral norm's vectors),
     ``bwd_delta``, ``saved_bytes``, ``out_saved_bytes`` and ``in_saved_bytes`` — readers that do not know
     them ignore them.
 
@@ -325,7 +326,8 @@ class _Passes:
         # gradients before measuring and their storages are not counted as the stages'.
         modules, loose = state if state is not None else stage_state(fns)
         self.params = params_of(modules) + list(loose)
-        self.excluded = {key for key in (storage_key(t) for t in self.params + buffers_of(modules))
+        self.buffers = buffers_of(modules)
+        self.excluded = {key for key in (storage_key(t) for t in self.params + self.buffers)
                          if key is not None}
 
     # clock ----------------------------------------------------------------
@@ -453,6 +455,7 @@ class _Passes:
                     self.stash.release(s)
                     self.in_keys.append([ident.get(storage_key(t)) for t in tensors(state)])  # across stages
                 versions = _versions(state)
+                buffer_versions = [b._version for b in self.buffers]
                 rng_before = RngState.capture(devices)
                 a = meter.mark()
                 out = fn(state)
@@ -466,7 +469,8 @@ class _Passes:
                 ident = {key: ident.get(key, (s + 1, i)) for i, key in enumerate(storages(out))}
                 mem[s].update(x_nbytes=state_nbytes(out), held_nbytes=held_nbytes(out), aliases=bool(alias),
                               held_from=held_from(out, origin),
-                              rng=not rng_before.equals(RngState.capture(devices)))
+                              rng=not rng_before.equals(RngState.capture(devices)),
+                              buffer_writes=buffer_versions != [b._version for b in self.buffers])
                 if not all(copyable(t) for t in tensors(out)):  # never moved to the host (Chain.swappable)
                     mem[s]["device_only"] = True
                 if s == n - 1:  # the model's output: what the executor's byte model needs of it

@@ -24,6 +24,13 @@ Note [Gradients set during the step]
     plans count it). The step's figure is the largest peak up to a mark minus the gradients set
     before that mark's interval began: what the same step measures with its gradients allocated,
     where each new gradient is a transient copy added into ``.grad``.
+
+    The CPU path of an offloading plan counts the same way: its "host" buffers are the same memory as
+    the "device" it measures, and the plan's pool allocates them in the first step of a plan (later
+    steps take them from the pool, made before their meter started). A mark is taken before each new
+    buffer, which counts below from then on (:meth:`StepMeter.note_host_buffer`): every step of the plan
+    reads alike. Before, the first step read over its budget by exactly the buffers (a review's MLP:
+    1311752 B against a 721412 B budget, then 656392 B from step 2 on).
 """
 from __future__ import annotations
 
@@ -56,6 +63,9 @@ class StepRecord:
     param_grad_bytes_allocated: int
     plan: str
     held_before: int = 0    # made before the meter started and held through the step (the wrapper's held_bytes)
+    # the peak of the code run before the meter started, above the step's start (auto_checkpoint's
+    # prologue: Note [Side values nothing reads] in torch_exec/auto.py); 0 when there is none
+    before_peak: int = 0
     # the peak beyond the gradients set before each moment (Note [Gradients set during the step]); None:
     # only the whole peak is known, and the gradients the step allocated are taken off it
     peak_beyond_set_grads: int | None = None
@@ -64,10 +74,13 @@ class StepRecord:
     def beyond_param_grads(self) -> int:
         """The measured peak beyond parameter gradients (Note [Gradients set during the step]), plus
         what the caller made before the step's meter started and holds through it (``held_before``:
-        auto_checkpoint's side data, the exact bytes of its storages), which the budget counts."""
+        auto_checkpoint's side data, the exact bytes of its storages), which the budget counts; or the
+        peak of the code run before the meter started (``before_peak``), where that is higher."""
         if self.peak_beyond_set_grads is not None:
-            return self.peak_beyond_set_grads + self.held_before
-        return self.measured_peak + self.held_before - self.param_grad_bytes_allocated
+            beyond = self.peak_beyond_set_grads + self.held_before
+        else:
+            beyond = self.measured_peak + self.held_before - self.param_grad_bytes_allocated
+        return max(beyond, self.before_peak)
 
     @property
     def within_budget(self) -> bool:
@@ -100,7 +113,8 @@ class _GradientsSet:
 
     def __init__(self, meter: MemoryMeter, params, device):
         self.meter = meter
-        self.marks: list[tuple[int, int]] = []  # (mark, bytes of the gradient set just before it)
+        self.marks: list[tuple[int, int]] = []  # (mark, bytes set just before it, or allocated just after it)
+        self.host = 0                            # bytes of the host buffers among them (CPU offloading)
         self.handles = [p.register_post_accumulate_grad_hook(self._hook(device)) for p in params]
 
     def _hook(self, device):
@@ -124,14 +138,15 @@ class _GradientsSet:
         return frozenset(handle.id for handle in self.handles)
 
     def peak_beyond(self, closing: int, grads: int) -> int:
-        """The largest peak up to each mark (the closing one last) minus the gradients set before that
-        mark's interval began; ``grads``: the bytes of every gradient the step allocated, for the part
-        after the last mark (no gradient is set there unless a hook missed it: then it counts too)."""
+        """The largest peak up to each mark (the closing one last) minus the gradients set (and host
+        buffers allocated) before that mark's interval began; ``grads``: the bytes of every gradient the
+        step allocated, for the part after the last mark (no gradient is set there unless a hook missed
+        it: then it counts too)."""
         first, below, best = self.meter.first_mark, 0, 0
         for mark, nbytes in self.marks:
             best = max(best, self.meter.between(first, mark).peak - below)
             below += nbytes
-        return int(max(best, self.meter.between(first, closing).peak - max(below, grads)))
+        return int(max(best, self.meter.between(first, closing).peak - max(below, grads + self.host)))
 
 
 _LIVE: "weakref.WeakSet[StepMeter]" = weakref.WeakSet()
@@ -146,6 +161,15 @@ def _finalize_all() -> None:
             meter.finalize()
         except Exception:  # noqa: BLE001, S110 - exiting: nothing to report to
             pass
+
+
+def _grad_bytes(pending) -> int:
+    """Bytes of the gradients a measured step allocated (its parameters without one when it began),
+    read when its backward ends: by the time the record is made (the next step, or the report read) an
+    optimizer loop's ``zero_grad()`` has freed them."""
+    without_grad, device = pending[1], pending[4]
+    return sum(p.grad.numel() * p.grad.element_size() for p in without_grad
+               if p.grad is not None and p.grad.device == device)
 
 
 class StepMeter:
@@ -167,6 +191,25 @@ class StepMeter:
         self._pending = None            # measuring: (meter, params without grad, plan, budget, device)
         self._ended = None              # ended, not yet recorded: (the same, closing mark)
         self._warned = False
+        self._before_peak = 0           # the next step's code before its meter starts (note_before_peak)
+
+    def due(self, device: torch.device) -> bool:
+        """Whether the next step on ``device`` is measured."""
+        return self.armed > 0 or (device.type == "cuda" and self.cuda_steps > 0)
+
+    def note_host_buffer(self, nbytes: int) -> None:
+        """A CPU offloading plan is about to allocate a "host" buffer of ``nbytes`` in the memory this
+        step's meter reads: from now on the step's figure leaves it out (Note [Gradients set during
+        the step]). Nothing when no step is measured."""
+        if self._pending is not None:
+            sets = self._pending[-1]
+            sets.marks.append((sets.meter.mark(reset_peak=False), int(nbytes)))
+            sets.host += int(nbytes)
+
+    def note_before_peak(self, peak: int) -> None:
+        """The peak the next step reaches before its meter starts (auto_checkpoint's prologue, measured by
+        its caller when :meth:`due`): the step's record counts it (``StepRecord.before_peak``)."""
+        self._before_peak = int(peak)
 
     @property
     def measuring(self) -> bool:
@@ -192,8 +235,8 @@ class StepMeter:
         as plain autograd; ``held``: bytes made before it and held through the step)."""
         self.finalize()
         self.steps += 1
-        due = self.armed > 0 or (device.type == "cuda" and self.cuda_steps > 0)
-        if not due:
+        before, self._before_peak = self._before_peak, 0
+        if not self.due(device):
             return
         if self.armed > 0:
             self.armed -= 1
@@ -208,7 +251,7 @@ class StepMeter:
             return
         kind = "store-all (plain autograd)" if plain else plan.backend
         sets = _GradientsSet(meter, without_grad, device)
-        self._pending = (meter, without_grad, plan, budget, device, self.steps, kind, held, sets)
+        self._pending = (meter, without_grad, plan, budget, device, self.steps, kind, (held, before), sets)
 
     def end_with_backward_of(self, outputs) -> None:
         """End the pending measurement when the backward pass through ``outputs`` has finished: a
@@ -229,7 +272,7 @@ class StepMeter:
             return
         # The step's last mark leaves CUDA's peak counter alone: a caller who reset it before the step
         # reads the step's peak from torch.cuda.max_memory_allocated() after its backward.
-        self._ended = (self._pending, self._pending[0].mark(reset_peak=False))
+        self._ended = (self._pending, self._pending[0].mark(reset_peak=False), _grad_bytes(self._pending))
         self._pending[-1].remove()
         self._pending = None
 
@@ -245,16 +288,15 @@ class StepMeter:
                 pass
         if self._ended is None:
             return
-        (meter, without_grad, plan, budget, device, step, kind, held, sets), closing = self._ended
+        (meter, without_grad, plan, budget, device, step, kind, (held, before), sets), closing, grads = self._ended
         self._ended = None
         meter.__exit__(None, None, None)
         reading = meter.between(meter.first_mark, closing)
-        grads = sum(p.grad.numel() * p.grad.element_size() for p in without_grad
-                    if p.grad is not None and p.grad.device == device)
         record = StepRecord(step=step, device=str(device), budget=budget,
                             predicted_peak=int(plan.predicted_peak_bytes), measured_peak=int(reading.peak),
                             param_grad_bytes_allocated=int(grads), plan=kind, held_before=int(held),
-                            peak_beyond_set_grads=sets.peak_beyond(closing, grads) if without_grad else None)
+                            peak_beyond_set_grads=sets.peak_beyond(closing, grads) if without_grad or sets.host else None,
+                            before_peak=int(before))
         self._records.append(record)
         if not record.within_budget and not self._warned:
             self._warned = True

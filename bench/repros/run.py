@@ -23,7 +23,12 @@ from _common import cpu_description  # noqa: E402
 
 SCRIPTS = ("grad_hooks", "autograd_grad_measured", "returned_input", "measure_before_first_call", "tuple_fp16",
            "cat_slice", "googlenet_aux", "paper_kept_past_hooks", "model_state_changes", "frozen_probe",
-           "autocast_export_grads")
+           "autocast_export_grads",
+           # the third session's reviews (2026-11-27): joins, offloading on the CPU, training loops
+           "rv_join_backward_inputs", "rv_join_frozen_towers", "rv_join_plain_least", "rv_join_report_grads",
+           "rv_offload_first_step", "rv_loop_stale_graph", "rv_loop_tensor_hook_in_forward",
+           "rv_loop_buffer_read_recompute", "rv_loop_dtype_after_wrap", "rv_loop_compile_wrapper",
+           "rv_loop_forward_signature", "rv_loop_seq_state_dict")
 
 
 def main(argv=None) -> int:

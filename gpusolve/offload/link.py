@@ -48,7 +48,14 @@ def parse_rate(value, what: str = "bandwidth") -> float:
             bits = size[:-1].rstrip()
             raise ValueError(f"{what} {value!r}: a lowercase b reads as bits, and rates are in bytes; give "
                              f"'{bits}B/{match.group(2)}' for bytes, or divide by 8 for bits")
-        number = parse_amount(size, what)  # fractions kept: 0.5B/ms is no useless link
+        try:
+            number = parse_amount(size, what)  # fractions kept: 0.5B/ms is no useless link
+        except ValueError:  # name the whole value, not the part before the last '/': '12GB/s/s'
+            raise ValueError(f"{what} {value!r} is not a rate: give a size per second or per ms such as '12GB/s' "
+                             f"or '12e6/ms'") from None
+        if math.isinf(number):  # '1e400GB/s': not the unlimited link, which is spelled 'inf'
+            raise ValueError(f"{what} {value!r} is beyond any number: check its unit, or give 'inf' for an "
+                             f"unlimited link")
         rate = number / 1000.0 if unit in ("s", "sec") else number
     else:
         raise ValueError(f"{what} must be bytes/ms or a string like '12GB/s', got {value!r}")

@@ -89,7 +89,8 @@ def solve_offload(chain: Chain, budget, link, bucket=None, backend: str = "auto"
     if not isinstance(link, Link):
         raise TypeError(f"link must be a gpusolve.offload.Link or a rate string like '12GB/s', got {link!r}")
     timings: dict = {}
-    notes: list[str] = []
+    notes: list[str] = ["the link has bandwidth 0 one way or both: nothing can be moved, the plan is recompute "
+                        "only"] if link.is_useless else []
     # The chain's selection rule, then the offload kernel (gpusolve.offload.cuda.ensure_available).
     name, filler = pick_kernel_backend(backend, notes, "gpusolve.offload.cuda", offload_dp.fill,
                                        names=OFFLOAD_BACKENDS, dp="the offload DP", for_what="the offload DP")

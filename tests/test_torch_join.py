@@ -434,8 +434,6 @@ def test_unsupported_backward_calls_are_refused_before_touching_grads():
     join = te.CheckpointedJoin([list(tower(0)), list(tower(1))], Head(2), budget="1GiB", **OPTS,
                                schedule_fn=lambda net: random_join_policy(random.Random(0), net, 1.0))
     loss = join(*xs)
-    with pytest.raises(RuntimeError, match="autograd.grad"):
-        torch.autograd.grad(loss, xs[0])
     with pytest.raises(RuntimeError, match="retain_graph"):
         loss.backward(retain_graph=True)
     assert all(p.grad is None for p in join.parameters())
@@ -443,23 +441,37 @@ def test_unsupported_backward_calls_are_refused_before_touching_grads():
     assert all(p.grad is not None for p in join.parameters())
 
 
-@pytest.mark.parametrize("call", ["backward_inputs", "autograd_grad"])
-def test_calls_naming_only_parameters_are_refused_not_ignored(call):
+@pytest.mark.parametrize("call", ["backward_inputs", "autograd_grad", "input_grad"])
+def test_calls_that_name_tensors_behave_as_in_plain_autograd(call):
     # the parameters reached no node of the step: the engine skipped its backward, and the named
-    # parameters were left without gradients, with no error
-    xs = [x.detach() for x in inputs(2)]
-    join = te.CheckpointedJoin([list(tower(0)), list(tower(1))], Head(2), budget="1GiB", **OPTS,
+    # parameters were left without gradients, with no error; then such calls were refused. They now
+    # run as the chain's do (Note [Autograd calls that name tensors] in torch_exec/executor.py).
+    xs = inputs(2)
+
+    def make():
+        return [tower(0), tower(1, dropout=0.3)], Head(2)
+    towers, head = make()
+    join = te.CheckpointedJoin([list(t) for t in towers], head, budget="1GiB", **OPTS,
                                schedule_fn=lambda net: random_join_policy(random.Random(0), net, 1.0))
-    named = [next(join.parameters())]
+    ref_towers, ref_head = make()
+    named, ref_named = [towers[0][0].weight, head.proj[1].bias], [ref_towers[0][0].weight, ref_head.proj[1].bias]
+    torch.manual_seed(5)
     loss = join(*xs)
-    with pytest.raises(RuntimeError, match="not supported through a checkpointed join"):
-        if call == "backward_inputs":
-            loss.backward(inputs=named)
-        else:
-            torch.autograd.grad(loss, named)
-    assert all(p.grad is None for p in join.parameters())
-    loss.backward()  # the step is still intact
-    assert all(p.grad is not None for p in join.parameters())
+    torch.manual_seed(5)
+    rxs = fresh(xs)
+    want = ref_head(*(t(x) for t, x in zip(ref_towers, rxs)))
+    assert torch.equal(loss, want)
+    if call == "backward_inputs":
+        loss.backward(inputs=named)
+        want.backward(inputs=ref_named)
+        got, expected = [p.grad for p in named], [p.grad for p in ref_named]
+    elif call == "autograd_grad":
+        got, expected = torch.autograd.grad(loss, named), torch.autograd.grad(want, ref_named)
+    else:
+        got, expected = torch.autograd.grad(loss, xs[1]), torch.autograd.grad(want, rxs[1])
+    assert all(g is not None and torch.equal(g, e) for g, e in zip(got, expected, strict=True))
+    others = [p for p in join.parameters() if all(p is not q for q in named)]
+    assert all(p.grad is None for p in others)  # no other .grad touched
 
 
 def test_the_least_budget_is_plain_autograds_where_the_join_model_asks_more(monkeypatch):

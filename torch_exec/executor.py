@@ -178,7 +178,9 @@ Note [Autograd calls that name tensors]
     (the engine reports it unused, or with ``allow_unused=True``/``backward(inputs=...)`` gives it
     nothing). Every parameter a stage uses is the wrapper's (a module stage's, or one of a module given
     as ``modules=``): a callable stage reaching other parameters is refused when the wrapper is built.
-    A named call holds the parameters' gradients until the wrapper's backward ends.
+    A named call holds the parameters' gradients until the wrapper's backward ends. A join step
+    (torch_exec/join.py) does the same (``_PlannedModule._parameter_tap``, :func:`interpret_backward`):
+    its head's segment has one input per branch, each given its slice of the gradients.
 
 Note [Retained graphs]
     Every refusal happens when the Function's backward starts, before it consumes any state or
@@ -1126,21 +1128,35 @@ class _SegmentMode:
     ``backward(inputs=...)``) or keeps the graph (``retain_graph=True``): Note [Autograd calls that name
     tensors], Note [Retained graphs]. :func:`_backward_segment` hands the segments to it."""
 
-    __slots__ = ("named", "params", "param_grads", "retained")
+    __slots__ = ("named", "params", "param_grads", "retained", "box")
 
-    def __init__(self, named: bool, params: list, retained: set):
+    def __init__(self, named: bool, params: list, retained: set, box: list | None = None):
         self.named = named              # fill no .grad: gradients of the leaves and `params` only
         self.params = params            # parameters whose gradients the outer call wants (through the tap)
         self.param_grads = [None] * len(params)
         self.retained = retained        # ids of the forward's segment leaves: their graphs are kept
+        self.box = box                  # the parameter tap's box: param_grads go there (None: not wanted)
+
+    @classmethod
+    def of(cls, tap: tuple, named: bool, retained: set | None) -> "_SegmentMode | None":
+        """The mode of a schedule backward (the chain's or the join's): ``tap`` the ``(box, params,
+        tap node)`` of its parameter tap, ``named`` whether the call names tensors, ``retained`` the
+        ids of the leaves whose graphs are kept (None: the graph is not kept). None: a plain
+        ``.backward()``, whose segment backwards accumulate into ``.grad`` themselves."""
+        if not named and retained is None:
+            return None
+        box, params, tap_node = tap
+        wanted = named and tap_node is not None and _will_run(tap_node)
+        return cls(named, params if wanted else [], retained or set(), box if wanted else None)
 
     def backward_segment(self, tape: list, grad: list) -> None:
-        leaf = tape[0]
-        retain = id(leaf) in self.retained
+        # a segment's tape starts with its input; a join head's, with one input per branch
+        group = tape[0] if isinstance(tape[0], list) else [tape[0]]
+        retain = any(id(leaf) in self.retained for leaf in group)
         outs, box = U.take_output_and_gradients(tape, grad)
         if not outs:
             return
-        leaves = leaf.inputs
+        leaves = [t for leaf in group for t in leaf.inputs]
         inputs = leaves + self.params
         with torch.enable_grad():
             root = U.Feed.apply(box, *outs)
@@ -1152,11 +1168,27 @@ class _SegmentMode:
                 return
             got = torch.autograd.grad(root, inputs, root.new_empty(0), retain_graph=retain, allow_unused=True)
         del root
-        leaf.box[:] = got[:len(leaves)]  # the segment input's gradients: read by interpret's BWD
+        start = 0
+        for leaf in group:  # the segment inputs' gradients: read by interpret's BWD (the join's TURN)
+            leaf.box[:] = got[start:start + len(leaf.inputs)]
+            start += len(leaf.inputs)
         acc = self.param_grads
         for i, g in enumerate(got[len(leaves):]):
             if g is not None:
                 acc[i] = g if acc[i] is None else acc[i] + g
+
+
+def interpret_backward(ops: list, rt, mode: _SegmentMode | None) -> None:
+    """:func:`interpret` a schedule's backward ops with the segment backwards in ``mode``; the named
+    parameters' gradients then go to the parameter tap (Note [Autograd calls that name tensors])."""
+    outer = getattr(_SEGMENT, "mode", None)
+    _SEGMENT.mode = mode
+    try:
+        interpret(ops, rt)
+    finally:
+        _SEGMENT.mode = outer
+    if mode is not None and mode.box is not None:
+        mode.box.append(mode.param_grads)
 
 
 class _ScheduleFunction(torch.autograd.Function):
@@ -1204,22 +1236,12 @@ class _ScheduleFunction(torch.autograd.Function):
                                        None if rt.copies is None else rt.copies.on_host())
         if not keep:
             ctx.rt = ctx.snapshot = None
-        mode = wanted = None
-        if named or keep:
-            box, params, tap_node = ctx.tap
-            wanted = named and tap_node is not None and _will_run(tap_node)
-            retained = {id(tape[0]) for tape in snapshot[1].values()} if keep else set()
-            mode = _SegmentMode(named, params if wanted else [], retained)
+        mode = _SegmentMode.of(ctx.tap, named, {id(tape[0]) for tape in snapshot[1].values()} if keep else None)
         learn_output_grads(rt.entry, [g is not None for g in grad_outputs])
         rt.start_backward()
         rt.grads[rt.n] = list(grad_outputs)
         del grad_outputs
-        outer = getattr(_SEGMENT, "mode", None)
-        _SEGMENT.mode = mode
-        try:
-            interpret(rt.entry.backward_ops, rt)
-        finally:
-            _SEGMENT.mode = outer
+        interpret_backward(rt.entry.backward_ops, rt, mode)
         if keep:  # the forward's segment leaves serve again: drop the gradients they were given
             for tape in snapshot[1].values():
                 tape[0].box.clear()
@@ -1230,8 +1252,6 @@ class _ScheduleFunction(torch.autograd.Function):
         if rt.copies is not None and not keep:  # the step's host buffers go back to the plan's pool
             rt.copies.close()
         input_grads = [g if rg else None for g, rg in zip(grads, rt.rg0, strict=False)]
-        if wanted:
-            box.append(mode.param_grads)
         if not keep and ctx.out_refs:  # the executor holds nothing of a_N now: what is alive, the caller holds
             entry = rt.entry
             del rt, snapshot, grads
@@ -1372,6 +1392,18 @@ class _PlannedModule(nn.Module):
         self._entries: dict = {}
         self._last = None
         self.siblings: list = []  # wrappers of the same model for other input signatures (auto_checkpoint's)
+
+    def _parameter_tap(self) -> tuple:
+        """``(tap, (box, params, tap node))`` for a step's Function: :class:`_ParamTap`'s output over the
+        wrapper's routed parameters, so that a call naming them reaches the step's backward, which hands
+        their gradients to the box (Note [Autograd calls that name tensors]); without such parameters an
+        empty leaf requiring grad, which makes the backward run even when no input needs a gradient."""
+        params = _tap_params(self, self._meter.own_hooks())
+        if not params:
+            return torch.empty(0, requires_grad=True), (None, [], None)
+        box: list = []
+        tap = _ParamTap.apply(box, *params)
+        return tap, (box, params, tap.grad_fn)
 
     def _reserved_beside(self) -> int:
         """What every plan reserves for the memory beside the stages: ``held_bytes`` + ``beside_bytes``."""
@@ -1862,14 +1894,7 @@ class CheckpointedSequential(_PlannedModule):
         if self._begin_step(entry, flat[0].device):
             return self._plain_step(lambda: self._plain(state))
         structure = "tensor" if isinstance(state, torch.Tensor) else "tuple"
-        params = _tap_params(self, self._meter.own_hooks())
-        if params:  # Note [Autograd calls that name tensors]
-            box: list = []
-            tap = _ParamTap.apply(box, *params)
-            tap_args = (box, params, tap.grad_fn)
-        else:  # an empty leaf: makes backward run even when no input needs grad
-            tap = torch.empty(0, requires_grad=True)
-            tap_args = (None, [], None)
+        tap, tap_args = self._parameter_tap()
         return _ScheduleFunction.apply((entry, structure, self.preserve_rng_state, self._meter, tap_args), tap, *flat)
 
     def extra_repr(self) -> str:

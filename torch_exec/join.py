@@ -53,11 +53,13 @@ Note [Draw order]
     statistics follow the plan's order, not plain autograd's. Recomputations replay their RNG state
     and update scratch copies of the buffers as in the chain executor, whatever the order.
 
-Limitations: ``torch.autograd.grad(...)``/``backward(inputs=...)``, ``retain_graph=True`` and double
-backward through a checkpointed step are refused with an error (run with ``budget=None`` for them; a
-``torch.autograd.grad`` naming only parameters gets torch's own "not used in the graph" error: no
-parameter tap as in the chain executor);
-a head that returns a tensor sharing storage with a branch output keeps that output alive past the
+``torch.autograd.grad(...)`` and ``backward(inputs=...)`` run as through the chain executor: the
+trainable parameters reach the step's Function through its parameter tap, and the segment backwards
+(the head's too) compute only what is named (Note [Autograd calls that name tensors] in
+torch_exec/executor.py).
+
+Limitations: ``retain_graph=True`` and double backward through a checkpointed step are refused with an
+error (run with ``budget=None`` for them); a head that returns a tensor sharing storage with a branch output keeps that output alive past the
 ``FREE`` the plan schedules after the turn; the join has no ``offload=`` and no ``caller_keeps``
 (its head's output is reserved whole).
 """
@@ -85,8 +87,9 @@ from gpusolve.units import parse_budget
 from . import _util as U
 from .executor import (NOT_MEASURED, TURN, CheckpointedSequential, ProgramSplit, Runtime, _backward_runtime,
                        _backward_segment, _compiler_disable, _detached_results, _keep_graph, _needs_at_least,
-                       _ParamTap, _PlannedModule, _standin_params, _tap_params, annotate, below_floor_message,
-                       below_plain_message, executor_chain, interpret, output_out_of_tape)
+                       _PlannedModule, _SegmentMode, _standin_params, annotate,
+                       below_floor_message, below_plain_message, executor_chain, interpret, interpret_backward,
+                       output_out_of_tape)
 from .meter import MemoryMeter
 from .profiler import chain_from_profile, profile_dict, profiling
 
@@ -107,11 +110,6 @@ _TWICE_ERROR = (
 _KEEP_GRAPH_ERROR = (
     "CheckpointedJoin: backward(retain_graph=True) is not supported through a checkpointed join (its schedule "
     "frees what the backward consumed); run it with budget=None (plain autograd)")
-_NAMED_ERROR = (
-    "CheckpointedJoin: torch.autograd.grad(...) and backward(inputs=...) are not supported through a checkpointed "
-    "join: its segment backwards accumulate into every parameter's .grad. Call .backward() on the output, or run "
-    "it with budget=None (plain autograd)")
-
 
 @dataclass
 class JoinEntry(ProgramSplit):
@@ -205,13 +203,15 @@ class JoinRuntime:
 class _JoinFunction(torch.autograd.Function):
     """forward: the forward phase and the head's forward, returns the head's output tensors (detached);
     backward: the head's backward, then the backward phase; returns the gradients of the branch inputs.
-    Note [The head's graph]. ``tap`` is an empty leaf requiring grad: the backward runs even when no
-    input needs a gradient."""
+    Note [The head's graph]. ``tap`` is the parameter tap's output (or an empty leaf requiring grad where
+    no parameter is routed): the backward runs even when no input needs a gradient, and a call naming
+    parameters reaches it."""
 
     @staticmethod
     def forward(ctx, args, tap, *inputs):
-        entry, preserve_rng, box, meter = args
+        entry, preserve_rng, box, meter, tap_args = args
         ctx.meter = meter
+        ctx.tap = tap_args
         ctx.set_materialize_grads(False)
         rt = JoinRuntime(entry, [t.detach() for t in inputs], [t.requires_grad for t in inputs],
                          U.autocast_state(), preserve_rng)
@@ -231,14 +231,14 @@ class _JoinFunction(torch.autograd.Function):
         rt = _backward_runtime(ctx, _DOUBLE_BACKWARD_ERROR, _TWICE_ERROR)
         if _keep_graph():
             raise RuntimeError(_KEEP_GRAPH_ERROR)
-        if not torch.autograd._is_checkpoint_valid():
-            raise RuntimeError(_NAMED_ERROR)
         ctx.saved_tensors  # noqa: B018 - raises if the caller modified an input in place since forward
+        # autograd.grad or backward(inputs=...): as the chain's (Note [Autograd calls that name tensors])
+        mode = _SegmentMode.of(ctx.tap, not torch.autograd._is_checkpoint_valid(), None)
         ctx.rt = None
         rt.start_backward()
         rt.head_grads = list(grad_outputs)
         del grad_outputs
-        interpret(rt.entry.backward_ops, rt)
+        interpret_backward(rt.entry.backward_ops, rt, mode)
         grads = rt.input_grads()
         del rt
         if ctx.meter is not None:
@@ -647,13 +647,11 @@ class CheckpointedJoin(_PlannedModule):
         flat = [t for x in inputs for t in U.tensors(x)]
         if self._begin_step(entry, flat[0].device):
             return self._plain_step(lambda: self._plain(inputs))
-        # The parameters reach the Function through a tap, so that a call naming only them
-        # (backward(inputs=[...]), autograd.grad) runs its backward and meets _NAMED_ERROR instead of
-        # leaving them without gradients, silently; the tap itself passes no gradient on.
-        params = _tap_params(self, self._meter.own_hooks())
-        tap = _ParamTap.apply([], *params) if params else torch.empty(0, requires_grad=True)
+        # the parameters reach the Function through a tap: without it a call naming them (backward(inputs=[...]),
+        # autograd.grad) skipped the step's backward and left them without gradients, silently
+        tap, tap_args = self._parameter_tap()
         box: list = []
-        results = _JoinFunction.apply((entry, self.preserve_rng_state, box, self._meter), tap, *flat)
+        results = _JoinFunction.apply((entry, self.preserve_rng_state, box, self._meter, tap_args), tap, *flat)
         results = iter(results if isinstance(results, tuple) else (results,))
         leaves, spec = box.pop()
         return tree_unflatten([next(results) if v is _TENSOR else v for v in leaves], spec)

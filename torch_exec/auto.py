@@ -705,11 +705,6 @@ def _choose(positions: list[int], weights: list[int], max_stages: int) -> list[i
 
 
 # ---------------------------------------------------------------------------- building the program
-def _global_forward_hooks() -> bool:
-    from torch.nn.modules import module as module_module
-    return bool(module_module._global_forward_hooks or module_module._global_forward_pre_hooks)
-
-
 def _export(model: nn.Module, args: tuple, kwargs: dict):
     """torch.export (non-strict), quiet: a failure is reported by the caller in one line."""
     loggers = [logging.getLogger(name) for name in ("torch", "torch._dynamo", "torch.export", "torch._export",
@@ -1042,11 +1037,11 @@ class _TensorHooks(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-def _hooks_error(sites: list[str], where: str) -> CaptureError:
+def _hooks_error(sites: list[str], where: str, consequence: str) -> CaptureError:
     return CaptureError(f"the model registers a gradient hook on a tensor {where} (Tensor.register_hook at "
-                        f"{', '.join(sorted(set(sites))[:3])}), which {'torch.export drops' if 'forward' in where else 'would land on another tensor'} "
-                        f"(Note [Gradient hooks registered in the forward]); register it on a parameter, or inside a block's "
-                        f"own forward (if h.requires_grad: h.register_hook(fn))")
+                        f"{', '.join(sorted(set(sites))[:3])}), which {consequence} (Note [Gradient hooks registered "
+                        f"in the forward]); register it on a parameter, or inside a block's own forward (if "
+                        f"h.requires_grad: h.register_hook(fn))")
 
 
 def _custom_functions(model: nn.Module, args: tuple, kwargs: dict) -> list[str]:
@@ -1067,7 +1062,7 @@ def _custom_functions(model: nn.Module, args: tuple, kwargs: dict) -> list[str]:
         raise CaptureError(f"checking the model for custom autograd Functions (Note [Custom autograd Functions]) "
                            f"raised {type(exc).__name__}: {_first_line(exc)}") from None
     if hooks.sites:
-        raise _hooks_error(hooks.sites, "in its forward")
+        raise _hooks_error(hooks.sites, "in its forward", "torch.export drops")
     roots = [t.grad_fn for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
     del out
     classes = {f"{cls.__module__}.{cls.__qualname__}": cls for cls in _function_classes(roots)
@@ -1198,7 +1193,7 @@ def _capture_export(model: nn.Module, args: tuple, kwargs: dict, max_stages: int
                               if any(f.startswith(CHECKPOINT_FUNCTION + ":") for f in functions) else ""))
     hooked = [name or type(model).__name__ for name, m in model.named_modules()
               if m._forward_hooks or m._forward_pre_hooks]
-    if hooked or _global_forward_hooks():
+    if hooked or any(U.global_forward_hooks()):
         warn_once(f"auto_checkpoint: the forward hooks of {', '.join(hooked[:3]) or 'the global registry'}"
                   f"{' and more' if len(hooked) > 3 else ''} run while the graph is captured (on FakeTensors too) and "
                   f"not at each step; what they do to outputs is in the graph (Note [What a captured graph fixes]). "
@@ -1887,7 +1882,8 @@ class AutoCheckpointed(nn.Module):
         """Compute the step's side values (Note [Cut points]); the bytes they add are noted once. Its peak
         (a frozen part's forward) is measured on the first step, where it sets the executor's least
         budget, and on measured steps, whose records count it (Note [Side values nothing reads])."""
-        device = U.tensors(flat)[0].device if U.tensors(flat) else torch.device("cpu")
+        found = U.tensors(flat)
+        device = found[0].device if found else torch.device("cpu")
         meter = cap.executor._meter
         reading = None
         if cap.prologue_peak is None or meter.due(device):
@@ -2023,7 +2019,7 @@ def _check_blocks(wrapper: AutoCheckpointed, cap: Capture, args, kwargs) -> None
             for handle in pause:
                 handle.remove()
         if hooks.sites:
-            raise _hooks_error(hooks.sites, f"between the blocks of '{blocks.name}'")
+            raise _hooks_error(hooks.sites, f"between the blocks of '{blocks.name}'", "would land on another tensor")
         state.restore()
         try:
             with torch.enable_grad(), _substituted(blocks, box, lambda h: _run_plain(cap.stages, h, cut=True)):

@@ -1584,14 +1584,15 @@ class CheckpointedSequential(_PlannedModule):
         self.caller_keeps = _caller_keeps_setting(caller_keeps)
         self.names, fns = U.stage_list(stages)
         extras = _extra_modules(modules)
+        module_stages = [f for f in fns if isinstance(f, nn.Module)]
         if isinstance(stages, nn.Sequential) and not extras:  # Note [A Sequential's own names]
             for name in ("_parameters", "_buffers", "_modules", "_non_persistent_buffers_set"):
                 self.__dict__[name] = getattr(stages, name)
         else:
-            self._modules["stages"] = nn.ModuleList([f for f in fns if isinstance(f, nn.Module)])
+            self._modules["stages"] = nn.ModuleList(module_stages)
         if extras:  # registered only when given: no empty entry in the module tree otherwise
             self.extra_modules = nn.ModuleList(extras)
-        _check_callables(self.names, fns, [f for f in fns if isinstance(f, nn.Module)] + extras)
+        _check_callables(self.names, fns, module_stages + extras)
         self._fns = fns  # the callables, in order (modules are also registered above)
         self._set_solver(budget, bucket, backend, profile_passes, profile_warmup, schedule_fn, preserve_rng_state,
                          network, measure_steps, profile_isolated)

@@ -429,16 +429,40 @@ def test_bad_inputs_and_budget_below_minimum():
         te.CheckpointedJoin([[], []], Head(2))
 
 
-def test_unsupported_backward_calls_are_refused_before_touching_grads():
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_retain_graph_backwards_match_plain_autograd(seed):
+    # they were refused; now every backward that keeps the graph starts again from the forward's state,
+    # as the chain's (Note [Retained graphs]): dropout masks replayed, BatchNorm statistics updated once
     xs = inputs(2)
-    join = te.CheckpointedJoin([list(tower(0)), list(tower(1))], Head(2), budget="1GiB", **OPTS,
-                               schedule_fn=lambda net: random_join_policy(random.Random(0), net, 1.0))
-    loss = join(*xs)
-    with pytest.raises(RuntimeError, match="retain_graph"):
-        loss.backward(retain_graph=True)
-    assert all(p.grad is None for p in join.parameters())
-    loss.backward()  # the step is still intact
-    assert all(p.grad is not None for p in join.parameters())
+
+    def make():
+        return [tower(0, dropout=0.3, bn=True), tower(1, dropout=0.3, bn=True)], Head(2)
+    towers, head = make()
+    join = te.CheckpointedJoin([list(t) for t in towers], head, budget="1GiB", **OPTS,
+                               schedule_fn=lambda net: random_join_policy(random.Random(seed), net, 1.0))
+    ref_towers, ref_head = make()
+    results = []
+    for run in ("plain", "join"):
+        torch.manual_seed(5)
+        rxs = fresh(xs)
+        if run == "plain":
+            out, params = ref_head(*(t(x) for t, x in zip(ref_towers, rxs))), list(ref_head.parameters())
+            params += [p for t in ref_towers for p in t.parameters()]
+        else:
+            out, params = join(*rxs), list(head.parameters()) + [p for t in towers for p in t.parameters()]
+        out.backward(retain_graph=True)
+        first = [p.grad.clone() for p in params] + [x.grad.clone() for x in rxs]
+        named = torch.autograd.grad(out * 3, [rxs[1], params[0]], retain_graph=True)
+        (out * 2).backward()
+        buffers = [b.clone() for m in (ref_towers if run == "plain" else towers) for b in m.buffers()]
+        results.append((first, list(named), [p.grad for p in params] + [x.grad for x in rxs], buffers))
+        if run == "join":
+            with pytest.raises(RuntimeError, match="pass retain_graph=True to the earlier backward"):
+                out.backward()
+    assert not join.plan.decided_by == "plain autograd"
+    assert any(op.kind is OpKind.FWD_NOGRAD for op in join.plan.schedule)  # something is recomputed
+    for got, want in zip(results[1], results[0], strict=True):
+        assert len(got) == len(want) and all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
 
 
 @pytest.mark.parametrize("call", ["backward_inputs", "autograd_grad", "input_grad"])

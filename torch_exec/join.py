@@ -58,8 +58,11 @@ trainable parameters reach the step's Function through its parameter tap, and th
 (the head's too) compute only what is named (Note [Autograd calls that name tensors] in
 torch_exec/executor.py).
 
-Limitations: ``retain_graph=True`` and double backward through a checkpointed step are refused with an
-error (run with ``budget=None`` for them); a head that returns a tensor sharing storage with a branch output keeps that output alive past the
+``retain_graph=True`` keeps the forward's state (every branch's checkpoints and tapes, the head's tape) and
+each later backward starts again from it, as the chain's (Note [Retained graphs] in torch_exec/executor.py).
+
+Limitations: double backward (``create_graph=True``) through a checkpointed step is refused with an
+error (run with ``budget=None`` for it); a head that returns a tensor sharing storage with a branch output keeps that output alive past the
 ``FREE`` the plan schedules after the turn; the join has no ``offload=`` and no ``caller_keeps``
 (its head's output is reserved whole).
 """
@@ -87,7 +90,7 @@ from gpusolve.units import parse_budget
 from . import _util as U
 from .executor import (NOT_MEASURED, TURN, CheckpointedSequential, ProgramSplit, Runtime, _backward_runtime,
                        _backward_segment, _compiler_disable, _detached_results, _keep_graph, _needs_at_least,
-                       _PlannedModule, _SegmentMode, _standin_params, annotate,
+                       _PlannedModule, _SegmentMode, _standin_params, _with_beside, annotate,
                        below_floor_message, below_plain_message, executor_chain, interpret, interpret_backward,
                        output_out_of_tape)
 from .meter import MemoryMeter
@@ -105,11 +108,8 @@ _DOUBLE_BACKWARD_ERROR = (
     "CheckpointedJoin: double backward (create_graph=True) is not supported through a checkpointed join: its "
     "recomputations and segment backwards record no graph of the gradient. Run it with budget=None (plain autograd)")
 _TWICE_ERROR = (
-    "CheckpointedJoin: backward ran twice through the same step; a checkpointed join step supports one backward "
-    "(retain_graph=True is not supported: use budget=None for it)")
-_KEEP_GRAPH_ERROR = (
-    "CheckpointedJoin: backward(retain_graph=True) is not supported through a checkpointed join (its schedule "
-    "frees what the backward consumed); run it with budget=None (plain autograd)")
+    "CheckpointedJoin: backward ran twice through the same step, and the first backward freed it; pass "
+    "retain_graph=True to the earlier backward (as plain autograd needs) to run it again")
 
 @dataclass
 class JoinEntry(ProgramSplit):
@@ -126,6 +126,7 @@ class JoinEntry(ProgramSplit):
     held_bytes: int = 0              # held through each step beside the join (CheckpointedJoin.held_bytes)
     beside_bytes: int = 0            # made in each step beside the join (CheckpointedJoin.beside_bytes)
     floor_bytes: int = 0             # the least budget whatever the plan (CheckpointedSequential.floor_bytes)
+    turn_peak_bytes: int = 0         # the chain's turn term (executor._with_beside): the join model has the head's
     plain: bool = False              # plain autograd fits the budget: the step runs as such
     program: list = field(default_factory=list)   # annotate(plan.schedule)
     split: int = 0                   # index of the head's forward (the first TURN entry) in program
@@ -154,6 +155,36 @@ class JoinRuntime:
     def start_backward(self) -> None:
         for rt in self.branches:
             rt.start_backward()
+
+    def snapshot(self) -> tuple:
+        """What the forward left (each branch's checkpoints and tapes, the head's tape), for backwards
+        that keep the graph (Note [Retained graphs] in torch_exec/executor.py): the lists are copies,
+        since a segment backward empties its tape."""
+        branches = [(dict(rt.acts), {s: list(t) for s, t in rt.tapes.items()}) for rt in self.branches]
+        return branches, list(self.head_tape), list(self.head_leaves)
+
+    def restart(self, snapshot: tuple) -> None:
+        """Start a backward again from the forward's state (an earlier one kept the graph)."""
+        branches, head_tape, head_leaves = snapshot
+        for rt, (acts, tapes) in zip(self.branches, branches, strict=True):
+            rt.acts, rt.tapes, rt.grads = dict(acts), {s: list(t) for s, t in tapes.items()}, {}
+        self.head_tape, self.head_leaves = list(head_tape), list(head_leaves)
+
+    @staticmethod
+    def retained(snapshot: tuple) -> set:
+        """The ids of the forward's segment leaves (the head's included): their graphs are kept."""
+        branches, _, head_leaves = snapshot
+        return {id(tape[0]) for _, tapes in branches for tape in tapes.values()} | {id(v) for v in head_leaves}
+
+    @staticmethod
+    def clear_boxes(snapshot: tuple) -> None:
+        """Drop the gradients the forward's segment leaves were given (they serve again)."""
+        branches, _, head_leaves = snapshot
+        for _, tapes in branches:
+            for tape in tapes.values():
+                tape[0].box.clear()
+        for leaf in head_leaves:
+            leaf.box.clear()
 
     def turn(self, backward: int) -> None:
         """The ``TURN``: its forward half (arg 0) or its backward half (arg 1); Note [The head's graph]."""
@@ -212,6 +243,7 @@ class _JoinFunction(torch.autograd.Function):
         entry, preserve_rng, box, meter, tap_args = args
         ctx.meter = meter
         ctx.tap = tap_args
+        ctx.snapshot = None
         ctx.set_materialize_grads(False)
         rt = JoinRuntime(entry, [t.detach() for t in inputs], [t.requires_grad for t in inputs],
                          U.autocast_state(), preserve_rng)
@@ -229,18 +261,27 @@ class _JoinFunction(torch.autograd.Function):
     def backward(ctx, *grad_outputs):
         # Every refusal comes first, before any state is consumed or any .grad touched.
         rt = _backward_runtime(ctx, _DOUBLE_BACKWARD_ERROR, _TWICE_ERROR)
-        if _keep_graph():
-            raise RuntimeError(_KEEP_GRAPH_ERROR)
         ctx.saved_tensors  # noqa: B018 - raises if the caller modified an input in place since forward
+        keep = _keep_graph()
+        # retain_graph=True: as the chain's (Note [Retained graphs] in torch_exec/executor.py)
+        snapshot = ctx.snapshot
+        if snapshot is not None:  # an earlier backward kept the graph: start again from the forward's state
+            rt.restart(snapshot)
+        elif keep:
+            snapshot = ctx.snapshot = rt.snapshot()
+        if not keep:
+            ctx.rt = ctx.snapshot = None
         # autograd.grad or backward(inputs=...): as the chain's (Note [Autograd calls that name tensors])
-        mode = _SegmentMode.of(ctx.tap, not torch.autograd._is_checkpoint_valid(), None)
-        ctx.rt = None
+        mode = _SegmentMode.of(ctx.tap, not torch.autograd._is_checkpoint_valid(),
+                               JoinRuntime.retained(snapshot) if keep else None)
         rt.start_backward()
         rt.head_grads = list(grad_outputs)
         del grad_outputs
         interpret_backward(rt.entry.backward_ops, rt, mode)
+        if keep:  # the forward's segment leaves serve again: drop the gradients they were given
+            JoinRuntime.clear_boxes(snapshot)
         grads = rt.input_grads()
-        del rt
+        del rt, snapshot
         if ctx.meter is not None:
             ctx.meter.end()
         return (None, None, *grads)
@@ -516,7 +557,7 @@ class CheckpointedJoin(_PlannedModule):
         peak where none was measured (which counts them as reserved); never below ``floor_bytes``."""
         if entry.plain_peak_bytes is None:
             return max(store_all_join_peak_bytes(entry.plain_net), entry.floor_bytes)
-        return max(entry.plain_peak_bytes + entry.reserved_beside, entry.floor_bytes)
+        return _with_beside(entry, entry.plain_peak_bytes)
 
     def budget_bytes_for(self, entry: JoinEntry) -> int | None:
         """The byte budget of one signature: bytes, or a percentage of plain autograd's step peak

@@ -16,6 +16,7 @@ import torch_exec as te  # noqa: E402
 from gpusolve.schedule import Checkpoint, Tape, segments_policy  # noqa: E402
 from _torch_helpers import DT, LinearStage, loss_of  # noqa: E402
 from _torch_helpers import wrap as cpu_wrap  # noqa: E402
+from torch_exec.report import MemoryBudgetWarning  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::torch_exec.CPUTimingWarning",
                                         "ignore::gpusolve.FallbackWarning",
@@ -481,3 +482,60 @@ def test_inductor_compiled_stages_recompute_the_same_dropout():
         model.replan(profile=True)
         bad = compiled_grads(model, model, x0)
     assert not all(torch.equal(a, b) for a, b in zip(bad[0], want[0]))
+
+
+# ---------------------------------------------------------------------------- the user's torch.profiler
+# Note [One profiler per thread] in torch_exec/meter.py: the CPU meter started inside the user's profiler
+# ended it (its trace came back empty) and then raised an internal error at the measured step's record
+def _aten_events(prof):
+    return len([e for e in prof.events() if e.name.startswith("aten::")])
+
+
+def _tanh_net():
+    torch.manual_seed(0)
+    return nn.Sequential(*[nn.Sequential(nn.Linear(16, 16), nn.Tanh()) for _ in range(4)]).to(DT)
+
+
+def test_cpu_meter_refuses_to_start_inside_a_recording_profiler():
+    from torch_exec.meter import MemoryMeter, ProfilerBusyError
+    x = torch.randn(100, dtype=DT)
+    with torch.profiler.profile() as prof:
+        with pytest.raises(ProfilerBusyError, match="before starting your profiler"):
+            MemoryMeter("cpu").__enter__()
+        (x * 2).sum()
+    assert _aten_events(prof) >= 2  # the user's session kept recording
+    with MemoryMeter("cpu") as meter:  # and a meter outside it starts
+        y = x * 3
+    assert meter.total.peak >= y.nbytes
+
+
+@pytest.mark.parametrize("kind", ["sequential", "auto"])
+def test_first_call_inside_the_users_profiler_is_refused_then_runs_outside(kind):
+    net = _tanh_net()
+    x = torch.randn(8, 16, dtype=DT)
+    w = te.CheckpointedSequential(net, budget="80%") if kind == "sequential" else te.auto_checkpoint(net, "80%")
+    with torch.profiler.profile() as prof:
+        with pytest.raises(te.ProfilerBusyError, match=r"model\.prepare"):
+            w(x).sum().backward()
+        (x * 2).sum()
+    assert _aten_events(prof) > 0 and all(p.grad is None for p in net.parameters())
+    ref = _tanh_net()
+    ref(x).sum().backward()
+    w(x).sum().backward()
+    assert_equal([p.grad for p in net.parameters()], [p.grad for p in ref.parameters()])
+    if kind == "auto":  # the prologue's peak was measured on the first step run outside the profiler
+        assert next(iter(w._captures.values())).prologue_peak is not None
+
+
+def test_a_measured_step_inside_the_users_profiler_stays_due():
+    w = te.CheckpointedSequential(_tanh_net(), budget="80%")
+    x = torch.randn(8, 16, dtype=DT)
+    w(x).sum().backward()
+    w.measure_memory(1)
+    with torch.profiler.profile() as prof:
+        with pytest.warns(MemoryBudgetWarning, match="not measured while your torch.profiler records"):
+            w(x).sum().backward()
+    assert _aten_events(prof) > 0 and len(w.memory_report()) == 0
+    w(x).sum().backward()  # the next step outside it is the measured one
+    report = w.memory_report()
+    assert len(report) == 1 and report[-1].within_budget

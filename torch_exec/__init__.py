@@ -11,6 +11,7 @@ torch is imported here, never in ``gpusolve``.
 from .auto import AutoCheckpointed, CaptureError, auto_checkpoint
 from .executor import CheckpointedSequential, interpret, plan_from_schedule, split_schedule
 from .join import CheckpointedJoin
+from .meter import ProfilerBusyError
 from .profiler import (
     CPUTimingWarning,
     InputMutationWarning,
@@ -22,5 +23,5 @@ from .profiler import (
 )
 
 __all__ = ["AutoCheckpointed", "CPUTimingWarning", "CaptureError", "CheckpointedJoin", "CheckpointedSequential",
-           "InputMutationWarning", "auto_checkpoint", "chain_from_profile", "interpret", "load_profile",
+           "InputMutationWarning", "ProfilerBusyError", "auto_checkpoint", "chain_from_profile", "interpret", "load_profile",
            "plan_from_schedule", "profile", "profile_dict", "save_profile", "split_schedule"]

@@ -674,8 +674,8 @@ def _state_key(module, captured: bool) -> tuple:
         params = tuple((p.requires_grad, p.dtype, p.device) for p in d.get("_parameters", {}).values()
                        if p is not None)
         buffers = tuple((b.dtype, b.device) for b in d.get("_buffers", {}).values() if b is not None)
-        if captured:
-            out.append((m.training, params, buffers, tuple([(k, v) for k, v in d.items() if type(v) in _SCALARS]),
+        if captured:  # the scalar attributes include `training`
+            out.append((params, buffers, tuple([(k, v) for k, v in d.items() if type(v) in _SCALARS]),
                         tuple(d.get("_forward_hooks", ())), tuple(d.get("_forward_pre_hooks", ()))))
         else:
             out.append((m.training, params, buffers))

@@ -271,7 +271,7 @@ from gpusolve.join.solve import JOIN_BACKENDS
 from gpusolve.units import format_bytes
 
 from . import _util as U
-from .meter import MemoryMeter, measure_peak
+from .meter import MemoryMeter, ProfilerBusyError, measure_peak
 from .executor import (CheckpointedSequential, _backend_setting, _budget_setting, _caller_keeps_setting,
                        _compiler_disable, check_offload_backend)
 from .join import CheckpointedJoin
@@ -1892,12 +1892,10 @@ class AutoCheckpointed(nn.Module):
                     values, reading = measure_peak(cap.prologue, *flat, device=device)
                 cap.side.values = list(values)
                 del values
-            except RuntimeError as err:  # a CPU meter under the user's own torch.profiler cannot start
-                if "profiler" not in str(err).lower():
+            except ProfilerBusyError:  # Note [One profiler per thread] in torch_exec/meter.py
+                if cap.prologue_peak is None:  # the first step, which profiles: refused
                     raise
-                warn_once(f"auto_checkpoint: the prologue's peak is not measured ({_first_line(err)}); the least "
-                          f"budget does not count it (Note [Side values nothing reads])", UserWarning, stacklevel=5)
-                cap.prologue_peak = 0 if cap.prologue_peak is None else cap.prologue_peak
+                # a measured step under the user's profiler: not measured (the step's meter says so)
         if reading is not None:
             if cap.prologue_peak is None:
                 cap.prologue_peak = reading.peak

@@ -17,6 +17,19 @@ anywhere, including inside autograd hooks during a backward (the profiler uses t
 backward peaks). Readings are available once the meter's ``with`` block has ended; ``meter.total``
 covers the whole block. The CPU meter slows the code it watches (every allocation is recorded):
 use it to measure memory, never to time.
+
+Note [One profiler per thread]
+    The CPU meter is a ``torch.profiler`` session, and torch runs one per thread: a meter started
+    while the user's profiler records (``torch.profiler.profile``, ``torch.autograd.profiler.profile``)
+    ended the user's session, whose trace came back empty (0 events), and then found none of its own
+    marks ("internal error: 3 marks taken but 0 found"); one started in a scheduled profiler's wait or
+    warmup step crashed the process (SIGSEGV) at the profiler's next ``step()`` (torch 2.13;
+    bench/repros/user_profiler.py). So a CPU meter refuses to start while a profiler records
+    (:class:`ProfilerBusyError`, naming the remedy): the first call of a wrapper (which profiles) must
+    run before the profiler starts, and a measured step under it is not measured (a warning; it stays
+    due). A scheduled profiler that has not started recording cannot be seen from Python: do not run a
+    wrapper's first call, or a measured step, inside its wait or warmup steps on the CPU. On CUDA the
+    meter reads the allocator's counters and runs under any profiler.
 """
 from __future__ import annotations
 
@@ -25,9 +38,26 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["MemoryMeter", "Reading", "measure_peak"]
+__all__ = ["MemoryMeter", "ProfilerBusyError", "Reading", "measure_peak"]
 
 _MARK = "gpusolve::meter::mark"
+
+
+class ProfilerBusyError(RuntimeError):
+    """A CPU memory measurement was asked for while a ``torch.profiler`` records on this thread (Note [One
+    profiler per thread])."""
+
+    def __init__(self):
+        super().__init__(
+            "a CPU memory measurement records the allocator with torch.profiler, and a profiler is already recording "
+            "on this thread (torch runs one at a time: starting ours would end yours and empty its trace). Run the "
+            "wrapper's first call (or model.prepare(*inputs)) before starting your profiler, and measure memory "
+            "outside it (Note [One profiler per thread] in torch_exec/meter.py)")
+
+
+def profiler_recording() -> bool:
+    """Whether a ``torch.profiler`` (or the autograd profiler) records on this thread now."""
+    return bool(torch._C._autograd._profiler_enabled())
 
 
 @dataclass
@@ -65,6 +95,8 @@ class MemoryMeter:
     def __enter__(self) -> "MemoryMeter":
         if self._active:
             raise RuntimeError("this MemoryMeter is already running")
+        if self.device.type == "cpu" and profiler_recording():
+            raise ProfilerBusyError()
         self._active = True
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)

@@ -41,10 +41,11 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from gpusolve.errors import warn_once
 from gpusolve.units import exact_bytes, format_bytes
 
 from ._util import allocator_reserve_bytes
-from .meter import MemoryMeter
+from .meter import MemoryMeter, ProfilerBusyError
 
 
 class MemoryBudgetWarning(UserWarning):
@@ -238,17 +239,18 @@ class StepMeter:
         before, self._before_peak = self._before_peak, 0
         if not self.due(device):
             return
-        if self.armed > 0:
-            self.armed -= 1
-        elif device.type == "cuda":
-            self.cuda_steps -= 1
         without_grad = [p for p in params if p.requires_grad and p.grad is None]
         meter = MemoryMeter(device)
         try:
             meter.__enter__()
-        except RuntimeError as err:  # e.g. the user's own torch.profiler is running on this thread
-            warnings.warn(f"step {self.steps} is not measured: {err}", MemoryBudgetWarning, stacklevel=3)
+        except ProfilerBusyError as err:  # the user's torch.profiler records: the step stays due
+            warn_once(f"a measured step is not measured while your torch.profiler records; it is measured at the "
+                      f"next step outside it ({str(err).split('. ', 1)[0]})", MemoryBudgetWarning, stacklevel=3)
             return
+        if self.armed > 0:
+            self.armed -= 1
+        elif device.type == "cuda":
+            self.cuda_steps -= 1
         kind = "store-all (plain autograd)" if plain else plan.backend
         sets = _GradientsSet(meter, without_grad, device)
         self._pending = (meter, without_grad, plan, budget, device, self.steps, kind, (held, before), sets)

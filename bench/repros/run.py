@@ -28,7 +28,9 @@ SCRIPTS = ("grad_hooks", "autograd_grad_measured", "returned_input", "measure_be
            "rv_join_backward_inputs", "rv_join_frozen_towers", "rv_join_plain_least", "rv_join_report_grads",
            "rv_offload_first_step", "rv_loop_stale_graph", "rv_loop_tensor_hook_in_forward",
            "rv_loop_buffer_read_recompute", "rv_loop_dtype_after_wrap", "rv_loop_compile_wrapper",
-           "rv_loop_forward_signature", "rv_loop_seq_state_dict")
+           "rv_loop_forward_signature", "rv_loop_seq_state_dict",
+           # the fourth session (2026-11-27, evening)
+           "user_profiler")
 
 
 def main(argv=None) -> int:

@@ -74,8 +74,10 @@ w = te.auto_checkpoint(gpt2, "60%", caller_keeps="loss")
 ids = torch.randint(0, 200, (4, 32))
 w(input_ids=ids, labels=ids).loss.backward()
 w.to(torch.bfloat16); ref.to(torch.bfloat16)
+torch.manual_seed(1)  # GPT-2 built from a config trains with dropout: both draw the same masks
 want = ref(input_ids=ids, labels=ids).loss
 try:
+    torch.manual_seed(1)
     got = w(input_ids=ids, labels=ids).loss
     print(f"GPT-2 bfloat16 after a float32 step: loss {got.item():.6f} vs plain {want.item():.6f}")
 except Exception as exc:  # noqa: BLE001

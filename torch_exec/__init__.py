@@ -23,5 +23,5 @@ from .profiler import (
 )
 
 __all__ = ["AutoCheckpointed", "CPUTimingWarning", "CaptureError", "CheckpointedJoin", "CheckpointedSequential",
-           "InputMutationWarning", "ProfilerBusyError", "auto_checkpoint", "chain_from_profile", "interpret", "load_profile",
-           "plan_from_schedule", "profile", "profile_dict", "save_profile", "split_schedule"]
+           "InputMutationWarning", "ProfilerBusyError", "auto_checkpoint", "chain_from_profile", "interpret",
+           "load_profile", "plan_from_schedule", "profile", "profile_dict", "save_profile", "split_schedule"]

@@ -243,9 +243,10 @@ class StepMeter:
         meter = MemoryMeter(device)
         try:
             meter.__enter__()
-        except ProfilerBusyError as err:  # the user's torch.profiler records: the step stays due
-            warn_once(f"a measured step is not measured while your torch.profiler records; it is measured at the "
-                      f"next step outside it ({str(err).split('. ', 1)[0]})", MemoryBudgetWarning, stacklevel=3)
+        except ProfilerBusyError:  # the user's torch.profiler records: the step stays due
+            warn_once("a measured step is not measured while your torch.profiler records (on the CPU the meter is a "
+                      "profiler, and torch runs one at a time); it is measured at the next step outside it (Note [One "
+                      "profiler per thread] in torch_exec/meter.py)", MemoryBudgetWarning, stacklevel=3)
             return
         if self.armed > 0:
             self.armed -= 1

@@ -154,7 +154,11 @@ def cmd_compare(args) -> int:
     budget = _budget(chain, args.budget)
     bucket = parse_bucket(args.bucket)
     link = offload_link(args)
-    low = check_budget(chain, budget, bucket)  # compare() itself reports infeasibility in its rows
+    least = None
+    if link is not None:  # the combined class runs below recompute only's minimum
+        from .offload.solver import min_budget_bytes
+        least = min_budget_bytes(chain, link)
+    low = check_budget(chain, budget, bucket, least)  # compare() itself reports infeasibility in its rows
     records = compare(chain, budget, bucket=bucket, backend=args.backend)
     if link is not None:  # the combined DP first, the paper's offload-only algorithms after the recompute rows
         from .offload.compare import offload_records

@@ -497,12 +497,13 @@ def _infeasible(chain, budget_bytes, bucket, backend, started, timings, notes, s
                 known_min_bytes=min_bytes)
 
 
-def check_budget(chain: Chain, budget, bucket=None) -> int:
+def check_budget(chain: Chain, budget, bucket=None, min_bytes: int | None = None) -> int:
     """The checks :func:`solve` makes before solving, for callers that solve with ``strict=False``:
-    raises :class:`InfeasibleBudgetError` below the exact minimum budget and ``ValueError`` for a
-    bucket larger than the budget. Returns the minimum feasible budget (bytes)."""
+    raises :class:`InfeasibleBudgetError` below the exact minimum budget (``min_bytes``: another class's,
+    e.g. :func:`gpusolve.offload.solver.min_budget_bytes`) and ``ValueError`` for a bucket larger than
+    the budget. Returns the minimum feasible budget (bytes)."""
     budget_bytes = budget_bytes_of(chain, budget)
-    min_bytes = min_feasible_bytes(chain)
+    min_bytes = min_feasible_bytes(chain) if min_bytes is None else int(min_bytes)
     if budget_bytes < min_bytes:
         raise InfeasibleBudgetError(below_minimum(budget_bytes, min_bytes), min_bytes)
     if bucket is not None:

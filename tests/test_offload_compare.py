@@ -210,3 +210,44 @@ def test_compare_table_shows_the_solve_time_not_its_phases(capsys):
     records = json.loads(capsys.readouterr().out)
     rows = records if isinstance(records, list) else records.get("rows", records.get("records"))
     assert any("dp" in r["detail"].get("timings", {}) for r in rows)
+
+
+# A chain (found by a review's fuzzing) whose combined class runs below recompute only's minimum:
+# min_offload_bytes 51 B, min_feasible_bytes 55 B. compare and curve checked the budget against the
+# recompute-only minimum and refused 52 B, which solve --offload solves; its plan said the minimum was 55 B.
+GAP_CHAIN = {"format": "gpusolve-chain/1", "input_bytes": 16, "input_grad_bytes": 16, "reserved_bytes": 1,
+             "multi_tape": True, "t_fwd": [0.45, 0.35, 0.9, 0.65, 0.81, 0.86, 0.92, 0.04],
+             "t_fwd_nograd": [0.66, 0.9, 0.79, 0.96, 0.05, 0.89, 0.73, 0.97],
+             "t_bwd": [0.72, 0.67, 0.71, 0.03, 0.5, 0.2, 0.94, 0.35], "act_bytes": [18, 17, 18, 0, 8, 8, 19, 10],
+             "grad_bytes": [10, 10, 5, 18, 4, 1, 4, 1], "tape_bytes": [9, 5, 17, 9, 13, 19, 14, 24],
+             "fwd_nograd_extra": [1, 3, 1, 4, 2, 1, 2, 2], "fwd_grad_extra": [3, 0, 3, 0, 3, 3, 4, 4],
+             "bwd_extra": [3, 3, 0, 0, 1, 0, 4, 0], "bwd_tape_bytes": [1, 5, 13, 9, 13, 19, 5, 21]}
+
+
+@pytest.fixture
+def gap_chain(tmp_path):
+    path = tmp_path / "gap.json"
+    path.write_text(json.dumps(GAP_CHAIN))
+    return str(path)
+
+
+def test_the_combined_minimum_below_recompute_onlys_is_the_one_reported_and_checked(capsys, gap_chain, tmp_path):
+    from gpusolve.dp.minpeak import min_feasible_bytes
+    from gpusolve.offload import min_offload_bytes
+    chain = Chain.load(gap_chain)
+    low, recompute_low = min_offload_bytes(chain), min_feasible_bytes(chain)
+    assert (low, recompute_low) == (51, 55)
+    link = ["--offload", "--bandwidth", "1e6B/s", "--backend", "cpu"]
+    plan = solve_offload(chain, 52, "1e6B/s", backend="cpu")
+    assert plan.feasible and plan.min_feasible_bytes == low and plan.to_dict()["min_feasible_bytes"] == low
+    assert solve_offload(chain, 50, "1e6B/s", backend="cpu", strict=False).min_feasible_bytes == low
+    out = _json(capsys, ["solve", gap_chain, "--budget", "52", *link, "--json"])
+    assert out["feasible"] and out["min_feasible_bytes"] == low
+    out = _json(capsys, ["compare", gap_chain, "--budget", "52", *link, "--json"])
+    rows = {r["name"]: r for r in out["records"]}
+    assert out["min_feasible_bytes"] == low and rows["combined (gpusolve)"]["feasible"]
+    assert not rows["recompute only (gpusolve)"]["feasible"]
+    out = _json(capsys, ["curve", gap_chain, "--max-budget", "52", *link, "--out", str(tmp_path / "c.png"), "--json"])
+    assert out["min_feasible_bytes"] == low and out["combined"]["budget_bytes"] and not out["recompute"]["budget_bytes"]
+    assert main(["compare", gap_chain, "--budget", "50", *link]) == 2
+    assert f"raise the budget to at least {low} B" in capsys.readouterr().err

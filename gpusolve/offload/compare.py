@@ -279,12 +279,12 @@ def offload_curve_data(chain: Chain, link: Link, max_budget=None, bucket=None, b
     at ``points`` budgets from the combined minimum to the top). ``max_budget`` defaults to the store-all
     peak."""
     from ..solve import solve
-    from .dp import min_offload_bytes
-    from .solver import solve_offload
+    from .solver import min_budget_bytes, solve_offload
     top = store_all_peak_bytes(chain) if max_budget is None else budget_bytes_of(chain, max_budget, "max budget")
     combined = solve_offload(chain, top, link, bucket=bucket, backend=backend, reference=False)  # its curve only
-    recompute = solve(chain, top, bucket=combined.bucket_bytes, backend=backend)
-    low = min_offload_bytes(chain) if not link.is_useless else recompute.min_feasible_bytes
+    # below recompute only's own minimum its curve is empty (the combined class runs lower)
+    recompute = solve(chain, top, bucket=combined.bucket_bytes, backend=backend, strict=False)
+    low = min_budget_bytes(chain, link)
     grid = np.unique(np.linspace(low, top, points).astype(np.int64)).tolist()
     paper = {name: [] for name in PAPER_METHODS}
     for b in grid:

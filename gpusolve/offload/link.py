@@ -56,6 +56,9 @@ def parse_rate(value, what: str = "bandwidth") -> float:
         if math.isinf(number):  # '1e400GB/s': not the unlimited link, which is spelled 'inf'
             raise ValueError(f"{what} {value!r} is beyond any number: check its unit, or give 'inf' for an "
                              f"unlimited link")
+        if number == 0.0 and re.search(r"[1-9]", re.split(r"[eE]", size)[0]):  # '1e-400GB/s' is no useless link
+            raise ValueError(f"{what} {value!r} is below any number (it reads as 0): check its exponent, or give "
+                             f"0 for a useless link")
         rate = number / 1000.0 if unit in ("s", "sec") else number
     else:
         raise ValueError(f"{what} must be bytes/ms or a string like '12GB/s', got {value!r}")
@@ -85,9 +88,13 @@ class Link:
         if isinstance(lat, bool) or not isinstance(lat, numbers.Real) or not math.isfinite(lat) or lat < 0:
             raise ValueError(f"latency_ms = {lat!r}: the latency must be a finite number of ms >= 0")
         object.__setattr__(self, "latency_ms", float(lat))
-        if self.channels != 1:
+        channels = self.channels
+        if isinstance(channels, float) and channels.is_integer():  # 1.0 from a JSON reader
+            channels = int(channels)
+        if isinstance(channels, bool) or not isinstance(channels, numbers.Integral) or channels != 1:
             raise ValueError(f"channels = {self.channels!r}: only one copy channel (shared by both directions) "
-                             f"is modelled")
+                             f"is modelled; give 1")
+        object.__setattr__(self, "channels", int(channels))
 
     @classmethod
     def parse(cls, d2h, h2d=None, latency_ms=0.0, channels: int = 1) -> "Link":
@@ -132,7 +139,7 @@ class Link:
                              f"string such as '12GB/s'")
         return cls(parse_rate(data["d2h_bytes_per_ms"], "d2h_bytes_per_ms"),
                    parse_rate(data["h2d_bytes_per_ms"], "h2d_bytes_per_ms"),
-                   parse_duration_ms(data.get("latency_ms", 0.0), "latency_ms"), int(data.get("channels", 1)))
+                   parse_duration_ms(data.get("latency_ms", 0.0), "latency_ms"), data.get("channels", 1))
 
 
 def _is_zero(text: str) -> bool:

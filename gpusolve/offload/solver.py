@@ -68,6 +68,12 @@ class OffloadPlan(Plan):
                                     "recompute_only_time_ms": None if other is None else other.predicted_time_ms}
 
 
+def min_budget_bytes(chain: Chain, link: Link) -> int:
+    """The least budget (exact bytes) of the combined class over ``link``: :func:`gpusolve.offload.dp.min_offload_bytes`,
+    or recompute only's (:func:`gpusolve.dp.minpeak.min_feasible_bytes`) over a link that moves nothing."""
+    return min_feasible_bytes(chain) if link.is_useless else offload_dp.min_offload_bytes(chain)
+
+
 def solve_offload(chain: Chain, budget, link, bucket=None, backend: str = "auto", strict: bool = True,
                   progress: bool | None = None, reference: bool = True) -> OffloadPlan:
     """Optimal plan of the combined class (recompute + ``Swap k``) for ``chain`` within ``budget`` (bytes,
@@ -97,7 +103,7 @@ def solve_offload(chain: Chain, budget, link, bucket=None, backend: str = "auto"
     budget_bytes = budget_bytes_of(chain, budget)
 
     def minimum() -> int:
-        return min_feasible_bytes(chain) if link.is_useless else offload_dp.min_offload_bytes(chain)
+        return min_budget_bytes(chain, link)
 
     if budget_bytes < 1:
         if budget_bytes >= minimum():  # sizes all 0: nothing to move, nothing to bucket
@@ -185,7 +191,7 @@ def solve_offload(chain: Chain, budget, link, bucket=None, backend: str = "auto"
                        store_all_time_ms=store_all_time_ms(chain),
                        bytes_per_state=4 * (offload_dp.TABLES if name == "cpu" else 2),
                        notes=notes, timings=timings, chain=chain, link=link, dp_time_ms=dp_time, swaps=swaps,
-                       recompute_only=recompute)
+                       recompute_only=recompute, known_min_bytes=minimum())
 
 
 def _as_offload(plan: Plan, link: Link) -> OffloadPlan:
@@ -195,4 +201,4 @@ def _as_offload(plan: Plan, link: Link) -> OffloadPlan:
     return OffloadPlan(**fields, link=link)
 
 
-__all__ = ["OffloadPlan", "solve_offload"]
+__all__ = ["OffloadPlan", "min_budget_bytes", "solve_offload"]

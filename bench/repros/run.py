@@ -30,7 +30,7 @@ SCRIPTS = ("grad_hooks", "autograd_grad_measured", "returned_input", "measure_be
            "rv_loop_buffer_read_recompute", "rv_loop_dtype_after_wrap", "rv_loop_compile_wrapper",
            "rv_loop_forward_signature", "rv_loop_seq_state_dict",
            # the fourth session (2026-11-27, evening)
-           "user_profiler")
+           "user_profiler", "rv_offload_compare_min", "rv_offload_paper_runner_inputs")
 
 
 def main(argv=None) -> int:

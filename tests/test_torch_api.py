@@ -539,3 +539,25 @@ def test_a_measured_step_inside_the_users_profiler_stays_due():
     w(x).sum().backward()  # the next step outside it is the measured one
     report = w.memory_report()
     assert len(report) == 1 and report[-1].within_budget
+
+
+def test_a_step_meter_waiting_for_its_record_makes_room_for_another_wrapper():
+    # a measured step's CPU meter runs until its record is made (Note [Ending a measurement inside a
+    # backward]): another wrapper's profiling records it first, or stops it when its wrapper is gone
+    from torch_exec.meter import MemoryMeter
+    x = torch.randn(8, 16, dtype=DT)
+    a = te.CheckpointedSequential(_tanh_net(), budget="80%")
+    a(x).sum().backward()
+    a.measure_memory(1)
+    a(x).sum().backward()  # measured: its meter waits for the record
+    b = te.CheckpointedSequential(_tanh_net(), budget="80%")
+    b(x).sum().backward()  # profiles: a's step is recorded first
+    assert len(a.memory_report()) == 1 and a.memory_report()[-1].within_budget
+    a.measure_memory(1)
+    a(x).sum().backward()
+    del a  # its waiting meter has no one to record it now
+    c = te.CheckpointedSequential(_tanh_net(), budget="80%")
+    c(x).sum().backward()
+    with MemoryMeter("cpu"):
+        with pytest.raises(RuntimeError, match="a CPU MemoryMeter is already running on this thread"):
+            MemoryMeter("cpu").__enter__()

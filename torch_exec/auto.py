@@ -5,7 +5,27 @@ training IR: the same ATen operators eager mode dispatches, dropout and BatchNor
 model's own parameter and buffer objects), and cut into a chain (Note [Cut points]). The chain's
 stages are ``torch.fx`` sub-graphs run by :class:`~torch_exec.CheckpointedSequential`, which profiles
 them, solves for the budget and runs the schedule; a model whose inputs' branches meet (two towers, a
-Siamese network) runs as a join network instead (Note [Join detection]). Where the graph cannot be captured
+Siamese network) runs as a join network instead (Note [Probing the model]
+    Before either capture, the first call of an input signature runs the model once as plain autograd
+    (:func:`_probe_model`; its saved tensors are dropped, so it holds no activations), on copies of the
+    inputs, and every capture run after it uses those copies too: a forward that writes into its input
+    (``x.mul_(2)``) changed the caller's tensor once per capture run, and the first step's loss was 4.68
+    against plain autograd's 1.29 (a review). The probe refuses, before any capture, what neither capture
+    can replay, each of which trained silently wrong before:
+
+    - draws from Python's ``random`` or NumPy's global generator in the forward (LayerDrop written as
+      ``if random.random() < p``): ``torch.export`` fixes the first draw in the graph (the same layers
+      skipped at every step, three of eight never trained), and a recomputation could not replay it
+      (the executor records torch's generators only). Drawing with torch (``torch.rand(())``) works.
+    - tensors carrying gradient that the forward stores on a module (``self.aux_loss = ...``, read by
+      the training loop): under export the attribute keeps the probe's value, and in the block fallback a
+      block run without a tape stores one with no gradient (five blocks' auxiliary losses gave their
+      parameters no gradient). Returning it from ``forward`` works.
+
+    Both leave the generators and the attributes as they were. An error the model raises in the probe
+    is the caller's (a misspelt keyword) and is raised as it is, not as a capture failure.
+
+Note [Join detection]). Where the graph cannot be captured
 (data-dependent Python control flow), the model's own structure is used instead (Note [Block
 fallback]); when neither works, one error names both reasons and the manual route.
 
@@ -1044,6 +1064,98 @@ def _hooks_error(sites: list[str], where: str, consequence: str) -> CaptureError
                         f"h.requires_grad: h.register_hook(fn))")
 
 
+def _probe_inputs(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """Copies of the inputs for the runs that capture the model (Note [Probing the model]); a tensor
+    passed twice is copied once."""
+    copies: dict = {}
+
+    def copy(v):
+        if not isinstance(v, torch.Tensor):
+            return v
+        if id(v) not in copies:
+            c = v.detach().clone()
+            copies[id(v)] = c.requires_grad_(v.requires_grad) if v.requires_grad else c
+        return copies[id(v)]
+    return pytree.tree_map(copy, (args, kwargs))
+
+
+def _host_rng_state() -> tuple:
+    """The state of Python's ``random`` and NumPy's global generator."""
+    import random
+
+    import numpy as np
+    return random.getstate(), np.random.get_state()
+
+
+def _set_host_rng_state(state: tuple) -> None:
+    import random
+
+    import numpy as np
+    random.setstate(state[0])
+    np.random.set_state(state[1])
+
+
+def _host_rng_moved(before: tuple) -> list[str]:
+    """Which of Python's ``random`` and NumPy's global generator moved since ``before``."""
+    import numpy as np
+    now = _host_rng_state()
+    moved = []
+    if now[0] != before[0]:
+        moved.append("Python's random")
+    if any(not np.array_equal(a, b) for a, b in zip(now[1][1:], before[1][1:], strict=True)):
+        moved.append("NumPy's global generator (np.random)")
+    return moved
+
+
+def _tensor_attributes(model: nn.Module) -> dict:
+    """(module name, attribute) -> the tensor, for every tensor a module holds as a plain attribute (not
+    a parameter or buffer)."""
+    return {(name, key): v for name, m in model.named_modules() for key, v in vars(m).items()
+            if isinstance(v, torch.Tensor)}
+
+
+def _probe_model(model: nn.Module, args: tuple, kwargs: dict) -> None:
+    """Run the model once as plain autograd on (copies of) its inputs, saving no activations, and refuse
+    what no capture can replay (Note [Probing the model]); the generators and the modules' attributes
+    are left as they were, and the model's own errors are raised as they are."""
+    def pack(t):
+        return None
+
+    def unpack(_):
+        raise RuntimeError("a saved tensor was read in the forward")
+    attributes = _tensor_attributes(model)
+    before = {name: dict(vars(m)) for name, m in model.named_modules()}
+    host_rng = _host_rng_state()
+    try:
+        with torch.enable_grad(), torch.random.fork_rng(U.all_rng_devices()), \
+                torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+            out = model(*args, **kwargs)
+        del out
+        moved = _host_rng_moved(host_rng)
+        after = _tensor_attributes(model)
+        stored = sorted(f"{name}.{key}" if name else key for (name, key), v in after.items()
+                        if attributes.get((name, key)) is not v and v.requires_grad)
+    finally:
+        _set_host_rng_state(host_rng)
+        for (name, key), v in _tensor_attributes(model).items():  # as they were (new ones go)
+            if attributes.get((name, key)) is not v:
+                module, was = model.get_submodule(name), before.get(name, {})
+                if key in was:
+                    setattr(module, key, was[key])
+                else:
+                    delattr(module, key)
+    if moved:
+        raise CaptureError(f"the model's forward draws from {' and '.join(moved)}, which neither capture can replay "
+                           f"(torch.export fixes the first draw in the graph, and recomputation would draw again: Note "
+                           f"[Probing the model]); draw with torch instead (torch.rand(()) < p, torch.randn_like), "
+                           f"whose generator the executor records and replays")
+    if stored:
+        raise CaptureError(f"the model's forward stores tensors that carry gradient on its modules "
+                           f"({', '.join(stored[:3])}{', ...' if len(stored) > 3 else ''}), which a captured graph "
+                           f"would not update and a block run without a tape would store without gradient (Note "
+                           f"[Probing the model]); return them from forward (e.g. with the output) instead")
+
+
 def _custom_functions(model: nn.Module, args: tuple, kwargs: dict) -> list[str]:
     """The custom autograd Functions one forward of the model runs whose backward is not shown to be the
     derivative of their forward's operations, each as "name: why" (Note [Custom autograd Functions]);
@@ -1657,6 +1769,15 @@ class AutoCheckpointed(nn.Module):
         for a join network a :class:`~torch_exec.join.CheckpointedJoin` (Note [Join detection])."""
         return None if self._last is None else self._last.executor
 
+    @property
+    def min_budget_bytes(self) -> int:
+        """The least budget of the latest input signature (its executor's ``min_budget_bytes``; call the
+        model or :meth:`prepare` first)."""
+        if self.executor is None:
+            raise RuntimeError("auto_checkpoint: min_budget_bytes is known once the model has been called or "
+                               "prepared (model.prepare(*inputs))")
+        return self.executor.min_budget_bytes
+
     def memory_report(self):
         """The measured steps of every input signature's capture (each numbered by its own executor),
         in the order the captures were made; None before the first capture."""
@@ -1822,7 +1943,9 @@ class AutoCheckpointed(nn.Module):
             # finding the blocks and checking them run the model: its buffers (BatchNorm's statistics), gradients
             # and RNG state are put back, as profiling leaves them (its parameters: nothing here changes them)
             snapshot = U.ModelSnapshot([self._model], values=False)
+            args, kwargs = _probe_inputs(args, kwargs)  # Note [Probing the model]
             try:
+                _probe_model(self._model, args, kwargs)
                 cap = self._build(args, kwargs)
                 if cap.method == "blocks":
                     _check_blocks(self, cap, args, kwargs)
@@ -2000,7 +2123,8 @@ def _check_blocks(wrapper: AutoCheckpointed, cap: Capture, args, kwargs) -> None
     cannot recompute such values: their backward raised in the middle of a training step."""
     blocks, box = cap.blocks
     devices = U.all_rng_devices()
-    args, kwargs = pytree.tree_map(lambda v: v.detach() if isinstance(v, torch.Tensor) else v, (args, kwargs))
+    given = (args, kwargs)
+    args, kwargs = _probe_inputs(*given)  # each run its own copy: a forward may write into its input
     with torch.random.fork_rng(devices):
         state = U.RngState.capture(devices)  # both runs draw the same numbers (CPU and CUDA)
         # the reference run records a graph (saving nothing) so that the model's code around the blocks
@@ -2019,6 +2143,7 @@ def _check_blocks(wrapper: AutoCheckpointed, cap: Capture, args, kwargs) -> None
         if hooks.sites:
             raise _hooks_error(hooks.sites, f"between the blocks of '{blocks.name}'", "would land on another tensor")
         state.restore()
+        args, kwargs = _probe_inputs(*given)
         try:
             with torch.enable_grad(), _substituted(blocks, box, lambda h: _run_plain(cap.stages, h, cut=True)):
                 got = wrapper._model(*args, **kwargs)

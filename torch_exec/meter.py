@@ -29,10 +29,15 @@ Note [One profiler per thread]
     run before the profiler starts, and a measured step under it is not measured (a warning; it stays
     due). A scheduled profiler that has not started recording cannot be seen from Python: do not run a
     wrapper's first call, or a measured step, inside its wait or warmup steps on the CPU. On CUDA the
-    meter reads the allocator's counters and runs under any profiler.
+    meter reads the allocator's counters and runs under any profiler. Our own sessions count too: a
+    measured step's meter runs after its backward until its record is made (Note [Ending a measurement
+    inside a backward] in torch_exec/report.py), so before another CPU meter starts it is recorded, or
+    stopped unread where its wrapper is gone (:func:`room_for_a_cpu_meter`); a meter started inside
+    another running ``with MemoryMeter()`` block is refused.
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 from dataclasses import dataclass
 
@@ -58,6 +63,41 @@ class ProfilerBusyError(RuntimeError):
 def profiler_recording() -> bool:
     """Whether a ``torch.profiler`` (or the autograd profiler) records on this thread now."""
     return bool(torch._C._autograd._profiler_enabled())
+
+
+_RUNNING: set = set()  # CPU meters started and not stopped (held: a session outlives its owner)
+_WAITING: list = []  # callables recording measured steps whose meters wait for it (report.StepMeter)
+
+
+def room_for_a_cpu_meter() -> None:
+    """Before a CPU meter starts: a measured step's meter keeps running after its backward until its
+    record is made (at that wrapper's next step or report; Note [Ending a measurement inside a
+    backward] in torch_exec/report.py), so it is recorded now, and one whose wrapper is gone is
+    stopped. Then a profiler still recording is another meter of ours running (nesting is refused) or
+    the user's (:class:`ProfilerBusyError`): Note [One profiler per thread]."""
+    if not profiler_recording():
+        return
+    for record in list(_WAITING):
+        record()
+    _stop_abandoned()
+    if not profiler_recording():
+        return
+    if _RUNNING:
+        raise RuntimeError("a CPU MemoryMeter is already running on this thread, and torch runs one profiler at a "
+                           "time (Note [One profiler per thread] in torch_exec/meter.py): measure outside it")
+    raise ProfilerBusyError()
+
+
+@atexit.register
+def _stop_abandoned() -> None:
+    """Stop the step meters nothing will record (their wrapper is gone); at exit every one, since a
+    profiler still running then crashed the interpreter (SIGSEGV)."""
+    for meter in list(_RUNNING):
+        if meter.abandonable:
+            try:
+                meter.__exit__(None, None, None)
+            except Exception:  # noqa: BLE001, S110 - its readings are not wanted
+                pass
 
 
 @dataclass
@@ -90,13 +130,14 @@ class MemoryMeter:
         self._prof = None
         self._active = False
         self._count = 0
+        self.abandonable = False  # a step's meter (report.StepMeter): stopped unread when another must start
 
     # ------------------------------------------------------------ lifecycle
     def __enter__(self) -> "MemoryMeter":
         if self._active:
             raise RuntimeError("this MemoryMeter is already running")
-        if self.device.type == "cpu" and profiler_recording():
-            raise ProfilerBusyError()
+        if self.device.type == "cpu":
+            room_for_a_cpu_meter()
         self._active = True
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
@@ -105,6 +146,7 @@ class MemoryMeter:
             from torch.profiler import ProfilerActivity, profile
             self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
             self._prof.__enter__()
+            _RUNNING.add(self)
         self._first = self.mark()
         return self
 
@@ -124,6 +166,7 @@ class MemoryMeter:
                     reading.__dict__.update(self.between(a, b).__dict__)
         finally:
             self._active = False
+            _RUNNING.discard(self)
         return False
 
     @property

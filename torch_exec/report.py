@@ -45,6 +45,7 @@ from gpusolve.errors import warn_once
 from gpusolve.units import exact_bytes, format_bytes
 
 from ._util import allocator_reserve_bytes
+from . import meter as _meter_module
 from .meter import MemoryMeter, ProfilerBusyError
 
 
@@ -164,6 +165,17 @@ def _finalize_all() -> None:
             pass
 
 
+def _record_waiting() -> None:
+    """Another CPU meter is about to start (Note [One profiler per thread] in torch_exec/meter.py): record
+    every measured step whose meter waits for its record, and abandon one whose backward has not come
+    (as a forward without backward is)."""
+    for meter in list(_LIVE):
+        meter.finalize()
+
+
+_meter_module._WAITING.append(_record_waiting)
+
+
 def _grad_bytes(pending) -> int:
     """Bytes of the gradients a measured step allocated (its parameters without one when it began),
     read when its backward ends: by the time the record is made (the next step, or the report read) an
@@ -241,6 +253,7 @@ class StepMeter:
             return
         without_grad = [p for p in params if p.requires_grad and p.grad is None]
         meter = MemoryMeter(device)
+        meter.abandonable = True  # stopped unread when its wrapper is gone and another meter must start
         try:
             meter.__enter__()
         except ProfilerBusyError:  # the user's torch.profiler records: the step stays due

@@ -30,7 +30,8 @@ SCRIPTS = ("grad_hooks", "autograd_grad_measured", "returned_input", "measure_be
            "rv_loop_buffer_read_recompute", "rv_loop_dtype_after_wrap", "rv_loop_compile_wrapper",
            "rv_loop_forward_signature", "rv_loop_seq_state_dict",
            # the fourth session (2026-11-27, evening)
-           "user_profiler", "rv_offload_compare_min", "rv_offload_paper_runner_inputs")
+           "user_profiler", "rv_offload_compare_min", "rv_offload_paper_runner_inputs", "rv_user_python_random",
+           "rv_user_aux_attribute", "rv_user_inplace_input", "rv_user_own_error", "rv_user_shared_accumulation")
 
 
 def main(argv=None) -> int:

@@ -5,27 +5,7 @@ training IR: the same ATen operators eager mode dispatches, dropout and BatchNor
 model's own parameter and buffer objects), and cut into a chain (Note [Cut points]). The chain's
 stages are ``torch.fx`` sub-graphs run by :class:`~torch_exec.CheckpointedSequential`, which profiles
 them, solves for the budget and runs the schedule; a model whose inputs' branches meet (two towers, a
-Siamese network) runs as a join network instead (Note [Probing the model]
-    Before either capture, the first call of an input signature runs the model once as plain autograd
-    (:func:`_probe_model`; its saved tensors are dropped, so it holds no activations), on copies of the
-    inputs, and every capture run after it uses those copies too: a forward that writes into its input
-    (``x.mul_(2)``) changed the caller's tensor once per capture run, and the first step's loss was 4.68
-    against plain autograd's 1.29 (a review). The probe refuses, before any capture, what neither capture
-    can replay, each of which trained silently wrong before:
-
-    - draws from Python's ``random`` or NumPy's global generator in the forward (LayerDrop written as
-      ``if random.random() < p``): ``torch.export`` fixes the first draw in the graph (the same layers
-      skipped at every step, three of eight never trained), and a recomputation could not replay it
-      (the executor records torch's generators only). Drawing with torch (``torch.rand(())``) works.
-    - tensors carrying gradient that the forward stores on a module (``self.aux_loss = ...``, read by
-      the training loop): under export the attribute keeps the probe's value, and in the block fallback a
-      block run without a tape stores one with no gradient (five blocks' auxiliary losses gave their
-      parameters no gradient). Returning it from ``forward`` works.
-
-    Both leave the generators and the attributes as they were. An error the model raises in the probe
-    is the caller's (a misspelt keyword) and is raised as it is, not as a capture failure.
-
-Note [Join detection]). Where the graph cannot be captured
+Siamese network) runs as a join network instead (Note [Join detection]). Where the graph cannot be captured
 (data-dependent Python control flow), the model's own structure is used instead (Note [Block
 fallback]); when neither works, one error names both reasons and the manual route.
 
@@ -76,6 +56,26 @@ Note [Gradient hooks registered in the forward]
     lands on the last block's. Both captures therefore watch ``Tensor.register_hook`` (a
     ``TorchFunctionMode``, :class:`_TensorHooks`) in their checking run and refuse, naming the line; a
     hook inside a block's own forward runs with the block and is left alone.
+
+Note [Probing the model]
+    Before either capture, the first call of an input signature runs the model once as plain autograd
+    (:func:`_probe_model`; its saved tensors are dropped, so it holds no activations), on copies of the
+    inputs, and every capture run after it uses those copies too: a forward that writes into its input
+    (``x.mul_(2)``) changed the caller's tensor once per capture run, and the first step's loss was 4.68
+    against plain autograd's 1.29 (a review). The probe refuses, before any capture, what neither capture
+    can replay, each of which trained silently wrong before:
+
+    - draws from Python's ``random`` or NumPy's global generator in the forward (LayerDrop written as
+      ``if random.random() < p``): ``torch.export`` fixes the first draw in the graph (the same layers
+      skipped at every step, three of eight never trained), and a recomputation could not replay it
+      (the executor records torch's generators only). Drawing with torch (``torch.rand(())``) works.
+    - tensors carrying gradient that the forward stores on a module (``self.aux_loss = ...``, read by
+      the training loop): under export the attribute keeps the probe's value, and in the block fallback a
+      block run without a tape stores one with no gradient (five blocks' auxiliary losses gave their
+      parameters no gradient). Returning it from ``forward`` works.
+
+    Both leave the generators and the attributes as they were. An error the model raises in the probe
+    is the caller's (a misspelt keyword) and is raised as it is, not as a capture failure.
 
 Note [Join detection]
     A model with several inputs whose branches meet (CLIP's image and text towers, a Siamese or

@@ -69,13 +69,22 @@ Note [Probing the model]
       ``if random.random() < p``): ``torch.export`` fixes the first draw in the graph (the same layers
       skipped at every step, three of eight never trained), and a recomputation could not replay it
       (the executor records torch's generators only). Drawing with torch (``torch.rand(())``) works.
-    - tensors carrying gradient that the forward stores on a module (``self.aux_loss = ...``, read by
-      the training loop): under export the attribute keeps the probe's value, and in the block fallback a
-      block run without a tape stores one with no gradient (five blocks' auxiliary losses gave their
-      parameters no gradient). Returning it from ``forward`` works.
+    - tensors carrying gradient that the forward stores on a module off the path to its outputs
+      (``self.aux_loss = ...``, read by the training loop): under export the attribute keeps the probe's
+      value, and in the block fallback a block run without a tape stores one with no gradient (five
+      blocks' auxiliary losses gave their parameters no gradient). Returning it from ``forward`` works.
+      A stored tensor the outputs' graph reaches is left alone: weight norm's and spectral norm's hooks
+      set ``module.weight`` that way, and a kept attention map is one (a second review: the first
+      version of the probe refused all three, which export trains with plain autograd's gradients).
 
-    Both leave the generators and the attributes as they were. An error the model raises in the probe
-    is the caller's (a misspelt keyword) and is raised as it is, not as a capture failure.
+    A forward that seeds the generator itself (``np.random.seed(1234)`` before a fixed permutation, as
+    transformers' BigBird does) draws the same numbers from any state: the probe runs once more from
+    another state, and refuses only a generator that then ends elsewhere. A forward that differentiates
+    itself (``torch.autograd.grad`` inside it) reads what the probe does not save and is refused by
+    name. The probe leaves the generators as they were and puts back every attribute that is or was a
+    tensor, on the module objects it found (a forward may replace a submodule). An error the model
+    raises in the probe is the caller's (a misspelt keyword) and is raised as it is, not as a capture
+    failure.
 
 Note [Join detection]
     A model with several inputs whose branches meet (CLIP's image and text towers, a Siamese or
@@ -1095,6 +1104,15 @@ def _set_host_rng_state(state: tuple) -> None:
     np.random.set_state(state[1])
 
 
+def _advance_host_rng() -> None:
+    """One draw from each of Python's ``random`` and NumPy's global generator: another starting state."""
+    import random
+
+    import numpy as np
+    random.random()
+    np.random.random()
+
+
 def _host_rng_moved(before: tuple) -> list[str]:
     """Which of Python's ``random`` and NumPy's global generator moved since ``before``."""
     import numpy as np
@@ -1107,68 +1125,126 @@ def _host_rng_moved(before: tuple) -> list[str]:
     return moved
 
 
-def _tensor_attributes(model: nn.Module) -> dict:
-    """(module name, attribute) -> the tensor, for every tensor a module holds as a plain attribute (not
-    a parameter or buffer)."""
-    return {(name, key): v for name, m in model.named_modules() for key, v in vars(m).items()
-            if isinstance(v, torch.Tensor)}
+class _NoSavedTensors:
+    """Saved-tensor hooks that keep nothing, for a forward run only to be inspected (it holds no
+    activations); ``read`` says a saved tensor was read inside the forward (it differentiates itself)."""
+
+    def __init__(self):
+        self.read = False
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+
+    @staticmethod
+    def _pack(t):
+        return None
+
+    def _unpack(self, _):
+        self.read = True
+        raise RuntimeError("a saved tensor was read in the forward")
+
+    def __enter__(self):
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._hooks.__exit__(*exc)
+
+
+_DIFFERENTIATES_ITSELF = (
+    "the model's forward differentiates itself (torch.autograd.grad or .backward() inside forward), which "
+    "auto_checkpoint cannot capture (Note [Probing the model]); cut it by hand around that part "
+    "(torch_exec.CheckpointedSequential(stages, budget=...), see the README, 'The manual route'), or train it with "
+    "budget=None")
+
+
+def _probe_forward(model: nn.Module, args: tuple, kwargs: dict):
+    """One forward of the model under grad, keeping no saved tensors, torch's generators forked; the
+    model's own errors are raised as they are."""
+    hooks = _NoSavedTensors()
+    try:
+        with torch.enable_grad(), torch.random.fork_rng(U.all_rng_devices()), hooks:
+            return model(*args, **kwargs)
+    except Exception:
+        if hooks.read:
+            raise CaptureError(_DIFFERENTIATES_ITSELF) from None
+        raise
+
+
+def _graph_nodes(out) -> set:
+    """Every autograd node the output's graph reaches."""
+    stack = [t.grad_fn for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+    seen = set(stack)
+    while stack:
+        for nxt, _ in stack.pop().next_functions:
+            if nxt is not None and nxt not in seen:
+                seen.add(nxt)
+                stack.append(nxt)
+    return seen
+
+
+def _restore_attributes(before: list) -> None:
+    """Put back every plain attribute of the modules in ``before`` (``(module, its __dict__ copied)``)
+    that is or was a tensor, on those module objects (a forward may replace a submodule)."""
+    for m, was in before:
+        now = vars(m)
+        for key in set(now) | set(was):
+            old, new = was.get(key, _MISSING), now.get(key, _MISSING)
+            if old is new or not (isinstance(old, torch.Tensor) or isinstance(new, torch.Tensor)):
+                continue
+            if old is _MISSING:
+                del now[key]
+            else:
+                now[key] = old
+
+
+_MISSING = object()
 
 
 def _probe_model(model: nn.Module, args: tuple, kwargs: dict) -> None:
     """Run the model once as plain autograd on (copies of) its inputs, saving no activations, and refuse
     what no capture can replay (Note [Probing the model]); the generators and the modules' attributes
     are left as they were, and the model's own errors are raised as they are."""
-    def pack(t):
-        return None
-
-    def unpack(_):
-        raise RuntimeError("a saved tensor was read in the forward")
-    attributes = _tensor_attributes(model)
-    before = {name: dict(vars(m)) for name, m in model.named_modules()}
+    names = {id(m): name for name, m in model.named_modules()}
+    before = [(m, dict(vars(m))) for m in model.modules()]
     host_rng = _host_rng_state()
     try:
-        with torch.enable_grad(), torch.random.fork_rng(U.all_rng_devices()), \
-                torch.autograd.graph.saved_tensors_hooks(pack, unpack):
-            out = model(*args, **kwargs)
+        out = _probe_forward(model, args, kwargs)
+        reached = _graph_nodes(out)
         del out
+        stored = sorted(f"{names[id(m)]}.{key}".lstrip(".") for m, was in before for key, v in vars(m).items()
+                        if isinstance(v, torch.Tensor) and v.requires_grad and was.get(key) is not v
+                        and v.grad_fn is not None and v.grad_fn not in reached)
+        del reached
         moved = _host_rng_moved(host_rng)
-        after = _tensor_attributes(model)
-        stored = sorted(f"{name}.{key}" if name else key for (name, key), v in after.items()
-                        if attributes.get((name, key)) is not v and v.requires_grad)
+        if moved:  # a forward that seeds the generator itself draws the same numbers from any state
+            ends = _host_rng_state()
+            _set_host_rng_state(host_rng)
+            _advance_host_rng()
+            _probe_forward(model, *_probe_inputs(args, kwargs))
+            again = _host_rng_moved(ends)  # those that end elsewhere from elsewhere
+            moved = [name for name in moved if name in again]
     finally:
         _set_host_rng_state(host_rng)
-        for (name, key), v in _tensor_attributes(model).items():  # as they were (new ones go)
-            if attributes.get((name, key)) is not v:
-                module, was = model.get_submodule(name), before.get(name, {})
-                if key in was:
-                    setattr(module, key, was[key])
-                else:
-                    delattr(module, key)
+        _restore_attributes(before)
     if moved:
         raise CaptureError(f"the model's forward draws from {' and '.join(moved)}, which neither capture can replay "
                            f"(torch.export fixes the first draw in the graph, and recomputation would draw again: Note "
                            f"[Probing the model]); draw with torch instead (torch.rand(()) < p, torch.randn_like), "
                            f"whose generator the executor records and replays")
     if stored:
-        raise CaptureError(f"the model's forward stores tensors that carry gradient on its modules "
-                           f"({', '.join(stored[:3])}{', ...' if len(stored) > 3 else ''}), which a captured graph "
-                           f"would not update and a block run without a tape would store without gradient (Note "
-                           f"[Probing the model]); return them from forward (e.g. with the output) instead")
+        raise CaptureError(f"the model's forward stores tensors that carry gradient on its modules, off the path to "
+                           f"its outputs ({', '.join(stored[:3])}{', ...' if len(stored) > 3 else ''}): a captured "
+                           f"graph would not update them and a block run without a tape would store them without "
+                           f"gradient (Note [Probing the model]); return them from forward (e.g. with the output) "
+                           f"instead")
 
 
 def _custom_functions(model: nn.Module, args: tuple, kwargs: dict) -> list[str]:
     """The custom autograd Functions one forward of the model runs whose backward is not shown to be the
     derivative of their forward's operations, each as "name: why" (Note [Custom autograd Functions]);
     the model's state is the caller's to restore (buffers, RNG)."""
-    def pack(t):
-        return None
-
-    def unpack(_):
-        raise RuntimeError("a saved tensor was read in the forward")
     hooks = _TensorHooks()
     try:
-        with torch.enable_grad(), torch.random.fork_rng(U.all_rng_devices()), \
-                torch.autograd.graph.saved_tensors_hooks(pack, unpack), hooks:
+        with torch.enable_grad(), torch.random.fork_rng(U.all_rng_devices()), _NoSavedTensors(), hooks:
             out = model(*args, **kwargs)
     except Exception as exc:  # noqa: BLE001 - the model's own errors are many: one line
         raise CaptureError(f"checking the model for custom autograd Functions (Note [Custom autograd Functions]) "
@@ -1773,10 +1849,12 @@ class AutoCheckpointed(nn.Module):
     def min_budget_bytes(self) -> int:
         """The least budget of the latest input signature (its executor's ``min_budget_bytes``; call the
         model or :meth:`prepare` first)."""
-        if self.executor is None:
+        least = None if self.executor is None else self.executor.min_budget_bytes
+        if least is None:
             raise RuntimeError("auto_checkpoint: min_budget_bytes is known once the model has been called or "
-                               "prepared (model.prepare(*inputs))")
-        return self.executor.min_budget_bytes
+                               "prepared (model.prepare(*inputs)) within its budget; an InfeasibleBudgetError "
+                               "carries it as .min_bytes")
+        return least
 
     def memory_report(self):
         """The measured steps of every input signature's capture (each numbered by its own executor),
@@ -2134,7 +2212,7 @@ def _check_blocks(wrapper: AutoCheckpointed, cap: Capture, args, kwargs) -> None
         pause += [b.register_forward_hook(lambda *_: setattr(hooks, "paused", False), always_call=True)
                   for b in blocks.blocks]
         try:
-            with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(lambda t: None, lambda _: None), hooks:
+            with torch.enable_grad(), _NoSavedTensors(), hooks:
                 ref = pytree.tree_map(lambda v: v.detach() if isinstance(v, torch.Tensor) else v,
                                       wrapper._model(*args, **kwargs))
         finally:

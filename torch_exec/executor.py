@@ -644,12 +644,13 @@ def output_holds_note(entry: Entry) -> str | None:
 
 
 def least_budget_bytes(chain: Chain, link: Link | None) -> int:
-    """The least budget a plan for ``chain`` fits in: recomputing only, or also offloading over ``link``."""
-    if link is not None and not link.is_useless:
-        from gpusolve.offload.dp import min_offload_bytes
-        return min_offload_bytes(chain)
-    from gpusolve.dp.minpeak import min_feasible_bytes
-    return min_feasible_bytes(chain)
+    """The least budget a plan for ``chain`` fits in: recomputing only, or also offloading over ``link``
+    (:func:`gpusolve.offload.solver.min_budget_bytes`)."""
+    if link is None:
+        from gpusolve.dp.minpeak import min_feasible_bytes
+        return min_feasible_bytes(chain)
+    from gpusolve.offload.solver import min_budget_bytes
+    return min_budget_bytes(chain, link)
 
 
 NOT_MEASURED = ("the model's store-all peak: the stages were profiled one at a time (Note [Profiling stage by stage] "
@@ -701,6 +702,12 @@ def plain_least_bytes(entry) -> int | None:
     if not plain_peak_measured(entry):
         return None
     return reference_peak_bytes(entry)[0] + entry.unseen_shared_bytes
+
+
+def entry_budget_bytes(budget, entry) -> int:
+    """``budget`` in bytes for one input signature: bytes, or a percentage of that signature's plain
+    autograd peak (:func:`reference_peak_bytes`, measured when profiling)."""
+    return parse_budget(budget, lambda: reference_peak_bytes(entry)[0], "budget")
 
 
 def reference_peak_bytes(entry) -> tuple[int, str]:
@@ -1722,11 +1729,10 @@ class CheckpointedSequential(_PlannedModule):
         return mods
 
     def budget_bytes_for(self, entry: Entry) -> int | None:
-        """The byte budget of one input signature: the budget in bytes, or a percentage of that
-        signature's plain autograd peak (:func:`reference_peak_bytes`, measured when profiling)."""
+        """The byte budget of one input signature (:func:`entry_budget_bytes`)."""
         if self.budget is None:
             return None
-        return parse_budget(self.budget, lambda: reference_peak_bytes(entry)[0], "budget")
+        return entry_budget_bytes(self.budget, entry)
 
     def link_for(self, device) -> Link | None:
         """The host link plans for inputs on ``device`` are made for (``offload=``), or None."""

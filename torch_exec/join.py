@@ -63,8 +63,8 @@ each later backward starts again from it, as the chain's (Note [Retained graphs]
 
 Limitations: double backward (``create_graph=True``) through a checkpointed step is refused with an
 error (run with ``budget=None`` for it); a head that returns a tensor sharing storage with a branch
-output keeps that output alive past the ``FREE`` the plan schedules after the turn; the join has no ``offload=`` and no ``caller_keeps``
-(its head's output is reserved whole).
+output keeps that output alive past the ``FREE`` the plan schedules after the turn; the join has no
+``offload=`` and no ``caller_keeps`` (its head's output is reserved whole).
 """
 from __future__ import annotations
 

@@ -31,9 +31,12 @@ Note [One profiler per thread]
     wrapper's first call, or a measured step, inside its wait or warmup steps on the CPU. On CUDA the
     meter reads the allocator's counters and runs under any profiler. Our own sessions count too: a
     measured step's meter runs after its backward until its record is made (Note [Ending a measurement
-    inside a backward] in torch_exec/report.py), so before another CPU meter starts it is recorded, or
-    stopped unread where its wrapper is gone (:func:`room_for_a_cpu_meter`); a meter started inside
-    another running ``with MemoryMeter()`` block is refused.
+    inside a backward] in torch_exec/report.py), so before another CPU meter starts it is recorded (one
+    whose backward has not come is given up and stays due, with a warning), or stopped unread where its
+    wrapper is gone (:func:`room_for_a_cpu_meter`); a meter started inside another running ``with
+    MemoryMeter()`` block is refused the same way as under the user's profiler. A profiler the user
+    starts while a measured step's meter waits for its record ends that session: the record is lost,
+    with a warning (:class:`MarksLostError`); read ``memory_report()`` before profiling.
 """
 from __future__ import annotations
 
@@ -43,21 +46,29 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["MemoryMeter", "ProfilerBusyError", "Reading", "measure_peak"]
+__all__ = ["MarksLostError", "MemoryMeter", "ProfilerBusyError", "Reading", "measure_peak"]
 
 _MARK = "gpusolve::meter::mark"
 
 
 class ProfilerBusyError(RuntimeError):
-    """A CPU memory measurement was asked for while a ``torch.profiler`` records on this thread (Note [One
-    profiler per thread])."""
+    """A CPU memory measurement was asked for while a ``torch.profiler`` records on this thread, the user's
+    or (``meter=True``) another running :class:`MemoryMeter` around this call (Note [One profiler per
+    thread])."""
 
-    def __init__(self):
+    def __init__(self, meter: bool = False):
+        what = ("a MemoryMeter (measure_peak) is already running on this thread, around this call" if meter else
+                "a profiler is already recording on this thread (torch runs one at a time: starting ours would end "
+                "yours and empty its trace)")
         super().__init__(
-            "a CPU memory measurement records the allocator with torch.profiler, and a profiler is already recording "
-            "on this thread (torch runs one at a time: starting ours would end yours and empty its trace). Run the "
-            "wrapper's first call (or model.prepare(*inputs)) before starting your profiler, and measure memory "
-            "outside it (Note [One profiler per thread] in torch_exec/meter.py)")
+            f"a CPU memory measurement records the allocator with torch.profiler, and {what}. Run the wrapper's first "
+            f"call (or model.prepare(*inputs)) before starting your {'meter' if meter else 'profiler'}, and measure "
+            f"a wrapped step with model.measure_memory() (Note [One profiler per thread] in torch_exec/meter.py)")
+
+
+class MarksLostError(RuntimeError):
+    """A CPU meter's profiler session lost its marks: another profiler started on this thread while it
+    ran (Note [One profiler per thread])."""
 
 
 def profiler_recording() -> bool:
@@ -82,10 +93,7 @@ def room_for_a_cpu_meter() -> None:
     _stop_abandoned()
     if not profiler_recording():
         return
-    if _RUNNING:
-        raise RuntimeError("a CPU MemoryMeter is already running on this thread, and torch runs one profiler at a "
-                           "time (Note [One profiler per thread] in torch_exec/meter.py): measure outside it")
-    raise ProfilerBusyError()
+    raise ProfilerBusyError(meter=bool(_RUNNING))
 
 
 @atexit.register
@@ -247,8 +255,10 @@ class MemoryMeter:
                 levels.append(running)
                 peaks.append(max(since, running))
                 since = running
-        if len(levels) != self._count:
-            raise RuntimeError(f"internal error: {self._count} marks taken but {len(levels)} found by the profiler")
+        if len(levels) != self._count:  # another profiler started while this one ran: it ended this session
+            raise MarksLostError(f"this CPU meter took {self._count} marks and its profiler session kept "
+                                 f"{len(levels)}: another profiler started on this thread while it ran (Note [One "
+                                 f"profiler per thread] in torch_exec/meter.py)")
         self._levels, self._peaks = levels, peaks
 
 

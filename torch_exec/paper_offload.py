@@ -195,25 +195,24 @@ class PaperOffloadRunner:
         unless it has a profile for such inputs; the plan is made on :func:`planning_instance`. Raises
         ``ValueError`` when the paper has no plan there (``InfeasibleBudgetError`` below its least budget).
         A percentage is of plain autograd's measured step peak, as the wrapper's budget is
-        (:meth:`~torch_exec.CheckpointedSequential.budget_bytes_for`). The runner runs inputs of the
+        (:func:`torch_exec.executor.entry_budget_bytes`). The runner runs inputs of the
         sample's signature only (shapes, dtypes, device, ``requires_grad``, the model's state)."""
         from gpusolve.offload.compare import paper_plan
         from gpusolve.offload.link import Link
-        from gpusolve.units import parse_budget
-        from .executor import reference_peak_bytes
+        from .executor import entry_budget_bytes
         chain = planning_instance(model, sample)
         entry = model._last
         link = link if isinstance(link, Link) else Link.parse(link)
-        plan = paper_plan(chain, parse_budget(budget, lambda: reference_peak_bytes(entry)[0], "budget"), link, method)
+        plan = paper_plan(chain, entry_budget_bytes(budget, entry), link, method)
         runner = cls(entry.groups, plan, entry.device, modules=[model])
         runner._signature = (model._key, model._key(sample))
         return runner
 
     def __call__(self, x):
         if self._signature is not None and self._signature[0](x) != self._signature[1]:
-            raise ValueError("PaperOffloadRunner: this input's signature (shapes, dtypes, device, requires_grad, or the "
-                             "model's state) is not the sample's its plan was made for, and the plan does not hold "
-                             "for it; make a runner for it: PaperOffloadRunner.of(model, x, budget, link)")
+            raise ValueError("PaperOffloadRunner: this input's signature (shapes, dtypes, device, requires_grad, "
+                             "or the model's state) is not the sample's its plan was made for, and the plan does "
+                             "not hold for it; make a runner for it: PaperOffloadRunner.of(model, x, budget, link)")
         for step in self._open:
             if not step.alive():  # Note [Steps end with their graph]
                 step.close()

@@ -46,7 +46,7 @@ from gpusolve.units import exact_bytes, format_bytes
 
 from ._util import allocator_reserve_bytes
 from . import meter as _meter_module
-from .meter import MemoryMeter, ProfilerBusyError
+from .meter import MarksLostError, MemoryMeter, ProfilerBusyError
 
 
 class MemoryBudgetWarning(UserWarning):
@@ -166,11 +166,9 @@ def _finalize_all() -> None:
 
 
 def _record_waiting() -> None:
-    """Another CPU meter is about to start (Note [One profiler per thread] in torch_exec/meter.py): record
-    every measured step whose meter waits for its record, and abandon one whose backward has not come
-    (as a forward without backward is)."""
+    """Another CPU meter is about to start (Note [One profiler per thread] in torch_exec/meter.py)."""
     for meter in list(_LIVE):
-        meter.finalize()
+        meter.give_way()
 
 
 _meter_module._WAITING.append(_record_waiting)
@@ -256,10 +254,10 @@ class StepMeter:
         meter.abandonable = True  # stopped unread when its wrapper is gone and another meter must start
         try:
             meter.__enter__()
-        except ProfilerBusyError:  # the user's torch.profiler records: the step stays due
-            warn_once("a measured step is not measured while your torch.profiler records (on the CPU the meter is a "
-                      "profiler, and torch runs one at a time); it is measured at the next step outside it (Note [One "
-                      "profiler per thread] in torch_exec/meter.py)", MemoryBudgetWarning, stacklevel=3)
+        except ProfilerBusyError:  # the user's torch.profiler or MemoryMeter records: the step stays due
+            warn_once("a measured step is not measured while your torch.profiler or memory meter records (on the CPU "
+                      "the meter is a profiler, and torch runs one at a time); it is measured at the next step outside "
+                      "it (Note [One profiler per thread] in torch_exec/meter.py)", MemoryBudgetWarning, stacklevel=3)
             return
         if self.armed > 0:
             self.armed -= 1
@@ -292,6 +290,18 @@ class StepMeter:
         self._pending[-1].remove()
         self._pending = None
 
+    def give_way(self) -> None:
+        """Another CPU meter must start (Note [One profiler per thread] in torch_exec/meter.py): an ended
+        CPU measurement is recorded; one whose backward has not come is given up and stays due."""
+        if self._pending is not None and self._pending[0].device.type == "cpu":
+            self.finalize()
+            self.armed += 1
+            warn_once("a measured step was not measured: another wrapper's CPU memory meter started during it "
+                      "(torch runs one profiler per thread); the wrapper's next step is measured instead",
+                      MemoryBudgetWarning, stacklevel=3)
+        elif self._ended is not None and self._ended[0][0].device.type == "cpu":
+            self.finalize()
+
     def finalize(self) -> None:
         """Stop an ended measurement and record its step; abandon one whose backward never came."""
         if self._pending is not None:  # forward without backward: nothing to record
@@ -306,7 +316,13 @@ class StepMeter:
             return
         (meter, without_grad, plan, budget, device, step, kind, (held, before), sets), closing, grads = self._ended
         self._ended = None
-        meter.__exit__(None, None, None)
+        try:
+            meter.__exit__(None, None, None)
+        except MarksLostError:  # the user started a profiler before this step was recorded
+            warn_once("a measured step's record was lost: a profiler started on this thread before it was recorded "
+                      "(read model.memory_report() before profiling; Note [One profiler per thread] in "
+                      "torch_exec/meter.py)", MemoryBudgetWarning, stacklevel=3)
+            return
         reading = meter.between(meter.first_mark, closing)
         record = StepRecord(step=step, device=str(device), budget=budget,
                             predicted_peak=int(plan.predicted_peak_bytes), measured_peak=int(reading.peak),

@@ -56,10 +56,10 @@ def parse_rate(value, what: str = "bandwidth") -> float:
         if math.isinf(number):  # '1e400GB/s': not the unlimited link, which is spelled 'inf'
             raise ValueError(f"{what} {value!r} is beyond any number: check its unit, or give 'inf' for an "
                              f"unlimited link")
-        if number == 0.0 and re.search(r"[1-9]", re.split(r"[eE]", size)[0]):  # '1e-400GB/s' is no useless link
+        rate = number / 1000.0 if unit in ("s", "sec") else number
+        if rate == 0.0 and re.search(r"[1-9]", re.split(r"[eE]", size)[0]):  # '1e-400GB/s' is no useless link
             raise ValueError(f"{what} {value!r} is below any number (it reads as 0): check its exponent, or give "
                              f"0 for a useless link")
-        rate = number / 1000.0 if unit in ("s", "sec") else number
     else:
         raise ValueError(f"{what} must be bytes/ms or a string like '12GB/s', got {value!r}")
     if math.isnan(rate) or rate < 0:

@@ -69,8 +69,9 @@ class OffloadPlan(Plan):
 
 
 def min_budget_bytes(chain: Chain, link: Link) -> int:
-    """The least budget (exact bytes) of the combined class over ``link``: :func:`gpusolve.offload.dp.min_offload_bytes`,
-    or recompute only's (:func:`gpusolve.dp.minpeak.min_feasible_bytes`) over a link that moves nothing."""
+    """The least budget (exact bytes) of the combined class over ``link``:
+    :func:`gpusolve.offload.dp.min_offload_bytes`, or recompute only's
+    (:func:`gpusolve.dp.minpeak.min_feasible_bytes`) over a link that moves nothing."""
     return min_feasible_bytes(chain) if link.is_useless else offload_dp.min_offload_bytes(chain)
 
 

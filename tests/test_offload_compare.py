@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -215,13 +216,7 @@ def test_compare_table_shows_the_solve_time_not_its_phases(capsys):
 # A chain (found by a review's fuzzing) whose combined class runs below recompute only's minimum:
 # min_offload_bytes 51 B, min_feasible_bytes 55 B. compare and curve checked the budget against the
 # recompute-only minimum and refused 52 B, which solve --offload solves; its plan said the minimum was 55 B.
-GAP_CHAIN = {"format": "gpusolve-chain/1", "input_bytes": 16, "input_grad_bytes": 16, "reserved_bytes": 1,
-             "multi_tape": True, "t_fwd": [0.45, 0.35, 0.9, 0.65, 0.81, 0.86, 0.92, 0.04],
-             "t_fwd_nograd": [0.66, 0.9, 0.79, 0.96, 0.05, 0.89, 0.73, 0.97],
-             "t_bwd": [0.72, 0.67, 0.71, 0.03, 0.5, 0.2, 0.94, 0.35], "act_bytes": [18, 17, 18, 0, 8, 8, 19, 10],
-             "grad_bytes": [10, 10, 5, 18, 4, 1, 4, 1], "tape_bytes": [9, 5, 17, 9, 13, 19, 14, 24],
-             "fwd_nograd_extra": [1, 3, 1, 4, 2, 1, 2, 2], "fwd_grad_extra": [3, 0, 3, 0, 3, 3, 4, 4],
-             "bwd_extra": [3, 3, 0, 0, 1, 0, 4, 0], "bwd_tape_bytes": [1, 5, 13, 9, 13, 19, 5, 21]}
+GAP_CHAIN = json.loads((Path(__file__).resolve().parent / "data" / "offload_gap_chain.json").read_text())
 
 
 @pytest.fixture

@@ -1534,6 +1534,7 @@ class _Blocks(nn.Module):
         self.kind = kind
         self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(d, d), nn.Tanh()) for _ in range(6))
         self.aux_loss = None
+        self.losses = []
 
     def forward(self, x):
         import random
@@ -1550,13 +1551,16 @@ class _Blocks(nn.Module):
                 h = h + torch.from_numpy(np.random.randn(*h.shape).astype("float32"))
         if self.kind == "aux":
             self.aux_loss = h.square().mean()  # read by the training loop
+        if self.kind == "aux_list":
+            self.losses.append(h.square().mean())  # read and cleared by the training loop
         return h.sum()
 
 
 @pytest.mark.parametrize("capture", ["auto", "blocks"])
 @pytest.mark.parametrize("kind,message", [
     ("random", "draws from Python's random"), ("numpy", r"draws from NumPy's global generator"),
-    ("aux", r"stores tensors that carry gradient on its modules, off the path to its outputs \(aux_loss\)")])
+    ("aux", r"stores tensors that carry gradient on its modules, off the path to its outputs \(aux_loss\)"),
+    ("aux_list", r"off the path to its outputs \(losses\[\.\.\.\]\)")])
 def test_what_no_capture_can_replay_is_refused_before_capturing(kind, message, capture):
     # before: export fixed the first draw (the same layers skipped at every step) and the stored loss; the
     # block fallback stored auxiliary losses without gradient, or refused for another reason
@@ -1571,7 +1575,7 @@ def test_what_no_capture_can_replay_is_refused_before_capturing(kind, message, c
     with pytest.raises(te.CaptureError, match=message):
         w(torch.randn(4, 16))
     assert random.getstate() == states[0] and np.array_equal(np.random.get_state()[1], states[1])
-    assert model.aux_loss is None and all(p.grad is None for p in model.parameters())
+    assert model.aux_loss is None and model.losses == [] and all(p.grad is None for p in model.parameters())
 
 
 @pytest.mark.parametrize("capture", ["auto", "blocks"])

@@ -70,7 +70,7 @@ Note [Probing the model]
       skipped at every step, three of eight never trained), and a recomputation could not replay it
       (the executor records torch's generators only). Drawing with torch (``torch.rand(())``) works.
     - tensors carrying gradient that the forward stores on a module off the path to its outputs
-      (``self.aux_loss = ...``, read by the training loop): under export the attribute keeps the probe's
+      (``self.aux_loss = ...``, or appended to a list or dict attribute, read by the training loop): under export the attribute keeps the probe's
       value, and in the block fallback a block run without a tape stores one with no gradient (five
       blocks' auxiliary losses gave their parameters no gradient). Returning it from ``forward`` works.
       A stored tensor the outputs' graph reaches is left alone: weight norm's and spectral norm's hooks
@@ -82,7 +82,8 @@ Note [Probing the model]
     another state, and refuses only a generator that then ends elsewhere. A forward that differentiates
     itself (``torch.autograd.grad`` inside it) reads what the probe does not save and is refused by
     name. The probe leaves the generators as they were and puts back every attribute that is or was a
-    tensor, on the module objects it found (a forward may replace a submodule). An error the model
+    tensor, and the contents of a list or dict attribute that gained one, on the module objects it found
+    (a forward may replace a submodule). An error the model
     raises in the probe is the caller's (a misspelt keyword) and is raised as it is, not as a capture
     failure.
 
@@ -1181,13 +1182,49 @@ def _graph_nodes(out) -> set:
     return seen
 
 
+def _module_state(m: nn.Module) -> tuple:
+    """A module's plain attributes (its ``__dict__`` copied) and the contents of its list and dict
+    attributes (the module's own dictionaries, underscored, aside), for :func:`_restore_attributes`."""
+    d = vars(m)
+    contents = {key: list(v) if isinstance(v, list) else dict(v) for key, v in d.items()
+                if isinstance(v, (list, dict)) and not key.startswith("_")}
+    return m, dict(d), contents
+
+
+def _gained_tensors(old, new) -> list:
+    """The tensors the list or dict ``new`` holds that its copy ``old`` did not."""
+    def values(c):
+        return c if isinstance(c, list) else list(c.values())
+    seen = {id(x) for x in values(old)}
+    return [x for x in values(new) if isinstance(x, torch.Tensor) and id(x) not in seen]
+
+
+def _stored_tensors(state: tuple):
+    """``(attribute, tensor)`` for each tensor the module of ``state`` holds now that it did not then: a
+    plain attribute, or an element a list or dict attribute gained (``self.losses.append(...)``)."""
+    m, was, contents = state
+    for key, v in vars(m).items():
+        if isinstance(v, torch.Tensor) and was.get(key) is not v:
+            yield key, v
+        elif key in contents and v is was.get(key):
+            for x in _gained_tensors(contents[key], v):
+                yield f"{key}[...]", x
+
+
 def _restore_attributes(before: list) -> None:
-    """Put back every plain attribute of the modules in ``before`` (``(module, its __dict__ copied)``)
-    that is or was a tensor, on those module objects (a forward may replace a submodule)."""
-    for m, was in before:
+    """Put back every plain attribute of the modules in ``before`` (:func:`_module_state`) that is or was
+    a tensor, and the contents of a list or dict attribute that gained a tensor, on those module objects
+    (a forward may replace a submodule)."""
+    for m, was, contents in before:
         now = vars(m)
         for key in set(now) | set(was):
             old, new = was.get(key, _MISSING), now.get(key, _MISSING)
+            if old is new and key in contents and _gained_tensors(contents[key], new):
+                if isinstance(new, list):
+                    new[:] = contents[key]
+                else:
+                    new.clear()
+                    new.update(contents[key])
             if old is new or not (isinstance(old, torch.Tensor) or isinstance(new, torch.Tensor)):
                 continue
             if old is _MISSING:
@@ -1204,15 +1241,15 @@ def _probe_model(model: nn.Module, args: tuple, kwargs: dict) -> None:
     what no capture can replay (Note [Probing the model]); the generators and the modules' attributes
     are left as they were, and the model's own errors are raised as they are."""
     names = {id(m): name for name, m in model.named_modules()}
-    before = [(m, dict(vars(m))) for m in model.modules()]
+    before = [_module_state(m) for m in model.modules()]
     host_rng = _host_rng_state()
     try:
         out = _probe_forward(model, args, kwargs)
         reached = _graph_nodes(out)
         del out
-        stored = sorted(f"{names[id(m)]}.{key}".lstrip(".") for m, was in before for key, v in vars(m).items()
-                        if isinstance(v, torch.Tensor) and v.requires_grad and was.get(key) is not v
-                        and v.grad_fn is not None and v.grad_fn not in reached)
+        stored = sorted(f"{names[id(state[0])]}.{key}".lstrip(".") for state in before
+                        for key, v in _stored_tensors(state)
+                        if v.requires_grad and v.grad_fn is not None and v.grad_fn not in reached)
         del reached
         moved = _host_rng_moved(host_rng)
         if moved:  # a forward that seeds the generator itself draws the same numbers from any state
@@ -1232,10 +1269,10 @@ def _probe_model(model: nn.Module, args: tuple, kwargs: dict) -> None:
                            f"whose generator the executor records and replays")
     if stored:
         raise CaptureError(f"the model's forward stores tensors that carry gradient on its modules, off the path to "
-                           f"its outputs ({', '.join(stored[:3])}{', ...' if len(stored) > 3 else ''}): a captured "
-                           f"graph would not update them and a block run without a tape would store them without "
-                           f"gradient (Note [Probing the model]); return them from forward (e.g. with the output) "
-                           f"instead")
+                           f"its outputs ({', '.join(sorted(set(stored))[:3])}{', ...' if len(set(stored)) > 3 else ''}): "
+                           f"a captured graph would not update them and a block run without a tape would store them "
+                           f"without gradient (Note [Probing the model]); return them from forward (e.g. with the "
+                           f"output) instead")
 
 
 def _custom_functions(model: nn.Module, args: tuple, kwargs: dict) -> list[str]:

@@ -821,6 +821,24 @@ class Runtime:
         copies = getattr(entry, "copies", None)
         self.copies = copies.step() if copies is not None else None  # this step's host copies (offload ops)
 
+    def snapshot(self) -> tuple:
+        """What the forward left (checkpoints, tapes, the stages on the host), for backwards that keep
+        the graph (Note [Retained graphs]): copies, since a segment backward empties its tape."""
+        return (dict(self.acts), {s: list(t) for s, t in self.tapes.items()},
+                None if self.copies is None else self.copies.on_host())
+
+    def restart(self, snapshot: tuple) -> None:
+        """Start a backward again from :meth:`snapshot`'s state (the forward's host copies serve again)."""
+        acts, tapes, on_host = snapshot
+        self.acts, self.tapes, self.grads = dict(acts), {s: list(t) for s, t in tapes.items()}, {}
+        if self.copies is not None:
+            self.copies.restart(on_host)
+
+    @staticmethod
+    def leaves(snapshot: tuple) -> list:
+        """The forward's segment leaves in :meth:`snapshot`'s state."""
+        return [tape[0] for tape in snapshot[1].values()]
+
     def held_storages(self, skip: int) -> set:
         """Storage keys of every state held now but a_``skip`` (checkpoints, the input, tapes): a tensor
         of an offloaded checkpoint that one of them shares is not copied (Note [Shared storages] in
@@ -1005,6 +1023,23 @@ def _keep_graph() -> bool:
     """Whether the backward running on this thread keeps the graph (``retain_graph=True``)."""
     get = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", None)
     return bool(get()) if get is not None else False
+
+
+def kept_graph_leaves(ctx, rt) -> list | None:
+    """Note [Retained graphs], at the start of a schedule Function's backward (the chain's or the join's:
+    ``rt`` a :class:`Runtime` or :class:`torch_exec.join.JoinRuntime`): a backward after one that kept
+    the graph starts again from the forward's state (``ctx.snapshot``), one that keeps it takes that
+    state first, and one that does not lets the step go. Returns the forward's segment leaves, whose
+    graphs are kept, or None when this backward frees the step."""
+    keep, snapshot = _keep_graph(), ctx.snapshot
+    if snapshot is not None:
+        rt.restart(snapshot)
+    elif keep:
+        snapshot = ctx.snapshot = rt.snapshot()
+    if not keep:
+        ctx.rt = ctx.snapshot = None
+        return None
+    return rt.leaves(snapshot)
 
 
 def _will_run(node) -> bool:
@@ -1231,27 +1266,17 @@ class _ScheduleFunction(torch.autograd.Function):
         # Every refusal comes first, before any state is consumed or any .grad touched.
         rt = _backward_runtime(ctx, _DOUBLE_BACKWARD_ERROR, _TWICE_ERROR)
         ctx.saved_tensors  # noqa: B018 - raises if the caller modified an input in place since forward
-        keep = _keep_graph()
         named = not torch.autograd._is_checkpoint_valid()  # autograd.grad or backward(inputs=...)
-        snapshot = ctx.snapshot
-        if snapshot is not None:  # an earlier backward kept the graph: start again from the forward's state
-            rt.acts, rt.tapes, rt.grads = dict(snapshot[0]), {s: list(t) for s, t in snapshot[1].items()}, {}
-            if rt.copies is not None:  # the forward's host copies serve again
-                rt.copies.restart(snapshot[2])
-        elif keep:
-            snapshot = ctx.snapshot = (dict(rt.acts), {s: list(t) for s, t in rt.tapes.items()},
-                                       None if rt.copies is None else rt.copies.on_host())
-        if not keep:
-            ctx.rt = ctx.snapshot = None
-        mode = _SegmentMode.of(ctx.tap, named, {id(tape[0]) for tape in snapshot[1].values()} if keep else None)
+        kept = kept_graph_leaves(ctx, rt)
+        keep = kept is not None
+        mode = _SegmentMode.of(ctx.tap, named, None if kept is None else {id(leaf) for leaf in kept})
         learn_output_grads(rt.entry, [g is not None for g in grad_outputs])
         rt.start_backward()
         rt.grads[rt.n] = list(grad_outputs)
         del grad_outputs
         interpret_backward(rt.entry.backward_ops, rt, mode)
-        if keep:  # the forward's segment leaves serve again: drop the gradients they were given
-            for tape in snapshot[1].values():
-                tape[0].box.clear()
+        for leaf in kept or ():  # the forward's segment leaves serve again: drop the gradients they were given
+            leaf.box.clear()
         grads = rt.grads.pop(0)
         rt.acts.clear()
         if rt.tapes or rt.acts or rt.grads:
@@ -1261,7 +1286,7 @@ class _ScheduleFunction(torch.autograd.Function):
         input_grads = [g if rg else None for g, rg in zip(grads, rt.rg0, strict=False)]
         if not keep and ctx.out_refs:  # the executor holds nothing of a_N now: what is alive, the caller holds
             entry = rt.entry
-            del rt, snapshot, grads
+            del rt, grads
             learn_output_holds(entry, ctx.out_refs)
         if ctx.meter is not None:
             ctx.meter.end()

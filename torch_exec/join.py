@@ -89,10 +89,10 @@ from gpusolve.units import parse_budget
 
 from . import _util as U
 from .executor import (NOT_MEASURED, TURN, CheckpointedSequential, ProgramSplit, Runtime, _backward_runtime,
-                       _backward_segment, _compiler_disable, _detached_results, _keep_graph, _needs_at_least,
+                       _backward_segment, _compiler_disable, _detached_results, _needs_at_least,
                        _PlannedModule, _SegmentMode, _standin_params, _with_beside, annotate,
                        below_floor_message, below_plain_message, executor_chain, interpret, interpret_backward,
-                       output_out_of_tape)
+                       kept_graph_leaves, output_out_of_tape)
 from .meter import MemoryMeter
 from .profiler import chain_from_profile, profile_dict, profiling
 
@@ -157,34 +157,22 @@ class JoinRuntime:
             rt.start_backward()
 
     def snapshot(self) -> tuple:
-        """What the forward left (each branch's checkpoints and tapes, the head's tape), for backwards
-        that keep the graph (Note [Retained graphs] in torch_exec/executor.py): the lists are copies,
-        since a segment backward empties its tape."""
-        branches = [(dict(rt.acts), {s: list(t) for s, t in rt.tapes.items()}) for rt in self.branches]
-        return branches, list(self.head_tape), list(self.head_leaves)
+        """What the forward left (each branch's :meth:`Runtime.snapshot`, the head's tape), for backwards
+        that keep the graph (Note [Retained graphs] in torch_exec/executor.py)."""
+        return [rt.snapshot() for rt in self.branches], list(self.head_tape), list(self.head_leaves)
 
     def restart(self, snapshot: tuple) -> None:
-        """Start a backward again from the forward's state (an earlier one kept the graph)."""
+        """Start a backward again from :meth:`snapshot`'s state."""
         branches, head_tape, head_leaves = snapshot
-        for rt, (acts, tapes) in zip(self.branches, branches, strict=True):
-            rt.acts, rt.tapes, rt.grads = dict(acts), {s: list(t) for s, t in tapes.items()}, {}
+        for rt, kept in zip(self.branches, branches, strict=True):
+            rt.restart(kept)
         self.head_tape, self.head_leaves = list(head_tape), list(head_leaves)
 
-    @staticmethod
-    def retained(snapshot: tuple) -> set:
-        """The ids of the forward's segment leaves (the head's included): their graphs are kept."""
+    def leaves(self, snapshot: tuple) -> list:
+        """The forward's segment leaves in :meth:`snapshot`'s state, the head's included."""
         branches, _, head_leaves = snapshot
-        return {id(tape[0]) for _, tapes in branches for tape in tapes.values()} | {id(v) for v in head_leaves}
-
-    @staticmethod
-    def clear_boxes(snapshot: tuple) -> None:
-        """Drop the gradients the forward's segment leaves were given (they serve again)."""
-        branches, _, head_leaves = snapshot
-        for _, tapes in branches:
-            for tape in tapes.values():
-                tape[0].box.clear()
-        for leaf in head_leaves:
-            leaf.box.clear()
+        return [leaf for rt, kept in zip(self.branches, branches, strict=True) for leaf in rt.leaves(kept)] \
+            + list(head_leaves)
 
     def turn(self, backward: int) -> None:
         """The ``TURN``: its forward half (arg 0) or its backward half (arg 1); Note [The head's graph]."""
@@ -262,26 +250,18 @@ class _JoinFunction(torch.autograd.Function):
         # Every refusal comes first, before any state is consumed or any .grad touched.
         rt = _backward_runtime(ctx, _DOUBLE_BACKWARD_ERROR, _TWICE_ERROR)
         ctx.saved_tensors  # noqa: B018 - raises if the caller modified an input in place since forward
-        keep = _keep_graph()
-        # retain_graph=True: as the chain's (Note [Retained graphs] in torch_exec/executor.py)
-        snapshot = ctx.snapshot
-        if snapshot is not None:  # an earlier backward kept the graph: start again from the forward's state
-            rt.restart(snapshot)
-        elif keep:
-            snapshot = ctx.snapshot = rt.snapshot()
-        if not keep:
-            ctx.rt = ctx.snapshot = None
+        kept = kept_graph_leaves(ctx, rt)  # retain_graph=True: as the chain's
         # autograd.grad or backward(inputs=...): as the chain's (Note [Autograd calls that name tensors])
         mode = _SegmentMode.of(ctx.tap, not torch.autograd._is_checkpoint_valid(),
-                               JoinRuntime.retained(snapshot) if keep else None)
+                               None if kept is None else {id(leaf) for leaf in kept})
         rt.start_backward()
         rt.head_grads = list(grad_outputs)
         del grad_outputs
         interpret_backward(rt.entry.backward_ops, rt, mode)
-        if keep:  # the forward's segment leaves serve again: drop the gradients they were given
-            JoinRuntime.clear_boxes(snapshot)
+        for leaf in kept or ():  # the forward's segment leaves serve again: drop the gradients they were given
+            leaf.box.clear()
         grads = rt.input_grads()
-        del rt, snapshot
+        del rt, kept
         if ctx.meter is not None:
             ctx.meter.end()
         return (None, None, *grads)

@@ -1157,29 +1157,27 @@ _DIFFERENTIATES_ITSELF = (
     "budget=None")
 
 
-def _probe_forward(model: nn.Module, args: tuple, kwargs: dict):
+@dataclass
+class _Probe:
+    """What one inspecting forward of the model saw: its outputs' autograd roots (``grad_fn``) and where it
+    registered gradient hooks on tensors (Note [Gradient hooks registered in the forward])."""
+
+    roots: list
+    hook_sites: list
+
+
+def _probe_forward(model: nn.Module, args: tuple, kwargs: dict) -> _Probe:
     """One forward of the model under grad, keeping no saved tensors, torch's generators forked; the
     model's own errors are raised as they are."""
-    hooks = _NoSavedTensors()
+    hooks, sites = _NoSavedTensors(), _TensorHooks()
     try:
-        with torch.enable_grad(), torch.random.fork_rng(U.all_rng_devices()), hooks:
-            return model(*args, **kwargs)
+        with torch.enable_grad(), torch.random.fork_rng(U.all_rng_devices()), hooks, sites:
+            out = model(*args, **kwargs)
     except Exception:
         if hooks.read:
             raise CaptureError(_DIFFERENTIATES_ITSELF) from None
         raise
-
-
-def _graph_nodes(out) -> set:
-    """Every autograd node the output's graph reaches."""
-    stack = [t.grad_fn for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.grad_fn is not None]
-    seen = set(stack)
-    while stack:
-        for nxt, _ in stack.pop().next_functions:
-            if nxt is not None and nxt not in seen:
-                seen.add(nxt)
-                stack.append(nxt)
-    return seen
+    return _Probe([t.grad_fn for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)], sites.sites)
 
 
 def _module_state(m: nn.Module) -> tuple:
@@ -1236,17 +1234,17 @@ def _restore_attributes(before: list) -> None:
 _MISSING = object()
 
 
-def _probe_model(model: nn.Module, args: tuple, kwargs: dict) -> None:
+def _probe_model(model: nn.Module, args: tuple, kwargs: dict) -> _Probe:
     """Run the model once as plain autograd on (copies of) its inputs, saving no activations, and refuse
     what no capture can replay (Note [Probing the model]); the generators and the modules' attributes
-    are left as they were, and the model's own errors are raised as they are."""
+    are left as they were, and the model's own errors are raised as they are. The export path's checks
+    read what it saw (:func:`_custom_functions`)."""
     names = {id(m): name for name, m in model.named_modules()}
     before = [_module_state(m) for m in model.modules()]
     host_rng = _host_rng_state()
     try:
-        out = _probe_forward(model, args, kwargs)
-        reached = _graph_nodes(out)
-        del out
+        probe = _probe_forward(model, args, kwargs)
+        reached = set(U.graph_nodes(probe.roots))
         stored = sorted(f"{names[id(state[0])]}.{key}".lstrip(".") for state in before
                         for key, v in _stored_tensors(state)
                         if v.requires_grad and v.grad_fn is not None and v.grad_fn not in reached)
@@ -1273,26 +1271,20 @@ def _probe_model(model: nn.Module, args: tuple, kwargs: dict) -> None:
                            f"a captured graph would not update them and a block run without a tape would store them "
                            f"without gradient (Note [Probing the model]); return them from forward (e.g. with the "
                            f"output) instead")
+    return probe
 
 
-def _custom_functions(model: nn.Module, args: tuple, kwargs: dict) -> list[str]:
+def _custom_functions(model: nn.Module, args: tuple, kwargs: dict, probe: _Probe | None = None) -> list[str]:
     """The custom autograd Functions one forward of the model runs whose backward is not shown to be the
-    derivative of their forward's operations, each as "name: why" (Note [Custom autograd Functions]);
-    the model's state is the caller's to restore (buffers, RNG)."""
-    hooks = _TensorHooks()
-    try:
-        with torch.enable_grad(), torch.random.fork_rng(U.all_rng_devices()), _NoSavedTensors(), hooks:
-            out = model(*args, **kwargs)
-    except Exception as exc:  # noqa: BLE001 - the model's own errors are many: one line
-        raise CaptureError(f"checking the model for custom autograd Functions (Note [Custom autograd Functions]) "
-                           f"raised {type(exc).__name__}: {_first_line(exc)}") from None
-    if hooks.sites:
-        raise _hooks_error(hooks.sites, "in its forward", "torch.export drops")
-    roots = [t.grad_fn for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
-    del out
-    classes = {f"{cls.__module__}.{cls.__qualname__}": cls for cls in _function_classes(roots)
+    derivative of their forward's operations, each as "name: why" (Note [Custom autograd Functions]),
+    read off ``probe`` (:func:`_probe_model`'s forward; None: one is run here); the model's state is the
+    caller's to restore (buffers, RNG)."""
+    if probe is None:
+        probe = _probe_forward(model, args, kwargs)
+    if probe.hook_sites:
+        raise _hooks_error(probe.hook_sites, "in its forward", "torch.export drops")
+    classes = {f"{cls.__module__}.{cls.__qualname__}": cls for cls in _function_classes(probe.roots)
                if not cls.__module__.startswith(_EXPORTED_FUNCTIONS)}
-    del roots
     if not classes:
         return []
     inputs = _function_inputs(model, args, kwargs, list(classes.values()))
@@ -1406,10 +1398,11 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _capture_export(model: nn.Module, args: tuple, kwargs: dict, max_stages: int, join=True,
-                    backend: str = "auto") -> Capture:
+                    backend: str = "auto", probe: _Probe | None = None) -> Capture:
     """The model's graph cut into a chain, or into a join network's branches and head (Note [Join
-    detection]) when ``join`` is True; a string ``join`` says why a join is cut as one chain instead."""
-    functions = _custom_functions(model, args, kwargs)
+    detection]) when ``join`` is True; a string ``join`` says why a join is cut as one chain instead.
+    ``probe``: what :func:`_probe_model` saw of these inputs."""
+    functions = _custom_functions(model, args, kwargs, probe)
     if functions:
         raise CaptureError(f"the model runs custom autograd Functions whose backward torch.export would drop "
                            f"(Note [Custom autograd Functions]): {'; '.join(functions)}"
@@ -1974,13 +1967,13 @@ class AutoCheckpointed(nn.Module):
         # and its attributes and forward hooks (Note [What a captured graph fixes])
         return (tuple(leaf_key(v) for v in leaves), str(spec), U.captured_state_key(self._model), U.autocast_key())
 
-    def _build(self, args, kwargs) -> Capture:
+    def _build(self, args, kwargs, probe: _Probe | None = None) -> Capture:
         errors = []
         cap = None
         if self.capture_method in ("auto", "export"):
             try:
                 cap = _capture_export(self._model, args, kwargs, self.max_stages, join=self._join_setting(),
-                                      backend=self.backend)
+                                      backend=self.backend, probe=probe)
             except CaptureError as exc:
                 errors.append(f"torch.export: {exc}")
             except Exception as exc:  # noqa: BLE001 - export's own errors are many; report the first line
@@ -2060,8 +2053,7 @@ class AutoCheckpointed(nn.Module):
             snapshot = U.ModelSnapshot([self._model], values=False)
             args, kwargs = _probe_inputs(args, kwargs)  # Note [Probing the model]
             try:
-                _probe_model(self._model, args, kwargs)
-                cap = self._build(args, kwargs)
+                cap = self._build(args, kwargs, _probe_model(self._model, args, kwargs))
                 if cap.method == "blocks":
                     _check_blocks(self, cap, args, kwargs)
                     cap.rest = _measure_rest(self, cap, args, kwargs)  # Note [The rest of the model]

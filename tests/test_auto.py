@@ -1535,6 +1535,7 @@ class _Blocks(nn.Module):
         self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(d, d), nn.Tanh()) for _ in range(6))
         self.aux_loss = None
         self.losses = []
+        self.stats = {"aux": [], "steps": 0}
 
     def forward(self, x):
         import random
@@ -1553,6 +1554,10 @@ class _Blocks(nn.Module):
             self.aux_loss = h.square().mean()  # read by the training loop
         if self.kind == "aux_list":
             self.losses.append(h.square().mean())  # read and cleared by the training loop
+        if self.kind == "aux_tuple":
+            self.aux_loss = (h.square().mean(), h.shape[0])
+        if self.kind == "aux_nested":
+            self.stats["aux"].append([h.square().mean()])
         return h.sum()
 
 
@@ -1560,10 +1565,13 @@ class _Blocks(nn.Module):
 @pytest.mark.parametrize("kind,message", [
     ("random", "draws from Python's random"), ("numpy", r"draws from NumPy's global generator"),
     ("aux", r"stores tensors that carry gradient on its modules, off the path to its outputs \(aux_loss\)"),
-    ("aux_list", r"off the path to its outputs \(losses\[\.\.\.\]\)")])
+    ("aux_list", r"off the path to its outputs \(losses\[\.\.\.\]\)"),
+    ("aux_tuple", r"off the path to its outputs \(aux_loss\[\.\.\.\]\)"),
+    ("aux_nested", r"off the path to its outputs \(stats\[\.\.\.\]\)")])
 def test_what_no_capture_can_replay_is_refused_before_capturing(kind, message, capture):
     # before: export fixed the first draw (the same layers skipped at every step) and the stored loss; the
-    # block fallback stored auxiliary losses without gradient, or refused for another reason
+    # block fallback stored auxiliary losses without gradient, or refused for another reason; a loss kept in a
+    # tuple, or in a list inside a dict, was not seen (five blocks' parameters got no gradient)
     import random
 
     import numpy as np
@@ -1575,7 +1583,8 @@ def test_what_no_capture_can_replay_is_refused_before_capturing(kind, message, c
     with pytest.raises(te.CaptureError, match=message):
         w(torch.randn(4, 16))
     assert random.getstate() == states[0] and np.array_equal(np.random.get_state()[1], states[1])
-    assert model.aux_loss is None and model.losses == [] and all(p.grad is None for p in model.parameters())
+    assert model.aux_loss is None and model.losses == [] and model.stats == {"aux": [], "steps": 0}
+    assert all(p.grad is None for p in model.parameters())
 
 
 @pytest.mark.parametrize("capture", ["auto", "blocks"])

@@ -755,6 +755,8 @@ def test_a_sequentials_wrapper_keeps_its_state_dict_names():
     wrapped.load_state_dict(plain.state_dict())
     assert [p is q for p, q in zip(wrapped.parameters(), seq.parameters())] == [True] * 6
     assert [type(m).__name__ for m in wrapped.stages] == ["Linear", "BatchNorm1d", "ReLU", "Linear"]
+    with pytest.raises(TypeError):  # before: a ModuleList made per access took the assignment and dropped it
+        wrapped.stages[0] = nn.Linear(8, 8)
     twin = copy.deepcopy(wrapped)
     x = torch.randn(4, 8)
     torch.testing.assert_close(twin(x), seq(x), rtol=0, atol=0)

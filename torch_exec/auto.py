@@ -70,7 +70,9 @@ Note [Probing the model]
       skipped at every step, three of eight never trained), and a recomputation could not replay it
       (the executor records torch's generators only). Drawing with torch (``torch.rand(())``) works.
     - tensors carrying gradient that the forward stores on a module off the path to its outputs
-      (``self.aux_loss = ...``, or appended to a list or dict attribute, read by the training loop): under export the attribute keeps the probe's
+      (``self.aux_loss = ...``, or held through list, tuple and dict attributes up to four levels deep,
+      ``self.stats["aux"].append(...)``, read by the training loop; a loss kept in a tuple or in a dict's
+      list went unseen until a review of 2026-11-27): under export the attribute keeps the probe's
       value, and in the block fallback a block run without a tape stores one with no gradient (five
       blocks' auxiliary losses gave their parameters no gradient). Returning it from ``forward`` works.
       A stored tensor the outputs' graph reaches is left alone: weight norm's and spectral norm's hooks
@@ -81,8 +83,8 @@ Note [Probing the model]
     transformers' BigBird does) draws the same numbers from any state: the probe runs once more from
     another state, and refuses only a generator that then ends elsewhere. A forward that differentiates
     itself (``torch.autograd.grad`` inside it) reads what the probe does not save and is refused by
-    name. The probe leaves the generators as they were and puts back every attribute that is or was a
-    tensor, and the contents of a list or dict attribute that gained one, on the module objects it found
+    name. The probe leaves the generators as they were and puts back every attribute that holds or held
+    a tensor, and the contents of a list or dict attribute that gained one, on the module objects it found
     (a forward may replace a submodule). An error the model
     raises in the probe is the caller's (a misspelt keyword) and is raised as it is, not as a capture
     failure.
@@ -1180,50 +1182,97 @@ def _probe_forward(model: nn.Module, args: tuple, kwargs: dict) -> _Probe:
     return _Probe([t.grad_fn for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)], sites.sites)
 
 
+class _Contents:
+    """A list, tuple or dict attribute's contents as they were (:func:`_module_state`), the lists, tuples
+    and dicts among them recorded the same way, for putting them back in place (:func:`_put_back`)."""
+
+    __slots__ = ("obj", "items")
+
+    def __init__(self, obj, depth: int, seen: set):
+        seen.add(id(obj))
+
+        def record(v):
+            return (_Contents(v, depth - 1, seen) if isinstance(v, _CONTAINERS) and depth > 1 and id(v) not in seen
+                    else v)
+        self.obj = obj
+        self.items = {k: record(v) for k, v in obj.items()} if isinstance(obj, dict) else [record(v) for v in obj]
+
+
+def _put_back(c: _Contents):
+    """The container of ``c`` holding what it held, its lists and dicts put back too (in place: the model
+    may hold them elsewhere as well; a tuple's own items cannot have changed)."""
+    values = c.items if isinstance(c.items, list) else list(c.items.values())
+    restored = [_put_back(v) if isinstance(v, _Contents) else v for v in values]
+    if isinstance(c.obj, list):
+        c.obj[:] = restored
+    elif isinstance(c.obj, dict):
+        c.obj.clear()
+        c.obj.update(zip(c.items, restored))
+    return c.obj
+
+
+_ATTRIBUTE_DEPTH = 4  # how deep the probe looks into an attribute's lists, tuples and dicts
+_CONTAINERS = (list, tuple, dict)
+
+
+def _tensors_in(v, depth: int = _ATTRIBUTE_DEPTH, seen: set | None = None) -> list:
+    """The tensors ``v`` is or holds through lists, tuples (named ones too) and dicts, ``depth`` levels deep."""
+    if isinstance(v, torch.Tensor):
+        return [v]
+    if depth == 0 or not isinstance(v, _CONTAINERS):
+        return []
+    seen = set() if seen is None else seen
+    if id(v) in seen:
+        return []
+    seen.add(id(v))
+    return [t for x in (v.values() if isinstance(v, dict) else v) for t in _tensors_in(x, depth - 1, seen)]
+
+
 def _module_state(m: nn.Module) -> tuple:
-    """A module's plain attributes (its ``__dict__`` copied) and the contents of its list and dict
-    attributes (the module's own dictionaries, underscored, aside), for :func:`_restore_attributes`."""
+    """A module's plain attributes (its ``__dict__`` copied), the contents of its list, tuple and dict attributes
+    (the module's own dictionaries, underscored, aside), and the tensors each of those held, for
+    :func:`_stored_tensors` and :func:`_restore_attributes`."""
     d = vars(m)
-    contents = {key: list(v) if isinstance(v, list) else dict(v) for key, v in d.items()
-                if isinstance(v, (list, dict)) and not key.startswith("_")}
-    return m, dict(d), contents
+    contents = {key: _Contents(v, _ATTRIBUTE_DEPTH, set()) for key, v in d.items()
+                if isinstance(v, _CONTAINERS) and not key.startswith("_")}
+    held = {key: {id(t) for t in _tensors_in(v)} for key, v in d.items() if key in contents}
+    return m, dict(d), contents, held
 
 
-def _gained_tensors(old, new) -> list:
-    """The tensors the list or dict ``new`` holds that its copy ``old`` did not."""
-    def values(c):
-        return c if isinstance(c, list) else list(c.values())
-    seen = {id(x) for x in values(old)}
-    return [x for x in values(new) if isinstance(x, torch.Tensor) and id(x) not in seen]
+def _gained(state: tuple, key: str, v) -> list:
+    """The tensors attribute ``key`` of the module of ``state`` holds as ``v`` that it did not hold then."""
+    _, was, _, held = state
+    old = was.get(key, _MISSING)
+    before = held[key] if old is v and key in held else {id(t) for t in _tensors_in(old)}
+    return [t for t in _tensors_in(v) if id(t) not in before]
 
 
 def _stored_tensors(state: tuple):
     """``(attribute, tensor)`` for each tensor the module of ``state`` holds now that it did not then: a
-    plain attribute, or an element a list or dict attribute gained (``self.losses.append(...)``)."""
-    m, was, contents = state
+    plain attribute, or one held through a list, tuple or dict attribute (``self.losses.append(...)``,
+    ``self.stats["aux"].append(...)``, ``self.last = (loss, n)``)."""
+    m, was, contents, _ = state
     for key, v in vars(m).items():
-        if isinstance(v, torch.Tensor) and was.get(key) is not v:
-            yield key, v
-        elif key in contents and v is was.get(key):
-            for x in _gained_tensors(contents[key], v):
-                yield f"{key}[...]", x
+        if v is was.get(key) and key not in contents:
+            continue
+        for t in _gained(state, key, v):
+            yield (key if t is v else f"{key}[...]"), t
 
 
 def _restore_attributes(before: list) -> None:
-    """Put back every plain attribute of the modules in ``before`` (:func:`_module_state`) that is or was
-    a tensor, and the contents of a list or dict attribute that gained a tensor, on those module objects
-    (a forward may replace a submodule)."""
-    for m, was, contents in before:
+    """Put back every plain attribute of the modules in ``before`` (:func:`_module_state`) that holds or
+    held a tensor, and the contents of a list or dict attribute that gained one (the lists and dicts in
+    it too), on those module objects (a forward may replace a submodule)."""
+    for state in before:
+        m, was, contents, _ = state
         now = vars(m)
         for key in set(now) | set(was):
             old, new = was.get(key, _MISSING), now.get(key, _MISSING)
-            if old is new and key in contents and _gained_tensors(contents[key], new):
-                if isinstance(new, list):
-                    new[:] = contents[key]
-                else:
-                    new.clear()
-                    new.update(contents[key])
-            if old is new or not (isinstance(old, torch.Tensor) or isinstance(new, torch.Tensor)):
+            if old is new:
+                if key in contents and _gained(state, key, new):
+                    _put_back(contents[key])
+                continue
+            if not (_tensors_in(old) or _tensors_in(new)):
                 continue
             if old is _MISSING:
                 del now[key]

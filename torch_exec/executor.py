@@ -1733,10 +1733,11 @@ class CheckpointedSequential(_PlannedModule):
         return entry
 
     @property
-    def stages(self) -> nn.ModuleList:
+    def stages(self) -> tuple[nn.Module, ...]:
         """The stages that are modules, in order (registered under ``stages.<i>``, or under the
-        Sequential's own names: Note [A Sequential's own names])."""
-        return nn.ModuleList([f for f in self._fns if isinstance(f, nn.Module)])
+        Sequential's own names: Note [A Sequential's own names]). A tuple: the stages are fixed when the
+        wrapper is made (a ModuleList made here took item assignment and ``append`` and dropped them)."""
+        return tuple(f for f in self._fns if isinstance(f, nn.Module))
 
     @property
     def _extras(self) -> list[nn.Module]:

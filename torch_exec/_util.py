@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
+import threading
 import types
 import weakref
 from dataclasses import dataclass
@@ -537,6 +538,54 @@ def aliases(out, inp) -> bool:
     """True when every storage of ``out`` is one of ``inp``'s (in-place ops, views, pass-through)."""
     outs = storages(out)
     return bool(outs) and set(outs) <= set(storages(inp))
+
+
+# ---------------------------------------------------------------------------- data bound to a call
+class CallData:
+    """What a wrapper's stages read beside the chain's state that belongs to one call of the model:
+    auto_checkpoint's side values (masks, position ids, a frozen encoder's output), the block fallback's
+    other arguments. Note [Data bound to a call] in torch_exec/executor.py: the caller binds it around
+    its call (:meth:`bound`), a step's runtime keeps what was bound when its forward ran and binds it
+    again around its recomputations. Per thread (a backward may run on another thread than its forward);
+    copies and pickles start unbound."""
+
+    def __init__(self):
+        self._local = threading.local()
+
+    def get(self):
+        """What is bound on this thread (None: nothing)."""
+        return getattr(self._local, "value", None)
+
+    @contextlib.contextmanager
+    def bound(self, value):
+        was = self.get()
+        self._local.value = value
+        try:
+            yield
+        finally:
+            self._local.value = was
+
+    def __getstate__(self):
+        return {}
+
+    def __setstate__(self, state):
+        self._local = threading.local()
+
+
+class HeldCallData:
+    """What a :class:`CallData` (None: none) had bound when a step's forward ran, kept by the step's
+    runtime until its backward is done (Note [Data bound to a call] in torch_exec/executor.py)."""
+
+    __slots__ = ("slot", "value")
+
+    def __init__(self, slot: CallData | None):
+        self.slot, self.value = slot, (None if slot is None else slot.get())
+
+    def bound(self):
+        return contextlib.nullcontext() if self.slot is None else self.slot.bound(self.value)
+
+    def drop(self) -> None:
+        self.value = None
 
 
 # ---------------------------------------------------------------------------- RNG

@@ -366,20 +366,12 @@ class CaptureError(RuntimeError):
 
 
 # ---------------------------------------------------------------------------- the captured program
-class _Side:
-    """The side values of the running step (Note [Cut points]), shared by the stages of one capture.
-    Set by the prologue before the chain runs and kept until the next step (recomputations in the
-    backward read them)."""
-
-    def __init__(self):
-        self.values: list = []
-
-
 class GraphStage(nn.Module):
     """One chain stage: a sub-graph of the captured model taking the carried tensors (the state
     between stages: a tensor or a tuple) and reading the side values it needs from the capture."""
 
-    def __init__(self, graph_module: fx.GraphModule, n_carried: int, side_index: list[int], side: _Side, label: str):
+    def __init__(self, graph_module: fx.GraphModule, n_carried: int, side_index: list[int], side: U.CallData,
+                 label: str):
         super().__init__()
         self.graph_module = graph_module
         self.n_carried = n_carried
@@ -393,7 +385,9 @@ class GraphStage(nn.Module):
         else:
             state = state[0]
             carried = () if self.n_carried == 0 else ((state,) if isinstance(state, torch.Tensor) else tuple(state))
-        values = self._side.values
+        values = self._side.get()  # the call's side values (Note [Data bound to a call] in torch_exec/executor.py)
+        if values is None and self.side_index:
+            raise RuntimeError(f"internal error: stage {self.label} ran outside a call of its model (no side values bound)")
         return self.graph_module(*carried, *[values[i] for i in self.side_index])
 
     def extra_repr(self) -> str:
@@ -407,7 +401,7 @@ class Capture:
     method: str                          # "export" or "blocks"
     prologue: fx.GraphModule | None      # flat inputs -> side values (export)
     stages: list[GraphStage]
-    side: _Side
+    side: U.CallData                     # the step's side values (export) or the blocks' other arguments
     chain_input: list[int]               # flat input positions forming a_0
     outputs: list[tuple[str, object]]    # per flat output: ("chain", k) | ("side", i) | ("const", v)
     out_spec: object
@@ -1005,7 +999,7 @@ def _used_side(nodes: list, side_pos: dict, given: list) -> list:
 
 
 def _chain_of(gm: fx.GraphModule, g: _Graph, flat: list, main: list, grad_inputs: list, outs: list, side_pos: dict,
-              side: _Side, max_stages: int, tuple_out: bool, fallback: fx.Node, inputs=None,
+              side: U.CallData, max_stages: int, tuple_out: bool, fallback: fx.Node, inputs=None,
               blockers: dict | None = None, limit: int | None = None) -> tuple[list, list, int]:
     """``main`` (carrying nodes in program order) cut into at most ``max_stages`` stages computing
     ``outs`` (the last stage returns a tuple when ``tuple_out``): (the stages, their input a_0 as
@@ -1496,7 +1490,7 @@ def _capture_export(model: nn.Module, args: tuple, kwargs: dict, max_stages: int
             outputs.append(("const", leaf))
     if not chain_outputs:
         raise CaptureError("the model's output does not depend on any trainable parameter")
-    side = _Side()
+    side = U.CallData()
     notes = []
     split, why = _find_join(g, chain_outputs)
     if why:
@@ -1773,14 +1767,17 @@ class _BoundBlock(nn.Module):
     arguments that carry a gradient (Note [Block fallback]: an encoder's output), the state is
     ``(hidden, *those)``: they are put back in their places, and passed on beside the block's output."""
 
-    def __init__(self, block: nn.Module, blocks: _Blocks, args_box: list):
+    def __init__(self, block: nn.Module, blocks: _Blocks, args_box: U.CallData):
         super().__init__()
         self.block = block
         self._blocks = blocks
         self._box = args_box
 
     def forward(self, state):
-        a, kw, spec, side_at = self._box[0]
+        bound = self._box.get()  # this call's (Note [Data bound to a call] in torch_exec/executor.py)
+        if bound is None:
+            raise RuntimeError(f"internal error: block {self.label} ran outside a call of its model (no arguments bound)")
+        a, kw, spec, side_at = bound
         hidden, side = (state[0], tuple(state[1:])) if side_at else (state, ())
         if side_at:  # the arguments that carry a gradient come from the state, not from the box
             leaves = pytree.tree_leaves((a, kw))
@@ -1982,8 +1979,8 @@ class AutoCheckpointed(nn.Module):
             cap = self._capture_for(args, kwargs)
             if cap.method == "export":
                 flat = pytree.tree_leaves((args, {k: kwargs[k] for k in cap.kw_order}))
-                self._run_prologue(cap, flat)
-                cap.executor.prepare(*_executor_inputs(cap, flat))
+                with cap.side.bound(self._run_prologue(cap, flat)):
+                    cap.executor.prepare(*_executor_inputs(cap, flat))
             else:
                 blocks, box = cap.blocks
 
@@ -2062,6 +2059,7 @@ class AutoCheckpointed(nn.Module):
             cap.executor = CheckpointedJoin([_sequential(b) for b in cap.branches], cap.head, **kwargs_exec)
         else:
             cap.executor = CheckpointedSequential(_sequential(cap.stages), **kwargs_exec)
+        cap.executor.call_data = cap.side  # Note [Data bound to a call] in torch_exec/executor.py
         return cap
 
     def _join_setting(self):
@@ -2077,11 +2075,11 @@ class AutoCheckpointed(nn.Module):
         return True
 
     def _blocks_capture(self, blocks: _Blocks, args, kwargs) -> Capture:
-        box: list = [None]
+        box = U.CallData()  # the blocks' other arguments, bound per call by _substituted
         stages = [_BoundBlock(b, blocks, box) for b in blocks.blocks]
         for i, s in enumerate(stages):
             s.label = f"{blocks.name}.{i}"
-        cap = Capture(method="blocks", prologue=None, stages=stages, side=_Side(), chain_input=[], outputs=[],
+        cap = Capture(method="blocks", prologue=None, stages=stages, side=box, chain_input=[], outputs=[],
                       out_spec=None, kw_order=[], tensors=_model_tensors(self._model),
                       notes=[f"graph not captured; the chain is the {len(stages)} blocks of '{blocks.name}': "
                              f"{blocks.chosen}"])
@@ -2141,15 +2139,16 @@ class AutoCheckpointed(nn.Module):
             if cap.method == "blocks":
                 return self._run_blocks(cap, args, kwargs)
             flat = pytree.tree_leaves((args, {k: kwargs[k] for k in cap.kw_order}))
-            self._run_prologue(cap, flat)
-            outs = cap.executor(*_executor_inputs(cap, flat))
+            values = self._run_prologue(cap, flat)
+            with cap.side.bound(values):  # this call's, for its recomputations too (Note [Data bound to a call])
+                outs = cap.executor(*_executor_inputs(cap, flat))
         outs = (outs,) if isinstance(outs, torch.Tensor) else tuple(outs)
         leaves = []
         for kind, value in cap.outputs:
             if kind == "chain":
                 leaves.append(outs[value])
             elif kind == "side":
-                leaves.append(cap.side.values[value])
+                leaves.append(values[value])
             elif kind == "attr":
                 leaves.append(_fetch_attr(self._model, value))
             else:
@@ -2157,20 +2156,20 @@ class AutoCheckpointed(nn.Module):
         return pytree.tree_unflatten(leaves, cap.out_spec)
 
     @staticmethod
-    def _run_prologue(cap: Capture, flat: list) -> None:
-        """Compute the step's side values (Note [Cut points]); the bytes they add are noted once. Its peak
-        (a frozen part's forward) is measured on the first step, where it sets the executor's least
-        budget, and on measured steps, whose records count it (Note [Side values nothing reads])."""
+    def _run_prologue(cap: Capture, flat: list) -> list:
+        """The step's side values (Note [Cut points]), bound to the call by the caller (Note [Data bound to
+        a call] in torch_exec/executor.py); the bytes they add are noted once. Its peak (a frozen part's
+        forward) is measured on the first step, where it sets the executor's least budget, and on measured
+        steps, whose records count it (Note [Side values nothing reads])."""
         found = U.tensors(flat)
         device = found[0].device if found else torch.device("cpu")
         meter = cap.executor._meter
-        reading = None
+        reading = values = None
         if cap.prologue_peak is None or meter.due(device):
             try:
                 with torch.no_grad():
                     values, reading = measure_peak(cap.prologue, *flat, device=device)
-                cap.side.values = list(values)
-                del values
+                values = list(values)
             except ProfilerBusyError:  # Note [One profiler per thread] in torch_exec/meter.py
                 if cap.prologue_peak is None:  # the first step, which profiles: refused
                     raise
@@ -2182,13 +2181,14 @@ class AutoCheckpointed(nn.Module):
             meter.note_before_peak(reading.peak)
         else:
             with torch.no_grad():
-                cap.side.values = list(cap.prologue(*flat))
+                values = list(cap.prologue(*flat))
         if cap.side_bytes is None:
-            cap.side_bytes = side_nbytes(cap.side.values, flat, cap.tensors)
+            cap.side_bytes = side_nbytes(values, flat, cap.tensors)
             if cap.side_bytes:
                 cap.executor.held_bytes = cap.side_bytes  # made inside each step: the budget counts it
                 cap.notes.append(f"{cap.side_bytes} B of data made from the inputs (masks, position ids) is held "
                                  f"through each step and counted in the budget")
+        return values
 
     def _training_kwargs(self, kwargs: dict) -> dict:
         """transformers' models return a key/value cache by default; training under checkpointing turns
@@ -2220,7 +2220,7 @@ class AutoCheckpointed(nn.Module):
 
 
 @contextlib.contextmanager
-def _substituted(blocks: _Blocks, box: list, executor: CheckpointedSequential):
+def _substituted(blocks: _Blocks, box: U.CallData, executor: CheckpointedSequential):
     """While the model runs, its first block's call runs all blocks under the schedule and the later
     calls return that result (Note [Block fallback])."""
     state = {"calls": 0, "out": None, "inside": False}
@@ -2247,10 +2247,10 @@ def _substituted(blocks: _Blocks, box: list, executor: CheckpointedSequential):
                 side = [leaves[j] for j in side_at]
                 for j in side_at:
                     leaves[j] = None
-                box[0] = (*pytree.tree_unflatten(leaves, spec), spec, side_at)
                 state["inside"] = True
                 try:
-                    out = executor((hidden, *side) if side_at else hidden)
+                    with box.bound((*pytree.tree_unflatten(leaves, spec), spec, side_at)):
+                        out = executor((hidden, *side) if side_at else hidden)
                     state["out"] = out[0] if side_at else out
                 finally:
                     state["inside"] = False

@@ -195,6 +195,22 @@ Note [Retained graphs]
     plan's peak by them (plain autograd keeps its whole graph). A second backward after one that
     freed the graph raises.
 
+Note [Data bound to a call]
+    A stage may read, beside the chain's state, data that belongs to one call of the model:
+    auto_checkpoint's side values (a mask, position ids, a frozen encoder's output: Note [Cut points]
+    in torch_exec/auto.py) and the block fallback's other arguments. They lived on the capture, one
+    slot per input signature, set by each call: two calls before one backward (two views of a batch,
+    R-Drop, micro-batches summed) recomputed the first call's stages with the second call's mask
+    (gradients 3.4e-2 off, the largest 7.8e-3; losses equal), and the last step's values stayed held
+    after its backward, through the optimizer step and validation, until the next call replaced them
+    (a frozen backbone's output: 1.5x the budget, unseen by the step meter; a review, 2026-11-27).
+    Now the caller binds them around its call (:class:`torch_exec._util.CallData`, the wrapper's
+    ``call_data``, per thread), the step's runtime keeps what was bound when its forward ran
+    (:class:`torch_exec._util.HeldCallData`) and :func:`interpret` binds it again around every op, so
+    each recomputation reads its own call's data; the runtime drops it when a backward that frees the
+    graph ends (the caller may still hold the loss, and with it the Function's context). A step
+    that runs as plain autograd keeps what autograd saved of them, as plain autograd does.
+
 Note [Recomputing from the step's buffers]
     A re-run of a stage must compute what its first run computed. Its buffers are swapped for
     clones so that the step updates them once (BatchNorm's statistics), but clones of the buffers as
@@ -803,8 +819,10 @@ class Entry(ProgramSplit):
 class Runtime:
     """The held state of one step: checkpoints, tapes, gradients, RNG states per stage."""
 
-    def __init__(self, entry: Entry, a0, input_requires_grad: list[bool], autocast: dict, preserve_rng: bool):
+    def __init__(self, entry: Entry, a0, input_requires_grad: list[bool], autocast: dict, preserve_rng: bool,
+                 call_data: U.CallData | None = None):
         self.entry = entry
+        self.call = U.HeldCallData(call_data)  # Note [Data bound to a call]
         self.n = entry.chain.n
         self.acts: dict = {0: a0}
         self.tapes: dict = {}   # s -> (segment leaf, output of s); only the segment's newest stage
@@ -929,6 +947,11 @@ def interpret(program, runtime) -> None:
     frees is really freed then (the memory model counts it gone). An active
     :class:`torch_exec.opclock.OpClock` marks the end of every op (diagnosis only).
     """
+    with runtime.call.bound():  # Note [Data bound to a call]
+        _interpret(program, runtime)
+
+
+def _interpret(program, runtime) -> None:
     clock = opclock.ACTIVE
     if clock is not None:
         marks = clock.begin()
@@ -1241,12 +1264,12 @@ class _ScheduleFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, runtime_args, tap, *inputs):
-        entry, structure, preserve_rng, meter, tap_args = runtime_args
+        entry, structure, preserve_rng, meter, tap_args, call_data = runtime_args
         ctx.meter = meter
         ctx.tap = tap_args
         ctx.snapshot = None
         a0 = _rebuild(structure, [t.detach() for t in inputs])
-        rt = Runtime(entry, a0, [t.requires_grad for t in inputs], U.autocast_state(), preserve_rng)
+        rt = Runtime(entry, a0, [t.requires_grad for t in inputs], U.autocast_state(), preserve_rng, call_data)
         interpret(entry.forward_ops, rt)
         out = rt.tapes[rt.n][1]
         ctx.rt = rt
@@ -1281,8 +1304,10 @@ class _ScheduleFunction(torch.autograd.Function):
         rt.acts.clear()
         if rt.tapes or rt.acts or rt.grads:
             raise RuntimeError("internal error: the schedule left state behind")
-        if rt.copies is not None and not keep:  # the step's host buffers go back to the plan's pool
-            rt.copies.close()
+        if not keep:
+            rt.call.drop()  # Note [Data bound to a call]
+            if rt.copies is not None:  # the step's host buffers go back to the plan's pool
+                rt.copies.close()
         input_grads = [g if rg else None for g, rg in zip(grads, rt.rg0, strict=False)]
         if not keep and ctx.out_refs:  # the executor holds nothing of a_N now: what is alive, the caller holds
             entry = rt.entry
@@ -1424,6 +1449,7 @@ class _PlannedModule(nn.Module):
         self._entries: dict = {}
         self._last = None
         self.siblings: list = []  # wrappers of the same model for other input signatures (auto_checkpoint's)
+        self.call_data: U.CallData | None = None  # what the stages read per call (Note [Data bound to a call])
 
     def _parameter_tap(self) -> tuple:
         """``(tap, (box, params, tap node))`` for a step's Function: :class:`_ParamTap`'s output over the
@@ -1928,7 +1954,8 @@ class CheckpointedSequential(_PlannedModule):
             return self._plain_step(lambda: self._plain(state))
         structure = "tensor" if isinstance(state, torch.Tensor) else "tuple"
         tap, tap_args = self._parameter_tap()
-        return _ScheduleFunction.apply((entry, structure, self.preserve_rng_state, self._meter, tap_args), tap, *flat)
+        return _ScheduleFunction.apply((entry, structure, self.preserve_rng_state, self._meter, tap_args,
+                                        self.call_data), tap, *flat)
 
     def extra_repr(self) -> str:
         offload = "" if self.offload is None else f", offload={self.offload!r}"

@@ -138,8 +138,9 @@ class JoinRuntime:
     :func:`~torch_exec.executor.interpret` runs a branch op on) and the head's tape (the ``TURN``)."""
 
     def __init__(self, entry: JoinEntry, inputs: list, input_requires_grad: list[bool], autocast: dict,
-                 preserve_rng: bool):
+                 preserve_rng: bool, call_data: U.CallData | None = None):
         self.entry = entry
+        self.call = U.HeldCallData(call_data)  # Note [Data bound to a call] in torch_exec/executor.py
         self.branches: list[Runtime] = []
         pos = 0
         for branch, (structure, count) in zip(entry.branches, entry.structures, strict=True):
@@ -228,13 +229,13 @@ class _JoinFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, args, tap, *inputs):
-        entry, preserve_rng, box, meter, tap_args = args
+        entry, preserve_rng, box, meter, tap_args, call_data = args
         ctx.meter = meter
         ctx.tap = tap_args
         ctx.snapshot = None
         ctx.set_materialize_grads(False)
         rt = JoinRuntime(entry, [t.detach() for t in inputs], [t.requires_grad for t in inputs],
-                         U.autocast_state(), preserve_rng)
+                         U.autocast_state(), preserve_rng, call_data)
         interpret(entry.forward_ops, rt)
         flat, spec = rt.output
         rt.output = None
@@ -261,6 +262,8 @@ class _JoinFunction(torch.autograd.Function):
         for leaf in kept or ():  # the forward's segment leaves serve again: drop the gradients they were given
             leaf.box.clear()
         grads = rt.input_grads()
+        if kept is None:
+            rt.call.drop()  # Note [Data bound to a call] in torch_exec/executor.py
         del rt, kept
         if ctx.meter is not None:
             ctx.meter.end()
@@ -672,7 +675,8 @@ class CheckpointedJoin(_PlannedModule):
         # autograd.grad) skipped the step's backward and left them without gradients, silently
         tap, tap_args = self._parameter_tap()
         box: list = []
-        results = _JoinFunction.apply((entry, self.preserve_rng_state, box, self._meter, tap_args), tap, *flat)
+        results = _JoinFunction.apply((entry, self.preserve_rng_state, box, self._meter, tap_args, self.call_data),
+                                      tap, *flat)
         results = iter(results if isinstance(results, tuple) else (results,))
         leaves, spec = box.pop()
         return tree_unflatten([next(results) if v is _TENSOR else v for v in leaves], spec)

@@ -175,3 +175,58 @@ def test_profiling_runs_no_accumulator_hook():
     assert len(calls) == len(params)
     for h in handles:
         h.remove()
+
+
+class _StemBlocksHead(torch.nn.Module):
+    def __init__(self, d=16):
+        super().__init__()
+        self.stem = torch.nn.Linear(8, d)
+        self.blocks = torch.nn.ModuleList(torch.nn.Sequential(torch.nn.Linear(d, d), torch.nn.Tanh()) for _ in range(4))
+        self.head = torch.nn.Linear(d, 3)
+
+    def forward(self, x, y):
+        h = self.stem(x)
+        for b in self.blocks:
+            h = b(h)
+        return torch.nn.functional.cross_entropy(self.head(h), y)
+
+
+@pytest.mark.parametrize("capture", ["blocks", "export"])
+def test_auto_checkpoints_first_call_runs_no_accumulator_hook(capture):
+    """auto_checkpoint's first call (probe, capture, the block fallback's measurement of the code around the
+    blocks, profiling) runs no hook of a parameter's gradient accumulator: DDP(static_graph=True) counts them
+    in its first iteration. Before, the block fallback's measurement ran a backward on the stem's and head's
+    real parameters: DDP then all-reduced no later step's gradients (each rank kept its own), then raised
+    (bench/repros/rv5_train_ddp_static_blocks.py)."""
+    import torch_exec as te
+    torch.manual_seed(0)
+    model = _StemBlocksHead()
+    calls = []
+    params = list(model.parameters())
+    nodes = [p.view_as(p).grad_fn.next_functions[0][0] for p in params]
+    handles = [node.register_hook(lambda grad_inputs, grad_outputs: calls.append(1)) for node in nodes]
+    w = te.auto_checkpoint(model, "90%", backend="cpu", capture=capture)
+    x, y = torch.randn(32, 8), torch.randint(0, 3, (32,))
+    w.prepare(x, y)
+    assert w.capture.method == capture
+    assert not calls, f"the first call ran {len(calls)} accumulator hook(s)"
+    assert all(p.grad is None for p in params) and list(model.parameters()) == params
+    w(x, y).backward()  # the hooks are live (outside a DDP forward the parameter tap calls them once more)
+    assert len(calls) >= len(params)
+    for h in handles:
+        h.remove()
+
+
+def test_a_data_parallel_model_is_refused_naming_the_order_that_works(tmp_path):
+    # before: auto_checkpoint(DDP(model)) raised DDP's "Expected to have finished reduction in the prior
+    # iteration ... parameters that were not used in producing loss" at the first step
+    import torch_exec as te
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        with pytest.raises(TypeError, match=r"DistributedDataParallel\(auto_checkpoint\(ddp.module, budget\)"):
+            te.auto_checkpoint(DDP(_StemBlocksHead()), "50%")
+    finally:
+        dist.destroy_process_group()
+    with pytest.raises(TypeError, match=r"DistributedDataParallel\(auto_checkpoint\(model, budget\)\) instead"):
+        te.auto_checkpoint(torch.nn.DataParallel(_StemBlocksHead()), "50%")

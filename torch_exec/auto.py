@@ -305,7 +305,7 @@ from gpusolve.units import format_bytes
 from . import _util as U
 from .meter import MemoryMeter, ProfilerBusyError, measure_peak
 from .executor import (CheckpointedSequential, _backend_setting, _budget_setting, _caller_keeps_setting,
-                       _compiler_disable, check_offload_backend)
+                       _compiler_disable, _standin_params, check_offload_backend)
 from .join import CheckpointedJoin
 
 MAX_CROSSING = 1
@@ -1848,6 +1848,21 @@ class _Forward:
         return inspect.signature(self.wrapper._model.forward)
 
 
+def _refuse_parallel_wrapper(model: nn.Module) -> None:
+    """A data-parallel wrapper around the model is refused, naming the order that works: auto_checkpoint
+    runs the model's forward several times in its first call without a backward for each, and DDP's
+    reducer then raised "Expected to have finished reduction in the prior iteration" at the first step,
+    pointing at find_unused_parameters (a review, 2026-11-27); export cannot trace DDP either."""
+    from torch.nn.parallel import DataParallel, DistributedDataParallel
+    if isinstance(model, DistributedDataParallel):
+        raise TypeError("auto_checkpoint got a DistributedDataParallel; wrap the model first and give the wrapper to "
+                        "DDP: DistributedDataParallel(auto_checkpoint(ddp.module, budget), ...) (see the README, "
+                        "'Distributed training')")
+    if isinstance(model, DataParallel):
+        raise TypeError("auto_checkpoint got an nn.DataParallel, whose replicas it cannot plan for; train with "
+                        "DistributedDataParallel(auto_checkpoint(model, budget)) instead (one process per GPU)")
+
+
 class AutoCheckpointed(nn.Module):
     """``model`` trained under a memory budget: called exactly like ``model`` (same arguments, same
     outputs), with the model's parameters, buffers and ``state_dict`` names. See
@@ -1861,6 +1876,7 @@ class AutoCheckpointed(nn.Module):
                             f"use torch_exec.CheckpointedSequential(stages, budget=...)")
         if capture not in ("auto", "export", "blocks"):
             raise ValueError(f"capture must be 'auto', 'export' or 'blocks', got {capture!r}")
+        _refuse_parallel_wrapper(model)
         if getattr(model, "_compiled_call_impl", None) is not None:
             raise ValueError("auto_checkpoint: the model was compiled in place (model.compile()), and the capture would "
                              "read the compiler's graph instead of the model; wrap the model itself and compile the "
@@ -2103,7 +2119,10 @@ class AutoCheckpointed(nn.Module):
                 cap = self._build(args, kwargs, _probe_model(self._model, args, kwargs))
                 if cap.method == "blocks":
                     _check_blocks(self, cap, args, kwargs)
-                    cap.rest = _measure_rest(self, cap, args, kwargs)  # Note [The rest of the model]
+                    # Note [The rest of the model]; its backward on stand-ins for the parameters, whose
+                    # accumulators DDP has not hooked (Note [DistributedDataParallel] in the executor)
+                    with _standin_params([self._model]):
+                        cap.rest = _measure_rest(self, cap, args, kwargs)
                     cap.rest.apply(cap.executor)
                     cap.notes.append(cap.rest.note(cap.blocks[0].name))
             finally:

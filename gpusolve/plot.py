@@ -1,6 +1,7 @@
 """The time/memory trade-off curve: the optimum for every budget against the baselines (PNG)."""
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -11,7 +12,6 @@ from .chain import Chain
 from .dp.minpeak import min_feasible_bytes
 from .errors import InfeasibleBudgetError
 from .simulate import budget_bytes_of, store_all_peak_bytes, store_all_time_ms
-from .units import format_bytes
 
 GIB = float(1 << 30)
 GRID_POINTS = 24
@@ -27,28 +27,46 @@ STYLES = {
 
 
 def curve_data(chain: Chain, max_budget=None, bucket=None, backend: str = "auto", points: int = GRID_POINTS) -> dict:
-    """Numbers behind the plot: the optimal curve (one solve at ``max_budget``) and the baselines
-    at ``points`` budgets from the minimum feasible budget to ``max_budget`` (default: the
-    store-all peak). Bytes and ms throughout."""
-    from .solve import solve
+    """Numbers behind the plot: the optimal curve and the baselines at ``points`` budgets from the
+    minimum feasible budget to ``max_budget`` (default: the store-all peak). Bytes and ms throughout.
+
+    The optimal curve is the fastest plan gpusolve has for each budget: the table's optimum at every
+    bucket (one table, filled at ``max_budget``) and, at each of the ``points`` budgets, the plan made
+    there from that table with the exact-byte candidates of ``solve()`` (Note [Exact candidates] in
+    gpusolve/solve.py: the store-all plan at the store-all peak, the least-peak plan at the minimum),
+    a plan holding for every larger budget too. The table alone is optimal for the rounded sizes only:
+    baselines, evaluated in exact bytes, were drawn below it (a review, 2026-11-27). The exact
+    backend's curve is exact already."""
+    from .solve import auto_is_exact, solve, solve_budgets
 
     top = store_all_peak_bytes(chain) if max_budget is None else budget_bytes_of(chain, max_budget, "max budget")
     low = min_feasible_bytes(chain)
     if top < low:
         raise InfeasibleBudgetError(f"max budget {top} B is below the chain's least feasible budget {low} B: raise it "
                                     f"(--max-budget), or leave it out for the store-all peak", low)
-    plan = solve(chain, top, bucket=bucket, backend=backend)
-    curve = plan.curve.feasible()
-    if not len(curve.budget_bytes):
-        raise ValueError(f"bucket {format_bytes(plan.bucket_bytes)} is too coarse for a curve: no budget up to "
-                         f"{format_bytes(top)} is feasible in whole buckets; give a finer bucket (--bucket), e.g. "
-                         f"{format_bytes(max(1, top // 1024))}, or leave it out")
     grid = np.unique(np.linspace(low, top, points).astype(np.int64)).tolist()
+    if backend == "exact" or auto_is_exact(backend, bucket, chain.n):
+        plan, at_grid = solve(chain, top, bucket=bucket, backend=backend), []
+    else:
+        plan, at_grid = solve_budgets(chain, top, grid, bucket=bucket, backend=backend)
+    curve = plan.curve.feasible()
+    budgets = [*curve.budget_bytes.tolist(), *(p.budget_bytes for p in (plan, *at_grid))]
+    times = [*curve.time_ms.tolist(), *(p.predicted_time_ms for p in (plan, *at_grid))]
+    optimal = {"budget_bytes": [], "time_ms": []}
+    for b, t in sorted(zip(budgets, times)):  # each plan holds for every larger budget: the fastest so far
+        if not optimal["time_ms"] or t < optimal["time_ms"][-1]:
+            if optimal["budget_bytes"] and optimal["budget_bytes"][-1] == b:
+                optimal["time_ms"][-1] = t
+            else:
+                optimal["budget_bytes"].append(int(b))
+                optimal["time_ms"].append(float(t))
+    if optimal["budget_bytes"][-1] < top:  # the line runs on to the largest budget
+        optimal["budget_bytes"].append(int(top))
+        optimal["time_ms"].append(optimal["time_ms"][-1])
     return {"name": chain.provenance.get("network") or chain.provenance.get("source") or "chain",
             "stages": chain.n, "profiled_stages": chain.profiled_stages, "max_budget_bytes": top, "min_feasible_bytes": low,
             "store_all_time_ms": store_all_time_ms(chain), "backend": plan.backend, "buckets": plan.buckets,
-            "optimal": {"budget_bytes": curve.budget_bytes.tolist(), "time_ms": curve.time_ms.tolist()},
-            "grid_bytes": grid, "baselines": baseline_curves(chain, grid)}
+            "optimal": optimal, "grid_bytes": grid, "baselines": baseline_curves(chain, grid)}
 
 
 def output_path(out) -> Path:
@@ -80,19 +98,26 @@ def save_figure(fig, out: Path, **savefig) -> Path:
     """Write matplotlib figure ``fig`` to ``out`` (a path from :func:`output_path`; the format from its
     extension) and close it. The image is written beside ``out`` and renamed onto it, so a failed write
     (a full disk) leaves no truncated file, and ``out`` is untouched; the failure is an ``OSError``
-    naming the path."""
+    naming the path. Missing folders on the way are made, and removed again when the write fails."""
     import matplotlib.pyplot as plt
-    out.parent.mkdir(parents=True, exist_ok=True)
+    made = [p for p in out.parents if not p.exists()]  # deepest first
     temporary = out.with_name(f".{out.name}.{os.getpid()}.partial")  # made as any file is (the umask's mode)
+    written = False
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(temporary, format=out.suffix.lstrip(".").lower(), **savefig)
         os.replace(temporary, out)
+        written = True
     except Exception as err:  # OSError, or what a writer raises on a short write (zlib.error for PDF)
         raise OSError(f"could not write {out}: {' '.join(str(err).split()) or type(err).__name__}") from err
     finally:
         plt.close(fig)
         if os.path.exists(temporary):
             os.unlink(temporary)
+        if not written:
+            for folder in made:
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
     return out
 
 

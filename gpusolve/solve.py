@@ -193,28 +193,45 @@ def solve(chain: Chain, budget, bucket=None, backend: str = "auto", strict: bool
     nothing for a solve of under ~2 s, :mod:`gpusolve.progress`), True for every solve, False never.
     """
     started = time.perf_counter()
-    timings: dict = {}
     if not isinstance(chain, Chain):
         raise TypeError(f"solve() needs a gpusolve.Chain, got {type(chain).__name__}")
-    budget_bytes = budget_bytes_of(chain, budget)
+    return _solve(chain, budget_bytes_of(chain, budget), bucket, backend, strict, progress, started)[0]
+
+
+def solve_budgets(chain: Chain, budget, below: list, bucket=None, backend: str = "auto",
+                  progress: bool | None = None) -> tuple[Plan, list[Plan]]:
+    """The plan at ``budget`` (as :func:`solve` makes it) and a plan at each budget of ``below`` (bytes, each
+    at most ``budget`` and at least the chain's minimum), all from ONE table: the candidates of Note [Exact
+    candidates] at each budget, with ``budget``'s bucket (so a plan may differ from ``solve()`` at that
+    budget alone, whose bucket is that budget's share). The exact backend solves each budget apart."""
+    started = time.perf_counter()
+    if not isinstance(chain, Chain):
+        raise TypeError(f"solve_budgets() needs a gpusolve.Chain, got {type(chain).__name__}")
+    top = budget_bytes_of(chain, budget)
+    below = [int(b) for b in below]
+    if any(b > top for b in below):
+        raise ValueError(f"solve_budgets: budgets {[b for b in below if b > top][:3]} are above the budget {top} B")
+    plans = _solve(chain, top, bucket, backend, True, progress, started, below)
+    return plans[0], plans[1:]
+
+
+def _solve(chain: Chain, budget_bytes: int, bucket, backend: str, strict: bool, progress, started: float,
+           below: list | None = None) -> list[Plan]:
+    """:func:`solve` at ``budget_bytes``, then at each budget of ``below`` from the same table
+    (:func:`solve_budgets`)."""
+    below = below or []
+    timings: dict = {}
     notes: list[str] = []
-    if backend == "exact" or auto_is_exact(backend, bucket, chain.n):
-        if backend == "auto":
-            notes.append(f"exact DP (no buckets): the chain has {chain.n} <= {EXACT_AUTO_STAGES} stages, where the "
-                         f"exact optimum is cheap")
-        return _solve_exact(chain, budget_bytes, bucket, strict, progress, started, timings, notes)
+    if backend == "exact" or auto_is_exact(backend, bucket, chain.n) or budget_bytes < 1:
+        return [_solve_alone(chain, budget_bytes, bucket, backend, strict, progress, started, timings, notes)] + [
+            _solve_alone(chain, b, bucket, backend, strict, progress, time.perf_counter(), {}, [])
+            for b in below]
     name, filler = _pick_backend(backend, notes)
-    if budget_bytes < 1:
-        if budget_bytes >= min_feasible_bytes(chain):  # sizes all 0: no bucket to round to
-            _zero_budget_bucket(bucket)
-            notes.append("a budget of 0 B fits this chain, whose sizes are all 0: exact DP (no buckets)")
-            return _solve_exact(chain, budget_bytes, bucket, strict, progress, started, timings, notes)
-        return _infeasible(chain, budget_bytes, bucket, name, started, timings, notes, strict)
     try:
         bucket_bytes = choose_bucket(budget_bytes, chain.n, name, bucket, notes)
     except ValueError:  # a bucket above the budget: first say if the budget itself is too small
         if budget_bytes < min_feasible_bytes(chain):
-            return _infeasible(chain, budget_bytes, bucket, name, started, timings, notes, strict)
+            return [_infeasible(chain, budget_bytes, bucket, name, started, timings, notes, strict)]
         raise
     buckets = budget_bytes // bucket_bytes
     slack = slack_buckets(chain.n, buckets) if bucket is None else 0
@@ -223,6 +240,34 @@ def solve(chain: Chain, budget, bucket=None, backend: str = "auto", strict: bool
     with table_progress(problem, name, progress) as callback:
         table = filler(problem, callback, timings)
     full_curve = np.asarray(table.curve, dtype=np.float64)
+    plans = [_table_plan(chain, problem, table, full_curve, budget_bytes, name, started, timings, notes, strict)]
+    for b in below:
+        plans.append(_table_plan(chain, problem, table, full_curve, b, name, time.perf_counter(),
+                                 {"setup": 0.0, "dp": 0.0}, list(notes), strict))
+    return plans
+
+
+def _solve_alone(chain: Chain, budget_bytes: int, bucket, backend: str, strict: bool, progress, started: float,
+                 timings: dict, notes: list[str]) -> Plan:
+    """The budgets :func:`_solve` does not fill a table for: the exact backend, and a budget of 0 B."""
+    if backend == "exact" or auto_is_exact(backend, bucket, chain.n):
+        if backend == "auto":
+            notes.append(f"exact DP (no buckets): the chain has {chain.n} <= {EXACT_AUTO_STAGES} stages, where the "
+                         f"exact optimum is cheap")
+        return _solve_exact(chain, budget_bytes, bucket, strict, progress, started, timings, notes)
+    name, _ = _pick_backend(backend, notes)
+    if budget_bytes >= min_feasible_bytes(chain):  # sizes all 0: no bucket to round to
+        _zero_budget_bucket(bucket)
+        notes.append("a budget of 0 B fits this chain, whose sizes are all 0: exact DP (no buckets)")
+        return _solve_exact(chain, budget_bytes, bucket, strict, progress, started, timings, notes)
+    return _infeasible(chain, budget_bytes, bucket, name, started, timings, notes, strict)
+
+
+def _table_plan(chain: Chain, problem: Problem, table, full_curve: np.ndarray, budget_bytes: int, name: str,
+                started: float, timings: dict, notes: list[str], strict: bool) -> Plan:
+    """The plan at ``budget_bytes`` from a filled table (Note [Exact candidates])."""
+    bucket_bytes = problem.bucket_bytes
+    buckets = budget_bytes // bucket_bytes
     curve = Curve(np.arange(buckets + 1, dtype=np.int64) * bucket_bytes, full_curve[:buckets + 1].copy())
 
     clock, recovering = time.perf_counter(), timings.get("recover", 0.0)

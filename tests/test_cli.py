@@ -395,3 +395,29 @@ def test_progress_goes_to_stderr_and_json_stays_clean(monkeypatch, capsys):
     assert capsys.readouterr().err == ""
     solve(chain, "4.5GiB", backend="exact", progress=True)
     assert "solving 25 stages (exact)" in capsys.readouterr().err
+
+
+def test_the_curves_optimal_line_is_below_every_baseline_and_starts_at_the_minimum():
+    # a review: the line was the bucketed table only; baselines (exact bytes) were drawn below it at 10 points
+    # (store-all at the store-all peak among them), and it had no point at the least feasible budget
+    import numpy as np
+
+    from gpusolve import Chain
+    from gpusolve.plot import curve_data
+    chain = Chain.load("densenet121_b64")
+    data = curve_data(chain, backend="cpu")
+    budgets, times = np.array(data["optimal"]["budget_bytes"]), np.array(data["optimal"]["time_ms"])
+    assert np.all(np.diff(budgets) > 0) and np.all(np.diff(times) <= 0)
+
+    def line_at(b):
+        k = np.searchsorted(budgets, b, side="right") - 1
+        return times[k] if k >= 0 else np.inf
+    assert budgets[0] == data["min_feasible_bytes"] and budgets[-1] == data["max_budget_bytes"]
+    assert line_at(data["max_budget_bytes"]) == data["store_all_time_ms"]
+    points = dict(data["baselines"])
+    fixed = points.pop("points")
+    for name, series in points.items():
+        for b, t in zip(data["grid_bytes"], series, strict=True):
+            assert t is None or line_at(b) <= t + 1e-9, (name, b, t, line_at(b))
+    for name, (peak, t) in fixed.items():
+        assert peak > data["max_budget_bytes"] or line_at(peak) <= t + 1e-9, (name, peak, t)

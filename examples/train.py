@@ -82,7 +82,10 @@ def build(name: str, batch: int, size: int, classes: int, device):
             raise SystemExit(f"train.py: error: torchvision has no model {name[3:]!r}")
         model = getattr(tv, name[3:])(weights=None, num_classes=classes)
     else:
-        model = models.ResNet(classes=classes) if name == "resnet" else models.DenseNet(classes=classes)
+        cnn = {"resnet": models.ResNet, "densenet": models.DenseNet, "tvdensenet": models.TVDenseNet}
+        if name not in cnn:
+            raise SystemExit(f"train.py: error: unknown --model {name!r}; choose from {', '.join(MODELS)}")
+        model = cnn[name](classes=classes)
     centers = torch.randn(classes, 3, 1, 1, device=device)  # class-dependent means: the loss goes down
     labels = {}
 

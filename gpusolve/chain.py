@@ -273,6 +273,8 @@ class Chain:
             for key in required:
                 if key not in stage:
                     raise ValueError(f"{source}: stage {s + 1} lacks field {key!r}")
+            if not isinstance(stage["name"], str):
+                raise ValueError(f"{source}: stage {s + 1}: name = {stage['name']!r} is not a string")
             if stage["t_bwd"] is None and isinstance(stage["t_fwd"], (int, float)) and math.isfinite(stage["t_fwd"]):
                 # Every plan runs each stage's backward exactly once, so this estimate moves every plan's
                 # predicted time alike and never changes which plan is chosen.
@@ -356,7 +358,7 @@ class Chain:
         if fmt == PROFILE_FORMAT:
             return cls.from_profile(data | {"_source": str(source)}, fuse_aliasing=fuse_aliasing)
         if fmt == CHAIN_FORMAT:
-            return cls.from_dict(data)
+            return cls.from_dict(data, source=source)
         raise ValueError(f"{source}: unknown format {fmt!r}; expected {PROFILE_FORMAT!r} or {CHAIN_FORMAT!r}")
 
     # ------------------------------------------------------------------ JSON
@@ -371,18 +373,24 @@ class Chain:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Chain":
-        """Inverse of :meth:`to_dict`."""
+    def from_dict(cls, data: dict, source=None) -> "Chain":
+        """Inverse of :meth:`to_dict`. Raises ``ValueError`` naming ``source`` (the file) and the field of
+        the first value that is not what the format says."""
+        where = f"{source}: " if source is not None else ""
         if data.get("format") != CHAIN_FORMAT:
-            raise ValueError(f"format is {data.get('format')!r}, expected {CHAIN_FORMAT!r}")
+            raise ValueError(f"{where}format is {data.get('format')!r}, expected {CHAIN_FORMAT!r}")
         missing = [k for k in TIME_FIELDS + BYTE_FIELDS if k not in data]
         if missing:
-            raise ValueError(f"chain file lacks fields {missing}")
+            raise ValueError(f"{where}chain file lacks fields {missing}")
+        _check_chain_fields(data, where)
         kwargs = {k: data[k] for k in TIME_FIELDS + ALL_BYTE_FIELDS if k in data}
-        return cls(**kwargs, input_bytes=int(data.get("input_bytes", 0)),
-                   input_grad_bytes=data.get("input_grad_bytes"), reserved_bytes=int(data.get("reserved_bytes", 0)),
-                   names=data.get("names"),
-                   multi_tape=bool(data.get("multi_tape", True)), provenance=data.get("provenance", {}))
+        try:
+            return cls(**kwargs, input_bytes=int(data.get("input_bytes", 0)),
+                       input_grad_bytes=data.get("input_grad_bytes"), reserved_bytes=int(data.get("reserved_bytes", 0)),
+                       names=data.get("names"), multi_tape=data.get("multi_tape", True),
+                       provenance=data.get("provenance", {}))
+        except ValueError as err:
+            raise ValueError(f"{where}{err}") from None
 
     def to_json(self, path=None) -> str:
         """Serialise to JSON text; also write it to ``path`` when given."""
@@ -490,6 +498,32 @@ class Chain:
                 f"tape {self.tape_bytes.sum() / 2**30:.2f} GiB")
 
 
+def _number(value) -> bool:
+    """Whether a file's value is a number (not a bool)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+
+
+def _check_chain_fields(data: dict, where: str) -> None:
+    """Raise ``ValueError`` naming the field of a ``gpusolve-chain/1`` object whose value has the wrong type
+    (the values themselves are checked by :meth:`Chain.validate`)."""
+    for key in TIME_FIELDS + ALL_BYTE_FIELDS:
+        if key in data and not (isinstance(data[key], (list, tuple, np.ndarray)) and all(_number(v) for v in data[key])):
+            raise ValueError(f"{where}{key} = {str(data[key])[:60]} is not a list of numbers")
+    for key, nullable in (("input_bytes", False), ("reserved_bytes", False), ("input_grad_bytes", True)):
+        value = data.get(key, 0)
+        if value is None and nullable:
+            continue
+        if not (_number(value) and math.isfinite(value) and float(value).is_integer() and 0 <= value <= MAX_BYTES):
+            raise ValueError(f"{where}{key} = {value!r} is not a whole number of bytes between 0 and 2^50")
+    names = data.get("names")
+    if names is not None and not (isinstance(names, list) and all(isinstance(v, str) for v in names)):
+        raise ValueError(f"{where}names = {str(names)[:60]} is not a list of strings")
+    if not isinstance(data.get("multi_tape", True), (bool, np.bool_)):
+        raise ValueError(f"{where}multi_tape = {data['multi_tape']!r} must be true or false")
+    if not isinstance(data.get("provenance", {}), dict):
+        raise ValueError(f"{where}provenance = {str(data['provenance'])[:60]} is not an object")
+
+
 def _as_bytes(values, name: str) -> np.ndarray:
     arr = np.asarray(values, dtype=np.float64).reshape(-1)
     if np.any(np.isfinite(arr) & (arr != np.round(arr))):
@@ -548,6 +582,8 @@ def _check_profile_stage(stage: dict, where: str) -> None:
             raise ValueError(f"{where}: {key} = {value} bytes is negative")
         elif abs(value) > MAX_BYTES:
             raise ValueError(f"{where}: {key} = {value} bytes is more than 2^50 (1 PiB): sizes are in bytes")
+        elif not float(value).is_integer():
+            raise ValueError(f"{where}: {key} = {value!r} is not a whole number of bytes")
     for key, (least, nullable) in _OPTIONAL_STAGE_BYTES.items():
         value = stage.get(key)
         if key not in stage or (value is None and nullable):

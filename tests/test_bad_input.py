@@ -118,6 +118,9 @@ def test_profile_fields_that_may_be_null_or_negative_still_read():
     ('[{"alpha_f": [1, 1, 1], "alpha_b": [1, 1, 1], "beta_f": [1, 1, 1], "beta_b": [1, 1, 1], "budgets": [1e300]}]',
      r"case 1 \(\?\): budget 1e\+300 is more than 2\^50"),
     ('[{"alpha_f": [1, 1, 1]}]', r"case 1 lacks field 'alpha_b'"),
+    # before: numpy's "Unable to allocate 120. GiB", naming no case (a smaller one would have been filled)
+    ('[{"alpha_f": [1, 1, 1], "alpha_b": [1, 1, 1], "beta_f": [1, 1, 1], "beta_b": [1, 1, 1], "budgets": ["5GiB"],'
+     ' "name": "big"}]', r"case 1 \(big\): budget 5368709120 needs a table of .* give budgets in the thesis's units"),
 ])
 def test_thesis_files_are_checked(tmp_path, capsys, cases, message):
     path = tmp_path / "cases.json"
@@ -286,3 +289,53 @@ def test_a_failed_replan_keeps_the_budget_and_every_plan():
         assert wrapped.budget == "80%"
         assert [cap.executor.plan for cap in wrapped._captures.values()] == before
         assert all(cap.executor.budget == "80%" for cap in wrapped._captures.values())
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("input_bytes", None, "input_bytes = None is not a whole number of bytes"),
+    ("reserved_bytes", "abc", "reserved_bytes = 'abc' is not a whole number of bytes"),
+    ("names", 5, "names = 5 is not a list of strings"),
+    ("t_fwd", {"a": 1}, "t_fwd = {'a': 1} is not a list of numbers"),
+    ("act_bytes", "abc", "act_bytes = abc is not a list of numbers"),
+    ("provenance", [1], "provenance = [1] is not an object"),
+    ("multi_tape", "no", "multi_tape = 'no' must be true or false"),
+    ("t_bwd", "nan", "is not a list of numbers")])
+def test_a_malformed_chain_file_gets_one_line_naming_the_file_and_field(capsys, tmp_path, key, value, message):
+    # a review: a traceback (TypeError, AttributeError) or a line naming neither file nor field; "no" read as True
+    data = Chain.load(RESNET).to_dict()
+    data[key] = value
+    path = tmp_path / "chain.json"
+    path.write_text(json.dumps(data))
+    line = error_line(capsys, "solve", str(path), "--budget", "5GiB", "--backend", "cpu")
+    assert str(path) in line and message in line, line
+
+
+@pytest.mark.parametrize("key,value,message", [("name", None, "stage 3: name = None is not a string"),
+                                               ("x", 1.5, "stage 3 (relu): x = 1.5 is not a whole number of bytes")])
+def test_a_malformed_profile_stage_gets_one_line(capsys, tmp_path, key, value, message):
+    from gpusolve.profiles import resolve
+    data = json.loads(resolve(RESNET).read_text())
+    data["stages"][2][key] = value
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(data))
+    assert message in error_line(capsys, "solve", str(path), "--budget", "5GiB", "--backend", "cpu")
+
+
+def test_the_command_line_notes_a_profiles_estimate(capsys, tmp_path):
+    # a review: the ProfileWarning of a missing backward time was dropped by the command line
+    from gpusolve.profiles import resolve
+    data = json.loads(resolve(RESNET).read_text())
+    data["stages"][2]["t_bwd"] = None
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(data))
+    code, out, err = run_cli(capsys, "solve", str(path), "--budget", "5GiB", "--backend", "cpu", "--json")
+    assert code == 0 and json.loads(out)["feasible"]
+    assert err.startswith("gpusolve: note: ") and "stage 3 (relu): t_bwd is missing" in err, err
+
+
+def test_small_command_line_slips(capsys):
+    # a review: a negative bucket was told "0 bytes or more" (0 is refused too); an empty profile argument read
+    # as the current folder ("is a directory")
+    assert "bucket '-1' is negative: a bucket must be at least 1 byte" in error_line(
+        capsys, "solve", RESNET, "--budget", "5GiB", "--bucket", "-1", "--backend", "cpu")
+    assert "the profile argument is empty" in error_line(capsys, "solve", "", "--budget", "5GiB")

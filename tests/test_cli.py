@@ -421,3 +421,10 @@ def test_the_curves_optimal_line_is_below_every_baseline_and_starts_at_the_minim
             assert t is None or line_at(b) <= t + 1e-9, (name, b, t, line_at(b))
     for name, (peak, t) in fixed.items():
         assert peak > data["max_budget_bytes"] or line_at(peak) <= t + 1e-9, (name, peak, t)
+
+
+def test_python_m_gpusolve_runs_the_command():
+    import subprocess
+    import sys
+    res = subprocess.run([sys.executable, "-m", "gpusolve", "--version"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and res.stdout.startswith("gpusolve "), res.stderr

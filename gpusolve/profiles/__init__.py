@@ -18,6 +18,8 @@ def resolve(spec: str | os.PathLike) -> Path:
     """The file a profile argument names: ``spec`` itself when it exists, else the bundled profile
     ``spec`` (a bare name, ``.json`` optional). Raises ``FileNotFoundError`` listing the bundled
     names, or ``ValueError`` for a directory."""
+    if not os.fspath(spec).strip():
+        raise ValueError(f"the profile argument is empty; give a profile file or a bundled name ({', '.join(names())})")
     path = Path(spec)
     if not path.exists():
         text = os.fspath(spec)

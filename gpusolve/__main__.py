@@ -1,0 +1,4 @@
+"""``python -m gpusolve``: the ``gpusolve`` command (:mod:`gpusolve.cli`)."""
+from .cli import _entry
+
+_entry()

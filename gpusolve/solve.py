@@ -240,10 +240,13 @@ def _solve(chain: Chain, budget_bytes: int, bucket, backend: str, strict: bool, 
     with table_progress(problem, name, progress) as callback:
         table = filler(problem, callback, timings)
     full_curve = np.asarray(table.curve, dtype=np.float64)
+    shared = list(notes)  # the notes of the backend and the bucket, before the top plan adds its own
     plans = [_table_plan(chain, problem, table, full_curve, budget_bytes, name, started, timings, notes, strict)]
-    for b in below:
+    if below:  # the table goes on timing its recoveries in `timings`: the top plan keeps what it had
+        plans[0].timings = dict(timings)
+    for b in below:  # (their recoveries count in their "candidates")
         plans.append(_table_plan(chain, problem, table, full_curve, b, name, time.perf_counter(),
-                                 {"setup": 0.0, "dp": 0.0}, list(notes), strict))
+                                 {"setup": 0.0, "dp": 0.0}, list(shared), strict))
     return plans
 
 

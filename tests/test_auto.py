@@ -1536,6 +1536,7 @@ class _Blocks(nn.Module):
         self.aux_loss = None
         self.losses = []
         self.stats = {"aux": [], "steps": 0}
+        self._aux = []
 
     def forward(self, x):
         import random
@@ -1558,6 +1559,8 @@ class _Blocks(nn.Module):
             self.aux_loss = (h.square().mean(), h.shape[0])
         if self.kind == "aux_nested":
             self.stats["aux"].append([h.square().mean()])
+        if self.kind == "aux_private":
+            self._aux.append(h.square().mean())
         return h.sum()
 
 
@@ -1567,7 +1570,8 @@ class _Blocks(nn.Module):
     ("aux", r"stores tensors that carry gradient on its modules, off the path to its outputs \(aux_loss\)"),
     ("aux_list", r"off the path to its outputs \(losses\[\.\.\.\]\)"),
     ("aux_tuple", r"off the path to its outputs \(aux_loss\[\.\.\.\]\)"),
-    ("aux_nested", r"off the path to its outputs \(stats\[\.\.\.\]\)")])
+    ("aux_nested", r"off the path to its outputs \(stats\[\.\.\.\]\)"),
+    ("aux_private", r"off the path to its outputs \(_aux\[\.\.\.\]\)")])
 def test_what_no_capture_can_replay_is_refused_before_capturing(kind, message, capture):
     # before: export fixed the first draw (the same layers skipped at every step) and the stored loss; the
     # block fallback stored auxiliary losses without gradient, or refused for another reason; a loss kept in a
@@ -1584,6 +1588,7 @@ def test_what_no_capture_can_replay_is_refused_before_capturing(kind, message, c
         w(torch.randn(4, 16))
     assert random.getstate() == states[0] and np.array_equal(np.random.get_state()[1], states[1])
     assert model.aux_loss is None and model.losses == [] and model.stats == {"aux": [], "steps": 0}
+    assert model._aux == []
     assert all(p.grad is None for p in model.parameters())
 
 

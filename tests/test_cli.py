@@ -428,3 +428,19 @@ def test_python_m_gpusolve_runs_the_command():
     import sys
     res = subprocess.run([sys.executable, "-m", "gpusolve", "--version"], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0 and res.stdout.startswith("gpusolve "), res.stderr
+
+
+def test_solve_budgets_plans_are_each_their_own():
+    # the diff review: every lower plan carried the top plan's note, and the top plan's timings grew afterwards
+    from gpusolve import Chain, solve
+    from gpusolve.solve import solve_budgets
+    chain = Chain.load("densenet121_b64")
+    alone = solve(chain, "100%", backend="cpu")
+    low = alone.min_feasible_bytes
+    grid = [low, (low + alone.budget_bytes) // 2]
+    top, below = solve_budgets(chain, "100%", grid, backend="cpu")
+    assert top.notes == alone.notes and top.predicted_time_ms == alone.predicted_time_ms
+    for plan, budget in zip(below, grid, strict=True):
+        assert plan.budget_bytes == budget and plan.predicted_peak_bytes <= budget
+        assert not any("store-all" in n for n in plan.notes), plan.notes  # the top plan's note
+    assert sum(v for k, v in top.timings.items() if k == "recover") <= top.solve_seconds

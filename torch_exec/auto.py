@@ -1206,6 +1206,7 @@ def _put_back(c: _Contents):
 
 
 _ATTRIBUTE_DEPTH = 4  # how deep the probe looks into an attribute's lists, tuples and dicts
+_MODULE_KEYS = frozenset(vars(nn.Module()))  # nn.Module's own dictionaries (its parameters, hooks, ...)
 _CONTAINERS = (list, tuple, dict)
 
 
@@ -1224,11 +1225,11 @@ def _tensors_in(v, depth: int = _ATTRIBUTE_DEPTH, seen: set | None = None) -> li
 
 def _module_state(m: nn.Module) -> tuple:
     """A module's plain attributes (its ``__dict__`` copied), the contents of its list, tuple and dict attributes
-    (the module's own dictionaries, underscored, aside), and the tensors each of those held, for
+    (nn.Module's own dictionaries aside: a module's ``self._losses`` is looked into), and the tensors each held, for
     :func:`_stored_tensors` and :func:`_restore_attributes`."""
     d = vars(m)
     contents = {key: _Contents(v, _ATTRIBUTE_DEPTH, set()) for key, v in d.items()
-                if isinstance(v, _CONTAINERS) and not key.startswith("_")}
+                if isinstance(v, _CONTAINERS) and key not in _MODULE_KEYS}
     held = {key: {id(t) for t in _tensors_in(v)} for key, v in d.items() if key in contents}
     return m, dict(d), contents, held
 

@@ -31,7 +31,14 @@ SCRIPTS = ("grad_hooks", "autograd_grad_measured", "returned_input", "measure_be
            "rv_loop_forward_signature", "rv_loop_seq_state_dict",
            # the fourth session (2026-11-27, evening)
            "user_profiler", "rv_offload_compare_min", "rv_offload_paper_runner_inputs", "rv_user_python_random",
-           "rv_user_aux_attribute", "rv_user_inplace_input", "rv_user_own_error", "rv_user_shared_accumulation")
+           "rv_user_aux_attribute", "rv_user_inplace_input", "rv_user_own_error", "rv_user_shared_accumulation",
+           # the fifth session (2026-11-27, night): training loops, the command line
+           "rv5_user_tuple_aux", "rv5_user_nested_aux", "rv5_train_two_forwards_side",
+           "rv5_train_side_held_between_steps", "rv5_train_wrap_ddp", "rv5_train_ddp_static_blocks",
+           "rv5_cli_curve_not_optimal", "rv5_cli_curve_at_minimum", "rv5_cli_out_dirs_left",
+           "rv5_cli_chain_file_traceback", "rv5_cli_lenient_profile", "rv5_cli_profile_warning_dropped",
+           "rv5_cli_thesis_memory", "rv5_cli_bucket_negative_msg", "rv5_cli_python_m", "rv5_cli_train_tvdensenet",
+           "rv5_diff_solve_budgets_notes", "rv5_diff_underscore_aux_list")
 
 
 def main(argv=None) -> int:

@@ -1752,3 +1752,24 @@ def test_a_calls_side_data_is_freed_with_its_backward(capture, budget, monkeypat
     loss.backward()  # the caller still holds the loss
     made = [r for r in seen if r() is not None and r() is not x and r() is not m]
     assert seen and not made, f"{len(made)} of the call's side tensors still held after its backward"
+
+
+@pytest.mark.parametrize("capture", ["export", "blocks"])
+def test_a_replaced_parameter_is_captured_again(capture):
+    # Note [Sharing the model's state]: a capture reads the model's tensor objects; a parameter assigned anew
+    # (load_state_dict(assign=True), weight tying done late) must be read, and trained, from then on
+    model = _Blocks()
+    ref = copy.deepcopy(model)
+    w = te.auto_checkpoint(model, "90%", backend="cpu", capture=capture)
+    x = torch.randn(4, 16)
+    w(x).backward()
+    model.load_state_dict({"blocks.1.0.bias": torch.ones(16)}, strict=False, assign=True)
+    new = model.blocks[2][0].weight = nn.Parameter(torch.randn(16, 16))
+    ref.blocks[1][0].bias = nn.Parameter(torch.ones(16))
+    ref.blocks[2][0].weight = nn.Parameter(new.detach().clone())
+    out, expected = w(x), ref(x)
+    torch.testing.assert_close(out, expected)
+    out.backward()
+    expected.backward()
+    torch.testing.assert_close(new.grad, ref.blocks[2][0].weight.grad)
+    torch.testing.assert_close(model.blocks[1][0].bias.grad, ref.blocks[1][0].bias.grad)

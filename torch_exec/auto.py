@@ -206,7 +206,9 @@ Note [Sharing the model's state]
     the model's names (a checkpoint saved from either loads into the other) and ``.to()``,
     ``.train()`` and ``.eval()`` act on the model's modules. The captured sub-graphs reference the
     same tensor objects; a capture whose tensors are no longer the model's (``.to()`` replaces
-    buffers) is captured again.
+    buffers) is captured again: the walk that keys each call (``captured_state_key``) also lists the
+    ids of the model's parameters and buffers, compared with the capture's (``Capture.tensor_ids``;
+    the capture holds those tensors, so their ids stay theirs), one walk a call instead of two.
 
 Note [Block fallback]
     When the graph cannot be captured, the ``nn.ModuleList``/``nn.Sequential`` of blocks whose
@@ -407,6 +409,7 @@ class Capture:
     out_spec: object
     kw_order: list[str]
     tensors: list[tuple[str, torch.Tensor]] = field(default_factory=list)  # (name, tensor) of the model it reads
+    tensor_ids: tuple = ()                # ids of the model's parameters and buffers, in captured_state_key's walk
     executor: CheckpointedSequential | None = None
     side_bytes: int | None = None     # bytes the prologue makes (besides the inputs), once known
     prologue_peak: int | None = None  # the prologue's peak on the first step (Note [Side values nothing reads])
@@ -2015,7 +2018,7 @@ class AutoCheckpointed(nn.Module):
         for cap in self._captures.values():
             cap.executor._meter.finalize()
 
-    def _key(self, args, kwargs):
+    def _key(self, args, kwargs, tensor_ids: list | None = None):
         def leaf_key(v):
             if isinstance(v, torch.Tensor):
                 return ("T", tuple(v.shape), v.dtype, v.device, v.requires_grad)
@@ -2028,7 +2031,8 @@ class AutoCheckpointed(nn.Module):
         # the model's own modes and frozen parameters, not the wrapper's mode: model.train() or a layer
         # unfrozen after the first call changes them without the wrapper (a captured graph has them fixed),
         # and its attributes and forward hooks (Note [What a captured graph fixes])
-        return (tuple(leaf_key(v) for v in leaves), str(spec), U.captured_state_key(self._model), U.autocast_key())
+        return (tuple(leaf_key(v) for v in leaves), str(spec), U.captured_state_key(self._model, tensor_ids),
+                U.autocast_key())
 
     def _build(self, args, kwargs, probe: _Probe | None = None) -> Capture:
         errors = []
@@ -2077,6 +2081,7 @@ class AutoCheckpointed(nn.Module):
         else:
             cap.executor = CheckpointedSequential(_sequential(cap.stages), **kwargs_exec)
         cap.executor.call_data = cap.side  # Note [Data bound to a call] in torch_exec/executor.py
+        cap.executor.state_keyed_outside = True  # this wrapper's key holds the model's whole state
         return cap
 
     def _join_setting(self):
@@ -2104,9 +2109,11 @@ class AutoCheckpointed(nn.Module):
         return cap
 
     def _capture_for(self, args, kwargs) -> Capture:
-        key = self._key(args, kwargs)
+        ids: list = []
+        key = self._key(args, kwargs, ids)
+        ids = tuple(ids)
         cap = self._captures.get(key)
-        if cap is not None and not _current(cap, self._model):
+        if cap is not None and cap.tensor_ids != ids:
             cap = None  # Note [Sharing the model's state]: the model's tensors changed (.to(), reassignment)
         if cap is None:
             U.refuse_meta("auto_checkpoint", [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)],
@@ -2128,6 +2135,7 @@ class AutoCheckpointed(nn.Module):
                     cap.notes.append(cap.rest.note(cap.blocks[0].name))
             finally:
                 snapshot.restore()
+            cap.tensor_ids = ids
             self._captures[key] = cap
             if len(self._captures) == MANY_CAPTURES:
                 _warn_many_captures(list(self._captures)[-2], key, args, kwargs)
@@ -2502,12 +2510,6 @@ def _graph_reaches(outputs: list, params: set) -> bool:
         if variable is not None and id(variable) in params:
             return True
     return False
-
-
-def _current(cap: Capture, model: nn.Module) -> bool:
-    """Whether the capture still reads the model's tensors (Note [Sharing the model's state])."""
-    now = dict(_model_tensors(model))
-    return all(now.get(name) is t for name, t in cap.tensors)
 
 
 def auto_checkpoint(model: nn.Module, budget, *, backend: str = "auto", bucket=None, sample=None,

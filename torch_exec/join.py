@@ -401,7 +401,7 @@ class CheckpointedJoin(_PlannedModule):
     def _key(self, inputs):
         flat = [t for x in inputs for t in U.tensors(x)]
         return (tuple((tuple(t.shape), t.dtype, t.device, t.requires_grad) for t in flat),
-                tuple(_structure(x, b) for b, x in enumerate(inputs)), U.module_state_key(self), U.autocast_key())
+                tuple(_structure(x, b) for b, x in enumerate(inputs)), self._state_key(), U.autocast_key())
 
     def _build(self, inputs) -> JoinEntry:
         U.refuse_meta("CheckpointedJoin", [t for x in inputs for t in U.tensors(x)], self)

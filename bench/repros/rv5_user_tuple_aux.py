@@ -1,6 +1,6 @@
 """rv_user_aux_attribute with the auxiliary loss kept in a tuple (self.aux_loss = (loss, n)): the probe looked at
 plain tensor attributes and one level of lists and dicts, so this trained silently wrong (no aux gradient)."""
-import copy, warnings
+import copy, sys, warnings
 from _setup import torch, te as torch_exec
 from torch import nn
 warnings.simplefilter("ignore")
@@ -19,6 +19,7 @@ class M(nn.Module):
         return x
 aux = lambda m: sum(b.aux_loss[0] for b in m.b)
 torch.manual_seed(0); ref = M(); model = copy.deepcopy(ref)
+bad = False
 try:
     w = torch_exec.auto_checkpoint(model, "85%", backend="cpu")     # capture="auto" (default)
     for step in range(2):
@@ -29,7 +30,9 @@ try:
         print(f"step {step}: loss observed {l1.item():.6f} expected {l2.item():.6f}")
         for (n, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):
             if p.grad is None or not torch.equal(p.grad, q.grad):
+                bad = True
                 print(f"   {n}.grad observed", "None" if p.grad is None else f"max|diff| = {(p.grad - q.grad).abs().max().item():.4f}", "(expected equal to plain autograd's)")
     print(w.capture.notes[0][:120])
 except torch_exec.CaptureError as err:
     print(f'CaptureError: {str(err)[:160]}')
+sys.exit(1 if bad else 0)

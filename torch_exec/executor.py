@@ -211,6 +211,16 @@ Note [Data bound to a call]
     graph ends (the caller may still hold the loss, and with it the Function's context). A step
     that runs as plain autograd keeps what autograd saved of them, as plain autograd does.
 
+Note [A step keeps its plan]
+    A plan may change between a step's forward and its backward: ``replan()`` by the user, or the
+    wrapper itself re-planning at the next forward once a backward showed which outputs get a gradient
+    (Note [Outputs without a gradient]) while an earlier step is still pending (two forwards before
+    their backwards). The entry's program was rewritten in place, and the pending step's backward ran
+    the new plan's ops over the old plan's held state: 14 of 18 parameters got no gradient, silently,
+    or "a_5 is not held" / ``KeyError`` (a review, 2026-11-27). Each step's runtime keeps the ops and the
+    recomputed stages of the plan its forward ran (:class:`Runtime`, the join's runtime too), and its
+    host copies (``HostCopies.step``), so a new plan applies from the next forward on.
+
 Note [Recomputing from the step's buffers]
     A re-run of a stage must compute what its first run computed. Its buffers are swapped for
     clones so that the step updates them once (BatchNorm's statistics), but clones of the buffers as
@@ -824,6 +834,8 @@ class Runtime:
         self.entry = entry
         self.call = U.HeldCallData(call_data)  # Note [Data bound to a call]
         self.n = entry.chain.n
+        # Note [A step keeps its plan]: what the step runs is its forward's plan, whatever happens to the entry
+        self.forward_ops, self.backward_ops, self.recomputed = entry.forward_ops, entry.backward_ops, entry.recomputed
         self.acts: dict = {0: a0}
         self.tapes: dict = {}   # s -> (segment leaf, output of s); only the segment's newest stage
         self.grads: dict = {}
@@ -898,9 +910,9 @@ class Runtime:
             state = U.clone(state)  # an in-place first stage must not overwrite the caller's input
         if not self.ran[s]:
             self.ran[s] = True
-            if self.preserve_rng and entry.recomputed[s] and entry.rng[s]:
+            if self.preserve_rng and self.recomputed[s] and entry.rng[s]:
                 self.rng[s] = U.RngState.capture(self.devices)
-            if entry.recomputed[s] and entry.buffer_writes[s]:  # Note [Recomputing from the step's buffers]
+            if self.recomputed[s] and entry.buffer_writes[s]:  # Note [Recomputing from the step's buffers]
                 self.buffers[s] = U.buffer_values(entry.group_modules[s - 1])
             for fn in entry.groups[s - 1]:
                 state = fn(state)
@@ -1270,7 +1282,7 @@ class _ScheduleFunction(torch.autograd.Function):
         ctx.snapshot = None
         a0 = _rebuild(structure, [t.detach() for t in inputs])
         rt = Runtime(entry, a0, [t.requires_grad for t in inputs], U.autocast_state(), preserve_rng, call_data)
-        interpret(entry.forward_ops, rt)
+        interpret(rt.forward_ops, rt)
         out = rt.tapes[rt.n][1]
         ctx.rt = rt
         ctx.n_inputs = len(inputs)
@@ -1297,7 +1309,7 @@ class _ScheduleFunction(torch.autograd.Function):
         rt.start_backward()
         rt.grads[rt.n] = list(grad_outputs)
         del grad_outputs
-        interpret_backward(rt.entry.backward_ops, rt, mode)
+        interpret_backward(rt.backward_ops, rt, mode)
         for leaf in kept or ():  # the forward's segment leaves serve again: drop the gradients they were given
             leaf.box.clear()
         grads = rt.grads.pop(0)

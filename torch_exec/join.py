@@ -141,6 +141,8 @@ class JoinRuntime:
                  preserve_rng: bool, call_data: U.CallData | None = None):
         self.entry = entry
         self.call = U.HeldCallData(call_data)  # Note [Data bound to a call] in torch_exec/executor.py
+        # Note [A step keeps its plan] in torch_exec/executor.py (each branch's runtime keeps its own part)
+        self.forward_ops, self.backward_ops = entry.forward_ops, entry.backward_ops
         self.branches: list[Runtime] = []
         pos = 0
         for branch, (structure, count) in zip(entry.branches, entry.structures, strict=True):
@@ -236,7 +238,7 @@ class _JoinFunction(torch.autograd.Function):
         ctx.set_materialize_grads(False)
         rt = JoinRuntime(entry, [t.detach() for t in inputs], [t.requires_grad for t in inputs],
                          U.autocast_state(), preserve_rng, call_data)
-        interpret(entry.forward_ops, rt)
+        interpret(rt.forward_ops, rt)
         flat, spec = rt.output
         rt.output = None
         box.append(([_TENSOR if isinstance(v, torch.Tensor) else v for v in flat], spec))
@@ -258,7 +260,7 @@ class _JoinFunction(torch.autograd.Function):
         rt.start_backward()
         rt.head_grads = list(grad_outputs)
         del grad_outputs
-        interpret_backward(rt.entry.backward_ops, rt, mode)
+        interpret_backward(rt.backward_ops, rt, mode)
         for leaf in kept or ():  # the forward's segment leaves serve again: drop the gradients they were given
             leaf.box.clear()
         grads = rt.input_grads()

@@ -762,3 +762,22 @@ def test_a_sequentials_wrapper_keeps_its_state_dict_names():
     torch.testing.assert_close(twin(x), seq(x), rtol=0, atol=0)
     listed = te.CheckpointedSequential([nn.Linear(8, 8), torch.relu, nn.Linear(8, 2)], budget="100%")
     assert list(listed.state_dict()) == ["stages.0.weight", "stages.0.bias", "stages.1.weight", "stages.1.bias"]
+
+
+def test_a_saved_profile_must_be_of_this_input(tmp_path):
+    # a review: a batch-8 profile planned a batch-256 step 11.6x over its budget; a path or a Chain raised a bare
+    # TypeError ("string indices must be integers")
+    import json
+    torch.manual_seed(0)
+    seq = nn.Sequential(nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 4))
+    data = te.profile_dict(list(seq), torch.randn(8, 16), passes=1, warmup=0)
+    wrapped = te.CheckpointedSequential(seq, budget="100%", backend="cpu")
+    with pytest.raises(ValueError, match=r"taken on input shapes \[\[8, 16\]\], this input has \[\[256, 16\]\]"):
+        wrapped.prepare(torch.randn(256, 16), profile=data)
+    with pytest.raises(ValueError, match=r"input_requires_grad False, this input has True"):
+        wrapped.prepare(torch.randn(8, 16, requires_grad=True), profile=data)
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(data))
+    assert wrapped.prepare(torch.randn(8, 16), profile=str(path)).feasible
+    with pytest.raises(TypeError, match=r"takes a measured-chain/1 profile"):
+        wrapped.prepare(torch.randn(8, 16), profile=te.profile(list(seq), torch.randn(8, 16)))

@@ -294,6 +294,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import os
 import sys
 import threading
 import warnings
@@ -1330,6 +1331,33 @@ class _ScheduleFunction(torch.autograd.Function):
         return (None, None, *input_grads)
 
 
+def _profile_argument(profile) -> dict:
+    """``prepare(profile=...)``: a ``measured-chain/1`` dict, or the path of a JSON file holding one."""
+    if isinstance(profile, (str, os.PathLike)):
+        from gpusolve.chain import read_json_object
+        profile, _ = read_json_object(profile)
+    if not isinstance(profile, dict) or not isinstance(profile.get("stages"), list):
+        raise TypeError(f"prepare(profile=...) takes a measured-chain/1 profile: the dict torch_exec.profile_dict "
+                        f"returns, or the path of a JSON file holding one; got {type(profile).__name__}")
+    return profile
+
+
+def _check_profile_input(profile: dict, state) -> None:
+    """A saved profile holds for the input it was taken on: other shapes, dtypes or another requires_grad
+    make other activations (a batch-8 profile planned a batch-256 step 11.6x over its budget; a review,
+    2026-11-27). Raises ``ValueError`` naming both; fields a profile lacks are not checked."""
+    tensors = U.tensors(state)
+    now = {"input shapes": [list(t.shape) for t in tensors],
+           "dtype": ",".join(sorted({str(t.dtype).replace("torch.", "") for t in tensors})),
+           "input_requires_grad": any(t.requires_grad for t in tensors)}
+    was = {"input shapes": (profile.get("args") or {}).get("input_shapes"), "dtype": profile.get("dtype"),
+           "input_requires_grad": profile.get("input_requires_grad")}
+    for what, value in was.items():
+        if value is not None and value != now[what]:
+            raise ValueError(f"prepare(profile=...): the profile was taken on {what} {value}, this input has "
+                             f"{now[what]}; profile this input (drop profile=), or load the profile taken on it")
+
+
 def _rebuild(structure, flat):
     if structure == "tensor":
         return flat[0]
@@ -1705,9 +1733,11 @@ class CheckpointedSequential(_PlannedModule):
         state = sample_input[0] if len(sample_input) == 1 else tuple(sample_input)
         U.refuse_inference_mode("CheckpointedSequential")
         if profile is not None:
+            profile = _profile_argument(profile)
             names = [stage["name"] for stage in profile["stages"]]
             if names != self.names:
                 raise ValueError(f"the profile's stages {names[:4]}... are not this module's {self.names[:4]}...")
+            _check_profile_input(profile, state)
             self._entries[self._key(state)] = self._build(state, profile)
         entry = self._entry(state)
         self._last = entry

@@ -770,7 +770,7 @@ def test_a_saved_profile_must_be_of_this_input(tmp_path):
     import json
     torch.manual_seed(0)
     seq = nn.Sequential(nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 4))
-    data = te.profile_dict(list(seq), torch.randn(8, 16), passes=1, warmup=0)
+    data = te.profile_dict(seq, torch.randn(8, 16), passes=1, warmup=0)
     wrapped = te.CheckpointedSequential(seq, budget="100%", backend="cpu")
     with pytest.raises(ValueError, match=r"taken on input shapes \[\[8, 16\]\], this input has \[\[256, 16\]\]"):
         wrapped.prepare(torch.randn(256, 16), profile=data)
@@ -780,4 +780,4 @@ def test_a_saved_profile_must_be_of_this_input(tmp_path):
     path.write_text(json.dumps(data))
     assert wrapped.prepare(torch.randn(8, 16), profile=str(path)).feasible
     with pytest.raises(TypeError, match=r"takes a measured-chain/1 profile"):
-        wrapped.prepare(torch.randn(8, 16), profile=te.profile(list(seq), torch.randn(8, 16)))
+        wrapped.prepare(torch.randn(8, 16), profile=te.profile(seq, torch.randn(8, 16)))

@@ -6,6 +6,7 @@ import json
 import random
 import warnings
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -781,3 +782,20 @@ def test_a_saved_profile_must_be_of_this_input(tmp_path):
     assert wrapped.prepare(torch.randn(8, 16), profile=str(path)).feasible
     with pytest.raises(TypeError, match=r"takes a measured-chain/1 profile"):
         wrapped.prepare(torch.randn(8, 16), profile=te.profile(seq, torch.randn(8, 16)))
+
+
+@pytest.mark.parametrize("kwargs,error,message", [
+    (dict(schedule_fn=3), TypeError, "schedule_fn must be a function"),
+    (dict(profile_passes=0), ValueError, "profile_passes must be a whole number >= 1, got 0"),
+    (dict(profile_passes="3"), ValueError, "profile_passes must be a whole number"),
+    (dict(profile_warmup=-1), ValueError, "profile_warmup must be a whole number >= 0"),
+    (dict(budget="0.5"), ValueError, "is a fraction of a byte"),
+    (dict(budget=1.5), ValueError, "is a fraction of a byte"),
+    (dict(preserve_rng_state="no"), TypeError, "preserve_rng_state must be True or False")])
+def test_settings_are_checked_when_the_wrapper_is_made(kwargs, error, message):
+    # a review: each failed at the first call, after profiling, naming no argument, or meant something else
+    # ("0.5" was 0 bytes, "no" preserved the RNG state)
+    kwargs.setdefault("budget", "90%")
+    with pytest.raises(error, match=message):
+        te.CheckpointedSequential(nn.Sequential(nn.Linear(4, 4), nn.Tanh()), backend="cpu", **kwargs)
+    assert te.CheckpointedSequential(nn.Sequential(nn.Linear(4, 4)), budget="1.5KiB", profile_passes=np.int64(2))

@@ -294,6 +294,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import numbers
 import os
 import sys
 import threading
@@ -1439,7 +1440,29 @@ def _budget_setting(budget):
         return None
     if parse_percentage(budget, "budget") is not None:
         return budget.strip()
+    bare = budget.strip() if isinstance(budget, str) else budget
+    if isinstance(bare, str):
+        try:
+            bare = float(bare)
+        except ValueError:
+            bare = None  # a size with a unit ("1.5GiB"): whole bytes once scaled
+    if isinstance(bare, float) and math.isfinite(bare) and not bare.is_integer():
+        raise ValueError(f"budget {budget!r} is a fraction of a byte: give bytes ('6GiB', 6e9) or a percentage of "
+                         f"plain autograd's peak ('50%'); a bare number is bytes")
     return parse_bytes(budget, "budget")
+
+
+def _check_settings(schedule_fn, profile_passes, profile_warmup, preserve_rng_state, measure_steps) -> None:
+    """The wrappers' other settings, checked when the wrapper is made (they failed at the first call, after
+    profiling, naming none of them, or were taken with another meaning: a review, 2026-11-27)."""
+    if schedule_fn is not None and not callable(schedule_fn):
+        raise TypeError(f"schedule_fn must be a function chain -> schedule (or None), got {schedule_fn!r}")
+    for name, value, least in (("profile_passes", profile_passes, 1), ("profile_warmup", profile_warmup, 0),
+                               ("measure_steps", measure_steps, 0)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+            raise ValueError(f"{name} must be a whole number >= {least}, got {value!r}")
+    if not isinstance(preserve_rng_state, (bool, np.bool_)):
+        raise TypeError(f"preserve_rng_state must be True or False, got {preserve_rng_state!r}")
 
 
 def _backend_setting(backend, backends=BACKENDS) -> str:
@@ -1465,6 +1488,7 @@ class _PlannedModule(nn.Module):
 
     def _set_solver(self, budget, bucket, backend, profile_passes, profile_warmup, schedule_fn, preserve_rng_state,
                     network, measure_steps: int, profile_isolated: bool | None = None, backends=BACKENDS) -> None:
+        _check_settings(schedule_fn, profile_passes, profile_warmup, preserve_rng_state, measure_steps)
         self.budget = _budget_setting(budget)
         self._meter = StepMeter(cuda_steps=measure_steps)
         # Bytes the caller holds through each step beside the stages, made before the step (its meter

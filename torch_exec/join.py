@@ -415,7 +415,8 @@ class CheckpointedJoin(_PlannedModule):
                 grad = sum(t.numel() * t.element_size() for t in U.tensors(x) if t.requires_grad
                            and U.differentiable(t))
                 branch = EmptyBranch(input_bytes=U.state_nbytes(x), input_grad_bytes=int(grad))
-                branch_entries.append(types.SimpleNamespace(chain=branch))
+                branch_entries.append(types.SimpleNamespace(chain=branch, forward_ops=[], backward_ops=[],
+                                                            recomputed=[False]))  # runs no stage
                 exec_chains.append(branch)
                 plain_chains.append(branch)
                 continue

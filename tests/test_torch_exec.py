@@ -799,3 +799,26 @@ def test_settings_are_checked_when_the_wrapper_is_made(kwargs, error, message):
     with pytest.raises(error, match=message):
         te.CheckpointedSequential(nn.Sequential(nn.Linear(4, 4), nn.Tanh()), backend="cpu", **kwargs)
     assert te.CheckpointedSequential(nn.Sequential(nn.Linear(4, 4)), budget="1.5KiB", profile_passes=np.int64(2))
+
+
+def test_plain_autograd_shows_no_stale_plan_and_says_it_is_not_measured():
+    # a review: after replan(None) .plan and .plans showed the earlier plan, which no step ran, and
+    # measure_memory() armed steps that were never measured, silently
+    import warnings
+    torch.manual_seed(0)
+    seq = nn.Sequential(*[m for _ in range(4) for m in (nn.Linear(16, 16), nn.Tanh())])
+    w = te.CheckpointedSequential(seq, budget="100%", backend="cpu", profile_passes=1, profile_warmup=0)
+    x = torch.randn(8, 16)
+    w.prepare(x)
+    w.replan(w.min_budget_bytes)
+    assert w.plan is not None and len(w.plans) == 1
+    w.replan(None)
+    w(x).sum().backward()
+    assert w.plan is None and w.plans == {}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        w.measure_memory(2)
+    assert any("budget=None runs plain autograd" in str(c.message) for c in caught)
+    w.replan("100%")
+    w(x).sum().backward()
+    assert w.plan is not None

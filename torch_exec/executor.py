@@ -1541,13 +1541,18 @@ class _PlannedModule(nn.Module):
 
     @property
     def plan(self):
-        """The plan of the latest call (or :meth:`prepare`)."""
-        return None if self._last is None else self._last.plan
+        """The plan of the latest call (or :meth:`prepare`); None under plain autograd (``budget=None``), where
+        no plan runs (a review: the plan from before ``replan(None)`` was shown, which no step ran)."""
+        return None if self._last is None or self._runs_plain() else self._last.plan
 
     @property
     def plans(self) -> dict:
-        """Cached plans by input signature."""
-        return {key: entry.plan for key, entry in self._entries.items()}
+        """Cached plans by input signature (none under plain autograd, ``budget=None``)."""
+        return {} if self._runs_plain() else {key: entry.plan for key, entry in self._entries.items()}
+
+    def _runs_plain(self) -> bool:
+        """Whether every step runs as plain autograd, without a plan (``budget=None`` and no ``schedule_fn``)."""
+        return self.budget is None and self.schedule_fn is None
 
     @U.without_autocast_cache  # profiling too (Note [Autocast's cache])
     def _entry(self, inputs):
@@ -1594,7 +1599,7 @@ class _PlannedModule(nn.Module):
 
     def _replan_all(self) -> None:
         """Re-solve every cached signature from its profiles (nothing to do under plain autograd)."""
-        if self.budget is None and self.schedule_fn is None:
+        if self._runs_plain():
             return
         for entry in self._entries.values():
             self._plan_entry(entry)
@@ -1602,7 +1607,13 @@ class _PlannedModule(nn.Module):
     def measure_memory(self, steps: int = 1) -> None:
         """Measure the peak memory of the next ``steps`` steps (forward to the end of backward) with
         the device's allocator: counters on CUDA (the first 3 steps are measured anyway, see
-        ``measure_steps``), allocator events on the CPU (the step runs slower while measured)."""
+        ``measure_steps``), allocator events on the CPU (the step runs slower while measured). Under
+        ``budget=None`` the steps are plain autograd's and are not measured: say so (it armed silently)."""
+        if self._runs_plain():
+            warnings.warn(f"{type(self).__name__}.measure_memory(): budget=None runs plain autograd, whose steps "
+                          f"are not measured; measure them with torch_exec.measure_peak, or set a budget",
+                          stacklevel=2)
+            return
         self._meter.arm(steps)
 
     def memory_report(self):
@@ -2009,7 +2020,7 @@ class CheckpointedSequential(_PlannedModule):
         flat = U.tensors(state)
         if len(flat) != (1 if isinstance(state, torch.Tensor) else len(state)):
             raise TypeError("CheckpointedSequential takes a tensor or a tuple of tensors")
-        if (self.budget is None and self.schedule_fn is None) or not torch.is_grad_enabled() or profiling():
+        if self._runs_plain() or not torch.is_grad_enabled() or profiling():
             # torch.compile traces this path (Note [torch.compile]); inside the profiling of an outer
             # chain this wrapper is one of its stages: it runs plainly and is measured as such.
             return self._plain(state)

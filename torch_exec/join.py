@@ -661,7 +661,7 @@ class CheckpointedJoin(_PlannedModule):
 
     def forward(self, *inputs):
         self._check_inputs(inputs)
-        if (self.budget is None and self.schedule_fn is None) or not torch.is_grad_enabled() or profiling():
+        if self._runs_plain() or not torch.is_grad_enabled() or profiling():
             return self._plain(inputs)
         return self._scheduled(inputs)
 

@@ -38,7 +38,12 @@ SCRIPTS = ("grad_hooks", "autograd_grad_measured", "returned_input", "measure_be
            "rv5_cli_curve_not_optimal", "rv5_cli_curve_at_minimum", "rv5_cli_out_dirs_left",
            "rv5_cli_chain_file_traceback", "rv5_cli_lenient_profile", "rv5_cli_profile_warning_dropped",
            "rv5_cli_thesis_memory", "rv5_cli_bucket_negative_msg", "rv5_cli_python_m", "rv5_cli_train_tvdensenet",
-           "rv5_diff_solve_budgets_notes", "rv5_diff_underscore_aux_list")
+           "rv5_diff_solve_budgets_notes", "rv5_diff_underscore_aux_list",
+           "rv5_manual_replan_mid_step", "rv5_join_replan_in_flight", "rv5_offload_learned_replan_in_flight",
+           "rv5_manual_profile_other_shapes", "rv5_manual_profile_argument_types", "rv5_manual_late_argument_errors",
+           "rv5_manual_plan_after_budget_none", "rv5_offload_paper_runner_dropped_step_leak",
+           # open (not fixed this session): they exit nonzero on both trees
+           "rv5_manual_nested_profiler_leak", "rv5_manual_failed_prepare_discards_profile")
 
 
 def main(argv=None) -> int:

@@ -574,7 +574,7 @@ class CallData:
 
 class HeldCallData:
     """What a :class:`CallData` (None: none) had bound when a step's forward ran, kept by the step's
-    runtime until its backward is done (Note [Data bound to a call] in torch_exec/executor.py)."""
+    runtime, and gone with it (Note [Data bound to a call] in torch_exec/executor.py)."""
 
     __slots__ = ("slot", "value")
 
@@ -583,9 +583,6 @@ class HeldCallData:
 
     def bound(self):
         return contextlib.nullcontext() if self.slot is None else self.slot.bound(self.value)
-
-    def drop(self) -> None:
-        self.value = None
 
 
 # ---------------------------------------------------------------------------- RNG

@@ -207,9 +207,9 @@ Note [Data bound to a call]
     Now the caller binds them around its call (:class:`torch_exec._util.CallData`, the wrapper's
     ``call_data``, per thread), the step's runtime keeps what was bound when its forward ran
     (:class:`torch_exec._util.HeldCallData`) and :func:`interpret` binds it again around every op, so
-    each recomputation reads its own call's data; the runtime drops it when a backward that frees the
-    graph ends (the caller may still hold the loss, and with it the Function's context). A step
-    that runs as plain autograd keeps what autograd saved of them, as plain autograd does.
+    each recomputation reads its own call's data; it goes with the runtime, which a backward that
+    frees the graph lets go even while the caller still holds the loss (:func:`kept_graph_leaves`). A
+    step that runs as plain autograd keeps what autograd saved of them, as plain autograd does.
 
 Note [A step keeps its plan]
     A plan may change between a step's forward and its backward: ``replan()`` by the user, or the
@@ -1321,10 +1321,8 @@ class _ScheduleFunction(torch.autograd.Function):
         rt.acts.clear()
         if rt.tapes or rt.acts or rt.grads:
             raise RuntimeError("internal error: the schedule left state behind")
-        if not keep:
-            rt.call.drop()  # Note [Data bound to a call]
-            if rt.copies is not None:  # the step's host buffers go back to the plan's pool
-                rt.copies.close()
+        if rt.copies is not None and not keep:  # the step's host buffers go back to the plan's pool
+            rt.copies.close()
         input_grads = [g if rg else None for g, rg in zip(grads, rt.rg0, strict=False)]
         if not keep and ctx.out_refs:  # the executor holds nothing of a_N now: what is alive, the caller holds
             entry = rt.entry

@@ -264,8 +264,6 @@ class _JoinFunction(torch.autograd.Function):
         for leaf in kept or ():  # the forward's segment leaves serve again: drop the gradients they were given
             leaf.box.clear()
         grads = rt.input_grads()
-        if kept is None:
-            rt.call.drop()  # Note [Data bound to a call] in torch_exec/executor.py
         del rt, kept
         if ctx.meter is not None:
             ctx.meter.end()

@@ -37,7 +37,7 @@ def curve_data(chain: Chain, max_budget=None, bucket=None, backend: str = "auto"
     a plan holding for every larger budget too. The table alone is optimal for the rounded sizes only:
     baselines, evaluated in exact bytes, were drawn below it (a review, 2026-11-27). The exact
     backend's curve is exact already."""
-    from .solve import auto_is_exact, solve, solve_budgets
+    from .solve import solve, solve_budgets, solves_exactly
 
     top = store_all_peak_bytes(chain) if max_budget is None else budget_bytes_of(chain, max_budget, "max budget")
     low = min_feasible_bytes(chain)
@@ -45,7 +45,7 @@ def curve_data(chain: Chain, max_budget=None, bucket=None, backend: str = "auto"
         raise InfeasibleBudgetError(f"max budget {top} B is below the chain's least feasible budget {low} B: raise it "
                                     f"(--max-budget), or leave it out for the store-all peak", low)
     grid = np.unique(np.linspace(low, top, points).astype(np.int64)).tolist()
-    if backend == "exact" or auto_is_exact(backend, bucket, chain.n):
+    if solves_exactly(backend, bucket, chain.n):
         plan, at_grid = solve(chain, top, bucket=bucket, backend=backend), []
     else:
         plan, at_grid = solve_budgets(chain, top, grid, bucket=bucket, backend=backend)

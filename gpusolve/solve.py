@@ -222,7 +222,7 @@ def _solve(chain: Chain, budget_bytes: int, bucket, backend: str, strict: bool, 
     below = below or []
     timings: dict = {}
     notes: list[str] = []
-    if backend == "exact" or auto_is_exact(backend, bucket, chain.n) or budget_bytes < 1:
+    if solves_exactly(backend, bucket, chain.n) or budget_bytes < 1:
         return [_solve_alone(chain, budget_bytes, bucket, backend, strict, progress, started, timings, notes)] + [
             _solve_alone(chain, b, bucket, backend, strict, progress, time.perf_counter(), {}, [])
             for b in below]
@@ -253,7 +253,7 @@ def _solve(chain: Chain, budget_bytes: int, bucket, backend: str, strict: bool, 
 def _solve_alone(chain: Chain, budget_bytes: int, bucket, backend: str, strict: bool, progress, started: float,
                  timings: dict, notes: list[str]) -> Plan:
     """The budgets :func:`_solve` does not fill a table for: the exact backend, and a budget of 0 B."""
-    if backend == "exact" or auto_is_exact(backend, bucket, chain.n):
+    if solves_exactly(backend, bucket, chain.n):
         if backend == "auto":
             notes.append(f"exact DP (no buckets): the chain has {chain.n} <= {EXACT_AUTO_STAGES} stages, where the "
                          f"exact optimum is cheap")
@@ -330,6 +330,11 @@ def auto_is_exact(backend: str, bucket, n: int) -> bool:
     """Whether ``backend`` "auto" takes the exact, bucket-free DP: no bucket given and at most
     :data:`EXACT_AUTO_STAGES` stages."""
     return backend == "auto" and bucket is None and n <= EXACT_AUTO_STAGES
+
+
+def solves_exactly(backend: str, bucket, n: int) -> bool:
+    """Whether a solve takes the exact, bucket-free DP: backend "exact", or "auto" where :func:`auto_is_exact`."""
+    return backend == "exact" or auto_is_exact(backend, bucket, n)
 
 
 def table_progress(problem: Problem, what: str, progress: bool | None):

@@ -324,7 +324,7 @@ from gpusolve.units import exact_bytes, format_bytes, parse_budget, parse_bytes,
 from . import _util as U
 from . import opclock
 from .offload import HostCopies, measure_link
-from .profiler import chain_from_profile, profile_dict, profiling
+from .profiler import chain_from_profile, input_facts, profile_dict, profiling
 from .report import MemoryBudgetWarning, StepMeter
 
 
@@ -1348,10 +1348,7 @@ def _check_profile_input(profile: dict, state) -> None:
     """A saved profile holds for the input it was taken on: other shapes, dtypes or another requires_grad
     make other activations (a batch-8 profile planned a batch-256 step 11.6x over its budget; a review,
     2026-11-27). Raises ``ValueError`` naming both; fields a profile lacks are not checked."""
-    tensors = U.tensors(state)
-    now = {"input shapes": [list(t.shape) for t in tensors],
-           "dtype": ",".join(sorted({str(t.dtype).replace("torch.", "") for t in tensors})),
-           "input_requires_grad": any(t.requires_grad for t in tensors)}
+    now = input_facts(U.tensors(state))
     was = {"input shapes": (profile.get("args") or {}).get("input_shapes"), "dtype": profile.get("dtype"),
            "input_requires_grad": profile.get("input_requires_grad")}
     for what, value in was.items():

@@ -170,6 +170,14 @@ def load_profile(path, fuse_aliasing: bool = True) -> Chain:
     return chain_from_profile(data, fuse_aliasing=fuse_aliasing)
 
 
+def input_facts(inputs: list) -> dict:
+    """What a profile records of the input it was taken on (its ``args.input_shapes``, ``dtype`` and
+    ``input_requires_grad``), also what a saved profile is checked against (``prepare(profile=...)``)."""
+    return {"input shapes": [list(t.shape) for t in inputs],
+            "dtype": ",".join(sorted({str(t.dtype).replace("torch.", "") for t in inputs})),
+            "input_requires_grad": any(t.requires_grad for t in inputs)}
+
+
 def profile_dict(stages, sample_input, passes: int = 5, warmup: int = 1, network: str | None = None,
                  names: list[str] | None = None, modules=(), loss_only: bool = False,
                  isolated: bool | None = None, progress: bool = True) -> dict:
@@ -241,19 +249,18 @@ def profile_dict(stages, sample_input, passes: int = 5, warmup: int = 1, network
         _PROFILING.depth -= 1
         snapshot.restore()
     per_stage, reference = measured
-    requires_grad = any(t.requires_grad for t in inputs)
-    dtypes = sorted({str(t.dtype).replace("torch.", "") for t in inputs})
+    facts = input_facts(inputs)
     params = params_of(state[0]) + state[1]
     data = {
         "format": PROFILE_FORMAT,
         "network": network or "chain",
-        "args": {"input_shapes": [list(t.shape) for t in inputs], "passes": passes},
+        "args": {"input_shapes": facts["input shapes"], "passes": passes},
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "torch": torch.__version__,
-        "dtype": dtypes[0] if len(dtypes) == 1 else ",".join(dtypes),
+        "dtype": facts["dtype"],
         "input_bytes": state_nbytes(sample_input),
         "param_bytes": sum(p.numel() * p.element_size() for p in params),
-        "input_requires_grad": requires_grad,
+        "input_requires_grad": facts["input_requires_grad"],
         "isolated": stage_by_stage,
         "reference": reference,
         "stages": [dict(name=name, **fields) for name, fields in zip(names, per_stage)],

@@ -253,8 +253,8 @@ Note [Autocast's cache]
     use casts again, a transient each stage's measurement includes. Casting is deterministic, so the
     values are the same; only the casts of a parameter used twice in a forward are repeated, and its
     gradient is then the float32 sum of each use's (one cast's gradient summed the uses in bfloat16
-    first): the last bits differ, 7.6e-6 on a 7.4e-3 gradient of a join's head read by both branches
-    (a review, 2026-11-27).
+    first): the last bits differ, as a review saw on a join's head read by both branches (2026-11-27;
+    not recorded).
 
 Note [torch.compile]
     ``forward`` keeps the plain path (``budget=None``, or grad disabled) traceable: torch.compile

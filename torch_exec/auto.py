@@ -309,6 +309,7 @@ from .meter import MemoryMeter, ProfilerBusyError, measure_peak
 from .executor import (CheckpointedSequential, _backend_setting, _budget_setting, _caller_keeps_setting,
                        _compiler_disable, _standin_params, check_offload_backend)
 from .join import CheckpointedJoin
+from .profiler import runs_as_a_stage
 
 MAX_CROSSING = 1
 """Most tensors that may cross a cut (Note [Cut points]), unless one value read late leaves few cuts
@@ -2149,7 +2150,9 @@ class AutoCheckpointed(nn.Module):
 
     # ------------------------------------------------------------ forward
     def forward(self, *args, **kwargs):
-        if self.budget is None or not torch.is_grad_enabled():
+        # inside another wrapper's profiling or step this model is one of its stages, run plainly (Note [A
+        # wrapper inside another's step] in torch_exec/profiler.py)
+        if self.budget is None or not torch.is_grad_enabled() or runs_as_a_stage():
             return self._model(*args, **kwargs)
         return self._call_scheduled(args, kwargs)
 
@@ -2163,7 +2166,7 @@ class AutoCheckpointed(nn.Module):
             cap.executor.measure_memory(1)
         # the first call of a signature profiles and solves inside the step, after the model's code before the
         # chain has run (BatchNorm's statistics, random numbers): a plan that fails undoes that code too
-        with _undone_on_error(self._model, not cap.executor._entries):
+        with _undone_on_error(self._model, cap.executor._unsettled()):
             if cap.method == "blocks":
                 return self._run_blocks(cap, args, kwargs)
             flat = pytree.tree_leaves((args, {k: kwargs[k] for k in cap.kw_order}))

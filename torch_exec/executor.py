@@ -221,6 +221,17 @@ Note [A step keeps its plan]
     recomputed stages of the plan its forward ran (:class:`Runtime`, the join's runtime too), and its
     host copies (``HostCopies.step``), so a new plan applies from the next forward on.
 
+Note [A failed plan keeps its profile]
+    Profiling a signature (``_build``, about 16 plain steps) and planning it (``_plan_entry``) are two
+    steps. A budget below the signature's least raised after the profile was made and threw it away, so
+    ``replan(err.min_bytes)`` (which re-solves cached signatures only) did not reach it and the next call
+    profiled it all over again, while ``min_budget_bytes`` still named the previous signature's least
+    (a review, bench/repros/rv5_manual_failed_prepare_discards_profile.py). The entry is cached before it
+    is planned: without a plan, it is planned at its next call (raising again if it still does not fit)
+    and tried by ``replan``, where a budget it still does not fit leaves it without a plan rather than
+    refusing a budget the signatures that ran fit; ``plans`` lists the planned ones only. The failed
+    signature is the latest, so ``min_budget_bytes`` is its least.
+
 Note [Recomputing from the step's buffers]
     A re-run of a stage must compute what its first run computed. Its buffers are swapped for
     clones so that the step updates them once (BatchNorm's statistics), but clones of the buffers as
@@ -324,7 +335,7 @@ from gpusolve.units import exact_bytes, format_bytes, parse_budget, parse_bytes,
 from . import _util as U
 from . import opclock
 from .offload import HostCopies, measure_link
-from .profiler import chain_from_profile, input_facts, profile_dict, profiling
+from .profiler import a_wrapper_step, chain_from_profile, input_facts, profile_dict, runs_as_a_stage
 from .report import MemoryBudgetWarning, StepMeter
 
 
@@ -964,7 +975,8 @@ def interpret(program, runtime) -> None:
     frees is really freed then (the memory model counts it gone). An active
     :class:`torch_exec.opclock.OpClock` marks the end of every op (diagnosis only).
     """
-    with runtime.call.bound():  # Note [Data bound to a call]
+    # Note [Data bound to a call]; a wrapper a stage calls runs plainly (Note [A wrapper inside another's step])
+    with runtime.call.bound(), a_wrapper_step():
         _interpret(program, runtime)
 
 
@@ -1546,7 +1558,8 @@ class _PlannedModule(nn.Module):
     @property
     def plans(self) -> dict:
         """Cached plans by input signature (none under plain autograd, ``budget=None``)."""
-        return {} if self._runs_plain() else {key: entry.plan for key, entry in self._entries.items()}
+        return {} if self._runs_plain() else {key: entry.plan for key, entry in self._entries.items()
+                                               if entry.plan is not None}
 
     def _runs_plain(self) -> bool:
         """Whether every step runs as plain autograd, without a plan (``budget=None`` and no ``schedule_fn``)."""
@@ -1554,12 +1567,21 @@ class _PlannedModule(nn.Module):
 
     @U.without_autocast_cache  # profiling too (Note [Autocast's cache])
     def _entry(self, inputs):
+        """The input signature's entry, profiled (``_build``) and planned (``_plan_entry``) on first use. A
+        plan that fails keeps the profile and makes the signature the latest (Note [A failed plan keeps
+        its profile])."""
         key = self._key(inputs)
         entry = self._entries.get(key)
         if entry is None:
-            entry = self._build(inputs)
-            self._entries[key] = entry
+            entry = self._entries[key] = self._build(inputs)
+        if entry.plan is None:
+            self._last = entry  # min_budget_bytes names this signature's least if the plan fails
+            self._plan_entry(entry)
         return entry
+
+    def _unsettled(self) -> bool:
+        """Whether a call may still profile or plan: no signature cached, or one without a plan."""
+        return not self._entries or any(entry.plan is None for entry in self._entries.values())
 
     def replan(self, budget="keep", schedule_fn="keep", profile: bool = False) -> None:
         """Change the budget and/or ``schedule_fn`` and re-solve every cached input signature from its
@@ -1596,11 +1618,19 @@ class _PlannedModule(nn.Module):
             raise
 
     def _replan_all(self) -> None:
-        """Re-solve every cached signature from its profiles (nothing to do under plain autograd)."""
+        """Re-solve every cached signature from its profiles (nothing to do under plain autograd). A signature
+        whose plan failed is tried too and stays without a plan where it still does not fit (Note [A failed
+        plan keeps its profile])."""
         if self._runs_plain():
             return
         for entry in self._entries.values():
-            self._plan_entry(entry)
+            if entry.plan is not None:
+                self._plan_entry(entry)
+                continue
+            try:
+                self._plan_entry(entry)
+            except InfeasibleBudgetError:
+                entry.plan = None
 
     def measure_memory(self, steps: int = 1) -> None:
         """Measure the peak memory of the next ``steps`` steps (forward to the end of backward) with
@@ -1627,8 +1657,10 @@ class _PlannedModule(nn.Module):
         return entry.plain
 
     def _plain_step(self, run):
-        """A step as plain autograd (``run()``): a measured one ends with the backward that reaches its output."""
-        out = run()
+        """A step as plain autograd (``run()``): a measured one ends with the backward that reaches its output.
+        A wrapper among its stages runs plainly too (Note [A wrapper inside another's step])."""
+        with a_wrapper_step():
+            out = run()
         if self._meter.measuring:
             self._meter.end_with_backward_of([t for t in tree_leaves(out) if isinstance(t, torch.Tensor)])
         return out
@@ -1838,7 +1870,6 @@ class CheckpointedSequential(_PlannedModule):
                                  "argument, or call replan(profile=True)")
             entry.out_grads, entry.out_dropped = loss_only_uses(entry)
             entry.exec_chain = with_learned_outputs(entry)
-        self._plan_entry(entry)
         return entry
 
     @property
@@ -2018,9 +2049,10 @@ class CheckpointedSequential(_PlannedModule):
         flat = U.tensors(state)
         if len(flat) != (1 if isinstance(state, torch.Tensor) else len(state)):
             raise TypeError("CheckpointedSequential takes a tensor or a tuple of tensors")
-        if self._runs_plain() or not torch.is_grad_enabled() or profiling():
-            # torch.compile traces this path (Note [torch.compile]); inside the profiling of an outer
-            # chain this wrapper is one of its stages: it runs plainly and is measured as such.
+        if self._runs_plain() or not torch.is_grad_enabled() or runs_as_a_stage():
+            # torch.compile traces this path (Note [torch.compile]); inside the profiling or the step of an
+            # outer wrapper this one is one of its stages: it runs plainly, as it was measured (Note [A
+            # wrapper inside another's step] in torch_exec/profiler.py).
             return self._plain(state)
         return self._scheduled(state, flat)
 

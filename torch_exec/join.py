@@ -94,7 +94,7 @@ from .executor import (NOT_MEASURED, TURN, CheckpointedSequential, ProgramSplit,
                        below_floor_message, below_plain_message, executor_chain, interpret, interpret_backward,
                        kept_graph_leaves, output_out_of_tape)
 from .meter import MemoryMeter
-from .profiler import chain_from_profile, profile_dict, profiling
+from .profiler import chain_from_profile, profile_dict, runs_as_a_stage
 
 
 class JoinOrderWarning(UserWarning):
@@ -418,12 +418,11 @@ class CheckpointedJoin(_PlannedModule):
                 exec_chains.append(branch)
                 plain_chains.append(branch)
                 continue
-            entry = seq._build(sample)  # profiles the branch (its own plain plan is never used)
+            entry = seq._build(sample)  # profiles the branch (the join plans it: _plan_entry)
             entry.exec_chain = executor_chain(entry.plain_chain, entry.rng, sample, self.preserve_rng_state,
                                               entry.group_modules, output_grad_held=False, allocator=False,
                                               buffer_writes=entry.buffer_writes)
             entry.chain = entry.exec_chain
-            entry.plan = None
             branch_entries.append(entry)
             exec_chains.append(entry.exec_chain)
             plain_chains.append(entry.plain_chain)
@@ -438,7 +437,6 @@ class CheckpointedJoin(_PlannedModule):
                           structures=structures, head=self.head_fn, head_profile=head_profile,
                           plain_peak_bytes=self._plain_step_peak(inputs), held_bytes=int(self.held_bytes),
                           beside_bytes=int(self.beside_bytes), floor_bytes=int(self.floor_bytes))
-        self._plan_entry(entry)
         return entry
 
     def _profile_head(self, inputs, turn_grads: int):
@@ -659,7 +657,7 @@ class CheckpointedJoin(_PlannedModule):
 
     def forward(self, *inputs):
         self._check_inputs(inputs)
-        if self._runs_plain() or not torch.is_grad_enabled() or profiling():
+        if self._runs_plain() or not torch.is_grad_enabled() or runs_as_a_stage():
             return self._plain(inputs)
         return self._scheduled(inputs)
 

@@ -128,6 +128,36 @@ def profiling() -> bool:
     return getattr(_PROFILING, "depth", 0) > 0
 
 
+# Note [A wrapper inside another's step]
+#     A wrapper used as a stage of another (a CheckpointedSequential inside a CheckpointedSequential, a
+#     wrapped model inside a wrapped model) is profiled by the outer one as a plain stage, and the outer's
+#     plan counts it so. Inside the outer's step it ran its own plan: the outer's memory model no longer
+#     described the step, and the inner's first call with grad came in the outer's backward (a recomputed
+#     tape), where it profiled itself: its CPU meter stopped the outer's measured step's meter inside the
+#     backward, whose engine put the profiler's thread state back when it ended, so a profiler stayed on and
+#     every later CPU meter raised ProfilerBusyError (a review, 2026-11-27:
+#     bench/repros/rv5_manual_nested_profiler_leak.py). So the outer owns the step: inside another wrapper's
+#     step (interpret, or a step run as plain autograd) a wrapper runs its stages plainly, as it does while
+#     being profiled (runs_as_a_stage()). Called on its own, it runs its own plan.
+_STEP = threading.local()
+
+
+@contextlib.contextmanager
+def a_wrapper_step():
+    """The extent of a wrapper's step on this thread (Note [A wrapper inside another's step])."""
+    _STEP.depth = getattr(_STEP, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _STEP.depth -= 1
+
+
+def runs_as_a_stage() -> bool:
+    """Whether a wrapper called now is a stage of another's work, profiled or run (it then runs plainly:
+    Note [A wrapper inside another's step])."""
+    return profiling() or getattr(_STEP, "depth", 0) > 0
+
+
 class CPUTimingWarning(UserWarning):
     """The profile was taken on the CPU: its times are CPU times, not GPU times."""
 

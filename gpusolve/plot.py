@@ -49,24 +49,44 @@ def curve_data(chain: Chain, max_budget=None, bucket=None, backend: str = "auto"
         plan, at_grid = solve(chain, top, bucket=bucket, backend=backend), []
     else:
         plan, at_grid = solve_budgets(chain, top, grid, bucket=bucket, backend=backend)
-    curve = plan.curve.feasible()
-    budgets = [*curve.budget_bytes.tolist(), *(p.budget_bytes for p in (plan, *at_grid))]
-    times = [*curve.time_ms.tolist(), *(p.predicted_time_ms for p in (plan, *at_grid))]
-    optimal = {"budget_bytes": [], "time_ms": []}
-    for b, t in sorted(zip(budgets, times)):  # each plan holds for every larger budget: the fastest so far
-        if not optimal["time_ms"] or t < optimal["time_ms"][-1]:
-            if optimal["budget_bytes"] and optimal["budget_bytes"][-1] == b:
-                optimal["time_ms"][-1] = t
-            else:
-                optimal["budget_bytes"].append(int(b))
-                optimal["time_ms"].append(float(t))
-    if optimal["budget_bytes"][-1] < top:  # the line runs on to the largest budget
-        optimal["budget_bytes"].append(int(top))
-        optimal["time_ms"].append(optimal["time_ms"][-1])
+    optimal = fastest_line(top, [plan.curve], [plan, *at_grid])
     return {"name": chain.provenance.get("network") or chain.provenance.get("source") or "chain",
             "stages": chain.n, "profiled_stages": chain.profiled_stages, "max_budget_bytes": top, "min_feasible_bytes": low,
             "store_all_time_ms": store_all_time_ms(chain), "backend": plan.backend, "buckets": plan.buckets,
             "optimal": optimal, "grid_bytes": grid, "baselines": baseline_curves(chain, grid)}
+
+
+def fastest_line(top: int, curves=(), plans=()) -> dict:
+    """The fastest known time at every budget up to ``top``, as a step line ``{budget_bytes, time_ms}``, from
+    ``curves`` (a table's :class:`gpusolve.solve.Curve`, its feasible points, or another such line) and
+    ``plans`` (the feasible ones, each at its ``budget_bytes``): every point holds for every larger budget
+    too. Empty where none is feasible."""
+    budgets: list = []
+    times: list = []
+    for curve in curves:
+        if isinstance(curve, dict):
+            budgets += curve["budget_bytes"]
+            times += curve["time_ms"]
+        else:
+            curve = curve.feasible()
+            budgets += curve.budget_bytes.tolist()
+            times += curve.time_ms.tolist()
+    for plan in plans:
+        if plan.feasible:
+            budgets.append(plan.budget_bytes)
+            times.append(plan.predicted_time_ms)
+    line: dict = {"budget_bytes": [], "time_ms": []}
+    for b, t in sorted(zip(budgets, times)):  # the fastest so far
+        if not line["time_ms"] or t < line["time_ms"][-1]:
+            if line["budget_bytes"] and line["budget_bytes"][-1] == b:
+                line["time_ms"][-1] = float(t)
+            else:
+                line["budget_bytes"].append(int(b))
+                line["time_ms"].append(float(t))
+    if line["budget_bytes"] and line["budget_bytes"][-1] < top:  # the line runs on to the largest budget
+        line["budget_bytes"].append(int(top))
+        line["time_ms"].append(line["time_ms"][-1])
+    return line
 
 
 def output_path(out) -> Path:

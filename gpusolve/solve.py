@@ -199,11 +199,12 @@ def solve(chain: Chain, budget, bucket=None, backend: str = "auto", strict: bool
 
 
 def solve_budgets(chain: Chain, budget, below: list, bucket=None, backend: str = "auto",
-                  progress: bool | None = None) -> tuple[Plan, list[Plan]]:
+                  progress: bool | None = None, strict: bool = True) -> tuple[Plan, list[Plan]]:
     """The plan at ``budget`` (as :func:`solve` makes it) and a plan at each budget of ``below`` (bytes, each
-    at most ``budget`` and at least the chain's minimum), all from ONE table: the candidates of Note [Exact
-    candidates] at each budget, with ``budget``'s bucket (so a plan may differ from ``solve()`` at that
-    budget alone, whose bucket is that budget's share). The exact backend solves each budget apart."""
+    at most ``budget``), all from ONE table: the candidates of Note [Exact candidates] at each budget, with
+    ``budget``'s bucket (so a plan may differ from ``solve()`` at that budget alone, whose bucket is that
+    budget's share). The exact backend solves each budget apart. ``strict`` as in :func:`solve`: a budget
+    below the chain's minimum raises, or (False) has a plan with ``feasible=False``."""
     started = time.perf_counter()
     if not isinstance(chain, Chain):
         raise TypeError(f"solve_budgets() needs a gpusolve.Chain, got {type(chain).__name__}")
@@ -211,7 +212,7 @@ def solve_budgets(chain: Chain, budget, below: list, bucket=None, backend: str =
     below = [int(b) for b in below]
     if any(b > top for b in below):
         raise ValueError(f"solve_budgets: budgets {[b for b in below if b > top][:3]} are above the budget {top} B")
-    plans = _solve(chain, top, bucket, backend, True, progress, started, below)
+    plans = _solve(chain, top, bucket, backend, strict, progress, started, below)
     return plans[0], plans[1:]
 
 
@@ -230,8 +231,9 @@ def _solve(chain: Chain, budget_bytes: int, bucket, backend: str, strict: bool, 
     try:
         bucket_bytes = choose_bucket(budget_bytes, chain.n, name, bucket, notes)
     except ValueError:  # a bucket above the budget: first say if the budget itself is too small
-        if budget_bytes < min_feasible_bytes(chain):
-            return [_infeasible(chain, budget_bytes, bucket, name, started, timings, notes, strict)]
+        if budget_bytes < min_feasible_bytes(chain):  # and so is every budget below it
+            return [_infeasible(chain, b, bucket, name, started, dict(timings), list(notes), strict)
+                    for b in [budget_bytes, *below]]
         raise
     buckets = budget_bytes // bucket_bytes
     slack = slack_buckets(chain.n, buckets) if bucket is None else 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from gpusolve import Chain
@@ -99,21 +100,59 @@ def test_free_copies_help_on_resnet(resnet):
     assert combined.swaps > 0 and combined.predicted_time_ms < plain.predicted_time_ms - 1.0
 
 
-def test_curve_data(resnet, monkeypatch):
-    import gpusolve.offload.solver as solver
-    solves = []
-    monkeypatch.setattr(solver, "solve", lambda *a, **k: solves.append(a) or solve(*a, **k))
+def _line_at(line, b):
+    budgets, times = np.asarray(line["budget_bytes"]), np.asarray(line["time_ms"])
+    k = np.searchsorted(budgets, b, side="right") - 1
+    return times[k] if k >= 0 else np.inf
+
+
+def test_curve_data(resnet):
     data = offload_curve_data(resnet, Link.parse("12.2GB/s"), backend="cpu", points=6)
-    assert solves == []  # only the combined table's curve is used: no recompute-only reference inside
-    plan = solver.solve_offload(resnet, "40%", "12.2GB/s", backend="cpu", reference=False)
-    assert plan.recompute_only is None and "recompute_only" not in plan.timings and solves == []
     assert data["grid_bytes"][-1] == store_all_peak_bytes(resnet)
     assert data["offload_only"]["best"][-1] == pytest.approx(store_all_time_ms(resnet), rel=1e-12)
-    # pointwise: the combined curve is never above the recompute curve (same bucket, superset class)
-    comb = dict(zip(data["combined"]["budget_bytes"], data["combined"]["time_ms"], strict=True))
-    for b, t in zip(data["recompute"]["budget_bytes"], data["recompute"]["time_ms"], strict=True):
-        if b in comb:
-            assert comb[b] <= t
+    comb, rec = data["combined"], data["recompute"]
+    for line in (comb, rec):
+        assert np.all(np.diff(line["budget_bytes"]) > 0) and np.all(np.diff(line["time_ms"]) < 0)
+        assert line["budget_bytes"][-1] == data["max_budget_bytes"]
+        assert _line_at(line, data["max_budget_bytes"]) == store_all_time_ms(resnet)
+    assert comb["budget_bytes"][0] == data["min_feasible_bytes"]
+    # everywhere, not only where both have a point: the combined line is never above the recompute one
+    for b in sorted(set(comb["budget_bytes"]) | set(rec["budget_bytes"])):
+        assert _line_at(comb, b) <= _line_at(rec, b), b
+
+
+def test_curve_lines_are_below_the_baselines_users_run():
+    # a review (2026-11-27) found the chain curve's line drawn above baselines evaluated in exact bytes; the
+    # offload curve's two lines were still the bucketed tables alone (a coarser bucket than the chain's)
+    from gpusolve.baselines import baseline_curves
+    chain = Chain.load("densenet121_b64")
+    data = offload_curve_data(chain, Link.parse("12GB/s"), backend="cpu", points=12)
+    points = dict(baseline_curves(chain, data["grid_bytes"]))
+    points.pop("points")
+    for line in (data["combined"], data["recompute"]):
+        for name, series in points.items():
+            for b, t in zip(data["grid_bytes"], series, strict=True):
+                assert t is None or _line_at(line, b) <= t + 1e-9, (name, b, t, _line_at(line, b))
+
+
+def test_solve_offload_budgets_plans_fit_and_never_lose_to_recompute_only(resnet):
+    from gpusolve.offload.solver import min_budget_bytes, solve_offload_budgets
+    link = Link.parse("12.2GB/s")
+    top, least = store_all_peak_bytes(resnet), min_budget_bytes(resnet, link)
+    grid = [least, int(least + 0.3 * (top - least)), int(least + 0.7 * (top - least))]
+    plan, below = solve_offload_budgets(resnet, top, link, grid, backend="cpu")
+    assert len(below) == 3
+    for b, p in zip(grid, below, strict=True):
+        assert p.feasible and p.budget_bytes == b and p.predicted_peak_bytes <= b
+        assert p.bucket_bytes == plan.bucket_bytes  # one table
+        sim = simulate(resnet, p.schedule, link=link)
+        assert (sim.time_ms, sim.peak_bytes) == (p.predicted_time_ms, p.predicted_peak_bytes)
+        if p.recompute_only is not None:
+            assert p.predicted_time_ms <= p.recompute_only.predicted_time_ms
+    with pytest.raises(ValueError, match="above the budget"):
+        solve_offload_budgets(resnet, grid[0], link, [top], backend="cpu")
+    _, (under,) = solve_offload_budgets(resnet, top, link, [least - 1], backend="cpu")
+    assert not under.feasible
 
 
 # ---------------------------------------------------------------------------- CLI

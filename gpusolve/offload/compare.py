@@ -274,18 +274,32 @@ def offload_records(chain: Chain, budget, link: Link, bucket=None, backend: str 
 
 def offload_curve_data(chain: Chain, link: Link, max_budget=None, bucket=None, backend: str = "auto",
                        points: int = 24) -> dict:
-    """The three curves (time in ms against the budget in bytes): recompute only and combined (each
-    the DP curve of one solve at the top budget), and offload only (the best of the paper's algorithms
-    at ``points`` budgets from the combined minimum to the top). ``max_budget`` defaults to the store-all
-    peak."""
-    from ..solve import solve
-    from .solver import min_budget_bytes, solve_offload
+    """The three curves (time in ms against the budget in bytes) at ``points`` budgets from the combined
+    minimum to the top (``max_budget``, default the store-all peak). Recompute only and combined are each
+    the fastest plan known at every budget, as :func:`gpusolve.plot.curve_data`'s optimal line: the table's
+    optimum at every bucket (one table each, filled at the top) and the plan :func:`solve_offload_budgets`
+    makes at each of the ``points`` budgets from those tables, with the exact-byte candidates (Note [Exact
+    candidates] in gpusolve/solve.py). Every recompute-only plan is a combined one, so the combined line
+    also takes the recompute line's points: it is never above it. Offload only is the best of the paper's
+    algorithms at each of the ``points`` budgets."""
+    from ..plot import fastest_line
+    from .solver import min_budget_bytes, solve_offload_budgets
     top = store_all_peak_bytes(chain) if max_budget is None else budget_bytes_of(chain, max_budget, "max budget")
-    combined = solve_offload(chain, top, link, bucket=bucket, backend=backend, reference=False)  # its curve only
-    # below recompute only's own minimum its curve is empty (the combined class runs lower)
-    recompute = solve(chain, top, bucket=combined.bucket_bytes, backend=backend, strict=False)
     low = min_budget_bytes(chain, link)
+    if top < low:
+        raise InfeasibleBudgetError(f"max budget {top} B is below the chain's least feasible budget {low} B with "
+                                    f"offloading: raise it (--max-budget), or leave it out for the store-all peak",
+                                    low)
     grid = np.unique(np.linspace(low, top, points).astype(np.int64)).tolist()
+    combined, at_grid = solve_offload_budgets(chain, top, link, grid, bucket=bucket, backend=backend)
+    plans = [combined, *at_grid]
+    references = [p.recompute_only for p in plans if p.recompute_only is not None]
+    if references or not link.is_useless:  # below recompute only's own minimum its plans are infeasible
+        recompute = fastest_line(top, [] if combined.recompute_only is None else [combined.recompute_only.curve],
+                                 references)
+    else:  # a link that moves nothing, one backend: the combined plans are recompute only's (none was solved)
+        recompute = fastest_line(top, [combined.curve], plans)
+    line = fastest_line(top, [combined.curve, recompute], plans)
     paper = {name: [] for name in PAPER_METHODS}
     for b in grid:
         results = paper_results(chain, int(b), link)
@@ -294,15 +308,11 @@ def offload_curve_data(chain: Chain, link: Link, max_budget=None, bucket=None, b
             paper[name].append(None if isinstance(r, str) else r[0])
     best = [min((paper[n][q] for n in PAPER_METHODS if paper[n][q] is not None), default=None)
             for q in range(len(grid))]
-    curves = {}
-    for key, plan in (("combined", combined), ("recompute", recompute)):
-        curve = plan.curve.feasible()
-        curves[key] = {"budget_bytes": curve.budget_bytes.tolist(), "time_ms": curve.time_ms.tolist()}
     return {"name": chain.provenance.get("network") or chain.provenance.get("source") or "chain", "stages": chain.n,
             "link": link.to_dict(), "paper_rate_bytes_per_ms": paper_rate(link), "max_budget_bytes": top,
             "min_feasible_bytes": int(low), "store_all_time_ms": store_all_time_ms(chain),
-            "backend": combined.backend, "bucket_bytes": combined.bucket_bytes, **curves,
-            "grid_bytes": grid, "offload_only": {"best": best, **paper}}
+            "backend": combined.backend, "bucket_bytes": combined.bucket_bytes, "combined": line,
+            "recompute": recompute, "grid_bytes": grid, "offload_only": {"best": best, **paper}}
 
 
 def plot_offload_curves(data: dict, out) -> "object":

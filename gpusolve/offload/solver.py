@@ -17,7 +17,7 @@ from ..dp.problem import Problem
 from ..schedule import OpKind, policy_to_schedule
 from ..simulate import budget_bytes_of, simulate, store_all_time_ms
 from ..solve import (Curve, Plan, _infeasible, _zero_budget_bucket, auto_is_exact, exact_candidates, json_number,
-                     pick_kernel_backend, slack_buckets, solve, table_progress)
+                     pick_kernel_backend, slack_buckets, solve, solve_budgets, table_progress)
 from ..units import format_bytes
 from . import dp as offload_dp
 from .link import Link
@@ -36,10 +36,10 @@ from .link import Link
 # Over a useless link the two tables are equal bit for bit, and so are the plans, unless "auto" takes
 # the exact DP for gpusolve.solve (a short chain, no bucket given): only then is it solved. Skipped
 # there too before, a review's 13-stage chain got 29.57 ms over a link of 0 B/s against 24.71 ms
-# without --offload (tests/test_offload_dp.py). Nothing more is solved where only the table's curve
-# is read (offload_curve_data: reference=False; at 50-25 % on
-# densenet121_fine_b32 that solve took 17-22 s on the CPU, timings.recompute_only in
-# bench/results/offload_curves.json).
+# without --offload (tests/test_offload_dp.py). At 50-25 % on densenet121_fine_b32 that solve took
+# 17-22 s on the CPU (timings.recompute_only in bench/results/offload_curves.json); reference=False
+# skips it where only the table is wanted. offload_curve_data solves it once for all its budgets
+# (solve_offload_budgets): its recompute line is those plans, and the combined line is never above it.
 
 # |simulated - DP| allowed, relative: float32 sums of up to ~1e4 terms (an internal check, not a tolerance
 # the user sees: the plan's time is the simulated one).
@@ -87,7 +87,30 @@ def solve_offload(chain: Chain, budget, link, bucket=None, backend: str = "auto"
     :class:`~gpusolve.InfeasibleBudgetError` (``strict``) or returns ``feasible=False``. The plan is
     never slower than :func:`gpusolve.solve`'s with the same arguments (Note [Never slower than
     recompute only]); ``reference=False`` skips that comparison (and its solve) where only the
-    table is wanted, e.g. its curve. ``progress`` as in :func:`gpusolve.solve`."""
+    table is wanted. ``progress`` as in :func:`gpusolve.solve`."""
+    return _solve_offload(chain, budget, link, bucket, backend, strict, progress, reference, [])[0]
+
+
+def solve_offload_budgets(chain: Chain, budget, link, below: list, bucket=None, backend: str = "auto",
+                          progress: bool | None = None) -> tuple[OffloadPlan, list[OffloadPlan]]:
+    """The plan at ``budget`` (as :func:`solve_offload` makes it) and a plan at each budget of ``below``
+    (bytes, each at most ``budget``), from ONE combined table and ONE recompute-only table (each at
+    ``budget``'s bucket, as :func:`gpusolve.solve.solve_budgets`): a budget's plan may differ from
+    ``solve_offload()`` at that budget alone. A budget below the least has a plan with ``feasible=False``."""
+    if not isinstance(chain, Chain):
+        raise TypeError(f"solve_offload_budgets() needs a gpusolve.Chain, got {type(chain).__name__}")
+    top = budget_bytes_of(chain, budget)
+    below = [int(b) for b in below]
+    if any(b > top for b in below):
+        raise ValueError(f"solve_offload_budgets: budgets {[b for b in below if b > top][:3]} are above the budget "
+                         f"{top} B")
+    plans = _solve_offload(chain, top, link, bucket, backend, False, progress, True, below)
+    return plans[0], plans[1:]
+
+
+def _solve_offload(chain: Chain, budget, link, bucket, backend: str, strict: bool, progress, reference: bool,
+                   below: list) -> list[OffloadPlan]:
+    """:func:`solve_offload` at ``budget``, then at each budget of ``below`` from the same tables."""
     started = time.perf_counter()
     if not isinstance(chain, Chain):
         raise TypeError(f"solve_offload() needs a gpusolve.Chain, got {type(chain).__name__}")
@@ -106,18 +129,22 @@ def solve_offload(chain: Chain, budget, link, bucket=None, backend: str = "auto"
     def minimum() -> int:
         return min_budget_bytes(chain, link)
 
+    def apart() -> list[OffloadPlan]:  # the budgets below, each solved alone (no table is filled here)
+        return [_solve_offload(chain, b, link, bucket, backend, strict, progress, reference, [])[0] for b in below]
+
     if budget_bytes < 1:
         if budget_bytes >= minimum():  # sizes all 0: nothing to move, nothing to bucket
             _zero_budget_bucket(bucket)
-            return _as_offload(solve(chain, budget_bytes, strict=strict, progress=progress, backend="exact"), link)
-        return _as_offload(_infeasible(chain, budget_bytes, bucket, name, started, timings, notes, strict, minimum()),
-                           link)
+            return [_as_offload(solve(chain, budget_bytes, strict=strict, progress=progress, backend="exact"),
+                                link)] + apart()
+        return [_as_offload(_infeasible(chain, budget_bytes, bucket, name, started, timings, notes, strict,
+                                        minimum()), link)] + apart()
     try:
         bucket_bytes = choose_bucket(budget_bytes, chain.n, "cpu", bucket, notes, tables=offload_dp.TABLES / 2)
     except ValueError:
         if budget_bytes < minimum():
-            return _as_offload(_infeasible(chain, budget_bytes, bucket, name, started, timings, notes, strict,
-                                           minimum()), link)
+            return [_as_offload(_infeasible(chain, budget_bytes, bucket, name, started, timings, notes, strict,
+                                            minimum()), link)] + apart()
         raise
     buckets = budget_bytes // bucket_bytes
     slack = slack_buckets(chain.n, buckets) if bucket is None else 0
@@ -126,6 +153,31 @@ def solve_offload(chain: Chain, budget, link, bucket=None, backend: str = "auto"
     with table_progress(problem, f"offload DP, {name}", progress) as callback:
         table = filler(problem, chain, link, progress=callback, timings=timings)
     full_curve = np.asarray(table.curve, dtype=np.float64)
+    # gpusolve.solve's plans, Note [Never slower than recompute only]
+    references: list = [None] * (1 + len(below))
+    reference_backend = "exact" if auto_is_exact(backend, bucket, chain.n) else name
+    if reference and not (link.is_useless and reference_backend == name):
+        clock = time.perf_counter()
+        top, rest = solve_budgets(chain, budget_bytes, below, bucket=bucket, strict=False, progress=progress,
+                                  backend=reference_backend)
+        references = [p if p.feasible else None for p in (top, *rest)]
+        timings["recompute_only"] = time.perf_counter() - clock
+    shared = list(notes)
+    plans = [_table_plan(chain, link, problem, table, full_curve, budget_bytes, name, references[0], strict,
+                         started, timings, notes, minimum)]
+    for b, recompute in zip(below, references[1:], strict=True):
+        plans.append(_table_plan(chain, link, problem, table, full_curve, b, name, recompute, strict,
+                                 time.perf_counter(), {"setup": 0.0, "dp": 0.0}, list(shared), minimum))
+    return plans
+
+
+def _table_plan(chain: Chain, link: Link, problem: Problem, table, full_curve: np.ndarray, budget_bytes: int,
+                name: str, recompute: Plan | None, strict: bool, started: float, timings: dict, notes: list[str],
+                minimum) -> OffloadPlan:
+    """The plan at ``budget_bytes`` from a filled combined table, against ``recompute`` (gpusolve.solve's
+    plan there, or None: Note [Never slower than recompute only])."""
+    bucket_bytes = problem.bucket_bytes
+    buckets = budget_bytes // bucket_bytes
     curve = Curve(np.arange(buckets + 1, dtype=np.int64) * bucket_bytes, full_curve[:buckets + 1].copy())
     clock = time.perf_counter()
 
@@ -136,15 +188,6 @@ def solve_offload(chain: Chain, budget, link, bucket=None, backend: str = "auto"
     # table's optimum, the slack band's plateaus, the segment policies (all in the combined class).
     best = exact_candidates(chain, problem, table, full_curve, buckets, budget_bytes, peak_of)
     timings["recover"] = time.perf_counter() - clock
-    recompute = None  # gpusolve.solve's plan, Note [Never slower than recompute only]
-    reference_backend = "exact" if auto_is_exact(backend, bucket, chain.n) else name
-    if reference and not (link.is_useless and reference_backend == name):
-        clock = time.perf_counter()
-        recompute = solve(chain, budget_bytes, bucket=bucket, strict=False, progress=progress,
-                          backend=reference_backend)
-        timings["recompute_only"] = time.perf_counter() - clock
-        if not recompute.feasible:
-            recompute = None
     if best is None and recompute is not None:
         best = (recompute.predicted_time_ms, None, recompute.policy,
                 f"at bucket {format_bytes(bucket_bytes)} the rounded sizes fit no combined plan; the plan is "
@@ -202,4 +245,4 @@ def _as_offload(plan: Plan, link: Link) -> OffloadPlan:
     return OffloadPlan(**fields, link=link)
 
 
-__all__ = ["OffloadPlan", "min_budget_bytes", "solve_offload"]
+__all__ = ["OffloadPlan", "min_budget_bytes", "solve_offload", "solve_offload_budgets"]

@@ -18,8 +18,9 @@ _UNITS = {
 _PATTERN = re.compile(r"^\s*([+-]?[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
 
-def _number_and_scale(value, what: str) -> tuple:
-    """(number, bytes per unit) of a size (:func:`parse_bytes`'s forms), refused when negative."""
+def _number_and_scale(value, what: str, fix: str | None = None) -> tuple:
+    """(number, bytes per unit) of a size (:func:`parse_bytes`'s forms), refused when negative (``fix``: what
+    the error tells the user to give instead; default a size of 0 bytes or more)."""
     if isinstance(value, str):
         match = _PATTERN.match(value)
         if not match or match.group(2).lower() not in _UNITS:
@@ -32,7 +33,7 @@ def _number_and_scale(value, what: str) -> tuple:
         raise ValueError(f"{what} must be a number of bytes or a string like '6GiB', got {value!r}")
     if number < 0:
         example = value.strip().lstrip("-") if isinstance(value, str) else f"{-number:g}"
-        raise ValueError(f"{what} {value!r} is negative: give a size of 0 bytes or more, e.g. {example!r}")
+        raise ValueError(f"{what} {value!r} is negative: {fix or f'give a size of 0 bytes or more, e.g. {example!r}'}")
     return number, scale
 
 
@@ -43,15 +44,16 @@ def parse_amount(value, what: str = "size") -> float:
     return float(number) * scale
 
 
-def parse_bytes(value: int | float | str, what: str = "size") -> int:
+def parse_bytes(value: int | float | str, what: str = "size", fix: str | None = None) -> int:
     """Return a byte count from a number (Python's or NumPy's) or a string such as ``"6GiB"``.
 
     Binary suffixes (KiB, MiB, GiB, TiB, and the short K/M/G/T) are powers of 1024,
     decimal ones (KB, MB, GB, TB) powers of 1000. Fractions are rounded down to whole bytes.
     Raises ``ValueError`` naming ``what`` for anything else, negative or non-finite values, or more
-    than :data:`MAX_BYTES`.
+    than :data:`MAX_BYTES`; ``fix`` replaces the remedy a negative value's error names (a size whose least
+    is not 0 bytes: a bucket).
     """
-    number, scale = _number_and_scale(value, what)
+    number, scale = _number_and_scale(value, what, fix)
     if not math.isfinite(number):
         raise ValueError(f"{what} must be a finite, non-negative size, got {value!r}")
     if number * scale > MAX_BYTES:

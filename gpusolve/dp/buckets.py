@@ -37,16 +37,10 @@ def parse_bucket(bucket) -> int | None:
     (the solver chooses) stays None."""
     if bucket is None:
         return None
-    try:
-        bucket_bytes = parse_bytes(bucket, "bucket")
-    except ValueError as err:
-        if "is negative" in str(err):  # a bucket's least is 1 byte, not the 0 bytes of a size
-            raise ValueError(f"bucket {bucket!r} is negative: a bucket must be at least 1 byte (leave it out to let "
-                             f"the solver choose)") from None
-        raise
+    fix = "a bucket must be at least 1 byte (leave it out to let the solver choose)"  # not the 0 B of a size
+    bucket_bytes = parse_bytes(bucket, "bucket", fix)
     if bucket_bytes < 1:
-        raise ValueError(f"bucket {bucket!r} is {bucket_bytes} whole bytes: a bucket must be at least 1 byte "
-                         f"(leave it out to let the solver choose)")
+        raise ValueError(f"bucket {bucket!r} is {bucket_bytes} whole bytes: {fix}")
     return bucket_bytes
 
 

@@ -95,8 +95,11 @@ def parse_budget(value, reference_bytes, what: str = "budget") -> int:
     return int(int(reference) * (percent / 100.0))
 
 
-_TIME_UNITS = {"": 1.0, "ms": 1.0, "s": 1000.0, "us": 1e-3, "µs": 1e-3, "ns": 1e-6}
-_TIME = re.compile(r"^\s*([+-]?[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(ms|s|us|µs|ns|)\s*$", re.IGNORECASE)
+# microseconds: "us", the micro sign (U+00B5) or the Greek mu (U+03BC, what keyboards type); matched without
+# case folding beyond ASCII (re.ASCII) and looked up lower-cased, so every spelling the pattern takes is a key
+_TIME_UNITS = {"": 1.0, "ms": 1.0, "s": 1000.0, "us": 1e-3, "\u00b5s": 1e-3, "\u03bcs": 1e-3, "ns": 1e-6}
+_TIME = re.compile(r"^\s*([+-]?[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(ms|s|us|\u00b5s|\u03bcs|\u039cs|ns|)\s*$",
+                   re.IGNORECASE | re.ASCII)
 
 
 def parse_duration_ms(value, what: str = "latency") -> float:

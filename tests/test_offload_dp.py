@@ -3,7 +3,9 @@ against the two-timeline simulator (every plan), against an exhaustive search ov
 class, the spec's worked example by hand, and the spec's prefetch condition (a counterexample)."""
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -69,6 +71,32 @@ def test_link_parsing_and_validation():
         Link(1.0, 1.0, latency_ms=math.inf)
     with pytest.raises(ValueError, match="one copy channel"):
         Link(1.0, 1.0, channels=2)
+
+
+def test_a_link_beyond_the_tables_range_is_refused_naming_it():
+    # a review: a copy time above float32's range was an impossible swap in the tables while the least budget
+    # counted it possible, and the solve said "use a finer bucket" at a bucket of 1 B
+    chain = Chain.from_dict(json.loads((Path(__file__).parent / "data" / "offload_gap_chain.json").read_text()))
+    assert solve_offload(chain, 52, Link(1e-30, 1e-30), bucket=1, backend="cpu").swaps == 1  # within range
+    for link in (Link(1e-40, 1e-40), Link(1.0, 1.0, 1e39), Link(1.0, 1e-40)):
+        with pytest.raises(ValueError, match="beyond the solver's float32 tables") as err:
+            solve_offload(chain, 52, link, bucket=1, backend="cpu")
+        assert "bucket" not in str(err.value)
+    assert solve_offload(chain, 60, Link(0.0, 0.0), bucket=1, backend="cpu").swaps == 0  # useless: allowed
+
+
+def test_microseconds_in_every_spelling_and_no_unicode_case_folding():
+    # a review: the Greek mu (U+03BC, what keyboards type) matched the pattern's micro sign case-insensitively
+    # and then missed the unit table (KeyError, a traceback from the CLI); 'ſ' (long s) folded to 's' and read
+    # a rate per second as per ms (1000x)
+    from gpusolve.units import parse_duration_ms
+    for text in ("10us", "10US", "10\u00b5s", "10\u03bcs", "10\u039cs", "10\u039cS", "0.01ms", "1e-5s"):
+        assert parse_duration_ms(text) == pytest.approx(0.01), text
+    assert Link.parse("12GB/s", latency_ms="10\u03bcs").latency_ms == pytest.approx(0.01)
+    with pytest.raises(ValueError, match="is not a rate"):
+        parse_rate("12GB/\u017f")
+    with pytest.raises(ValueError, match="is not a duration"):
+        parse_duration_ms("10\u017f")
 
 
 # ------------------------------------------------------------------ useless link = today's chain DP

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from ..units import parse_amount, parse_duration_ms
 
-_RATE = re.compile(r"^\s*(.+?)\s*/\s*(s|sec|ms)\s*$", re.IGNORECASE)
+_RATE = re.compile(r"^\s*(.+?)\s*/\s*(s|sec|ms)\s*$", re.IGNORECASE | re.ASCII)  # ASCII: no 'ſ' for 's'
 
 
 def parse_rate(value, what: str = "bandwidth") -> float:

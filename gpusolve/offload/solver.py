@@ -118,6 +118,7 @@ def _solve_offload(chain: Chain, budget, link, bucket, backend: str, strict: boo
         link = Link.parse(link)
     if not isinstance(link, Link):
         raise TypeError(f"link must be a gpusolve.offload.Link or a rate string like '12GB/s', got {link!r}")
+    _check_link_range(chain, link)
     timings: dict = {}
     notes: list[str] = ["the link has bandwidth 0 one way or both: nothing can be moved, the plan is recompute "
                         "only"] if link.is_useless else []
@@ -236,6 +237,23 @@ def _table_plan(chain: Chain, link: Link, problem: Problem, table, full_curve: n
                        bytes_per_state=4 * (offload_dp.TABLES if name == "cpu" else 2),
                        notes=notes, timings=timings, chain=chain, link=link, dp_time_ms=dp_time, swaps=swaps,
                        recompute_only=recompute, known_min_bytes=minimum())
+
+
+def _check_link_range(chain: Chain, link: Link) -> None:
+    """A link whose copy of some activation takes longer than the tables' float32 holds (about 3.4e38 ms) is
+    refused, naming its figures: the tables would read that swap as impossible while the least budget
+    (:func:`min_budget_bytes`) counts any finite transfer as possible, and the solve blamed the bucket (a
+    review: "use a finer bucket" at a bucket of 1 B)."""
+    if link.is_useless:
+        return
+    largest = max((int(b) for b, ok in zip(chain.padded()["act_bytes"], chain.swappable()) if ok), default=0)
+    limit = float(np.finfo(np.float32).max)
+    slowest = max(link.d2h_ms(largest), link.h2d_ms(largest))
+    if slowest > limit:
+        raise ValueError(f"link {link.d2h_bytes_per_ms:g} B/ms device to host, {link.h2d_bytes_per_ms:g} B/ms host to "
+                         f"device, latency {link.latency_ms:g} ms: copying a {largest} B activation would take "
+                         f"{slowest:.3g} ms, beyond the solver's float32 tables ({limit:.3g} ms); give a bandwidth "
+                         f"of 0 for a link that moves nothing, or the link's real figures")
 
 
 def _as_offload(plan: Plan, link: Link) -> OffloadPlan:

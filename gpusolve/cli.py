@@ -10,7 +10,7 @@ from pathlib import Path
 from . import profiles
 from .chain import THESIS_FORMAT, Chain, read_json_object
 from .data import THESIS_CASES
-from .dp.buckets import parse_bucket
+from .dp.buckets import DEFAULT_BUCKETS, parse_bucket
 from .errors import BackendUnavailableError, FallbackWarning, ProfileWarning
 from .simulate import budget_bytes_of, store_all_peak_bytes
 from .units import exact_bytes, format_bytes, parse_bytes
@@ -515,9 +515,13 @@ def build_parser() -> argparse.ArgumentParser:
         if budget_required:
             p.add_argument("--budget", required=True,
                            help="memory budget beyond the input: bytes, KiB/MiB/GiB, or %% of the store-all peak")
-        p.add_argument("--bucket", default=None, help="memory granularity of the DP (default budget/1024 on CPU)")
+        p.add_argument("--bucket", default=None,
+                       help=f"memory granularity of the DP (default: the budget over {DEFAULT_BUCKETS['cpu']} buckets "
+                            f"on the CPU, {DEFAULT_BUCKETS['cuda']} on CUDA; {DEFAULT_BUCKETS['cpu']} on both with "
+                            f"--offload)")
         p.add_argument("--backend", default="auto", choices=BACKENDS,
-                       help="auto (exact for small chains, else CUDA if available, else cpu), cpu, cuda or exact")
+                       help="auto (exact for small chains without --offload, else CUDA if available, else cpu), cpu, "
+                            "cuda or exact (not with --offload)")
         p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
     def offload(p):

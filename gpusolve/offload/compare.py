@@ -248,8 +248,9 @@ def offload_records(chain: Chain, budget, link: Link, bucket=None, backend: str 
         detail = {"backend": plan.backend, "buckets": plan.buckets}
         if isinstance(plan, OffloadPlan):
             other = plan.recompute_only
-            detail |= {"swaps": plan.swaps, "timings": dict(plan.timings),
-                       "is_recompute_only_plan": other is not None and plan.policy is other.policy}
+            # over a link that moves nothing the plan is recompute only's, which then is not solved twice
+            same = other.policy is plan.policy if other is not None else link.is_useless
+            detail |= {"swaps": plan.swaps, "timings": dict(plan.timings), "is_recompute_only_plan": same}
         if plan.feasible:
             rows.append(Record(name, float(plan.predicted_time_ms), int(plan.predicted_peak_bytes),
                                float(plan.predicted_time_ms / base - 1.0) if base else 0.0, True, detail))

@@ -105,6 +105,13 @@ def test_demo_runs(tmp_path):
     assert out.read_bytes()[:8] == PNG_MAGIC
 
 
+def test_demo_takes_the_exact_backend(tmp_path):
+    # a review: refused with "backend 'exact' is not one of 'auto', 'cpu', 'cuda', 'exact'"
+    res = run("demo", "--backend", "exact", "--out", tmp_path / "demo.png", timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert "exact" in res.stdout and (tmp_path / "demo.png").read_bytes()[:8] == PNG_MAGIC
+
+
 def test_demo_default_output_in_cwd(tmp_path):
     res = run("demo", "--backend", "cpu", cwd=tmp_path, timeout=120)
     assert res.returncode == 0, res.stderr

@@ -89,6 +89,10 @@ def test_compare_json_and_table(capsys, small):
     best = records[0]["time_ms"]
     assert best == data["plan"]["predicted_time_ms"]
     assert not records[1]["feasible"]  # store-all does not fit 60 % of its own peak
+    # but its time and peak are shown, as the chain comparison shows them (a review: '-' in every column)
+    assert records[1]["time_ms"] == pytest.approx(data["store_all_time_ms"] if "store_all_time_ms" in data
+                                                  else data["plan"]["store_all_time_ms"], rel=1e-12)
+    assert records[1]["peak_bytes"] > data["plan"]["budget_bytes"] and records[1]["overhead"] == 0.0
     for r in records[1:]:
         assert not r["feasible"] or (r["time_ms"] >= best and r["peak_bytes"] <= data["plan"]["budget_bytes"])
     code, out, err = cli(capsys, "join", *paths, "--budget", "60%", "--bucket", "4KiB", "--compare")

@@ -25,7 +25,7 @@ import torch.nn.functional as F  # noqa: E402
 
 import models  # noqa: E402
 import torch_exec as te  # noqa: E402
-from gpusolve import InfeasibleBudgetError, format_bytes  # noqa: E402
+from gpusolve import BackendUnavailableError, InfeasibleBudgetError, format_bytes  # noqa: E402
 from gpusolve.cli import attach_dash_values  # noqa: E402
 from gpusolve.units import parse_bytes, parse_percentage  # noqa: E402
 
@@ -129,7 +129,7 @@ def main(argv=None):
         started = time.perf_counter()
         try:
             model.prepare(*batch_args, **batch_kwargs)
-        except (InfeasibleBudgetError, te.CaptureError) as err:
+        except (InfeasibleBudgetError, BackendUnavailableError, te.CaptureError) as err:
             raise SystemExit(f"train.py: error: {err}") from None
         print(f"captured, profiled and solved in {time.perf_counter() - started:.2f} s ({model.capture.notes[0]})")
         print(model.plan.summary())

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import sys
@@ -144,7 +145,7 @@ def cmd_solve(args) -> int:
         _emit_json(plan.to_dict() | _stage_counts(chain))
     else:
         print(f"{_chain_name(chain, args.profile)}: {chain.summary()}")
-        print(plan.summary())
+        print(plan_text(plan))
     return 0
 
 
@@ -262,7 +263,7 @@ def cmd_demo(args) -> int:
           f"{format_bytes(budget)}")
     print("\n== optimal plan")
     plan = solve(chain, budget, backend=args.backend)
-    print(plan.summary())
+    print(plan_text(plan))
     print("\n== comparison with the baselines")
     print(comparison_table(compare(chain, budget, plan=plan), budget))
     data = curve_data(chain, None, backend=args.backend)
@@ -453,7 +454,7 @@ def cmd_join_profiles(args) -> int:
         print(f"  branch {beta}: {name}: {c.summary()}")
     print(f"store-all (plain autograd) peak {format_bytes(store_all_join_peak_bytes(net))}, "
           f"step {plan.store_all_time_ms:.2f} ms; join DP minimum {format_bytes(plan.min_feasible_bytes)}")
-    print(plan.summary())
+    print(plan_text(plan))
     if records is not None:
         print(comparison_table(records, plan.budget_bytes))
     return 0
@@ -612,10 +613,26 @@ def attach_dash_values(argv: list, options=SIZE_OPTIONS) -> list:
 # Warnings printed as notes on stderr: a backend fallback, and an estimate read into a profile (a missing
 # backward time; before, the command line dropped it, the Python API warned).
 NOTED_WARNINGS = (FallbackWarning, ProfileWarning)
+_caught: list = []  # the warnings main() records while its command runs (its catch_warnings log)
+
+
+def _noted(text: str) -> bool:
+    """Whether ``text`` is a note main() prints on stderr (a warning of :data:`NOTED_WARNINGS` caught so far)."""
+    text = " ".join(text.split())
+    return any(issubclass(w.category, NOTED_WARNINGS) and " ".join(str(w.message).split()) == text for w in _caught)
+
+
+def plan_text(plan) -> str:
+    """``plan.summary()`` for stdout: without the notes that go to stderr as warnings (the CPU fallback was
+    printed twice, once on stdout: a review)."""
+    shown = copy.copy(plan)
+    shown.notes = [n for n in plan.notes if not _noted(n)]
+    return shown.summary()
 
 
 def main(argv=None) -> int:
     """Run the CLI; returns (and, as a script entry point, exits with) the exit code."""
+    global _caught
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
     if not argv:  # the commands, not one line about a missing one
@@ -629,6 +646,7 @@ def main(argv=None) -> int:
         with warnings.catch_warnings(record=True) as caught:
             for category in NOTED_WARNINGS:
                 warnings.simplefilter("always", category)
+            _caught = caught  # (plan_text reads it)
             code = COMMANDS[args.command](args)
         seen = set()
         for w in caught:  # notes go to stderr, once each (on errors only the error line is printed)

@@ -451,3 +451,20 @@ def test_solve_budgets_plans_are_each_their_own():
         assert plan.budget_bytes == budget and plan.predicted_peak_bytes <= budget
         assert not any("store-all" in n for n in plan.notes), plan.notes  # the top plan's note
     assert sum(v for k, v in top.timings.items() if k == "recover") <= top.solve_seconds
+
+
+def test_the_cpu_fallback_note_goes_to_stderr_once_and_not_to_stdout():
+    # a review: printed twice, once on stdout among the plan's lines (`> plan.txt` captured it)
+    from gpusolve.solve import _pick_backend
+    notes: list = []
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if _pick_backend("auto", notes)[0] == "cuda":
+            pytest.skip("CUDA runs here: no fallback")
+    res = run("solve", "densenet121_b64", "--budget", "50%")
+    assert res.returncode == 0, res.stderr
+    assert "CUDA backend unavailable" not in res.stdout and "predicted step" in res.stdout
+    assert res.stderr.count("CUDA backend unavailable") == 1
+    plan = json.loads(run("solve", "densenet121_b64", "--budget", "50%", "--json").stdout)
+    assert any("CUDA backend unavailable" in n for n in plan["notes"])  # the JSON keeps every note

@@ -133,7 +133,8 @@ def offload_link(args):
 def cmd_solve(args) -> int:
     from .solve import solve
     chain = load_chain(args.profile)
-    budget = _budget(chain, args.budget)
+    _budget(chain, args.budget)  # checked first; solved as given, so that a percentage's error names the least
+    budget = args.budget
     bucket = parse_bucket(args.bucket)
     link = offload_link(args)
     if link is not None:

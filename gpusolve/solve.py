@@ -24,6 +24,7 @@ Note [Exact candidates]
 """
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from dataclasses import dataclass, field
@@ -38,8 +39,8 @@ from .dp.segments import SegmentEvaluator
 from .errors import BackendUnavailableError, FallbackWarning, InfeasibleBudgetError, warn_once
 from .progress import pair_progress, table_work
 from .schedule import Op, Policy, policy_to_schedule, schedule_to_json, segments_policy
-from .simulate import budget_bytes_of, overhead, simulate, store_all_time_ms
-from .units import exact_bytes, format_bytes, parse_bytes
+from .simulate import budget_bytes_of, overhead, simulate, store_all_peak_bytes, store_all_time_ms
+from .units import exact_bytes, format_bytes, parse_bytes, percent_hint
 
 BACKENDS = ("auto", "cpu", "cuda", "exact")
 # "auto" solves chains of at most this many stages with the exact, bucket-free DP: the true optimum
@@ -195,7 +196,22 @@ def solve(chain: Chain, budget, bucket=None, backend: str = "auto", strict: bool
     started = time.perf_counter()
     if not isinstance(chain, Chain):
         raise TypeError(f"solve() needs a gpusolve.Chain, got {type(chain).__name__}")
-    return _solve(chain, budget_bytes_of(chain, budget), bucket, backend, strict, progress, started)[0]
+    with naming_percent(budget, lambda: store_all_peak_bytes(chain)):
+        return _solve(chain, budget_bytes_of(chain, budget), bucket, backend, strict, progress, started)[0]
+
+
+@contextlib.contextmanager
+def naming_percent(budget, reference_bytes):
+    """An :class:`InfeasibleBudgetError` raised inside names, when ``budget`` was a percentage, the bytes it is a
+    percentage of (``reference_bytes``, or a callable returning them) and the least percentage that fits
+    (:func:`gpusolve.units.percent_hint`; the error named bytes only: a review)."""
+    try:
+        yield
+    except InfeasibleBudgetError as err:
+        hint = percent_hint(budget, err.min_bytes, reference_bytes)
+        if not hint:
+            raise
+        raise InfeasibleBudgetError(f"{err}{hint}", err.min_bytes) from None
 
 
 def solve_budgets(chain: Chain, budget, below: list, bucket=None, backend: str = "auto",

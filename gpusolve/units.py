@@ -90,9 +90,41 @@ def parse_budget(value, reference_bytes, what: str = "budget") -> int:
     percentage) such as ``"50%"`` (:func:`parse_percentage`), rounded down to whole bytes."""
     percent = parse_percentage(value, what)
     if percent is None:
-        return parse_bytes(value, what)
+        return parse_bytes(_whole_budget(value, what), what)
     reference = reference_bytes() if callable(reference_bytes) else reference_bytes
     return int(int(reference) * (percent / 100.0))
+
+
+def _whole_budget(value, what: str):
+    """``value`` unless it is a bare number (no unit) with a fraction of a byte: refused, as most likely a share
+    meant as a percentage ("0.5"); a size with a unit ("1.5GiB") is whole bytes once scaled, rounded down."""
+    bare = value.strip() if isinstance(value, str) else value
+    if isinstance(bare, str):
+        try:
+            bare = float(bare)
+        except ValueError:
+            return value
+    if isinstance(bare, float) and math.isfinite(bare) and not bare.is_integer():
+        raise ValueError(f"{what} {value!r} is a fraction of a byte: give bytes ('6GiB', 6e9) or a percentage "
+                         f"('50%'); a bare number is bytes")
+    return value
+
+
+def least_percent(min_bytes: int, reference_bytes: int) -> float:
+    """The least percentage of ``reference_bytes``, rounded up to 0.1, whose budget holds ``min_bytes``
+    (what an infeasible percentage budget's error names)."""
+    return math.ceil(1000 * int(min_bytes) / int(reference_bytes)) / 10 if reference_bytes > 0 else 100.0
+
+
+def percent_hint(budget, min_bytes: int, reference_bytes, of: str = "the store-all peak", subject: str = "this") -> str:
+    """What the error of an infeasible budget adds when it was a percentage (``""`` otherwise): the bytes it
+    is a percentage of (``reference_bytes``: an int, or a callable returning it) and the least percentage
+    that fits (:func:`least_percent`), which ``subject`` needs."""
+    if parse_percentage(budget) is None:
+        return ""
+    reference = int(reference_bytes() if callable(reference_bytes) else reference_bytes)
+    least = least_percent(min_bytes, reference)
+    return f" (budget {str(budget).strip()} of {of} {reference} B; {subject} needs at least {least:g}%)"
 
 
 # microseconds: "us", the micro sign (U+00B5) or the Greek mu (U+03BC, what keyboards type); matched without

@@ -172,3 +172,43 @@ def test_infeasible_percentage_says_the_least_percentage():
     least = float(str(err.value).rsplit("at least ", 1)[1].rstrip("%)"))
     peak = data["reference"]["store_all_peak_bytes"]
     assert math.ceil(peak * least / 100) >= err.value.min_bytes
+
+
+def test_an_infeasible_percentage_names_the_least_percentage_everywhere(capsys):
+    # a review: `gpusolve solve vgg16_b64 --budget 50%` answered in bytes only
+    from gpusolve.join.bytesim import store_all_join_peak_bytes
+    from gpusolve.join.network import JoinNet, Turn
+    from gpusolve.join.solve import solve_join
+    from gpusolve.offload import solve_offload
+    chain = Chain.load("vgg16_b64")
+    peak = store_all_peak_bytes(chain)
+    with pytest.raises(gpusolve.InfeasibleBudgetError, match=r"budget 50% of the store-all peak \d+ B; this needs "
+                                                            r"at least ([\d.]+)%") as err:
+        gpusolve.solve(chain, "50%", backend="cpu")
+    least = float(err.value.args[0].rsplit("at least ", 1)[1].rstrip("%)"))
+    assert int(peak * least / 100) >= err.value.min_bytes > int(peak * (least - 0.1) / 100)  # the least, to 0.1
+    assert gpusolve.solve(chain, f"{least}%", backend="cpu").feasible
+    with pytest.raises(gpusolve.InfeasibleBudgetError, match=r"this needs at least"):
+        solve_offload(chain, "50%", "12GB/s", backend="cpu")
+    with pytest.raises(gpusolve.InfeasibleBudgetError) as bytes_only:
+        gpusolve.solve(chain, int(peak * 0.5), backend="cpu")
+    assert "%" not in str(bytes_only.value)  # bytes given: bytes answered
+    turn = Turn(t_fwd=1.0, t_bwd=0.0, bwd_extra=0, name="turn")
+    with pytest.raises(gpusolve.InfeasibleBudgetError, match=r"budget 5% of the store-all peak (\d+) B") as join_err:
+        solve_join([chain, chain], turn, "5%", backend="cpu")
+    assert str(store_all_join_peak_bytes(JoinNet([chain, chain], turn, 0))) in str(join_err.value)
+    assert main(["solve", "vgg16_b64", "--budget", "50%", "--backend", "cpu"]) == 2
+    assert f"this needs at least {least:g}%" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("budget", ["0.5", 0.5, "4500000000.5", 1.5])
+def test_a_fraction_of_a_byte_is_refused_by_the_solver_as_by_the_wrapper(budget, capsys):
+    # a review: the command line rounded '0.5' down to 0 B (a budget below the minimum) while
+    # CheckpointedSequential refused it as a fraction of a byte: one rule (gpusolve.units.parse_budget)
+    chain = Chain.load("vgg16_b64")
+    with pytest.raises(ValueError, match="is a fraction of a byte"):
+        gpusolve.solve(chain, budget, backend="cpu")
+    if isinstance(budget, str):
+        assert main(["solve", "vgg16_b64", "--budget", budget, "--backend", "cpu"]) == 2
+        assert "is a fraction of a byte" in capsys.readouterr().err
+    assert parse_budget("1.5KiB", None) == 1536 and parse_budget(4.5e9, None) == 4500000000  # whole once scaled

@@ -307,7 +307,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
 import numbers
 import os
 import sys
@@ -330,7 +329,7 @@ from gpusolve.offload.solver import OFFLOAD_BACKENDS, OffloadPlan, solve_offload
 from gpusolve.schedule import SWAP_OPS, Op, OpKind, policy_to_schedule
 from gpusolve.simulate import budget_bytes_of, simulate, store_all_peak_bytes, store_all_time_ms
 from gpusolve.solve import BACKENDS, Curve, Plan, release_device_memory, solve
-from gpusolve.units import exact_bytes, format_bytes, parse_budget, parse_bytes, parse_percentage
+from gpusolve.units import exact_bytes, format_bytes, parse_budget, parse_percentage, percent_hint
 
 from . import _util as U
 from . import opclock
@@ -1450,16 +1449,7 @@ def _budget_setting(budget):
         return None
     if parse_percentage(budget, "budget") is not None:
         return budget.strip()
-    bare = budget.strip() if isinstance(budget, str) else budget
-    if isinstance(bare, str):
-        try:
-            bare = float(bare)
-        except ValueError:
-            bare = None  # a size with a unit ("1.5GiB"): whole bytes once scaled
-    if isinstance(bare, float) and math.isfinite(bare) and not bare.is_integer():
-        raise ValueError(f"budget {budget!r} is a fraction of a byte: give bytes ('6GiB', 6e9) or a percentage of "
-                         f"plain autograd's peak ('50%'); a bare number is bytes")
-    return parse_bytes(budget, "budget")
+    return parse_budget(budget, None, "budget")  # bytes (a fraction of a byte refused: the one rule)
 
 
 def _check_settings(schedule_fn, profile_passes, profile_warmup, preserve_rng_state, measure_steps) -> None:
@@ -1485,9 +1475,8 @@ def _backend_setting(backend, backends=BACKENDS) -> str:
 
 def _needs_at_least(err: InfeasibleBudgetError, budget: str, peak: int) -> str:
     """What an infeasible percentage budget's error adds: the peak it is a percentage of and the least
-    percentage this input needs, rounded up to 0.1."""
-    least = math.ceil(1000 * err.min_bytes / peak) / 10
-    return f" (budget {budget} of plain autograd's peak {peak} B; this input needs at least {least:g}%)"
+    percentage this input needs (:func:`gpusolve.units.percent_hint`)."""
+    return percent_hint(budget, err.min_bytes, peak, "plain autograd's peak", "this input")
 
 
 # ---------------------------------------------------------------------------- the modules

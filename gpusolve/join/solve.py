@@ -28,7 +28,7 @@ import numpy as np
 
 from ..dp.buckets import HOST_MEMORY_FRACTION, available_host_bytes, check_user_bucket
 from ..errors import InfeasibleBudgetError
-from ..solve import (Curve, PlanBase, pick_kernel_backend, plan_dict, plan_summary, slack_band_fit,
+from ..solve import (Curve, PlanBase, naming_percent, pick_kernel_backend, plan_dict, plan_summary, slack_band_fit,
                      slack_buckets, slack_note)
 from ..units import exact_bytes, format_bytes, parse_budget
 from .baselines import equiv_chain, split_budget, store_all
@@ -136,7 +136,8 @@ def solve_join(branches, turn: Turn, budget, bucket=None, reserved_bytes: int = 
     if budget_bytes < min_bytes:
         message = join_below_minimum(budget_bytes, min_bytes)
         if strict:
-            raise InfeasibleBudgetError(message, min_bytes)
+            with naming_percent(budget, lambda: store_all_join_peak_bytes(net)):
+                raise InfeasibleBudgetError(message, min_bytes)
         return JoinPlan(False, float("inf"), 0, budget_bytes, 0, 0, time.perf_counter() - started,
                         Curve(np.zeros(0, dtype=np.int64), np.zeros(0)), [], None, store_time, min_bytes,
                         notes=notes + [message], timings=timings, net=net, backend=name)

@@ -15,9 +15,9 @@ from ..dp.buckets import choose_bucket
 from ..dp.minpeak import min_feasible_bytes, min_peak_policy
 from ..dp.problem import Problem
 from ..schedule import OpKind, policy_to_schedule
-from ..simulate import budget_bytes_of, simulate, store_all_time_ms
+from ..simulate import budget_bytes_of, simulate, store_all_peak_bytes, store_all_time_ms
 from ..solve import (Curve, Plan, _infeasible, _zero_budget_bucket, auto_is_exact, exact_candidates, json_number,
-                     pick_kernel_backend, slack_buckets, solve, solve_budgets, table_progress)
+                     naming_percent, pick_kernel_backend, slack_buckets, solve, solve_budgets, table_progress)
 from ..units import format_bytes
 from . import dp as offload_dp
 from .link import Link
@@ -88,7 +88,8 @@ def solve_offload(chain: Chain, budget, link, bucket=None, backend: str = "auto"
     never slower than :func:`gpusolve.solve`'s with the same arguments (Note [Never slower than
     recompute only]); ``reference=False`` skips that comparison (and its solve) where only the
     table is wanted. ``progress`` as in :func:`gpusolve.solve`."""
-    return _solve_offload(chain, budget, link, bucket, backend, strict, progress, reference, [])[0]
+    with naming_percent(budget, lambda: store_all_peak_bytes(chain)):
+        return _solve_offload(chain, budget, link, bucket, backend, strict, progress, reference, [])[0]
 
 
 def solve_offload_budgets(chain: Chain, budget, link, below: list, bucket=None, backend: str = "auto",

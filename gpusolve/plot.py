@@ -46,14 +46,57 @@ def curve_data(chain: Chain, max_budget=None, bucket=None, backend: str = "auto"
                                     f"(--max-budget), or leave it out for the store-all peak", low)
     grid = np.unique(np.linspace(low, top, points).astype(np.int64)).tolist()
     if solves_exactly(backend, bucket, chain.n):
-        plan, at_grid = solve(chain, top, bucket=bucket, backend=backend), []
+        tables = plans = [solve(chain, top, bucket=bucket, backend=backend)]
     else:
-        plan, at_grid = solve_budgets(chain, top, grid, bucket=bucket, backend=backend)
-    optimal = fastest_line(top, [plan.curve], [plan, *at_grid])
+        tables, plans = ladder_plans(lambda at, below: solve_budgets(chain, at, below, bucket=bucket, backend=backend),
+                                     top, grid, bucket is None)
+    plan = tables[0]
+    optimal = fastest_line(top, [t.curve for t in tables], plans)
     return {"name": chain.provenance.get("network") or chain.provenance.get("source") or "chain",
             "stages": chain.n, "profiled_stages": chain.profiled_stages, "max_budget_bytes": top, "min_feasible_bytes": low,
             "store_all_time_ms": store_all_time_ms(chain), "backend": plan.backend, "buckets": plan.buckets,
             "optimal": optimal, "grid_bytes": grid, "baselines": baseline_curves(chain, grid)}
+
+
+LADDER = 4
+"""A curve's plan at a budget comes from a table filled at most this many times above it (Note [A ladder of
+tables])."""
+
+# Note [A ladder of tables]
+#     A curve's plans at its grid budgets came from ONE table, filled at the top budget: its bucket (the top over
+#     1024) is coarse for the low budgets, where the rounded sizes fit few plans or none. On
+#     densenet121_fine_b32 (top 11x its least budget: 93 buckets there) the line was at 205.81 ms (+218 %) at
+#     the least budget, where solve() there gives 95.18 ms (a review, 2026-11-28:
+#     bench/repros/rv6_docs_curve_above_solve_at_minimum.py). So the grid is planned from a ladder of tables:
+#     the top's, and for the budgets more than LADDER times below it one filled at the largest of them, and so
+#     on; each budget then has at least 1024 / LADDER of its own default buckets. A chain whose least budget is
+#     within LADDER of its store-all peak fills one table, as before (vgg16_b64, 1.2x); resnet50_b128 (4.3x),
+#     densenet121_b64 (7.6x) and densenet121_fine_b32 (11x) fill two (the cost: bench/results/curve_cost_cpu.md).
+#     A plan the rounded sizes still fit nothing for (the least-peak fallback) is solved alone, at its own
+#     bucket. A bucket the user gives is every table's: one table.
+
+
+def ladder_plans(solve_many, top: int, grid: list, ladder: bool = True) -> tuple[list, list]:
+    """The plans at ``top`` and at each budget of ``grid`` (bytes, at most ``top``) from a ladder of tables
+    (Note [A ladder of tables]); ``solve_many(at, below) -> (plan at at, [plan at each of below])`` fills one
+    table at ``at`` (:func:`gpusolve.solve.solve_budgets`, :func:`gpusolve.offload.solver.solve_offload_budgets`).
+    Returns (each table's own plan, the top's first; every plan). ``ladder=False`` (a user's bucket): one table."""
+    tables, plans = [], []
+    at, pending = top, sorted({int(b) for b in grid if b < top})
+    while True:
+        group = [b for b in pending if not ladder or b * LADDER >= at]
+        head, below = solve_many(at, group)
+        tables.append(head)
+        plans += [head, *below]
+        pending = [b for b in pending if b not in group]
+        if not pending:
+            break
+        at = pending.pop()  # the largest left fills the next table
+    for k, p in enumerate(plans):  # the rounded sizes fit no plan from its table: alone, at its own bucket
+        if ladder and p.feasible and p.budget_bytes < top and not np.isfinite(p.curve.time_ms).any():
+            plans[k] = alone = solve_many(p.budget_bytes, [])[0]
+            tables.append(alone)
+    return tables, plans
 
 
 def fastest_line(top: int, curves=(), plans=()) -> dict:

@@ -277,13 +277,14 @@ def offload_curve_data(chain: Chain, link: Link, max_budget=None, bucket=None, b
                        points: int = 24) -> dict:
     """The three curves (time in ms against the budget in bytes) at ``points`` budgets from the combined
     minimum to the top (``max_budget``, default the store-all peak). Recompute only and combined are each
-    the fastest plan known at every budget, as :func:`gpusolve.plot.curve_data`'s optimal line: the table's
-    optimum at every bucket (one table each, filled at the top) and the plan :func:`solve_offload_budgets`
-    makes at each of the ``points`` budgets from those tables, with the exact-byte candidates (Note [Exact
-    candidates] in gpusolve/solve.py). Every recompute-only plan is a combined one, so the combined line
+    the fastest plan known at every budget, as :func:`gpusolve.plot.curve_data`'s optimal line: the tables'
+    optimum at every bucket (a combined and a recompute-only table filled at the top, and lower ones where the
+    grid reaches far below it: Note [A ladder of tables] in gpusolve/plot.py) and the plan
+    :func:`solve_offload_budgets` makes at each of the ``points`` budgets from those tables, with the
+    exact-byte candidates (Note [Exact candidates] in gpusolve/solve.py). Every recompute-only plan is a combined one, so the combined line
     also takes the recompute line's points: it is never above it. Offload only is the best of the paper's
     algorithms at each of the ``points`` budgets."""
-    from ..plot import fastest_line
+    from ..plot import fastest_line, ladder_plans
     from .solver import min_budget_bytes, solve_offload_budgets
     top = store_all_peak_bytes(chain) if max_budget is None else budget_bytes_of(chain, max_budget, "max budget")
     low = min_budget_bytes(chain, link)
@@ -292,15 +293,16 @@ def offload_curve_data(chain: Chain, link: Link, max_budget=None, bucket=None, b
                                     f"offloading: raise it (--max-budget), or leave it out for the store-all peak",
                                     low)
     grid = np.unique(np.linspace(low, top, points).astype(np.int64)).tolist()
-    combined, at_grid = solve_offload_budgets(chain, top, link, grid, bucket=bucket, backend=backend)
-    plans = [combined, *at_grid]
+    tables, plans = ladder_plans(lambda at, below: solve_offload_budgets(chain, at, link, below, bucket=bucket,
+                                                                         backend=backend), top, grid, bucket is None)
+    combined = tables[0]
     references = [p.recompute_only for p in plans if p.recompute_only is not None]
     if references or not link.is_useless:  # below recompute only's own minimum its plans are infeasible
-        recompute = fastest_line(top, [] if combined.recompute_only is None else [combined.recompute_only.curve],
+        recompute = fastest_line(top, [t.recompute_only.curve for t in tables if t.recompute_only is not None],
                                  references)
     else:  # a link that moves nothing, one backend: the combined plans are recompute only's (none was solved)
-        recompute = fastest_line(top, [combined.curve], plans)
-    line = fastest_line(top, [combined.curve, recompute], plans)
+        recompute = fastest_line(top, [t.curve for t in tables], plans)
+    line = fastest_line(top, [*(t.curve for t in tables), recompute], plans)
     paper = {name: [] for name in PAPER_METHODS}
     for b in grid:
         results = paper_results(chain, int(b), link)

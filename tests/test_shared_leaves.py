@@ -288,3 +288,66 @@ def test_a_reader_through_an_unregistered_attribute_is_found():
     peak = step_peak(wrapped, model)
     assert wrapped._last.breaks == {(None, len(model))}
     assert peak == wrapped.plan.predicted_peak_bytes <= wrapped.plan.budget_bytes
+
+
+def test_post_accumulate_hooks_of_a_shared_parameter_run_once_with_the_whole_gradient():
+    # Note [Hooks on a leaf several segments read]: PyTorch's optimizer step in the backward stepped Adam once
+    # per segment, on partial gradients, for a tied weight (a chain) and for a Siamese encoder (a join)
+    import copy
+
+    import torch_exec as te
+    from torch import nn
+
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.wte = nn.Embedding(40, 16)
+            self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(16, 16), nn.Tanh()) for _ in range(4))
+
+        def forward(self, ids):
+            h = self.wte(ids)
+            for b in self.blocks:
+                h = h + b(h)
+            return nn.functional.cross_entropy(nn.functional.linear(h, self.wte.weight).flatten(0, 1), ids.flatten())
+
+    class Siamese(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.enc = nn.Sequential(*[m for _ in range(4) for m in (nn.Linear(16, 16), nn.Tanh())])
+
+        def forward(self, a, b):
+            return (self.enc(a) * self.enc(b)).sum(1).square().mean()
+
+    def fuse(model):
+        calls: dict = {}
+        for name, p in model.named_parameters():
+            opt = torch.optim.Adam([p], lr=1e-2)
+
+            def hook(p, name=name, opt=opt):
+                calls[name] = calls.get(name, 0) + 1
+                opt.step()
+                opt.zero_grad()
+            p.register_post_accumulate_grad_hook(hook)
+        return calls
+
+    g = torch.Generator().manual_seed(3)
+    cases = [(Tied(), lambda: (torch.randint(0, 40, (4, 10), generator=g),), "chain"),
+             (Siamese(), lambda: (torch.randn(32, 16, generator=g), torch.randn(32, 16, generator=g)), "join")]
+    for model, batch, kind in cases:
+        ref = copy.deepcopy(model)
+        wrapped = te.auto_checkpoint(model, "100%", backend="cpu", caller_keeps="loss", profile_passes=1)
+        args = batch()
+        wrapped.prepare(*args)
+        wrapped.replan(wrapped.min_budget_bytes)  # the least budget: the readers in segments of their own
+        assert type(wrapped.executor).__name__ == ("CheckpointedJoin" if kind == "join" else "CheckpointedSequential")
+        assert wrapped.executor._last.shared_params and not wrapped.executor._last.plain
+        ours, theirs = fuse(model), fuse(ref)
+        for _ in range(3):
+            args = batch()
+            wrapped(*args).backward()
+            ref(*args).backward()
+            for (name, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
+                torch.testing.assert_close(p, q, rtol=0, atol=0, msg=f"{kind}: {name}")
+        assert ours == theirs and set(ours.values()) == {3}, (kind, ours)

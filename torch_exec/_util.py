@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
+import sys
 import threading
 import types
 import weakref
@@ -775,6 +776,53 @@ def buffers_of(modules) -> list[torch.Tensor]:
 
 def params_of(modules) -> list[nn.Parameter]:
     return _unique(modules, nn.Module.parameters)
+
+
+def params_read_by_several(groups) -> tuple:
+    """The parameters requiring grad that the modules of two or more of ``groups`` (each a list of modules: a
+    stage's, a branch's or a head's) hold: a tied weight, a module applied in several stages or branches
+    (Note [Hooks on a leaf several segments read] in torch_exec/executor.py)."""
+    seen: dict = {}
+    for group in groups:
+        for p in {id(p): p for p in params_of(group)}.values():
+            if p.requires_grad:
+                seen.setdefault(id(p), [p, 0])[1] += 1
+    return tuple(p for p, n in seen.values() if n > 1)
+
+
+@contextlib.contextmanager
+def post_accumulate_hooks_deferred(params):
+    """Suspends the post-accumulate-grad hooks of ``params`` inside the block and, when it ends without an error,
+    calls each once (Note [Hooks on a leaf several segments read] in torch_exec/executor.py)."""
+    held = []
+    for p in params:
+        hooks = getattr(p, "_post_accumulate_grad_hooks", None)
+        if hooks:
+            held.append((p, hooks, list(hooks.items())))
+            hooks.clear()  # the engine holds the dict itself: emptied and refilled in place
+    try:
+        yield
+    finally:
+        for _, hooks, items in held:
+            hooks.update(items)
+    for p, _, items in held:
+        for _, hook in items:
+            hook(p)
+
+
+def under_distributed_data_parallel() -> bool:
+    """Whether this call runs inside a ``DistributedDataParallel`` module's forward (its frame is on the stack)."""
+    try:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+    except ImportError:  # pragma: no cover
+        return False
+    codes = {getattr(DDP, name).__code__ for name in ("forward", "_run_ddp_forward") if hasattr(DDP, name)}
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code in codes:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def stage_leaves(group, own: bool = True) -> list[torch.Tensor]:

@@ -6,7 +6,24 @@ The schedule IR is interpreted by ONE loop, :func:`interpret`, over ``plan.sched
   detached output of a tape, or the input a_0); hold the result as checkpoint a_s; drop a_{s-1}
   unless ``keep``.
 - ``FWD_TAPE(s)``: run stage s under ``enable_grad``. Its input is a fresh segment input made from
-  a_{s-1} (Note [Segment inputs]), or, when the op before it was ``FWD_TAPE(s-1)``, the recorded
+  a_{s-1} (Note [Hooks on a leaf several segments read]
+    A parameter two stages (or two join branches) read gets its gradient from each one's segment backward: the
+    engine runs its AccumulateGrad once per part, where plain autograd sums the parts first and runs it once.
+    ``.grad`` ends the same; what runs per accumulation did not. A post-accumulate-grad hook (PyTorch's
+    optimizer step in the backward) stepped Adam once per part, on a partial gradient: the tied weight of a
+    language model, and every weight of a Siamese encoder run as a join, drifted from plain autograd's from the
+    first step (a review, 2026-11-28: bench/repros/rv6_train_tied_optimizer_in_backward.py). So a backward that
+    fills ``.grad`` suspends the post-accumulate hooks of the parameters the modules of several stages hold
+    (``Entry.shared_params``, :func:`torch_exec._util.params_read_by_several`; a tensor a callable closes
+    over is not seen) and calls each once when the schedule's backward ends, with the whole gradient in
+    ``.grad``. DistributedDataParallel's own hook sits on the AccumulateGrad node in C++, out of reach: it
+    all-reduced the first part alone and each rank kept its own rest, so ranks drifted apart
+    (bench/repros/rv6_train_ddp_shared_leaf.py). A wrapper whose stages share parameters refuses to run
+    inside DDP's forward (:func:`refuse_shared_under_ddp`), naming the remedy (``no_sync`` and an all-reduce
+    of its own). Gradient hooks (``register_hook``) still run once per part (Note [Shared leaves split tape
+    runs]).
+
+Note [Segment inputs]), or, when the op before it was ``FWD_TAPE(s-1)``, the recorded
   output of that tape itself: a run of consecutive tapes is ONE autograd segment (see
   Note [Tape runs]). Hold (segment input, output) as the tape of s.
 - ``BWD(s)``: for the last stage t of a segment, back-propagate the held gradient of a_t through
@@ -813,6 +830,8 @@ class Entry(ProgramSplit):
     # another the profiler's stand-in for it): the buffer and the sum, each the leaf's size (Note [Shared
     # leaves split tape runs])
     unseen_shared_bytes: int = 0
+    # parameters the modules of two or more stages hold (Note [Hooks on a leaf several segments read])
+    shared_params: tuple = ()
     plain_chain: Chain | None = None  # the profiled chain: plain autograd's costs (nothing reserved)
     exec_chain: Chain | None = None   # executor_chain(plain_chain): what the interpreter holds
     held_bytes: int = 0               # held through each step beside the stages (CheckpointedSequential.held_bytes)
@@ -1276,8 +1295,12 @@ def interpret_backward(ops: list, rt, mode: _SegmentMode | None) -> None:
     parameters' gradients then go to the parameter tap (Note [Autograd calls that name tensors])."""
     outer = getattr(_SEGMENT, "mode", None)
     _SEGMENT.mode = mode
+    # segments that accumulate into .grad: a shared parameter's post-accumulate hooks run once, at the end
+    # (Note [Hooks on a leaf several segments read])
+    shared = rt.entry.shared_params if mode is None or not mode.named else ()
     try:
-        interpret(ops, rt)
+        with U.post_accumulate_hooks_deferred(shared):
+            interpret(ops, rt)
     finally:
         _SEGMENT.mode = outer
     if mode is not None and mode.box is not None:
@@ -1342,6 +1365,21 @@ class _ScheduleFunction(torch.autograd.Function):
         if ctx.meter is not None:
             ctx.meter.end()
         return (None, None, *input_grads)
+
+
+def refuse_shared_under_ddp(shared: tuple, who: str) -> None:
+    """Note [Hooks on a leaf several segments read]: DistributedDataParallel around a wrapper whose stages share
+    parameters (``shared``; empty where the step runs as plain autograd, one backward) would all-reduce part of
+    their gradients; refused, naming the remedy."""
+    if shared and U.under_distributed_data_parallel():
+        shapes = ", ".join(f"{tuple(p.shape)}" for p in shared[:3])
+        raise RuntimeError(
+            f"{who} inside DistributedDataParallel: {len(shared)} parameter(s) (shapes {shapes}{', ...' if len(shared) > 3 else ''}) "
+            f"are read by several stages (a tied embedding, a module applied twice). The schedule back-propagates "
+            f"each stage apart, so each such parameter's gradient arrives in parts, and DDP would all-reduce the "
+            f"first part alone (each rank keeping its own rest). Synchronise the gradients yourself: run the backward "
+            f"inside ddp.no_sync() and all-reduce every parameter's .grad after it (Note [Hooks on a leaf several "
+            f"segments read] in torch_exec/executor.py), or untie the parameters")
 
 
 def _profile_argument(profile) -> dict:
@@ -1840,6 +1878,7 @@ class CheckpointedSequential(_PlannedModule):
                       floor_bytes=int(self.floor_bytes), groups=groups,
                       breaks=frozenset((None, s) for stages, _, _ in shared for s in stages[1:]),
                       unseen_shared_bytes=sum(2 * nbytes for _, nbytes, summed in shared if not summed),
+                      shared_params=U.params_read_by_several(group_modules),
                       device=U.tensors(state)[0].device,
                       group_modules=group_modules,
                       clone_input=clone_input, split=0, rng=rng, has_buffers=has_buffers,
@@ -2050,6 +2089,7 @@ class CheckpointedSequential(_PlannedModule):
     def _scheduled(self, state, flat):
         """A step under a plan: never traced by torch.compile (Note [torch.compile])."""
         entry = self._entry(state)
+        refuse_shared_under_ddp(() if entry.plain else entry.shared_params, "CheckpointedSequential")
         if entry.replan_due:  # Note [Outputs without a gradient], Note [The caller holds a_N]
             entry.exec_chain, entry.replan_due = with_learned_outputs(entry), False
             self._plan_entry(entry)

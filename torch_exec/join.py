@@ -92,7 +92,7 @@ from .executor import (NOT_MEASURED, TURN, CheckpointedSequential, ProgramSplit,
                        _backward_segment, _compiler_disable, _detached_results, _needs_at_least,
                        _PlannedModule, _SegmentMode, _standin_params, _with_beside, annotate,
                        below_floor_message, below_plain_message, executor_chain, interpret, interpret_backward,
-                       kept_graph_leaves, output_out_of_tape)
+                       kept_graph_leaves, output_out_of_tape, refuse_shared_under_ddp)
 from .meter import MemoryMeter
 from .profiler import chain_from_profile, profile_dict, runs_as_a_stage
 
@@ -130,6 +130,9 @@ class JoinEntry(ProgramSplit):
     plain: bool = False              # plain autograd fits the budget: the step runs as such
     program: list = field(default_factory=list)   # annotate(plan.schedule)
     split: int = 0                   # index of the head's forward (the first TURN entry) in program
+    # parameters two or more branches (or a branch and the head) hold: Note [Hooks on a leaf several segments
+    # read] in the executor
+    shared_params: tuple = ()
 
 
 # ---------------------------------------------------------------------------- runtime
@@ -436,7 +439,10 @@ class CheckpointedJoin(_PlannedModule):
                           plain_net=JoinNet(plain_chains, turn, reserved), branches=branch_entries,
                           structures=structures, head=self.head_fn, head_profile=head_profile,
                           plain_peak_bytes=self._plain_step_peak(inputs), held_bytes=int(self.held_bytes),
-                          beside_bytes=int(self.beside_bytes), floor_bytes=int(self.floor_bytes))
+                          beside_bytes=int(self.beside_bytes), floor_bytes=int(self.floor_bytes),
+                          shared_params=U.params_read_by_several(
+                              [mods for b in branch_entries if not isinstance(b, types.SimpleNamespace)
+                               for mods in b.group_modules] + [U.modules_of([self.head_fn])]))
         return entry
 
     def _profile_head(self, inputs, turn_grads: int):
@@ -666,6 +672,7 @@ class CheckpointedJoin(_PlannedModule):
     def _scheduled(self, inputs):
         """A step under a plan (never traced by torch.compile: Note [torch.compile] in the executor)."""
         entry = self._entry(inputs)
+        refuse_shared_under_ddp(() if entry.plain else entry.shared_params, "CheckpointedJoin")
         self._last = entry
         flat = [t for x in inputs for t in U.tensors(x)]
         if self._begin_step(entry, flat[0].device):

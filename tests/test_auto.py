@@ -1773,3 +1773,45 @@ def test_a_replaced_parameter_is_captured_again(capture):
     expected.backward()
     torch.testing.assert_close(new.grad, ref.blocks[2][0].weight.grad)
     torch.testing.assert_close(model.blocks[1][0].bias.grad, ref.blocks[1][0].bias.grad)
+
+
+def test_the_block_check_starts_both_runs_from_the_same_buffers():
+    # a review: the check of the block substitution restored the RNG between its two runs but not the buffers, so
+    # a model that updates a buffer and reads it (spectral norm's power iteration) was refused as "uses a block's
+    # output for more than the next block"
+    from torch.nn.utils.parametrizations import spectral_norm
+
+    class Blk(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = spectral_norm(nn.Linear(16, 16)), nn.Linear(16, 16)
+
+        def forward(self, h):
+            return h + self.b(torch.nn.functional.leaky_relu(self.a(h), 0.2))
+
+    class Disc(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.inp, self.out = nn.Linear(8, 16), nn.Linear(16, 1)
+            self.blocks = nn.ModuleList(Blk() for _ in range(4))
+
+        def forward(self, x):
+            h = self.inp(x)
+            for b in self.blocks:
+                h = b(h)
+            return self.out(h).mean()
+
+    model = Disc()
+    ref = copy.deepcopy(model)
+    x = torch.randn(8, 8)
+    wrapped = te.auto_checkpoint(model, "100%", capture="blocks", backend="cpu", profile_passes=1)
+    wrapped.prepare(x)
+    wrapped.replan(wrapped.min_budget_bytes)
+    for _ in range(2):
+        wrapped(x).backward()
+        ref(x).backward()
+    for (name, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, rtol=0, atol=0, msg=name)
+    for (name, b), c in zip(model.named_buffers(), ref.buffers(), strict=True):
+        torch.testing.assert_close(b, c, rtol=0, atol=0, msg=name)

@@ -2314,6 +2314,10 @@ def _check_blocks(wrapper: AutoCheckpointed, cap: Capture, args, kwargs) -> None
     args, kwargs = _probe_inputs(*given)  # each run its own copy: a forward may write into its input
     with torch.random.fork_rng(devices):
         state = U.RngState.capture(devices)  # both runs draw the same numbers (CPU and CUDA)
+        # and start from the same buffers: a model that updates a buffer and reads it (spectral norm's power
+        # iteration, an EMA centre, a MoCo queue) computed other outputs in the second run, and was refused as
+        # "uses a block's output for more than the next block" (a review, 2026-11-28)
+        buffers = U.ModelSnapshot([wrapper._model], values=False, suspend=False)
         # the reference run records a graph (saving nothing) so that the model's code around the blocks
         # registers its gradient hooks, which are watched there: Note [Gradient hooks registered in the forward]
         hooks = _TensorHooks()
@@ -2330,6 +2334,7 @@ def _check_blocks(wrapper: AutoCheckpointed, cap: Capture, args, kwargs) -> None
         if hooks.sites:
             raise _hooks_error(hooks.sites, f"between the blocks of '{blocks.name}'", "would land on another tensor")
         state.restore()
+        buffers.restore()
         args, kwargs = _probe_inputs(*given)
         try:
             with torch.enable_grad(), _substituted(blocks, box, lambda h: _run_plain(cap.stages, h, cut=True)):

@@ -1815,3 +1815,18 @@ def test_the_block_check_starts_both_runs_from_the_same_buffers():
         torch.testing.assert_close(p.grad, q.grad, rtol=0, atol=0, msg=name)
     for (name, b), c in zip(model.named_buffers(), ref.buffers(), strict=True):
         torch.testing.assert_close(b, c, rtol=0, atol=0, msg=name)
+
+
+def test_functional_call_with_plain_tensor_weights_is_refused_naming_it():
+    # a review: capture="auto" raised a bare TypeError from the stand-ins, capture="export" "could not find a
+    # chain" and the wrong fix
+    from torch.func import functional_call
+    for capture in ("auto", "export"):
+        torch.manual_seed(0)
+        model = nn.Sequential(*[m for _ in range(4) for m in (nn.Linear(8, 8), nn.Tanh())])
+        wrapped = te.auto_checkpoint(model, "50%", capture=capture, backend="cpu")
+        fast = {n: (p.detach() * 1.1).requires_grad_() for n, p in model.named_parameters()}
+        with pytest.raises(te.CaptureError, match=r"plain tensors in this call.*functional_call"):
+            functional_call(wrapped, fast, (torch.randn(4, 8),))
+        with torch.no_grad():  # no step to plan: the model itself runs
+            functional_call(wrapped, fast, (torch.randn(4, 8),))

@@ -1816,6 +1816,20 @@ def _undone_on_error(model: nn.Module, armed: bool):
         raise
 
 
+def _refuse_plain_tensor_parameters(model: nn.Module) -> None:
+    """Parameters that are plain tensors, not ``nn.Parameter`` (``torch.func.functional_call`` or another
+    reparametrization swapped them in for this call: MAML's fast weights, SAM's perturbed weights) cannot be
+    stood in for, profiled nor routed: capture failed with a bare TypeError, or export's "could not find a
+    chain" and the wrong fix (a review, 2026-11-28). Refused, naming them and the remedy."""
+    plain = [name for name, p in model.named_parameters() if not isinstance(p, nn.Parameter)]
+    if plain:
+        raise CaptureError(f"auto_checkpoint: the model's parameters {', '.join(plain[:3])}{', ...' if len(plain) > 3 else ''} "
+                           f"are plain tensors in this call, not nn.Parameter (torch.func.functional_call, or another "
+                           f"reparametrization, swapped them in): the wrapper profiles and plans the model's own "
+                           f"parameters only. Call functional_call on the unwrapped model (plain autograd), or train "
+                           f"the model's own parameters through the wrapper")
+
+
 def _max_stages_setting(value) -> int:
     """``max_stages``: a whole number >= 2 (one stage leaves nothing to checkpoint)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 2:
@@ -2119,6 +2133,7 @@ class AutoCheckpointed(nn.Module):
         if cap is None:
             U.refuse_meta("auto_checkpoint", [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)],
                           self._model)
+            _refuse_plain_tensor_parameters(self._model)
             self._finalize_meters()  # a CPU meter cannot start while another is running
             # finding the blocks and checking them run the model: its buffers (BatchNorm's statistics), gradients
             # and RNG state are put back, as profiling leaves them (its parameters: nothing here changes them)

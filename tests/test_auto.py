@@ -1830,3 +1830,36 @@ def test_functional_call_with_plain_tensor_weights_is_refused_naming_it():
             functional_call(wrapped, fast, (torch.randn(4, 8),))
         with torch.no_grad():  # no step to plan: the model itself runs
             functional_call(wrapped, fast, (torch.randn(4, 8),))
+
+
+def test_forward_hooks_on_the_blocks_themselves_are_refused_under_the_block_fallback():
+    # a review: the model's own call of a hooked block returned the chain's result, and the hook ran again at
+    # each run of the block by the schedule (a deep-supervision loss from hooked features: twice the features,
+    # wrong gradients at "100%", a bare "backward through the graph a second time" under a plan)
+    class Blk(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(8, 8)
+
+        def forward(self, h):
+            return torch.tanh(self.a(h)) + h
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.ModuleList(Blk() for _ in range(4))
+
+        def forward(self, x):
+            for b in self.blocks:
+                x = b(x)
+            return x.square().mean()
+
+    model, feats = Net(), []
+    handle = model.blocks[1].register_forward_hook(lambda m, a, out: feats.append(out))
+    with pytest.raises(te.CaptureError, match=r"forward hooks on the blocks blocks\.1 .*block fallback"):
+        te.auto_checkpoint(model, "100%", capture="blocks", backend="cpu")(torch.randn(4, 8))
+    handle.remove()
+    seen = []
+    model.blocks[1].a.register_forward_hook(lambda m, a, out: seen.append(1))  # inside a block: runs
+    te.auto_checkpoint(model, "100%", capture="blocks", backend="cpu")(torch.randn(4, 8)).backward()
+    assert seen

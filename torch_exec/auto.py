@@ -1816,6 +1816,30 @@ def _undone_on_error(model: nn.Module, armed: bool):
         raise
 
 
+def _refuse_block_hooks(blocks: _Blocks) -> None:
+    """Forward hooks on a block module itself (Note [Block fallback]): the model's own call of a block returns the
+    chain's result (the last block's output), so its hooks saw the wrong tensors, and they ran again at each
+    run of the block by the schedule: a feature hook for a deep-supervision loss gave twice the features,
+    wrong gradients at "100%" and a bare "backward through the graph a second time" under a plan (a review,
+    2026-11-28: bench/repros/rv6_train_blocks_forward_hook_features.py). Refused, naming them. FSDP2's own
+    hooks (``fully_shard``: gathering a block's parameters for each run) are kept. Hooks on the modules inside
+    a block run at each run of it, recomputations included, as under ``torch.utils.checkpoint``."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # pragma: no cover - torch without distributed
+        FSDPModule = ()  # noqa: N806
+    hooked = [f"{blocks.name}.{i}" for i, b in enumerate(blocks.blocks)
+              if not isinstance(b, FSDPModule) and (b._forward_hooks or b._forward_pre_hooks)]
+    if hooked:
+        raise CaptureError(f"auto_checkpoint: forward hooks on the blocks {', '.join(hooked[:3])}"
+                           f"{', ...' if len(hooked) > 3 else ''} cannot run as in plain autograd under the block "
+                           f"fallback: the model's own call of a block returns the chain's result, and the schedule "
+                           f"runs a block once more for each recomputation. Return what the hook takes from the "
+                           f"model's forward instead, hook a module inside the block (it then runs at every run of "
+                           f"the block, as under torch.utils.checkpoint), or cut the model by hand: "
+                           f"torch_exec.CheckpointedSequential (see the README, 'The manual route')")
+
+
 def _refuse_plain_tensor_parameters(model: nn.Module) -> None:
     """Parameters that are plain tensors, not ``nn.Parameter`` (``torch.func.functional_call`` or another
     reparametrization swapped them in for this call: MAML's fast weights, SAM's perturbed weights) cannot be
@@ -2112,6 +2136,7 @@ class AutoCheckpointed(nn.Module):
         return True
 
     def _blocks_capture(self, blocks: _Blocks, args, kwargs) -> Capture:
+        _refuse_block_hooks(blocks)
         box = U.CallData()  # the blocks' other arguments, bound per call by _substituted
         stages = [_BoundBlock(b, blocks, box) for b in blocks.blocks]
         for i, s in enumerate(stages):

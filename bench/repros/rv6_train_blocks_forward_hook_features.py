@@ -57,7 +57,12 @@ for budget in ("60%", "100%"):
     hooked(ref, f_ref)
     hooked(model, f_w)
     w = te.auto_checkpoint(model, budget, backend="cpu", capture="blocks")
-    w.prepare(torch.randn(64, 16))
+    try:
+        w.prepare(torch.randn(64, 16))
+    except te.CaptureError as e:  # a refusal naming the hooks resolves it too
+        print(f"budget {budget}: refused: {str(e)[:150]}")
+        bad |= "forward hooks on the blocks" not in str(e)
+        continue
     print(f"budget {budget}: features appended by prepare(): {len(f_w)}")
     g = torch.Generator().manual_seed(0)
     for step in range(2):
@@ -91,6 +96,6 @@ try:
     print("hook scaling the last block's output: trained")
 except Exception as e:  # noqa: BLE001
     print(f"hook scaling the last block's output: {type(e).__name__}: {str(e)[:170]}")
-    bad = True
+    bad |= "forward hooks on the blocks" not in str(e)
 print("BUG: block forward hooks run per executor run, not per step" if bad else "ok")
 sys.exit(1 if bad else 0)

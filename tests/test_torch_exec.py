@@ -822,3 +822,40 @@ def test_plain_autograd_shows_no_stale_plan_and_says_it_is_not_measured():
     w.replan("100%")
     w(x).sum().backward()
     assert w.plan is not None
+
+
+def test_a_stage_that_writes_a_parameter_in_its_forward_is_refused_naming_the_remedy():
+    # Note [Parameters a forward writes]: an EMA centre kept as a frozen nn.Parameter was written again by every
+    # recomputation (state and gradients drifted); as a buffer it is exact
+    class Centre(nn.Module):
+        def __init__(self, as_buffer):
+            super().__init__()
+            if as_buffer:
+                self.register_buffer("c", torch.zeros(4, dtype=DT))
+            else:
+                self.c = nn.Parameter(torch.zeros(4, dtype=DT), requires_grad=False)
+
+        def forward(self, h):
+            with torch.no_grad():
+                self.c.mul_(0.9).add_(0.1 * h.mean(0))
+            return h - self.c
+
+    from torch_exec.profiler import ParameterWriteError
+    x = torch.randn(6, 4, dtype=DT, requires_grad=True)
+    for as_buffer in (False, True):
+        torch.manual_seed(0)
+        stages = [nn.Linear(4, 4).to(DT), nn.Tanh(), Centre(as_buffer), nn.Linear(4, 4).to(DT), nn.Tanh()]
+        ref = copy.deepcopy(nn.Sequential(*stages))
+        wrapped = te.CheckpointedSequential(stages, budget="1GiB", backend="cpu", profile_passes=1,
+                                            schedule_fn=lambda chain: segments_policy([1], chain.n))
+        if not as_buffer:
+            with pytest.raises(ParameterWriteError, match=r"stage 3's forward writes 1 parameter.*register_buffer"):
+                wrapped.prepare(x)
+            assert torch.equal(stages[2].c, ref[2].c)  # profiling left it as it was
+            continue
+        for _ in range(2):
+            loss_of(wrapped(x)).backward()
+            loss_of(ref(x)).backward()
+        torch.testing.assert_close(stages[2].c, ref[2].c, rtol=0, atol=0)
+        for p, q in zip(wrapped.parameters(), ref.parameters(), strict=True):
+            torch.testing.assert_close(p.grad, q.grad, rtol=0, atol=0)

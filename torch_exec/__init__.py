@@ -15,6 +15,7 @@ from .meter import ProfilerBusyError
 from .profiler import (
     CPUTimingWarning,
     InputMutationWarning,
+    ParameterWriteError,
     chain_from_profile,
     load_profile,
     profile,
@@ -23,5 +24,5 @@ from .profiler import (
 )
 
 __all__ = ["AutoCheckpointed", "CPUTimingWarning", "CaptureError", "CheckpointedJoin", "CheckpointedSequential",
-           "InputMutationWarning", "ProfilerBusyError", "auto_checkpoint", "chain_from_profile", "interpret",
+           "InputMutationWarning", "ParameterWriteError", "ProfilerBusyError", "auto_checkpoint", "chain_from_profile", "interpret",
            "load_profile", "plan_from_schedule", "profile", "profile_dict", "save_profile", "split_schedule"]

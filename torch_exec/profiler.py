@@ -325,6 +325,33 @@ def _median(values):
     return float(statistics.median(values)) if values else 0.0
 
 
+class ParameterWriteError(RuntimeError):
+    """A stage's forward writes a parameter in place (Note [Parameters a forward writes])."""
+
+
+# Note [Parameters a forward writes]
+#     A forward that updates a parameter in place (an EMA centre or a momentum encoder kept as an nn.Parameter with
+#     requires_grad=False, updated under no_grad: MoCo's key encoder) is written again by every re-run of its stage:
+#     the schedule's recomputations updated it twice per step, and it and the gradients drifted from plain
+#     autograd's (a review, 2026-11-28: 4.1e-2 on the state, 1.3e-2 on the gradients, bench/repros/
+#     rv6_train_frozen_param_state.py). Buffers are the state a forward may write: their re-runs start from
+#     clones (Note [Recomputing from the step's buffers] in torch_exec/executor.py). So profiling refuses a
+#     stage whose forward moves a parameter's version counter, naming it and the remedy (register it as a
+#     buffer). A write in auto_checkpoint's code before the chain (run once per step) is not refused; its first
+#     call's probe runs the model once, as the call itself would have.
+def _refuse_parameter_writes(s: int, params: list, before: list) -> None:
+    """Note [Parameters a forward writes]: raise where stage ``s`` (0-based) moved a parameter's version."""
+    written = [p for p, v in zip(params, before) if p._version != v]
+    if written:
+        shapes = ", ".join(str(tuple(p.shape)) for p in written[:3])
+        raise ParameterWriteError(
+            f"stage {s + 1}'s forward writes {len(written)} parameter(s) in place (shapes {shapes}): an EMA or a "
+            f"momentum encoder kept as nn.Parameter, nn.Embedding's max_norm. Each recomputation of the stage would "
+            f"write it again. Keep such state as a buffer (module.register_buffer(name, tensor)), which a re-run "
+            f"starts from a copy of, or make the update outside the forward (after the optimizer step) "
+            f"(Note [Parameters a forward writes] in torch_exec/profiler.py)")
+
+
 def _versions(state) -> dict:
     """``{id(tensor): version}`` of a stage's input, taken before it runs: compared after, it tells
     whether the stage wrote its input, and which tensors it passed on untouched
@@ -495,10 +522,12 @@ class _Passes:
                     self.in_keys.append([ident.get(storage_key(t)) for t in tensors(state)])  # across stages
                 versions = _versions(state)
                 buffer_versions = [b._version for b in self.buffers]
+                param_versions = [p._version for p in self.params]
                 rng_before = RngState.capture(devices)
                 a = meter.mark()
                 out = fn(state)
                 ng_marks.append((a, meter.mark()))
+                _refuse_parameter_writes(s, self.params, param_versions)
                 alias = aliases(out, state)
                 # Does the stage draw random numbers? Only such stages get their RNG state
                 # recorded by the executor (and counted in its reserved bytes).

@@ -60,7 +60,7 @@ import numpy as np
 
 from .errors import ProfileWarning
 from .profiles import resolve as resolve_profile
-from .units import MAX_BYTES
+from .units import MAX_BYTES, format_bytes
 
 TIME_FIELDS = ("t_fwd", "t_fwd_nograd", "t_bwd")
 BYTE_FIELDS = ("act_bytes", "grad_bytes", "tape_bytes", "fwd_nograd_extra", "fwd_grad_extra", "bwd_extra")
@@ -495,7 +495,7 @@ class Chain:
     def summary(self) -> str:
         """One line: stage count (and the profiled count, :meth:`stages_text`) and totals."""
         return (f"{self.stages_text()}, forward {self.t_fwd.sum():.2f} ms, backward {self.t_bwd.sum():.2f} ms, "
-                f"tape {self.tape_bytes.sum() / 2**30:.2f} GiB")
+                f"tape {format_bytes(int(self.tape_bytes.sum()))}")
 
 
 def _number(value) -> bool:

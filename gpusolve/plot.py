@@ -13,7 +13,13 @@ from .dp.minpeak import min_feasible_bytes
 from .errors import InfeasibleBudgetError
 from .simulate import budget_bytes_of, store_all_peak_bytes, store_all_time_ms
 
-GIB = float(1 << 30)
+def axis_unit(top_bytes) -> tuple[float, str]:
+    """(bytes per unit, unit name) for an axis of sizes up to ``top_bytes``: the largest binary unit of which
+    it holds at least one (a 16 MiB profile's axis read 0.009 to 0.016 GiB: a review), as format_bytes picks."""
+    for scale, name in ((float(1 << 30), "GiB"), (float(1 << 20), "MiB"), (1024.0, "KiB")):
+        if top_bytes >= scale:
+            return scale, name
+    return 1.0, "B"
 GRID_POINTS = 24
 STYLES = {
     "checkpoint_sequential (best k)": dict(color="tab:orange", marker="s"),
@@ -201,16 +207,17 @@ def plot_curve(data: dict, out) -> Path:
     import matplotlib.pyplot as plt
 
     base = data["store_all_time_ms"]
+    scale, unit = axis_unit(data["max_budget_bytes"])
     fig, ax = plt.subplots(figsize=(9, 6.5), dpi=110)
-    opt_b = np.asarray(data["optimal"]["budget_bytes"], dtype=np.float64) / GIB
+    opt_b = np.asarray(data["optimal"]["budget_bytes"], dtype=np.float64) / scale
     opt_t = np.asarray(data["optimal"]["time_ms"], dtype=np.float64)
     ax.step(opt_b, opt_t, where="post", color="tab:blue", linewidth=2.2, label="optimal (gpusolve)", zorder=5)
-    grid = np.asarray(data["grid_bytes"], dtype=np.float64) / GIB
+    grid = np.asarray(data["grid_bytes"], dtype=np.float64) / scale
     baselines = dict(data["baselines"])
     points = baselines.pop("points", {})
     shown = [float(v) for v in opt_t if np.isfinite(v)]
     # x range: the data (optimal curve, baseline budgets, fixed policies, the minimum) and a margin
-    xs = [*opt_b.tolist(), *grid.tolist(), data["min_feasible_bytes"] / GIB, data["max_budget_bytes"] / GIB]
+    xs = [*opt_b.tolist(), *grid.tolist(), data["min_feasible_bytes"] / scale, data["max_budget_bytes"] / scale]
     for name, times in baselines.items():
         t = np.array([np.nan if v is None else v for v in times], dtype=np.float64)
         if np.all(np.isnan(t)):
@@ -222,14 +229,14 @@ def plot_curve(data: dict, out) -> Path:
     for name, (peak, time_ms) in points.items():
         style = STYLES.get(name, {})
         y = min(time_ms, cap)
-        ax.plot([peak / GIB], [y], linestyle="none", markersize=10, label=f"{name}: one fixed policy", **style)
+        ax.plot([peak / scale], [y], linestyle="none", markersize=10, label=f"{name}: one fixed policy", **style)
         if time_ms > cap:
-            ax.annotate(f"{time_ms:.0f} ms", (peak / GIB, y), textcoords="offset points", xytext=(8, -4), fontsize=8)
+            ax.annotate(f"{time_ms:.0f} ms", (peak / scale, y), textcoords="offset points", xytext=(8, -4), fontsize=8)
         shown.append(y)
-        xs.append(peak / GIB)
-    ax.axvline(data["min_feasible_bytes"] / GIB, color="tab:red", linewidth=0.8, linestyle=":",
+        xs.append(peak / scale)
+    ax.axvline(data["min_feasible_bytes"] / scale, color="tab:red", linewidth=0.8, linestyle=":",
                label="minimum feasible budget")
-    ax.set_xlabel("memory budget beyond the input (GiB)")
+    ax.set_xlabel(f"memory budget beyond the input ({unit})")
     ax.set_ylabel("predicted training step (ms)")
     profiled = data.get("profiled_stages", data["stages"])
     stages = f"{data['stages']} stages" + (f" from {profiled} profiled" if profiled != data["stages"] else "")

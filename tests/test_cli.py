@@ -503,3 +503,15 @@ def test_the_curves_plans_come_from_a_ladder_of_tables():
     tables, _ = ladder_plans(lambda at, below: solve_budgets(chain, at, below, bucket=4 << 20, backend="cpu"),
                              top, grid, ladder=False)
     assert len(tables) == 1  # a user's bucket: one table
+
+
+def test_the_plots_axis_unit_follows_the_sizes():
+    # a review: a 16 MiB profile's axis read 0.009 to 0.016 "(GiB)", its summary "tape 0.01 GiB"
+    from gpusolve.plot import axis_unit
+    assert axis_unit(16 * 2**20) == (2.0**20, "MiB") and axis_unit(5 * 2**30) == (2.0**30, "GiB")
+    assert axis_unit(3000) == (1024.0, "KiB") and axis_unit(500) == (1.0, "B")
+    from gpusolve import Chain
+    one = [1.0]
+    chain = Chain(t_fwd=one, t_fwd_nograd=one, t_bwd=one, act_bytes=[10 << 20], grad_bytes=[0],
+                  tape_bytes=[10 << 20], fwd_nograd_extra=[0], fwd_grad_extra=[0], bwd_extra=[0])
+    assert "tape 10.00 MiB" in chain.summary()

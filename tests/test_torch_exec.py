@@ -859,3 +859,14 @@ def test_a_stage_that_writes_a_parameter_in_its_forward_is_refused_naming_the_re
         torch.testing.assert_close(stages[2].c, ref[2].c, rtol=0, atol=0)
         for p, q in zip(wrapped.parameters(), ref.parameters(), strict=True):
             torch.testing.assert_close(p.grad, q.grad, rtol=0, atol=0)
+
+
+def test_a_profile_written_to_a_file_is_named_after_it(tmp_path):
+    # a review: `gpusolve solve my_profile.json` and its plot's title said "chain"
+    import json
+    path = tmp_path / "my_profile.json"
+    te.profile(mlp(depth=2), torch.randn(3, 4, dtype=DT), passes=1, path=path)
+    assert json.loads(path.read_text())["network"] == "my_profile"
+    named = tmp_path / "other.json"
+    te.profile(mlp(depth=2), torch.randn(3, 4, dtype=DT), passes=1, path=named, network="given")
+    assert json.loads(named.read_text())["network"] == "given"

@@ -175,8 +175,11 @@ def profile(stages, sample_input, passes: int = 5, warmup: int = 1, path=None, n
     ``measured-chain/1`` JSON (readable by ``gpusolve`` CLI and :func:`load_profile`).
     When the input does not require grad, ``chain.input_grad_bytes`` is 0. ``modules``: modules the
     callable stages use besides the module stages (see :func:`profile_dict`). ``isolated``: Note
-    [Profiling stage by stage].
+    [Profiling stage by stage]. ``network`` names it (default: the file's name without its extension where
+    ``path`` is given, else "chain").
     """
+    if network is None and path is not None:  # `gpusolve solve my_profile.json` and its plot say "my_profile"
+        network = Path(path).stem
     data = profile_dict(stages, sample_input, passes=passes, warmup=warmup, network=network, names=names,
                         modules=modules, isolated=isolated)
     if path is not None:

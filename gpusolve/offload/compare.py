@@ -320,23 +320,24 @@ def offload_curve_data(chain: Chain, link: Link, max_budget=None, bucket=None, b
 
 def plot_offload_curves(data: dict, out) -> "object":
     """Write the three curves of :func:`offload_curve_data` to ``out`` (format from its extension)."""
-    from ..plot import GIB, output_path, save_figure
+    from ..plot import axis_unit, output_path, save_figure
     out = output_path(out)
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     base = data["store_all_time_ms"]
+    scale, unit = axis_unit(data["max_budget_bytes"])
     fig, ax = plt.subplots(figsize=(9, 6.5), dpi=110)
     shown = []
     for key, label, style in (("combined", "recompute + offload (gpusolve)", {"color": "tab:green", "linewidth": 2.6}),
                               ("recompute", "recompute only (gpusolve)",
                                {"color": "tab:blue", "linewidth": 1.2, "linestyle": "--"})):
-        b = np.asarray(data[key]["budget_bytes"], dtype=np.float64) / GIB
+        b = np.asarray(data[key]["budget_bytes"], dtype=np.float64) / scale
         t = np.asarray(data[key]["time_ms"], dtype=np.float64)
         ax.step(b, t, where="post", label=label, **style)
         shown += [float(v) for v in t if np.isfinite(v)]
-    grid = np.asarray(data["grid_bytes"], dtype=np.float64) / GIB
+    grid = np.asarray(data["grid_bytes"], dtype=np.float64) / scale
     best = np.array([np.nan if v is None else v for v in data["offload_only"]["best"]], dtype=np.float64)
     if np.isfinite(best).any():
         ax.plot(grid, best, "o--", color="tab:orange", markersize=4, linewidth=1.2,
@@ -347,7 +348,7 @@ def plot_offload_curves(data: dict, out) -> "object":
         ax.set_ylim(min(min(shown), base) * 0.97, min(max(shown), cap) * 1.03)
     rate = data["paper_rate_bytes_per_ms"]
     link = data["link"]
-    ax.set_xlabel("memory budget beyond the input (GiB)")
+    ax.set_xlabel(f"memory budget beyond the input ({unit})")
     ax.set_ylabel("predicted training step (ms)")
     def gbps(rate) -> str:
         return "unlimited" if rate == "inf" else f"{float(rate) / 1e6:.3g} GB/s"

@@ -1,10 +1,10 @@
 """Time the data of `gpusolve curve` (plot.curve_data) and of `gpusolve curve --offload` (offload_curve_data, over
 12.2GB/s) on one tree, on the CPU backend:
 
-    python bench/curve_cost.py TREE PROFILE,...
+    python bench/curve_cost.py TREE PROFILE,... [curve|offload]
 
 TREE is the repository whose gpusolve is imported (run it on two trees, alternating, to compare them side by
-side). Prints one JSON object per profile: seconds, the number of points of the optimal (combined) line and its
+side); a third argument times that one only. Prints one JSON object per profile: seconds, the number of points of the optimal (combined) line and its
 first point."""
 import json
 import sys
@@ -28,6 +28,8 @@ for prof in sys.argv[2].split(","):
     for key, run, line in (("curve", lambda: curve_data(chain, backend="cpu"), "optimal"),
                            ("offload", lambda: offload_curve_data(chain, Link.parse("12.2GB/s"), backend="cpu"),
                             "combined")):
+        if len(sys.argv) > 3 and key != sys.argv[3]:
+            continue
         t = time.perf_counter()
         d = run()
         row[key] = {"seconds": round(time.perf_counter() - t, 3), "points": len(d[line]["budget_bytes"]),

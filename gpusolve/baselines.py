@@ -31,6 +31,7 @@ from .chain import ALL_BYTE_FIELDS, TIME_FIELDS, Chain
 from .dp.buckets import uniform_buckets
 from .schedule import Checkpoint, Op, Policy, Tape, policy_to_schedule, segments_policy, tape_chain
 from .simulate import SimResult, budget_bytes_of, overhead, simulate, store_all_schedule, store_all_time_ms
+from .progress import work_progress
 from .units import parse_bytes
 
 # Retries of the uniform-cost solver: budget x 0.95^r, r = 0..UNIFORM_RETRIES.
@@ -390,18 +391,29 @@ def compare(chain: Chain, budget, bucket=None, backend: str = "auto", plan=None)
     return [r.to_dict() for r in [optimum] + rows]
 
 
-def baseline_curves(chain: Chain, budgets, uniform_bucket=None) -> dict[str, list[float | None]]:
+def baseline_curves(chain: Chain, budgets, uniform_bucket=None, progress: bool | None = None
+                    ) -> dict[str, list[float | None]]:
     """Time (ms) of each budget-driven baseline at every budget of ``budgets`` (None where nothing
     fits), plus the fixed policies' single points under ``"points"``: {name: (peak_bytes, time_ms)}.
+    ``progress`` as :func:`gpusolve.solve`'s: lines on stderr where it runs long (None), never (False).
 
     Fixed candidate families (every ``checkpoint_sequential`` k, every Chen threshold) are simulated
     once; the uniform-cost solver builds one table at the largest budget.
     """
     budgets = [budget_bytes_of(chain, b) for b in budgets]
+    with work_progress(4, f"the baselines at {len(budgets)} budgets", progress is not False) as update:
+        curves = _baseline_curves(chain, budgets, uniform_bucket, update or (lambda work: None))
+    return curves
+
+
+def _baseline_curves(chain: Chain, budgets: list, uniform_bucket, update) -> dict:
+    """:func:`baseline_curves`, reporting ``update(1)`` after each of its four families."""
     seq = [(sim.peak_bytes, sim.time_ms) for sim in
            (_evaluate(chain, checkpoint_sequential(chain, k)) for k in range(1, chain.n + 1))]
+    update(1)
     chen = [(sim.peak_bytes, sim.time_ms) for sim in
             (_evaluate(chain, segments_policy(list(c), chain.n)) for c in chen_segmentations(chain))]
+    update(1)
 
     def staircase(points):
         out = []
@@ -414,8 +426,10 @@ def baseline_curves(chain: Chain, budgets, uniform_bucket=None) -> dict[str, lis
     curves: dict = {"checkpoint_sequential (best k)": staircase(seq), "chen2016 greedy": staircase(chen)}
     found = [uniform.policy_for(b) for b in budgets] if uniform else []
     curves["thesis uniform-cost"] = [f.sim.time_ms if f else None for f in found]
+    update(1)
     found = [bisection(chain, b) for b in budgets]
     curves["bisection (budget-aware)"] = [f.sim.time_ms if f else None for f in found]
+    update(1)
     points = {}
     for name, policy in (("store-all", store_all_policy(chain)), ("checkpoint_sequential (sqrt N)", sqrt_segments(chain)[0]),
                          ("bisection (fixed)", bisection_fixed(chain))):

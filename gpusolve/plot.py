@@ -77,7 +77,8 @@ tables])."""
 #     the top's, and for the budgets more than LADDER times below it one filled at the largest of them, and so
 #     on; each budget then has at least 1024 / LADDER of its own default buckets. A chain whose least budget is
 #     within LADDER of its store-all peak fills one table, as before (vgg16_b64, 1.2x); resnet50_b128 (4.3x),
-#     densenet121_b64 (7.6x) and densenet121_fine_b32 (11x) fill two (the cost: bench/results/curve_cost_cpu.md).
+#     densenet121_b64 (7.6x) and densenet121_fine_b32 (11x) fill two, and the latter's least budget is solved
+#     alone (below): 2.5x the time of one table on the CPU (bench/results/curve_cost_cpu.md).
 #     A plan the rounded sizes still fit nothing for (the least-peak fallback) is solved alone, at its own
 #     bucket. A bucket the user gives is every table's: one table.
 

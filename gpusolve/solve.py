@@ -37,7 +37,7 @@ from .dp.minpeak import min_feasible_bytes, min_peak_policy, policy_peak_bytes
 from .dp.problem import BYTES_PER_STATE, Problem
 from .dp.segments import SegmentEvaluator
 from .errors import BackendUnavailableError, FallbackWarning, InfeasibleBudgetError, warn_once
-from .progress import pair_progress, table_work
+from .progress import pair_progress, table_work, work_progress
 from .schedule import Op, Policy, policy_to_schedule, schedule_to_json, segments_policy
 from .simulate import budget_bytes_of, overhead, simulate, store_all_peak_bytes, store_all_time_ms
 from .units import exact_bytes, format_bytes, parse_bytes, percent_hint
@@ -262,10 +262,22 @@ def _solve(chain: Chain, budget_bytes: int, bucket, backend: str, strict: bool, 
     plans = [_table_plan(chain, problem, table, full_curve, budget_bytes, name, started, timings, notes, strict)]
     if below:  # the table goes on timing its recoveries in `timings`: the top plan keeps what it had
         plans[0].timings = dict(timings)
-    for b in below:  # (their recoveries count in their "candidates")
-        plans.append(_table_plan(chain, problem, table, full_curve, b, name, time.perf_counter(),
-                                 {"setup": 0.0, "dp": 0.0}, list(shared), strict))
+    with below_progress(below, name, progress) as update:  # (their recoveries count in their "candidates")
+        for b in below:
+            plans.append(_table_plan(chain, problem, table, full_curve, b, name, time.perf_counter(),
+                                     {"setup": 0.0, "dp": 0.0}, list(shared), strict))
+            if update is not None:
+                update(1)
     return plans
+
+
+def below_progress(below: list, name: str, progress: bool | None):
+    """The progress of the plans made at ``below`` from a filled table (:func:`solve_budgets`; a curve's
+    points: after its table's progress said "done", a curve of densenet121_fine_b32 went on silently for
+    11.5 s, a review), shown as a table fill's is (``progress`` False: never; a phase shorter than
+    :data:`gpusolve.progress.PROGRESS_DELAY_S` prints nothing)."""
+    return work_progress(len(below), f"plans at {len(below)} lower budgets ({name})",
+                         progress is not False and len(below) > 0)
 
 
 def _solve_alone(chain: Chain, budget_bytes: int, bucket, backend: str, strict: bool, progress, started: float,

@@ -515,3 +515,24 @@ def test_the_plots_axis_unit_follows_the_sizes():
     chain = Chain(t_fwd=one, t_fwd_nograd=one, t_bwd=one, act_bytes=[10 << 20], grad_bytes=[0],
                   tape_bytes=[10 << 20], fwd_nograd_extra=[0], fwd_grad_extra=[0], bwd_extra=[0])
     assert "tape 10.00 MiB" in chain.summary()
+
+
+def test_the_curves_later_work_reports_its_progress(capsys, monkeypatch):
+    # a review: after the table's progress said "done", `gpusolve curve densenet121_fine_b32` went on silently
+    # for 11.5 s (the plans at the lower budgets, the baselines)
+    import gpusolve.progress as P
+    from gpusolve import Chain
+    from gpusolve.baselines import baseline_curves
+    from gpusolve.simulate import store_all_peak_bytes
+    from gpusolve.solve import solve_budgets
+    chain = Chain.load("densenet121_b64")
+    top = store_all_peak_bytes(chain)
+    grid = [int(top * f) for f in (0.5, 0.6, 0.7, 0.8)]
+    monkeypatch.setattr(P, "PROGRESS_DELAY_S", 0.0)  # every phase long enough to report
+    solve_budgets(chain, top, grid, backend="cpu", progress=False)
+    baseline_curves(chain, grid, progress=False)
+    assert capsys.readouterr().err == ""
+    solve_budgets(chain, top, grid, backend="cpu", progress=None)
+    baseline_curves(chain, grid)
+    err = capsys.readouterr().err
+    assert "gpusolve: plans at 4 lower budgets (cpu):" in err and "gpusolve: the baselines at 4 budgets:" in err

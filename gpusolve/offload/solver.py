@@ -16,8 +16,9 @@ from ..dp.minpeak import min_feasible_bytes, min_peak_policy
 from ..dp.problem import Problem
 from ..schedule import OpKind, policy_to_schedule
 from ..simulate import budget_bytes_of, simulate, store_all_peak_bytes, store_all_time_ms
-from ..solve import (Curve, Plan, _infeasible, _zero_budget_bucket, auto_is_exact, exact_candidates, json_number,
-                     naming_percent, pick_kernel_backend, slack_buckets, solve, solve_budgets, table_progress)
+from ..solve import (Curve, Plan, _infeasible, _zero_budget_bucket, auto_is_exact, below_progress, exact_candidates,
+                     json_number, naming_percent, pick_kernel_backend, slack_buckets, solve, solve_budgets,
+                     table_progress)
 from ..units import format_bytes
 from . import dp as offload_dp
 from .link import Link
@@ -167,9 +168,12 @@ def _solve_offload(chain: Chain, budget, link, bucket, backend: str, strict: boo
     shared = list(notes)
     plans = [_table_plan(chain, link, problem, table, full_curve, budget_bytes, name, references[0], strict,
                          started, timings, notes, minimum)]
-    for b, recompute in zip(below, references[1:], strict=True):
-        plans.append(_table_plan(chain, link, problem, table, full_curve, b, name, recompute, strict,
-                                 time.perf_counter(), {"setup": 0.0, "dp": 0.0}, list(shared), minimum))
+    with below_progress(below, f"offload DP, {name}", progress) as update:
+        for b, recompute in zip(below, references[1:], strict=True):
+            plans.append(_table_plan(chain, link, problem, table, full_curve, b, name, recompute, strict,
+                                     time.perf_counter(), {"setup": 0.0, "dp": 0.0}, list(shared), minimum))
+            if update is not None:
+                update(1)
     return plans
 
 

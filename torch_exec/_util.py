@@ -4,7 +4,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
-import sys
 import threading
 import types
 import weakref
@@ -793,36 +792,25 @@ def params_read_by_several(groups) -> tuple:
 @contextlib.contextmanager
 def post_accumulate_hooks_deferred(params):
     """Suspends the post-accumulate-grad hooks of ``params`` inside the block and, when it ends without an error,
-    calls each once (Note [Hooks on a leaf several segments read] in torch_exec/executor.py)."""
+    calls each once (Note [Hooks on a leaf several segments read] in torch_exec/executor.py). The step meter's
+    own hooks (marked ``meter_hook``: Note [Gradients set during the step] in torch_exec/report.py) stay: they
+    mark when a gradient is first set, which the suspension would have moved to the end of the backward."""
     held = []
     for p in params:
         hooks = getattr(p, "_post_accumulate_grad_hooks", None)
-        if hooks:
-            held.append((p, hooks, list(hooks.items())))
-            hooks.clear()  # the engine holds the dict itself: emptied and refilled in place
+        users = [(key, fn) for key, fn in (hooks or {}).items() if not getattr(fn, "meter_hook", False)]
+        if users:
+            held.append((p, hooks, users))
+            for key, _ in users:  # the engine holds the dict itself: emptied and refilled in place
+                del hooks[key]
     try:
         yield
     finally:
-        for _, hooks, items in held:
-            hooks.update(items)
-    for p, _, items in held:
-        for _, hook in items:
+        for _, hooks, users in held:
+            hooks.update(users)
+    for p, _, users in held:
+        for _, hook in users:
             hook(p)
-
-
-def under_distributed_data_parallel() -> bool:
-    """Whether this call runs inside a ``DistributedDataParallel`` module's forward (its frame is on the stack)."""
-    try:
-        from torch.nn.parallel import DistributedDataParallel as DDP
-    except ImportError:  # pragma: no cover
-        return False
-    codes = {getattr(DDP, name).__code__ for name in ("forward", "_run_ddp_forward") if hasattr(DDP, name)}
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code in codes:
-            return True
-        frame = frame.f_back
-    return False
 
 
 def stage_leaves(group, own: bool = True) -> list[torch.Tensor]:

@@ -1371,7 +1371,7 @@ def refuse_shared_under_ddp(shared: tuple, who: str) -> None:
     """Note [Hooks on a leaf several segments read]: DistributedDataParallel around a wrapper whose stages share
     parameters (``shared``; empty where the step runs as plain autograd, one backward) would all-reduce part of
     their gradients; refused, naming the remedy."""
-    if shared and U.under_distributed_data_parallel():
+    if shared and _ddp_forward() is not None:
         shapes = ", ".join(f"{tuple(p.shape)}" for p in shared[:3])
         raise RuntimeError(
             f"{who} inside DistributedDataParallel: {len(shared)} parameter(s) (shapes {shapes}{', ...' if len(shared) > 3 else ''}) "

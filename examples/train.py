@@ -27,7 +27,7 @@ import models  # noqa: E402
 import torch_exec as te  # noqa: E402
 from gpusolve import BackendUnavailableError, InfeasibleBudgetError, format_bytes  # noqa: E402
 from gpusolve.cli import attach_dash_values  # noqa: E402
-from gpusolve.units import parse_bytes, parse_percentage  # noqa: E402
+from gpusolve.units import parse_budget, parse_percentage  # noqa: E402
 
 MODELS = ("resnet", "densenet", "tvdensenet", "transformer", "gated", "gpt2")
 
@@ -46,7 +46,7 @@ def budget_arg(text: str):
         if text.strip().endswith("%"):
             parse_percentage(text)
             return text
-        return parse_bytes(text, "budget")
+        return parse_budget(text, None, "budget")  # bytes; a fraction of a byte refused (the one rule)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
 

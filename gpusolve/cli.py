@@ -152,7 +152,7 @@ def cmd_solve(args) -> int:
 
 def cmd_compare(args) -> int:
     from .baselines import compare
-    from .solve import check_budget
+    from .solve import check_budget, naming_percent
     chain = load_chain(args.profile)
     budget = _budget(chain, args.budget)
     bucket = parse_bucket(args.bucket)
@@ -161,7 +161,8 @@ def cmd_compare(args) -> int:
     if link is not None:  # the combined class runs below recompute only's minimum
         from .offload.solver import min_budget_bytes
         least = min_budget_bytes(chain, link)
-    low = check_budget(chain, budget, bucket, least)  # compare() itself reports infeasibility in its rows
+    with naming_percent(args.budget, lambda: store_all_peak_bytes(chain)):  # compare() reports it in its rows
+        low = check_budget(chain, budget, bucket, least)
     records = compare(chain, budget, bucket=bucket, backend=args.backend)
     if link is not None:  # the combined DP first, the paper's offload-only algorithms after the recompute rows
         from .offload.compare import offload_records

@@ -100,7 +100,7 @@ def ladder_plans(solve_many, top: int, grid: list, ladder: bool = True) -> tuple
             break
         at = pending.pop()  # the largest left fills the next table
     for k, p in enumerate(plans):  # the rounded sizes fit no plan from its table: alone, at its own bucket
-        if ladder and p.feasible and p.budget_bytes < top and not np.isfinite(p.curve.time_ms).any():
+        if ladder and p.budget_bytes < top and not np.isfinite(p.curve.time_ms).any():
             plans[k] = alone = solve_many(p.budget_bytes, [])[0]
             tables.append(alone)
     return tables, plans

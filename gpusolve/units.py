@@ -104,16 +104,29 @@ def _whole_budget(value, what: str):
             bare = float(bare)
         except ValueError:
             return value
-    if isinstance(bare, float) and math.isfinite(bare) and not bare.is_integer():
+    if (isinstance(bare, numbers.Real) and not isinstance(bare, numbers.Integral) and math.isfinite(bare)
+            and not float(bare).is_integer()):  # NumPy's float32 and float16 too
         raise ValueError(f"{what} {value!r} is a fraction of a byte: give bytes ('6GiB', 6e9) or a percentage "
                          f"('50%'); a bare number is bytes")
     return value
 
 
 def least_percent(min_bytes: int, reference_bytes: int) -> float:
-    """The least percentage of ``reference_bytes``, rounded up to 0.1, whose budget holds ``min_bytes``
-    (what an infeasible percentage budget's error names)."""
-    return math.ceil(1000 * int(min_bytes) / int(reference_bytes)) / 10 if reference_bytes > 0 else 100.0
+    """The least percentage of ``reference_bytes``, to 0.1, whose budget as :func:`parse_budget` resolves it
+    holds ``min_bytes`` (what an infeasible percentage budget's error names; checked against that rule: a
+    percentage from the ratio alone came out 1 B short in 12 of 100000 random cases, a review)."""
+    reference, least = int(reference_bytes), int(min_bytes)
+    if reference <= 0:
+        return math.inf
+    def resolved(tenths: int) -> int:  # parse_budget's rule, on the percentage as its error prints it
+        return int(reference * ((tenths / 10) / 100.0))
+
+    tenths = math.ceil(1000 * least / reference)
+    while resolved(tenths) < least:
+        tenths += 1
+    while tenths > 1 and resolved(tenths - 1) >= least:
+        tenths -= 1
+    return tenths / 10
 
 
 def percent_hint(budget, min_bytes: int, reference_bytes, of: str = "the store-all peak", subject: str = "this") -> str:
@@ -124,6 +137,9 @@ def percent_hint(budget, min_bytes: int, reference_bytes, of: str = "the store-a
         return ""
     reference = int(reference_bytes() if callable(reference_bytes) else reference_bytes)
     least = least_percent(min_bytes, reference)
+    if least > 100:  # no percentage fits: name the bytes (a review: the percentage named was refused)
+        return (f" (budget {str(budget).strip()} of {of} {reference} B; no percentage fits: {subject} needs more "
+                f"than all of it, {least:g} %; give the budget in bytes, at least {int(min_bytes)} B)")
     return f" (budget {str(budget).strip()} of {of} {reference} B; {subject} needs at least {least:g}%)"
 
 

@@ -285,3 +285,12 @@ def test_the_combined_minimum_below_recompute_onlys_is_the_one_reported_and_chec
     assert out["min_feasible_bytes"] == low and out["combined"]["budget_bytes"] and not out["recompute"]["budget_bytes"]
     assert main(["compare", gap_chain, "--budget", "50", *link]) == 2
     assert f"raise the budget to at least {low} B" in capsys.readouterr().err
+
+
+def test_curve_with_a_users_bucket_leaves_out_what_its_rounding_fits_not():
+    # the diff review: a grid budget at the exact combined minimum, which a bucket of 2 B rounds out, raised
+    # "use a finer bucket" from solve_offload_budgets; the curve was drawn before
+    chain = Chain.from_dict(json.loads((Path(__file__).parent / "data" / "offload_gap_chain.json").read_text()))
+    for bucket in (1, 2):
+        data = offload_curve_data(chain, Link.parse("inf"), bucket=bucket, backend="cpu", points=8)
+        assert data["combined"]["budget_bytes"] and data["combined"]["budget_bytes"][-1] == data["max_budget_bytes"]

@@ -6,24 +6,7 @@ The schedule IR is interpreted by ONE loop, :func:`interpret`, over ``plan.sched
   detached output of a tape, or the input a_0); hold the result as checkpoint a_s; drop a_{s-1}
   unless ``keep``.
 - ``FWD_TAPE(s)``: run stage s under ``enable_grad``. Its input is a fresh segment input made from
-  a_{s-1} (Note [Hooks on a leaf several segments read]
-    A parameter two stages (or two join branches) read gets its gradient from each one's segment backward: the
-    engine runs its AccumulateGrad once per part, where plain autograd sums the parts first and runs it once.
-    ``.grad`` ends the same; what runs per accumulation did not. A post-accumulate-grad hook (PyTorch's
-    optimizer step in the backward) stepped Adam once per part, on a partial gradient: the tied weight of a
-    language model, and every weight of a Siamese encoder run as a join, drifted from plain autograd's from the
-    first step (a review, 2026-11-28: bench/repros/rv6_train_tied_optimizer_in_backward.py). So a backward that
-    fills ``.grad`` suspends the post-accumulate hooks of the parameters the modules of several stages hold
-    (``Entry.shared_params``, :func:`torch_exec._util.params_read_by_several`; a tensor a callable closes
-    over is not seen) and calls each once when the schedule's backward ends, with the whole gradient in
-    ``.grad``. DistributedDataParallel's own hook sits on the AccumulateGrad node in C++, out of reach: it
-    all-reduced the first part alone and each rank kept its own rest, so ranks drifted apart
-    (bench/repros/rv6_train_ddp_shared_leaf.py). A wrapper whose stages share parameters refuses to run
-    inside DDP's forward (:func:`refuse_shared_under_ddp`), naming the remedy (``no_sync`` and an all-reduce
-    of its own). Gradient hooks (``register_hook``) still run once per part (Note [Shared leaves split tape
-    runs]).
-
-Note [Segment inputs]), or, when the op before it was ``FWD_TAPE(s-1)``, the recorded
+  a_{s-1} (Note [Segment inputs]), or, when the op before it was ``FWD_TAPE(s-1)``, the recorded
   output of that tape itself: a run of consecutive tapes is ONE autograd segment (see
   Note [Tape runs]). Hold (segment input, output) as the tape of s.
 - ``BWD(s)``: for the last stage t of a segment, back-propagate the held gradient of a_t through
@@ -84,6 +67,26 @@ Note [Shared leaves split tape runs]
       tied gradient can differ in its last bits; and a gradient hook on the leaf runs once per backward
       call, on each part, as it already did wherever a checkpoint split two readers.
 
+Note [Hooks on a leaf several segments read]
+    A parameter two stages (or two join branches) read gets its gradient from each one's segment backward: the
+    engine runs its AccumulateGrad once per part, where plain autograd sums the parts first and runs it once.
+    ``.grad`` ends the same; what runs per accumulation did not. A post-accumulate-grad hook (PyTorch's
+    optimizer step in the backward) stepped Adam once per part, on a partial gradient: the tied weight of a
+    language model, and every weight of a Siamese encoder run as a join, drifted from plain autograd's from the
+    first step (a review, 2026-11-28: bench/repros/rv6_train_tied_optimizer_in_backward.py). So a backward that
+    fills ``.grad`` suspends the post-accumulate hooks of the parameters the modules of several stages hold
+    (``Entry.shared_params``, :func:`torch_exec._util.params_read_by_several`; a tensor a callable closes
+    over is not seen) and calls each once when the schedule's backward ends, with the whole gradient in
+    ``.grad``. DistributedDataParallel's own hook sits on the AccumulateGrad node in C++, out of reach: it
+    all-reduced the first part alone and each rank kept its own rest, so ranks drifted apart
+    (bench/repros/rv6_train_ddp_shared_leaf.py). A wrapper whose stages share parameters refuses to run
+    inside DDP's forward (:func:`refuse_shared_under_ddp`), naming the remedy (``no_sync`` and an all-reduce
+    of its own). Gradient hooks (``register_hook``) still run once per part (Note [Shared leaves split tape
+    runs]). Not covered: a parameter one stage reads and the caller's code outside the wrapper reads too (a
+    head tied to an embedding the wrapped stages hold, computed outside): the outer graph's AccumulateGrad and
+    the stage's segment each run its hooks, as they did before (bench/repros/rv6_diff_hooks_param_read_outside.py);
+    wrap the whole model (auto_checkpoint), whose stages then hold both readers.
+
 Note [Segment inputs]
     A segment's input tensors that need a gradient are the outputs of one small autograd node
     (:class:`torch_exec._util.SegmentInput`) whose backward keeps the gradients the engine hands it, as
@@ -100,7 +103,12 @@ Note [Segment inputs]
     the handed-over gradients do not cover is copied: the plans count the gradient of a_{s-1} beside
     that of a_s until the backward ends, so the copy fits where the slice's storage is still held, and
     after it exactly the gradient of a_{s-1} is. A stage may not write in place into those tensors
-    (they alias the held a_{s-1}; a leaf raised, so does :func:`interpret`).
+    (they alias the held a_{s-1}; a leaf raised, so does :func:`interpret`). The tensors of a_{s-1} that
+    need a gradient are those the profile's plain run made so (``Entry.state_rg``, the profile's
+    ``out_requires_grad``): every floating tensor did, and a tuple member plain autograd carried without one
+    (a mask, a passed-on input) got a gradient and its graph in every segment, up to 1.12x the budget (a
+    review, 2026-11-28: bench/repros/rv6_manual_tuple_nograd_member_grad.py). A profile made before records
+    none: every floating tensor, as before.
 
 Note [Releasing the incoming gradient]
     ``torch.autograd.backward(out, grad)`` would keep ``grad`` referenced by the caller until the
@@ -832,6 +840,9 @@ class Entry(ProgramSplit):
     unseen_shared_bytes: int = 0
     # parameters the modules of two or more stages hold (Note [Hooks on a leaf several segments read])
     shared_params: tuple = ()
+    # [s]: which tensors of a_s need a gradient, as the profile's plain run made them (None: all that can;
+    # a profile made before it recorded them): a segment input asks for no other (Note [Segment inputs])
+    state_rg: list = field(default_factory=list)
     plain_chain: Chain | None = None  # the profiled chain: plain autograd's costs (nothing reserved)
     exec_chain: Chain | None = None   # executor_chain(plain_chain): what the interpreter holds
     held_bytes: int = 0               # held through each step beside the stages (CheckpointedSequential.held_bytes)
@@ -1008,7 +1019,7 @@ def _interpret(program, runtime) -> None:
             if arg:  # same segment as the tape of s-1: its output itself is the input
                 leaf, inp = rt.tapes.pop(s - 1)
             else:
-                leaf = U.SegmentInput(rt.input_of(s), rt.rg0 if s == 1 else True)
+                leaf = U.SegmentInput(rt.input_of(s), rt.rg0 if s == 1 else state_requires_grad(rt.entry, s - 1))
                 inp = leaf.state
             with torch.enable_grad():
                 rt.tapes[s] = [leaf, rt.run_stage(s, inp)]
@@ -1365,6 +1376,13 @@ class _ScheduleFunction(torch.autograd.Function):
         if ctx.meter is not None:
             ctx.meter.end()
         return (None, None, *input_grads)
+
+
+def state_requires_grad(entry, s: int):
+    """Which tensors of a_s a segment input makes need a gradient (Note [Segment inputs]): as in the profile's
+    plain run, or every one that can (True) where the profile does not say."""
+    flags = entry.state_rg[s] if s < len(getattr(entry, "state_rg", ())) else None
+    return True if flags is None else flags
 
 
 def refuse_shared_under_ddp(shared: tuple, who: str) -> None:
@@ -1879,6 +1897,8 @@ class CheckpointedSequential(_PlannedModule):
                       breaks=frozenset((None, s) for stages, _, _ in shared for s in stages[1:]),
                       unseen_shared_bytes=sum(2 * nbytes for _, nbytes, summed in shared if not summed),
                       shared_params=U.params_read_by_several(group_modules),
+                      state_rg=[None] + [data["stages"][by_name[members[-1]]].get("out_requires_grad")
+                                         for members in chain.provenance["members"]],
                       device=U.tensors(state)[0].device,
                       group_modules=group_modules,
                       clone_input=clone_input, split=0, rng=rng, has_buffers=has_buffers,

@@ -171,7 +171,8 @@ def _solve_offload(chain: Chain, budget, link, bucket, backend: str, strict: boo
     with below_progress(below, f"offload DP, {name}", progress) as update:
         for b, recompute in zip(below, references[1:], strict=True):
             plans.append(_table_plan(chain, link, problem, table, full_curve, b, name, recompute, strict,
-                                     time.perf_counter(), {"setup": 0.0, "dp": 0.0}, list(shared), minimum))
+                                     time.perf_counter(), {"setup": 0.0, "dp": 0.0}, list(shared), minimum,
+                                     rounded_out_ok=True))
             if update is not None:
                 update(1)
     return plans
@@ -179,9 +180,12 @@ def _solve_offload(chain: Chain, budget, link, bucket, backend: str, strict: boo
 
 def _table_plan(chain: Chain, link: Link, problem: Problem, table, full_curve: np.ndarray, budget_bytes: int,
                 name: str, recompute: Plan | None, strict: bool, started: float, timings: dict, notes: list[str],
-                minimum) -> OffloadPlan:
+                minimum, rounded_out_ok: bool = False) -> OffloadPlan:
     """The plan at ``budget_bytes`` from a filled combined table, against ``recompute`` (gpusolve.solve's
-    plan there, or None: Note [Never slower than recompute only])."""
+    plan there, or None: Note [Never slower than recompute only]). A feasible budget the table's rounded sizes
+    fit no plan for raises, naming a finer bucket; with ``rounded_out_ok`` (a lower budget of
+    :func:`solve_offload_budgets`) it has a plan with ``feasible=False`` saying so instead (a curve then solves
+    it alone, at its own bucket, or leaves the point out)."""
     bucket_bytes = problem.bucket_bytes
     buckets = budget_bytes // bucket_bytes
     curve = Curve(np.arange(buckets + 1, dtype=np.int64) * bucket_bytes, full_curve[:buckets + 1].copy())
@@ -204,8 +208,15 @@ def _table_plan(chain: Chain, link: Link, problem: Problem, table, full_curve: n
             return _as_offload(_infeasible(chain, budget_bytes, bucket_bytes, name, started, timings, notes, strict,
                                            least), link)
         if budget_bytes < min_feasible_bytes(chain):
-            raise ValueError(f"at bucket {format_bytes(bucket_bytes)} the rounded sizes fit no plan, although the "
-                             f"budget is at least the exact minimum with offloading ({least} B): use a finer bucket")
+            message = (f"at bucket {format_bytes(bucket_bytes)} the rounded sizes fit no plan, although the budget is "
+                       f"at least the exact minimum with offloading ({least} B): use a finer bucket")
+            if not rounded_out_ok:
+                raise ValueError(message)
+            plan = _as_offload(_infeasible(chain, budget_bytes, bucket_bytes, name, started, timings, notes, False,
+                                           least), link)
+            plan.notes[-1] = message
+            plan.curve = curve
+            return plan
         best = (float("nan"), None, min_peak_policy(chain),
                 f"at bucket {format_bytes(bucket_bytes)} the rounded sizes fit no plan; the plan is the "
                 f"least-peak recompute policy (a finer bucket may find a faster one)")
@@ -252,13 +263,16 @@ def _check_link_range(chain: Chain, link: Link) -> None:
     if link.is_useless:
         return
     largest = max((int(b) for b, ok in zip(chain.padded()["act_bytes"], chain.swappable()) if ok), default=0)
-    limit = float(np.finfo(np.float32).max)
-    slowest = max(link.d2h_ms(largest), link.h2d_ms(largest))
-    if slowest > limit:
+    # a plan's time sums the copies both ways of up to every stage beside the stages' times: room for those sums
+    # (the review's latency of 2e38 ms passed a bound on one copy, then overflowed in the table)
+    limit = float(np.finfo(np.float32).max) / (4 * (chain.n + 1))
+    both = link.d2h_ms(largest) + link.h2d_ms(largest)
+    if both > limit:
         raise ValueError(f"link {link.d2h_bytes_per_ms:g} B/ms device to host, {link.h2d_bytes_per_ms:g} B/ms host to "
-                         f"device, latency {link.latency_ms:g} ms: copying a {largest} B activation would take "
-                         f"{slowest:.3g} ms, beyond the solver's float32 tables ({limit:.3g} ms); give a bandwidth "
-                         f"of 0 for a link that moves nothing, or the link's real figures")
+                         f"device, latency {link.latency_ms:g} ms: moving a {largest} B activation out and back would "
+                         f"take {both:.3g} ms, beyond what the solver's float32 tables can sum over {chain.n} stages "
+                         f"({limit:.3g} ms); give a bandwidth of 0 for a link that moves nothing, or the link's real "
+                         f"figures")
 
 
 def _as_offload(plan: Plan, link: Link) -> OffloadPlan:

@@ -144,3 +144,42 @@ def test_a_wrapper_inside_another_runs_plainly_in_its_steps(inner_kind):
         torch.testing.assert_close(p.grad, q.grad, rtol=0, atol=0)
     fresh = te.CheckpointedSequential(nn.Sequential(*blocks(2, 3)), budget="100%", **OPTS)
     fresh.prepare(x)  # no profiler left running on the thread
+
+
+def test_a_wrapper_inside_an_auto_checkpointed_model_runs_plainly_while_it_is_captured():
+    # the diff review: the probe and the block checks ran the inner wrapper's own step (it profiled itself under
+    # the outer's meter): a false "differentiates itself" diagnosis, then ProfilerBusyError
+    import torch.nn.functional as F  # noqa: N812
+
+    class Blk(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(D, D).to(DT)
+
+        def forward(self, h):
+            return torch.tanh(self.a(h)) + h
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.blocks = nn.ModuleList(Blk() for _ in range(4))
+            self.head = te.CheckpointedSequential(nn.Sequential(*blocks(2, 5), nn.Linear(D, 3).to(DT)),
+                                                  budget="100%", **OPTS)
+
+        def forward(self, x):
+            h = x
+            for b in self.blocks:
+                if h.abs().max().item() < 1e6:  # data-dependent control flow: the block fallback
+                    h = b(h)
+            return self.head(h)
+
+    model = Net()
+    ref = copy.deepcopy(model)
+    x, y = torch.randn(8, D, dtype=DT), torch.randint(0, 3, (8,))
+    wrapped = te.auto_checkpoint(model, "100%", backend="cpu", profile_passes=1)
+    F.cross_entropy(wrapped(x), y).backward()
+    F.cross_entropy(ref(x), y).backward()
+    assert wrapped.capture.method == "blocks"
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, rtol=0, atol=0)

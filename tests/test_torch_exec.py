@@ -870,3 +870,72 @@ def test_a_profile_written_to_a_file_is_named_after_it(tmp_path):
     named = tmp_path / "other.json"
     te.profile(mlp(depth=2), torch.randn(3, 4, dtype=DT), passes=1, path=named, network="given")
     assert json.loads(named.read_text())["network"] == "given"
+
+
+@pytest.mark.parametrize("how", ["data_inplace", "data_assign"])
+def test_a_parameter_written_through_data_is_refused_too(how):
+    # the diff review: MoCo's spelling (p.data = p.data * m + ...; p.data.mul_(m)) moved no version counter
+    class Momentum(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.ones(4, dtype=DT), requires_grad=False)
+
+        def forward(self, h):
+            if how == "data_inplace":
+                self.w.data.mul_(0.9)
+            else:
+                self.w.data = self.w.data * 0.9 + 0.1
+            return h * self.w
+
+    from torch_exec.profiler import ParameterWriteError
+    torch.manual_seed(0)
+    stages = [nn.Linear(4, 4).to(DT), Momentum(), nn.Linear(4, 4).to(DT)]
+    wrapped = te.CheckpointedSequential(stages, budget="1GiB", backend="cpu", profile_passes=1)
+    with pytest.raises(ParameterWriteError, match="stage 2's forward writes 1 parameter"):
+        wrapped.prepare(torch.randn(3, 4, dtype=DT, requires_grad=True))
+
+
+def test_a_tuple_member_plain_autograd_carries_without_a_gradient_gets_none_in_a_segment():
+    # Note [Segment inputs]: every floating tensor of a_{s-1} was made to need a gradient; a member plain autograd
+    # carries without one (here tanh of an input that needs none) got one and its graph: steps over the budget
+    seen = []
+
+    class Pair(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l = nn.Linear(8, 8).to(DT)
+
+        def forward(self, x):
+            return self.l(x), torch.tanh(x)
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l = nn.Linear(8, 8).to(DT)
+
+        def forward(self, t):
+            a, b = t
+            if torch.is_grad_enabled():
+                seen.append(b.requires_grad)
+            return torch.tanh(self.l(a)) * b, b + 1
+
+    torch.manual_seed(1)
+    stages = [Pair(), Block(), Block(), Block(), _TupleSum(), nn.Linear(8, 3).to(DT)]
+    ref = copy.deepcopy(nn.Sequential(*stages))
+    x = torch.randn(6, 8, dtype=DT)
+    wrapped = te.CheckpointedSequential(stages, budget="100%", backend="cpu", profile_passes=1)
+    wrapped.prepare(x)
+    wrapped.replan(wrapped.min_budget_bytes)
+    seen.clear()
+    wrapped.measure_memory(1)
+    loss_of(wrapped(x)).backward()
+    loss_of(ref(x)).backward()
+    assert seen and not any(seen)  # as in plain autograd: b never needs a gradient
+    assert wrapped.memory_report()[-1].within_budget
+    for p, q in zip(wrapped.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, rtol=0, atol=0)
+
+
+class _TupleSum(nn.Module):
+    def forward(self, t):
+        return t[0] + t[1]

@@ -309,7 +309,7 @@ from .meter import MemoryMeter, ProfilerBusyError, measure_peak
 from .executor import (CheckpointedSequential, _backend_setting, _budget_setting, _caller_keeps_setting,
                        _compiler_disable, _standin_params, check_offload_backend)
 from .join import CheckpointedJoin
-from .profiler import runs_as_a_stage
+from .profiler import a_wrapper_step, runs_as_a_stage
 
 MAX_CROSSING = 1
 """Most tensors that may cross a cut (Note [Cut points]), unless one value read late leaves few cuts
@@ -2165,15 +2165,18 @@ class AutoCheckpointed(nn.Module):
             snapshot = U.ModelSnapshot([self._model], values=False)
             args, kwargs = _probe_inputs(args, kwargs)  # Note [Probing the model]
             try:
-                cap = self._build(args, kwargs, _probe_model(self._model, args, kwargs))
-                if cap.method == "blocks":
-                    _check_blocks(self, cap, args, kwargs)
-                    # Note [The rest of the model]; its backward on stand-ins for the parameters, whose
-                    # accumulators DDP has not hooked (Note [DistributedDataParallel] in the executor)
-                    with _standin_params([self._model]):
-                        cap.rest = _measure_rest(self, cap, args, kwargs)
-                    cap.rest.apply(cap.executor)
-                    cap.notes.append(cap.rest.note(cap.blocks[0].name))
+                # a wrapper inside the model is one of its stages here too: it runs plainly (Note [A wrapper
+                # inside another's step] in torch_exec/profiler.py; it profiled itself in the probe before)
+                with a_wrapper_step():  # (the blocks run as _run_plain here, never through the executor)
+                    cap = self._build(args, kwargs, _probe_model(self._model, args, kwargs))
+                    if cap.method == "blocks":
+                        _check_blocks(self, cap, args, kwargs)
+                        # Note [The rest of the model]; its backward on stand-ins for the parameters, whose
+                        # accumulators DDP has not hooked (Note [DistributedDataParallel] in the executor)
+                        with _standin_params([self._model]):
+                            cap.rest = _measure_rest(self, cap, args, kwargs)
+                        cap.rest.apply(cap.executor)
+                        cap.notes.append(cap.rest.note(cap.blocks[0].name))
             finally:
                 snapshot.restore()
             cap.tensor_ids = ids

@@ -92,7 +92,7 @@ from .executor import (NOT_MEASURED, TURN, CheckpointedSequential, ProgramSplit,
                        _backward_segment, _compiler_disable, _detached_results, _needs_at_least,
                        _PlannedModule, _SegmentMode, _standin_params, _with_beside, annotate,
                        below_floor_message, below_plain_message, executor_chain, interpret, interpret_backward,
-                       kept_graph_leaves, output_out_of_tape, refuse_shared_under_ddp)
+                       kept_graph_leaves, output_out_of_tape, refuse_shared_under_ddp, state_requires_grad)
 from .meter import MemoryMeter
 from .profiler import chain_from_profile, profile_dict, runs_as_a_stage
 
@@ -188,7 +188,8 @@ class JoinRuntime:
             self._head_forward()
 
     def _head_forward(self) -> None:
-        leaves = [U.SegmentInput(rt.input_of(rt.n + 1), rt.rg0 if rt.n == 0 else True) for rt in self.branches]
+        leaves = [U.SegmentInput(rt.input_of(rt.n + 1), rt.rg0 if rt.n == 0 else state_requires_grad(rt.entry, rt.n))
+                  for rt in self.branches]
         with torch.enable_grad():
             out = self.entry.head(*(leaf.state for leaf in leaves))
         if any(leaf.written() for leaf in leaves):

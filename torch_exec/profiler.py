@@ -339,12 +339,32 @@ class ParameterWriteError(RuntimeError):
 #     autograd's (a review, 2026-11-28: 4.1e-2 on the state, 1.3e-2 on the gradients, bench/repros/
 #     rv6_train_frozen_param_state.py). Buffers are the state a forward may write: their re-runs start from
 #     clones (Note [Recomputing from the step's buffers] in torch_exec/executor.py). So profiling refuses a
-#     stage whose forward moves a parameter's version counter, naming it and the remedy (register it as a
-#     buffer). A write in auto_checkpoint's code before the chain (run once per step) is not refused; its first
+#     stage whose forward writes a parameter, naming it and the remedy (register it as a buffer): its version
+#     counter or its storage moved, or, for a frozen one, the sum of its values (``p.data.mul_(m)``, as MoCo
+#     writes it, moves neither). A write in auto_checkpoint's code before the chain (run once per step) is not refused; its first
 #     call's probe runs the model once, as the call itself would have.
-def _refuse_parameter_writes(s: int, params: list, before: list) -> None:
-    """Note [Parameters a forward writes]: raise where stage ``s`` (0-based) moved a parameter's version."""
-    written = [p for p, v in zip(params, before) if p._version != v]
+def _parameter_marks(params: list) -> tuple:
+    """What :func:`_refuse_parameter_writes` compares: each parameter's version and storage, and a sum of each
+    frozen one's values (a write through ``.data`` moves neither the version nor, in place, the storage:
+    MoCo's ``p.data.mul_(m)``; a review, 2026-11-28). Trainable parameters cannot be written in the forward
+    but under no_grad, which moves their version."""
+    frozen = [p for p in params if not p.requires_grad and p.is_floating_point()]
+    with torch.no_grad():
+        sums = torch.stack([p.detach().sum(dtype=torch.float64) for p in frozen]) if frozen else None
+    return [(p._version, p.data_ptr()) for p in params], frozen, sums
+
+
+def _refuse_parameter_writes(s: int, params: list, before: tuple) -> None:
+    """Note [Parameters a forward writes]: raise where stage ``s`` (0-based) wrote a parameter (its
+    :func:`_parameter_marks` moved)."""
+    marks, frozen, sums = before
+    written = [p for p, m in zip(params, marks) if (p._version, p.data_ptr()) != m]
+    if sums is not None:
+        with torch.no_grad():
+            now = torch.stack([p.detach().sum(dtype=torch.float64) for p in frozen])
+            moved = ~((now == sums) | (now.isnan() & sums.isnan()))
+        seen = {id(p) for p in written}
+        written += [p for p, m in zip(frozen, moved.tolist()) if m and id(p) not in seen]
     if written:
         shapes = ", ".join(str(tuple(p.shape)) for p in written[:3])
         raise ParameterWriteError(
@@ -525,7 +545,7 @@ class _Passes:
                     self.in_keys.append([ident.get(storage_key(t)) for t in tensors(state)])  # across stages
                 versions = _versions(state)
                 buffer_versions = [b._version for b in self.buffers]
-                param_versions = [p._version for p in self.params]
+                param_versions = _parameter_marks(self.params)
                 rng_before = RngState.capture(devices)
                 a = meter.mark()
                 out = fn(state)
@@ -573,6 +593,7 @@ class _Passes:
                     out = fn(state)
                     g_marks.append((a, meter.mark()))
                 self.note_saved(mem[s], out, state, saved)
+                mem[s]["out_requires_grad"] = [t.requires_grad for t in tensors(out)]  # Note [Segment inputs]
                 self.readers.note(s + 1, out)
                 del saved
                 bounds.watch(out, s + 1, versions)
@@ -640,6 +661,7 @@ class _Passes:
                               | {out_keys[i] for i, t in enumerate(tensors(out)) if storage_key(t) in keys
                                  and i < len(out_keys)})
             self.flags.append([t.requires_grad for t in tensors(out)])
+            mem[s]["out_requires_grad"] = self.flags[-1]  # Note [Segment inputs] in the executor
             del saved, state, out, leaf
             marks.append((a, b))
         self.stash.restart(frozenset(range(n)))  # the host copies serve the next pass again

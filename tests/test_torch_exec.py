@@ -773,10 +773,16 @@ def test_a_saved_profile_must_be_of_this_input(tmp_path):
     seq = nn.Sequential(nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 4))
     data = te.profile_dict(seq, torch.randn(8, 16), passes=1, warmup=0)
     wrapped = te.CheckpointedSequential(seq, budget="100%", backend="cpu")
-    with pytest.raises(ValueError, match=r"taken on input shapes \[\[8, 16\]\], this input has \[\[256, 16\]\]"):
+    with pytest.raises(ValueError, match=r"taken on input shapes \[\[8, 16\]\], here they are \[\[256, 16\]\]"):
         wrapped.prepare(torch.randn(256, 16), profile=data)
-    with pytest.raises(ValueError, match=r"input_requires_grad False, this input has True"):
+    with pytest.raises(ValueError, match=r"input_requires_grad False, here they are True"):
         wrapped.prepare(torch.randn(8, 16, requires_grad=True), profile=data)
+    # the same stage names over other parameters (a review: a 64-wide MLP's profile ran a 512-wide one 16.9x
+    # over its budget)
+    wide = te.CheckpointedSequential(nn.Sequential(nn.Linear(16, 64), nn.Tanh(), nn.Linear(64, 4)), budget="100%",
+                                     backend="cpu")
+    with pytest.raises(ValueError, match=r"taken on parameter bytes 1360, here they are 5392"):
+        wide.prepare(torch.randn(8, 16), profile=data)
     path = tmp_path / "p.json"
     path.write_text(json.dumps(data))
     assert wrapped.prepare(torch.randn(8, 16), profile=str(path)).feasible

@@ -359,7 +359,8 @@ from gpusolve.units import exact_bytes, format_bytes, parse_budget, parse_percen
 from . import _util as U
 from . import opclock
 from .offload import HostCopies, measure_link
-from .profiler import a_wrapper_step, chain_from_profile, input_facts, profile_dict, runs_as_a_stage
+from .profiler import (a_wrapper_step, chain_from_profile, input_facts, param_bytes_of, profile_dict,
+                       runs_as_a_stage)
 from .report import MemoryBudgetWarning, StepMeter
 
 
@@ -1411,17 +1412,20 @@ def _profile_argument(profile) -> dict:
     return profile
 
 
-def _check_profile_input(profile: dict, state) -> None:
-    """A saved profile holds for the input it was taken on: other shapes, dtypes or another requires_grad
-    make other activations (a batch-8 profile planned a batch-256 step 11.6x over its budget; a review,
-    2026-11-27). Raises ``ValueError`` naming both; fields a profile lacks are not checked."""
-    now = input_facts(U.tensors(state))
+def _check_profile_input(profile: dict, state, param_bytes: int) -> None:
+    """A saved profile holds for the input it was taken on and the parameters it was taken with: other shapes,
+    dtypes or another requires_grad make other activations (a batch-8 profile planned a batch-256 step 11.6x
+    over its budget; a review, 2026-11-27), and so do other parameters behind the same stage names (a 64-wide
+    MLP's profile ran the 512-wide one 16.9x over its budget: a review, 2026-11-28). Raises ``ValueError``
+    naming both; fields a profile lacks are not checked. ``param_bytes``: the stages' (:func:`param_bytes_of`)."""
+    now = input_facts(U.tensors(state)) | {"parameter bytes": param_bytes}
     was = {"input shapes": (profile.get("args") or {}).get("input_shapes"), "dtype": profile.get("dtype"),
-           "input_requires_grad": profile.get("input_requires_grad")}
+           "input_requires_grad": profile.get("input_requires_grad"), "parameter bytes": profile.get("param_bytes")}
     for what, value in was.items():
         if value is not None and value != now[what]:
-            raise ValueError(f"prepare(profile=...): the profile was taken on {what} {value}, this input has "
-                             f"{now[what]}; profile this input (drop profile=), or load the profile taken on it")
+            raise ValueError(f"prepare(profile=...): the profile was taken on {what} {value}, here they are "
+                             f"{now[what]}; profile these stages on this input (drop profile=), or load the profile "
+                             f"taken on them")
 
 
 def _rebuild(structure, flat):
@@ -1847,7 +1851,7 @@ class CheckpointedSequential(_PlannedModule):
             names = [stage["name"] for stage in profile["stages"]]
             if names != self.names:
                 raise ValueError(f"the profile's stages {names[:4]}... are not this module's {self.names[:4]}...")
-            _check_profile_input(profile, state)
+            _check_profile_input(profile, state, param_bytes_of(U.stage_state(self._fns, self._extras)))
             self._entries[self._key(state)] = self._build(state, profile)
         entry = self._entry(state)
         self._last = entry

@@ -211,6 +211,12 @@ def input_facts(inputs: list) -> dict:
             "input_requires_grad": any(t.requires_grad for t in inputs)}
 
 
+def param_bytes_of(state) -> int:
+    """The bytes of the parameters (and loose leaf tensors) a profile's stages use (``stage_state(fns, modules)``):
+    the profile's ``param_bytes``, also what ``prepare(profile=...)`` checks a saved profile against."""
+    return sum(p.numel() * p.element_size() for p in params_of(state[0]) + list(state[1]))
+
+
 def profile_dict(stages, sample_input, passes: int = 5, warmup: int = 1, network: str | None = None,
                  names: list[str] | None = None, modules=(), loss_only: bool = False,
                  isolated: bool | None = None, progress: bool = True) -> dict:
@@ -283,7 +289,6 @@ def profile_dict(stages, sample_input, passes: int = 5, warmup: int = 1, network
         snapshot.restore()
     per_stage, reference = measured
     facts = input_facts(inputs)
-    params = params_of(state[0]) + state[1]
     data = {
         "format": PROFILE_FORMAT,
         "network": network or "chain",
@@ -292,7 +297,7 @@ def profile_dict(stages, sample_input, passes: int = 5, warmup: int = 1, network
         "torch": torch.__version__,
         "dtype": facts["dtype"],
         "input_bytes": state_nbytes(sample_input),
-        "param_bytes": sum(p.numel() * p.element_size() for p in params),
+        "param_bytes": param_bytes_of(state),
         "input_requires_grad": facts["input_requires_grad"],
         "isolated": stage_by_stage,
         "reference": reference,

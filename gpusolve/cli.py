@@ -424,9 +424,12 @@ def cmd_join_profiles(args) -> int:
     """``gpusolve join PROFILE PROFILE [...] --budget B``: the byte-model join DP on branch profiles."""
     from .join.bytesim import store_all_join_peak_bytes
     from .join.solve import solve_join
-    if args.lengths is not None or args.slots is not None:
-        raise CliError("gpusolve join --lengths/--slots describe the paper's slot model: add --paper (for real "
-                       f"networks give branch profiles instead, {JOIN_EXAMPLE})")
+    paper_only = [o for o, v in (("--lengths", args.lengths), ("--slots", args.slots), ("--uf", args.uf),
+                                 ("--ub", args.ub), ("--ut", args.ut), ("--method", args.method)) if v is not None]
+    if paper_only:  # taken and ignored before (a review)
+        raise CliError(f"gpusolve join: {', '.join(paper_only)} {'belong' if len(paper_only) > 1 else 'belongs'} to "
+                       f"the paper's slot model: add --paper (for real networks give branch profiles instead, "
+                       f"{JOIN_EXAMPLE})")
     if len(args.profiles) < 2:
         got = f"got {len(args.profiles)}" + (f" ({args.profiles[0]})" if args.profiles else "")
         raise CliError(f"gpusolve join needs at least 2 branch profiles (bundled names or JSON paths), {got}; "
@@ -481,18 +484,19 @@ def cmd_join(args) -> int:
     slots = parse_join_slots(args.slots)
     costs = {}
     for name in ("uf", "ub", "ut"):
-        value = getattr(args, name)
+        value = 1.0 if getattr(args, name) is None else getattr(args, name)
         if not (value >= 0 and value != float("inf")):
             raise CliError(f"--{name} {value}: costs must be finite and >= 0 (the paper's u_f, u_b, u_t)")
         costs[name] = value
-    dp = paper.solver(args.method, lengths, max(slots), **costs)
+    method = args.method or "optimal"
+    dp = paper.solver(method, lengths, max(slots), **costs)
     curve = [{"slots": c, "makespan": _join_number(dp.makespan(c))} for c in slots]
     if args.json:
-        _emit_json({"lengths": lengths, "method": args.method, "curve": curve})
+        _emit_json({"lengths": lengths, "method": method, "curve": curve})
         return 0
     bound = paper.lower_bound(lengths, **costs)
     print(f"join, paper slot model (RR-9273): lengths {','.join(map(str, lengths))} (k = {len(lengths)}), "
-          f"u_f = {args.uf:g}, u_b = {args.ub:g}, u_t = {args.ut:g}, method {args.method}")
+          f"u_f = {costs['uf']:g}, u_b = {costs['ub']:g}, u_t = {costs['ut']:g}, method {method}")
     print(f"minimum slots {paper.c_min(lengths)} (Lemma 4), store-all {paper.store_all_slots(lengths)} slots, "
           f"lower bound {bound:g}")
     rows = [("slots", "makespan", "/ lower bound")]
@@ -581,11 +585,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the paper's model (Beaumont et al., RR-9273): unit-size slots, costs u_f, u_b, u_t")
     p.add_argument("--lengths", default=None, help="branch lengths (forward steps), comma separated, e.g. 10,50")
     p.add_argument("--slots", default=None, help="memory sizes in slots: a list 5,6,31 or a range 5..62")
-    p.add_argument("--uf", type=float, default=1.0, help="cost of a forward step (default 1)")
-    p.add_argument("--ub", type=float, default=1.0, help="cost of a backward step (default 1)")
-    p.add_argument("--ut", type=float, default=1.0, help="cost of the turn (loss and its gradient; default 1)")
-    p.add_argument("--method", default="optimal", choices=JOIN_METHODS,
-                   help="optimal (Theorem 3's DP) or equiv-chain (the paper's baseline, balanced joins only)")
+    p.add_argument("--uf", type=float, default=None, help="with --paper: cost of a forward step (default 1)")
+    p.add_argument("--ub", type=float, default=None, help="with --paper: cost of a backward step (default 1)")
+    p.add_argument("--ut", type=float, default=None,
+                   help="with --paper: cost of the turn (loss and its gradient; default 1)")
+    p.add_argument("--method", default=None, choices=JOIN_METHODS,
+                   help="with --paper: optimal (Theorem 3's DP; the default) or equiv-chain (the paper's baseline, "
+                        "balanced joins only)")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     return parser
 

@@ -270,7 +270,11 @@ def test_cli_table(capsys):
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["--lengths", "10,50", "--slots", "5"], "describe the paper's slot model: add --paper"),
+    (["--lengths", "10,50", "--slots", "5"], "--lengths, --slots belong to the paper's slot model: add --paper"),
+    # taken and ignored on branch profiles before (a review)
+    (["resnet50_b128", "resnet50_b128", "--budget", "50%", "--method", "equiv-chain"],
+     "--method belongs to the paper's slot model: add --paper"),
+    (["resnet50_b128", "resnet50_b128", "--budget", "50%", "--ut", "100"], "--ut belongs to the paper's slot model"),
     (["--paper", "--lengths", "10,-5", "--slots", "5"], "branch length -5 is negative"),
     (["--paper", "--lengths", "10,50", "--slots", "0,5"], "slot count 0 is below 1"),
     (["--paper", "--lengths", "10,50", "--slots", "5.."], "'5..' is malformed"),

@@ -353,17 +353,25 @@ def _parameter_marks(params: list) -> tuple:
     frozen one's values (a write through ``.data`` moves neither the version nor, in place, the storage:
     MoCo's ``p.data.mul_(m)``; a review, 2026-11-28). Trainable parameters cannot be written in the forward
     but under no_grad, which moves their version."""
-    frozen = [p for p in params if not p.requires_grad and p.is_floating_point()]
+    frozen = [p for p in params if not p.requires_grad and p.is_floating_point() and p.layout == torch.strided]
     with torch.no_grad():
         sums = torch.stack([p.detach().sum(dtype=torch.float64) for p in frozen]) if frozen else None
-    return [(p._version, p.data_ptr()) for p in params], frozen, sums
+    return [(p._version, _data_ptr(p)) for p in params], frozen, sums
+
+
+def _data_ptr(p) -> int | None:
+    """``p``'s storage address, None where it has none to read (a sparse or otherwise storage-less tensor)."""
+    try:
+        return p.data_ptr()
+    except RuntimeError:
+        return None
 
 
 def _refuse_parameter_writes(s: int, params: list, before: tuple) -> None:
     """Note [Parameters a forward writes]: raise where stage ``s`` (0-based) wrote a parameter (its
     :func:`_parameter_marks` moved)."""
     marks, frozen, sums = before
-    written = [p for p, m in zip(params, marks) if (p._version, p.data_ptr()) != m]
+    written = [p for p, m in zip(params, marks) if (p._version, _data_ptr(p)) != m]
     if sums is not None:
         with torch.no_grad():
             now = torch.stack([p.detach().sum(dtype=torch.float64) for p in frozen])

@@ -12,14 +12,8 @@ from .chain import Chain
 from .dp.minpeak import min_feasible_bytes
 from .errors import InfeasibleBudgetError
 from .simulate import budget_bytes_of, store_all_peak_bytes, store_all_time_ms
+from .units import binary_unit
 
-def axis_unit(top_bytes) -> tuple[float, str]:
-    """(bytes per unit, unit name) for an axis of sizes up to ``top_bytes``: the largest binary unit of which
-    it holds at least one (a 16 MiB profile's axis read 0.009 to 0.016 GiB: a review), as format_bytes picks."""
-    for scale, name in ((float(1 << 30), "GiB"), (float(1 << 20), "MiB"), (1024.0, "KiB")):
-        if top_bytes >= scale:
-            return scale, name
-    return 1.0, "B"
 GRID_POINTS = 24
 STYLES = {
     "checkpoint_sequential (best k)": dict(color="tab:orange", marker="s"),
@@ -45,12 +39,8 @@ def curve_data(chain: Chain, max_budget=None, bucket=None, backend: str = "auto"
     backend's curve is exact already."""
     from .solve import solve, solve_budgets, solves_exactly
 
-    top = store_all_peak_bytes(chain) if max_budget is None else budget_bytes_of(chain, max_budget, "max budget")
     low = min_feasible_bytes(chain)
-    if top < low:
-        raise InfeasibleBudgetError(f"max budget {top} B is below the chain's least feasible budget {low} B: raise it "
-                                    f"(--max-budget), or leave it out for the store-all peak", low)
-    grid = np.unique(np.linspace(low, top, points).astype(np.int64)).tolist()
+    top, grid = curve_budgets(chain, max_budget, low, points)
     if solves_exactly(backend, bucket, chain.n):
         tables = plans = [solve(chain, top, bucket=bucket, backend=backend)]
     else:
@@ -104,6 +94,25 @@ def ladder_plans(solve_many, top: int, grid: list, ladder: bool = True) -> tuple
             plans[k] = alone = solve_many(p.budget_bytes, [])[0]
             tables.append(alone)
     return tables, plans
+
+
+def curve_budgets(chain: Chain, max_budget, low: int, points: int, what: str = "") -> tuple[int, list[int]]:
+    """(top, grid) of a curve from the least budget ``low`` to ``max_budget`` (default: the store-all peak):
+    the top in bytes and ``points`` budgets from ``low`` to it (fewer where they coincide). A top below
+    ``low`` raises, naming both (``what``: the class of plans ``low`` is the least of, e.g. " with offloading")."""
+    top = store_all_peak_bytes(chain) if max_budget is None else budget_bytes_of(chain, max_budget, "max budget")
+    if top < low:
+        raise InfeasibleBudgetError(f"max budget {top} B is below the chain's least feasible budget {low} B{what}: "
+                                    f"raise it (--max-budget), or leave it out for the store-all peak", low)
+    return top, np.unique(np.linspace(low, top, points).astype(np.int64)).tolist()
+
+
+def axis_unit(top_bytes) -> tuple[float, str]:
+    """(bytes per unit, unit name) for an axis of sizes up to ``top_bytes``, in the unit :func:`format_bytes`
+    shows ``top_bytes`` in (:func:`gpusolve.units.binary_unit`; a 16 MiB profile's axis read 0.009 to 0.016
+    GiB: a review)."""
+    name, scale = binary_unit(top_bytes)
+    return scale, name
 
 
 def fastest_line(top: int, curves=(), plans=()) -> dict:

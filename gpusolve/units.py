@@ -167,23 +167,26 @@ def parse_duration_ms(value, what: str = "latency") -> float:
     return ms
 
 
+def binary_unit(num_bytes: float) -> tuple[str, float]:
+    """(name, bytes) of the unit a size is shown in: the largest binary unit, up to GiB, of which it holds at
+    least one (sizes below 1 KiB in bytes). The one rule of :func:`format_bytes`, :func:`exact_bytes` and the
+    plots' size axes (:func:`gpusolve.plot.axis_unit`)."""
+    for name, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(num_bytes) >= scale:
+            return name, float(scale)
+    return "B", 1.0
+
+
 def format_bytes(num_bytes: float) -> str:
     """Human-readable binary size, e.g. ``format_bytes(3 * 2**30) == '3.00 GiB'``."""
-    value = float(num_bytes)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
-        value /= 1024
-    return f"{value:.2f} GiB"  # pragma: no cover
-
+    unit, scale = binary_unit(num_bytes)
+    value = float(num_bytes) / scale
+    return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
 
 
 def exact_bytes(num_bytes: int) -> str:
     """A size with enough digits to tell two budgets apart and the exact count a fix may pass on:
     ``'2.3987 GiB (2575560704 B)'``, ``'670 B'``."""
-    value = float(num_bytes)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024 or unit == "GiB":
-            break
-        value /= 1024
+    unit, scale = binary_unit(num_bytes)
+    value = float(num_bytes) / scale
     return f"{int(num_bytes)} B" if unit == "B" else f"{value:.4f} {unit} ({int(num_bytes)} B)"

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..chain import Chain
 from ..errors import InfeasibleBudgetError
-from ..simulate import budget_bytes_of, overhead, store_all_peak_bytes, store_all_time_ms
+from ..simulate import budget_bytes_of, overhead, store_all_time_ms
 from .link import Link
 
 # The paper's algorithms shown as "offload only" (label, function of an OffloadChain -> makespan, peak).
@@ -281,18 +281,13 @@ def offload_curve_data(chain: Chain, link: Link, max_budget=None, bucket=None, b
     optimum at every bucket (a combined and a recompute-only table filled at the top, and lower ones where the
     grid reaches far below it: Note [A ladder of tables] in gpusolve/plot.py) and the plan
     :func:`solve_offload_budgets` makes at each of the ``points`` budgets from those tables, with the
-    exact-byte candidates (Note [Exact candidates] in gpusolve/solve.py). Every recompute-only plan is a combined one, so the combined line
-    also takes the recompute line's points: it is never above it. Offload only is the best of the paper's
-    algorithms at each of the ``points`` budgets."""
-    from ..plot import fastest_line, ladder_plans
+    exact-byte candidates (Note [Exact candidates] in gpusolve/solve.py). Every recompute-only plan is a
+    combined one, so the combined line also takes the recompute line's points: it is never above it. Offload
+    only is the best of the paper's algorithms at each of the ``points`` budgets."""
+    from ..plot import curve_budgets, fastest_line, ladder_plans
     from .solver import min_budget_bytes, solve_offload_budgets
-    top = store_all_peak_bytes(chain) if max_budget is None else budget_bytes_of(chain, max_budget, "max budget")
     low = min_budget_bytes(chain, link)
-    if top < low:
-        raise InfeasibleBudgetError(f"max budget {top} B is below the chain's least feasible budget {low} B with "
-                                    f"offloading: raise it (--max-budget), or leave it out for the store-all peak",
-                                    low)
-    grid = np.unique(np.linspace(low, top, points).astype(np.int64)).tolist()
+    top, grid = curve_budgets(chain, max_budget, low, points, " with offloading")
     tables, plans = ladder_plans(lambda at, below: solve_offload_budgets(chain, at, link, below, bucket=bucket,
                                                                          backend=backend), top, grid, bucket is None)
     combined = tables[0]

@@ -346,14 +346,15 @@ class ParameterWriteError(RuntimeError):
 #     clones (Note [Recomputing from the step's buffers] in torch_exec/executor.py). So profiling refuses a
 #     stage whose forward writes a parameter, naming it and the remedy (register it as a buffer): its version
 #     counter or its storage moved, or, for a frozen one, the sum of its values (``p.data.mul_(m)``, as MoCo
-#     writes it, moves neither). A write in auto_checkpoint's code before the chain (run once per step) is not refused; its first
-#     call's probe runs the model once, as the call itself would have.
-def _parameter_marks(params: list) -> tuple:
+#     writes it, moves neither). A write in auto_checkpoint's code before the chain (run once per step) is not
+#     refused; its first call's probe runs the model once, as the call itself would have.
+def _parameter_marks(params: list, frozen: list | None = None) -> tuple:
     """What :func:`_refuse_parameter_writes` compares: each parameter's version and storage, and a sum of each
     frozen one's values (a write through ``.data`` moves neither the version nor, in place, the storage:
     MoCo's ``p.data.mul_(m)``; a review, 2026-11-28). Trainable parameters cannot be written in the forward
-    but under no_grad, which moves their version."""
-    frozen = [p for p in params if not p.requires_grad and p.is_floating_point() and p.layout == torch.strided]
+    but under no_grad, which moves their version. ``frozen``: the frozen ones of earlier marks (default: found)."""
+    if frozen is None:
+        frozen = [p for p in params if not p.requires_grad and p.is_floating_point() and p.layout == torch.strided]
     with torch.no_grad():
         sums = torch.stack([p.detach().sum(dtype=torch.float64) for p in frozen]) if frozen else None
     return [(p._version, _data_ptr(p)) for p in params], frozen, sums
@@ -367,14 +368,15 @@ def _data_ptr(p) -> int | None:
         return None
 
 
-def _refuse_parameter_writes(s: int, params: list, before: tuple) -> None:
+def _refuse_parameter_writes(s: int, params: list, before: tuple) -> tuple:
     """Note [Parameters a forward writes]: raise where stage ``s`` (0-based) wrote a parameter (its
-    :func:`_parameter_marks` moved)."""
+    :func:`_parameter_marks` moved from ``before``); else the marks now, the next stage's ``before``."""
     marks, frozen, sums = before
-    written = [p for p, m in zip(params, marks) if (p._version, _data_ptr(p)) != m]
+    after = _parameter_marks(params, frozen)
+    written = [p for p, m, now in zip(params, marks, after[0]) if m != now]
     if sums is not None:
+        now = after[2]
         with torch.no_grad():
-            now = torch.stack([p.detach().sum(dtype=torch.float64) for p in frozen])
             moved = ~((now == sums) | (now.isnan() & sums.isnan()))
         seen = {id(p) for p in written}
         written += [p for p, m in zip(frozen, moved.tolist()) if m and id(p) not in seen]
@@ -386,6 +388,7 @@ def _refuse_parameter_writes(s: int, params: list, before: tuple) -> None:
             f"write it again. Keep such state as a buffer (module.register_buffer(name, tensor)), which a re-run "
             f"starts from a copy of, or make the update outside the forward (after the optimizer step) "
             f"(Note [Parameters a forward writes] in torch_exec/profiler.py)")
+    return after
 
 
 def _versions(state) -> dict:
@@ -550,6 +553,7 @@ class _Passes:
         origin = dict.fromkeys(storages(state), 0)  # storage -> the stage that made it (0: the input)
         # storage -> a number for it while it lives: storage keys of freed storages come back (addresses)
         ident = {key: i for i, key in enumerate(storages(state))}
+        param_marks = _parameter_marks(self.params)  # Note [Parameters a forward writes]
         with torch.no_grad():
             for s, fn in enumerate(self.fns):
                 if self.isolated:
@@ -558,12 +562,11 @@ class _Passes:
                     self.in_keys.append([ident.get(storage_key(t)) for t in tensors(state)])  # across stages
                 versions = _versions(state)
                 buffer_versions = [b._version for b in self.buffers]
-                param_versions = _parameter_marks(self.params)
                 rng_before = RngState.capture(devices)
                 a = meter.mark()
                 out = fn(state)
                 ng_marks.append((a, meter.mark()))
-                _refuse_parameter_writes(s, self.params, param_versions)
+                param_marks = _refuse_parameter_writes(s, self.params, param_marks)  # the next stage's before
                 alias = aliases(out, state)
                 # Does the stage draw random numbers? Only such stages get their RNG state
                 # recorded by the executor (and counted in its reserved bytes).

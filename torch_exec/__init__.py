@@ -24,5 +24,6 @@ from .profiler import (
 )
 
 __all__ = ["AutoCheckpointed", "CPUTimingWarning", "CaptureError", "CheckpointedJoin", "CheckpointedSequential",
-           "InputMutationWarning", "ParameterWriteError", "ProfilerBusyError", "auto_checkpoint", "chain_from_profile", "interpret",
-           "load_profile", "plan_from_schedule", "profile", "profile_dict", "save_profile", "split_schedule"]
+           "InputMutationWarning", "ParameterWriteError", "ProfilerBusyError", "auto_checkpoint", "chain_from_profile",
+           "interpret", "load_profile", "plan_from_schedule", "profile", "profile_dict", "save_profile",
+           "split_schedule"]

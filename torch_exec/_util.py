@@ -777,13 +777,20 @@ def params_of(modules) -> list[nn.Parameter]:
     return _unique(modules, nn.Module.parameters)
 
 
+def first_few(items, sep: str = ", ", few: int = 3) -> str:
+    """The first ``few`` of ``items`` joined by ``sep``, and ``...`` after them where there are more (what an
+    error names of a list)."""
+    items = [str(item) for item in items]
+    return sep.join(items[:few]) + (f"{sep}..." if len(items) > few else "")
+
+
 def params_read_by_several(groups) -> tuple:
     """The parameters requiring grad that the modules of two or more of ``groups`` (each a list of modules: a
     stage's, a branch's or a head's) hold: a tied weight, a module applied in several stages or branches
     (Note [Hooks on a leaf several segments read] in torch_exec/executor.py)."""
     seen: dict = {}
     for group in groups:
-        for p in {id(p): p for p in params_of(group)}.values():
+        for p in params_of(group):  # each once per group
             if p.requires_grad:
                 seen.setdefault(id(p), [p, 0])[1] += 1
     return tuple(p for p, n in seen.values() if n > 1)

@@ -1315,7 +1315,7 @@ def _probe_model(model: nn.Module, args: tuple, kwargs: dict) -> _Probe:
                            f"whose generator the executor records and replays")
     if stored:
         raise CaptureError(f"the model's forward stores tensors that carry gradient on its modules, off the path to "
-                           f"its outputs ({', '.join(sorted(set(stored))[:3])}{', ...' if len(set(stored)) > 3 else ''}): "
+                           f"its outputs ({U.first_few(sorted(set(stored)))}): "
                            f"a captured graph would not update them and a block run without a tape would store them "
                            f"without gradient (Note [Probing the model]); return them from forward (e.g. with the "
                            f"output) instead")
@@ -1831,13 +1831,12 @@ def _refuse_block_hooks(blocks: _Blocks) -> None:
     hooked = [f"{blocks.name}.{i}" for i, b in enumerate(blocks.blocks)
               if not isinstance(b, FSDPModule) and (b._forward_hooks or b._forward_pre_hooks)]
     if hooked:
-        raise CaptureError(f"auto_checkpoint: forward hooks on the blocks {', '.join(hooked[:3])}"
-                           f"{', ...' if len(hooked) > 3 else ''} cannot run as in plain autograd under the block "
-                           f"fallback: the model's own call of a block returns the chain's result, and the schedule "
-                           f"runs a block once more for each recomputation. Return what the hook takes from the "
-                           f"model's forward instead, hook a module inside the block (it then runs at every run of "
-                           f"the block, as under torch.utils.checkpoint), or cut the model by hand: "
-                           f"torch_exec.CheckpointedSequential (see the README, 'The manual route')")
+        raise CaptureError(f"auto_checkpoint: forward hooks on the blocks {U.first_few(hooked)} cannot run as in "
+                           f"plain autograd under the block fallback: the model's own call of a block returns the "
+                           f"chain's result, and the schedule runs a block once more for each recomputation. Return "
+                           f"what the hook takes from the model's forward instead, hook a module inside the block (it "
+                           f"then runs at every run of the block, as under torch.utils.checkpoint), or cut the model "
+                           f"by hand: torch_exec.CheckpointedSequential (see the README, 'The manual route')")
 
 
 def _refuse_plain_tensor_parameters(model: nn.Module) -> None:
@@ -1847,7 +1846,7 @@ def _refuse_plain_tensor_parameters(model: nn.Module) -> None:
     chain" and the wrong fix (a review, 2026-11-28). Refused, naming them and the remedy."""
     plain = [name for name, p in model.named_parameters() if not isinstance(p, nn.Parameter)]
     if plain:
-        raise CaptureError(f"auto_checkpoint: the model's parameters {', '.join(plain[:3])}{', ...' if len(plain) > 3 else ''} "
+        raise CaptureError(f"auto_checkpoint: the model's parameters {U.first_few(plain)} "
                            f"are plain tensors in this call, not nn.Parameter (torch.func.functional_call, or another "
                            f"reparametrization, swapped them in): the wrapper profiles and plans the model's own "
                            f"parameters only. Call functional_call on the unwrapped model (plain autograd), or train "
@@ -2089,7 +2088,7 @@ class AutoCheckpointed(nn.Module):
             blocks, refused = _find_blocks(self._model, args, kwargs)
             if blocks is None:
                 errors.append("no nn.ModuleList/nn.Sequential of blocks whose outputs feed the next block was found"
-                              + (f" (lists tried: {'; '.join(refused[:3])}{'; ...' if len(refused) > 3 else ''})"
+                              + (f" (lists tried: {U.first_few(refused, '; ')})"
                                  if refused else ""))
             else:
                 cap = self._blocks_capture(blocks, args, kwargs)

@@ -1391,9 +1391,9 @@ def refuse_shared_under_ddp(shared: tuple, who: str) -> None:
     parameters (``shared``; empty where the step runs as plain autograd, one backward) would all-reduce part of
     their gradients; refused, naming the remedy."""
     if shared and _ddp_forward() is not None:
-        shapes = ", ".join(f"{tuple(p.shape)}" for p in shared[:3])
         raise RuntimeError(
-            f"{who} inside DistributedDataParallel: {len(shared)} parameter(s) (shapes {shapes}{', ...' if len(shared) > 3 else ''}) "
+            f"{who} inside DistributedDataParallel: {len(shared)} parameter(s) (shapes "
+            f"{U.first_few(tuple(p.shape) for p in shared)}) "
             f"are read by several stages (a tied embedding, a module applied twice). The schedule back-propagates "
             f"each stage apart, so each such parameter's gradient arrives in parts, and DDP would all-reduce the "
             f"first part alone (each rank keeping its own rest). Synchronise the gradients yourself: run the backward "
@@ -1673,13 +1673,12 @@ class _PlannedModule(nn.Module):
         if self._runs_plain():
             return
         for entry in self._entries.values():
-            if entry.plan is not None:
-                self._plan_entry(entry)
-                continue
+            planned = entry.plan is not None
             try:
-                self._plan_entry(entry)
+                self._plan_entry(entry)  # sets entry.plan last: one that fails leaves it as it was
             except InfeasibleBudgetError:
-                entry.plan = None
+                if planned:
+                    raise
 
     def measure_memory(self, steps: int = 1) -> None:
         """Measure the peak memory of the next ``steps`` steps (forward to the end of backward) with

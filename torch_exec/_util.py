@@ -796,6 +796,17 @@ def params_read_by_several(groups) -> tuple:
     return tuple(p for p, n in seen.values() if n > 1)
 
 
+def take_post_accumulate_hooks(p, which=lambda fn: True) -> tuple:
+    """Removes from ``p``'s post-accumulate-grad hooks those ``which`` picks: (the hook dict, [(key, hook)]
+    taken), put back with ``hooks.update(taken)``. The engine holds the dict itself: it is emptied and refilled
+    in place (:class:`ModelSnapshot`, :func:`post_accumulate_hooks_deferred`)."""
+    hooks = getattr(p, "_post_accumulate_grad_hooks", None)
+    taken = [(key, fn) for key, fn in (hooks or {}).items() if which(fn)]
+    for key, _ in taken:
+        del hooks[key]
+    return hooks, taken
+
+
 @contextlib.contextmanager
 def post_accumulate_hooks_deferred(params):
     """Suspends the post-accumulate-grad hooks of ``params`` inside the block and, when it ends without an error,
@@ -804,12 +815,9 @@ def post_accumulate_hooks_deferred(params):
     mark when a gradient is first set, which the suspension would have moved to the end of the backward."""
     held = []
     for p in params:
-        hooks = getattr(p, "_post_accumulate_grad_hooks", None)
-        users = [(key, fn) for key, fn in (hooks or {}).items() if not getattr(fn, "meter_hook", False)]
+        hooks, users = take_post_accumulate_hooks(p, lambda fn: not getattr(fn, "meter_hook", False))
         if users:
             held.append((p, hooks, users))
-            for key, _ in users:  # the engine holds the dict itself: emptied and refilled in place
-                del hooks[key]
     try:
         yield
     finally:
@@ -988,14 +996,11 @@ class ModelSnapshot:
         self.grads = [p.grad for p in self.params]
         self.rng = RngState.capture(all_rng_devices())
         self.training = [(m, m.training) for mod in modules for m in mod.modules()]
-        # The engine holds the hook dicts themselves: empty them in place, refill them on restore.
-        self.hooks = []
+        self.hooks = []  # (dict, taken): refilled on restore
         for p in self.params if suspend else ():
-            for name in ("_post_accumulate_grad_hooks",):
-                hooks = getattr(p, name, None)
-                if hooks:
-                    self.hooks.append((hooks, list(hooks.items())))
-                    hooks.clear()
+            hooks, taken = take_post_accumulate_hooks(p)
+            if taken:
+                self.hooks.append((hooks, taken))
 
     def restore(self, hooks: bool = True) -> None:
         """Put everything back; ``hooks=False`` leaves the suspended hooks suspended (a profile that

@@ -799,7 +799,7 @@ def params_read_by_several(groups) -> tuple:
 def take_post_accumulate_hooks(p, which=lambda fn: True) -> tuple:
     """Removes from ``p``'s post-accumulate-grad hooks those ``which`` picks: (the hook dict, [(key, hook)]
     taken), put back with ``hooks.update(taken)``. The engine holds the dict itself: it is emptied and refilled
-    in place (:class:`ModelSnapshot`, :func:`post_accumulate_hooks_deferred`)."""
+    in place (:class:`ModelSnapshot`, :func:`leaf_hooks_deferred`)."""
     hooks = getattr(p, "_post_accumulate_grad_hooks", None)
     taken = [(key, fn) for key, fn in (hooks or {}).items() if which(fn)]
     for key, _ in taken:
@@ -808,21 +808,52 @@ def take_post_accumulate_hooks(p, which=lambda fn: True) -> tuple:
 
 
 @contextlib.contextmanager
-def post_accumulate_hooks_deferred(params):
-    """Suspends the post-accumulate-grad hooks of ``params`` inside the block and, when it ends without an error,
-    calls each once (Note [Hooks on a leaf several segments read] in torch_exec/executor.py). The step meter's
-    own hooks (marked ``meter_hook``: Note [Gradients set during the step] in torch_exec/report.py) stay: they
-    mark when a gradient is first set, which the suspension would have moved to the end of the backward."""
-    held = []
+def leaf_hooks_deferred(params):
+    """Runs the hooks of ``params`` once, at the end of the block, as plain autograd's one ``AccumulateGrad`` per
+    leaf runs them (Note [Hooks on a leaf several segments read] in torch_exec/executor.py). Inside the block the
+    gradient hooks (``register_hook``) and the post-accumulate-grad hooks are suspended. Where a parameter has
+    gradient hooks, its ``.grad`` is set aside for the block, so that what the block adds is the whole gradient:
+    when the block ends without an error the gradient hooks run on it in order (a hook's result replaces it), it
+    is added to the gradient set aside in place (or becomes ``.grad``), and then the post-accumulate hooks run.
+    On an error ``.grad`` is put back as it was. The step meter's own hooks (marked ``meter_hook``: Note
+    [Gradients set during the step] in torch_exec/report.py) stay: they mark when a gradient is first set,
+    which the suspension would have moved to the end of the backward."""
+    held, aside = [], []
     for p in params:
         hooks, users = take_post_accumulate_hooks(p, lambda fn: not getattr(fn, "meter_hook", False))
         if users:
             held.append((p, hooks, users))
+        grad_hooks = p._backward_hooks  # the engine holds this dict: emptied and refilled in place
+        if grad_hooks:
+            aside.append((p, grad_hooks, list(grad_hooks.items()), p.grad))
+            grad_hooks.clear()
+            p.grad = None
+    ended = False
     try:
         yield
+        ended = True
     finally:
+        for p, grad_hooks, taken, prior in aside:
+            grad_hooks.update(taken)
+            if not ended:
+                p.grad = prior
         for _, hooks, users in held:
             hooks.update(users)
+    for p, _, taken, prior in aside:
+        whole = p.grad
+        if whole is None:  # no gradient reached it: no hook runs, as in plain autograd
+            p.grad = prior
+            continue
+        for _, hook in taken:
+            result = hook(whole)
+            whole = whole if result is None else result
+        if prior is None:
+            p.grad = whole
+        else:
+            with torch.no_grad():
+                prior.add_(whole)
+            p.grad = prior
+        del whole
     for p, _, users in held:
         for _, hook in users:
             hook(p)

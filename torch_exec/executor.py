@@ -80,9 +80,16 @@ Note [Hooks on a leaf several segments read]
     ``.grad``. DistributedDataParallel's own hook sits on the AccumulateGrad node in C++, out of reach: it
     all-reduced the first part alone and each rank kept its own rest, so ranks drifted apart
     (bench/repros/rv6_train_ddp_shared_leaf.py). A wrapper whose stages share parameters refuses to run
-    inside DDP's forward (:func:`refuse_shared_under_ddp`), naming the remedy (``no_sync`` and an all-reduce
-    of its own). Gradient hooks (``register_hook``) still run once per part (Note [Shared leaves split tape
-    runs]). Not covered: a parameter one stage reads and the caller's code outside the wrapper reads too (a
+    inside DDP's forward (:func:`refuse_shared_hazards`), naming the remedy (``no_sync`` and an all-reduce
+    of its own). Gradient hooks (``register_hook``) ran once per part too: a clamp of each part is not the
+    clamp of their sum (a tied weight clipped at 2e-3 read 2e-3 off plain autograd's gradient: a review,
+    2026-11-28, bench/repros/rv7_train_tied_grad_hook_clamp.py). They are suspended as
+    well, the parameter's ``.grad`` set aside for the backward, and at its end they run once on the whole
+    gradient, which is then added to the gradient set aside, as plain autograd's AccumulateGrad does
+    (:func:`torch_exec._util.leaf_hooks_deferred`). Where ``.grad`` is already set (gradient accumulation), the
+    whole gradient is a buffer the size of the parameter beside it, as plain autograd's sum of the parts is,
+    which the plans of split readers do not count: measured 768 B over a budget (tests/test_shared_leaves.py).
+    Such a step is refused before it runs (:func:`refuse_shared_hazards`), naming the remedies. Not covered: a parameter one stage reads and the caller's code outside the wrapper reads too (a
     head tied to an embedding the wrapped stages hold, computed outside): the outer graph's AccumulateGrad and
     the stage's segment each run its hooks, as they did before (bench/repros/rv6_diff_hooks_param_read_outside.py);
     wrap the whole model (auto_checkpoint), whose stages then hold both readers.
@@ -1307,11 +1314,11 @@ def interpret_backward(ops: list, rt, mode: _SegmentMode | None) -> None:
     parameters' gradients then go to the parameter tap (Note [Autograd calls that name tensors])."""
     outer = getattr(_SEGMENT, "mode", None)
     _SEGMENT.mode = mode
-    # segments that accumulate into .grad: a shared parameter's post-accumulate hooks run once, at the end
+    # segments that accumulate into .grad: a shared parameter's hooks run once, at the end
     # (Note [Hooks on a leaf several segments read])
     shared = rt.entry.shared_params if mode is None or not mode.named else ()
     try:
-        with U.post_accumulate_hooks_deferred(shared):
+        with U.leaf_hooks_deferred(shared):
             interpret(ops, rt)
     finally:
         _SEGMENT.mode = outer
@@ -1386,11 +1393,25 @@ def state_requires_grad(entry, s: int):
     return True if flags is None else flags
 
 
-def refuse_shared_under_ddp(shared: tuple, who: str) -> None:
-    """Note [Hooks on a leaf several segments read]: DistributedDataParallel around a wrapper whose stages share
-    parameters (``shared``; empty where the step runs as plain autograd, one backward) would all-reduce part of
-    their gradients; refused, naming the remedy."""
-    if shared and _ddp_forward() is not None:
+def refuse_shared_hazards(shared: tuple, who: str) -> None:
+    """Note [Hooks on a leaf several segments read]: refused, naming the remedy, before the step runs:
+    DistributedDataParallel around a wrapper whose stages share parameters (``shared``; empty where the step
+    runs as plain autograd, one backward), which would all-reduce part of their gradients; and gradient hooks on
+    such a parameter whose ``.grad`` is already set (gradient accumulation), whose whole gradient would need a
+    buffer beside ``.grad`` that no plan counts."""
+    if not shared or not torch.is_grad_enabled():
+        return
+    hooked = [p for p in shared if p._backward_hooks and p.grad is not None]
+    if hooked:
+        raise RuntimeError(
+            f"{who}: {len(hooked)} parameter(s) read by several stages (shapes "
+            f"{U.first_few(tuple(p.shape) for p in hooked)}, {sum(p.numel() * p.element_size() for p in hooked)} B) have "
+            f"gradient hooks (register_hook) and a .grad already set. The schedule back-propagates each stage apart, "
+            f"so the hooks run once on the whole gradient at the end of the backward, which needs that gradient in a "
+            f"buffer beside .grad that the plan does not count (Note [Hooks on a leaf several segments read] in "
+            f"torch_exec/executor.py). Set the gradients to None before each step (optimizer.zero_grad()), or apply "
+            f"the hook's change to .grad after the backward (all micro-batches' sum), or untie the parameters")
+    if _ddp_forward() is not None:
         raise RuntimeError(
             f"{who} inside DistributedDataParallel: {len(shared)} parameter(s) (shapes "
             f"{U.first_few(tuple(p.shape) for p in shared)}) "
@@ -2112,7 +2133,7 @@ class CheckpointedSequential(_PlannedModule):
     def _scheduled(self, state, flat):
         """A step under a plan: never traced by torch.compile (Note [torch.compile])."""
         entry = self._entry(state)
-        refuse_shared_under_ddp(() if entry.plain else entry.shared_params, "CheckpointedSequential")
+        refuse_shared_hazards(() if entry.plain else entry.shared_params, "CheckpointedSequential")
         if entry.replan_due:  # Note [Outputs without a gradient], Note [The caller holds a_N]
             entry.exec_chain, entry.replan_due = with_learned_outputs(entry), False
             self._plan_entry(entry)

@@ -31,8 +31,9 @@ Note [Profiling stage by stage]
     first, each stage's forward and its backward from the gradient of its output that the next
     stage's backward made, as it handed it over (a hook on that stage's input: a broadcast gradient
     stays one), the last stage's seeded with ones. Its output and that gradient are referenced by
-    nothing else (as the executor's BWD runs it), and the input tensors an earlier stage saved stay
-    held through it, as in a whole pass (storages numbered in the no-grad pass: addresses come back).
+    nothing else (as the executor's BWD runs it), its input is held until its gradient is ready (Note
+    [Inputs held through a backward]), and the input tensors an earlier stage saved stay held after
+    it, as in a whole pass (storages numbered in the no-grad pass: addresses come back).
     Device memory then peaks at about one stage's input, tape, output gradient and workspace. No
     plain step is measured: the plain-autograd figures (percent budgets, whether plain autograd fits)
     are the model's store-all peak. ``isolated=None`` (the executors' default)
@@ -41,6 +42,27 @@ Note [Profiling stage by stage]
     test models, except on tuple states that pass a tensor on, where the whole step's spans overlap
     (Note: ``_Boundaries._reached``) and either side can read higher; the least budgets stay equal
     (tests/test_profile_isolated.py).
+
+Note [Inputs held through a backward]
+    The cost model holds a stage's input through the stage's backward: a_{s-1} is a checkpoint, or
+    part of the tape of stage s - 1, which goes at that stage's backward. Plain autograd may free an
+    input storage during stage s's backward instead, where stage s saved it and nothing else
+    references it: a tensor an earlier stage made and passed on unchanged, read by a late stage's
+    first op to run backward (an "x0" skip multiplied in at the end). A backward reading taken that
+    way was lowered by the freeing, before the stage's peak: credited to stage s, while the model
+    still counts the storage held. Under a plan that keeps a_{s-1} as a checkpoint nothing frees it,
+    and a measured step went over its budget by that tensor (1.05x: a review, 2026-11-28,
+    bench/repros/rv6_manual_tuple_passthrough_over_budget.py). So the memory passes hold every
+    tensor of a_s until the last gradient of a_s that ``_Boundaries`` hooks is ready, and drop it
+    just before that mark: stage s + 1's reading ends with the freeing, after its peak, as in the
+    model; stage s's starts without it, as in the model (its tape less what its backward saved). A
+    tensor passed on unchanged is held by every output it is in, until the earliest one's gradient
+    is ready. A view (an aliasing stage's output: a flatten before the classifier) takes the tensor
+    it views out of the earlier holds when it is dropped: otherwise its storage would be freed
+    inside the aliasing stage's backward, which the model merges with its base, and composing the
+    group's readings (``_merge_group`` in gpusolve/chain.py) would take the output off twice. In a
+    stage-by-stage pass the stage's input is held the same way. The timing passes hold nothing
+    (plain autograd's order; they read no bytes).
 
 Note [Lazy workspaces]
     Libraries allocate some device memory on first use and keep it: cuBLAS a workspace per handle and
@@ -599,7 +621,7 @@ class _Passes:
         bounds = _Boundaries(n, meter.mark, grads=True)
         a0 = make_leaf(self.sample, self.rg)
         outs = [a0]
-        with torch.enable_grad():
+        with torch.enable_grad(), _closed_on_error(bounds):
             held_input = state = clone(a0)  # held as the caller holds its input
             self.readers.enter(state)
             for s, fn in enumerate(self.fns):
@@ -609,6 +631,10 @@ class _Passes:
                     out = fn(state)
                     g_marks.append((a, meter.mark()))
                 self.note_saved(mem[s], out, state, saved)
+                # what the stage saved of its input stays until the input's gradient is ready (Note [Inputs
+                # held through a backward]; the caller's input is held anyway)
+                kept = set(saved)
+                bounds.hold(s, [t for t in tensors(state) if storage_key(t) in kept])
                 mem[s]["out_requires_grad"] = [t.requires_grad for t in tensors(out)]  # Note [Segment inputs]
                 self.readers.note(s + 1, out)
                 del saved
@@ -690,8 +716,9 @@ class _Passes:
         end as a whole pass seeds a_N; ended by the gradient of its input: ``(forward start, forward
         end, backward start, backward end)`` per stage, the backward's None when no gradient reaches the
         stage. As in a whole pass, its output is gone before its backward unless the stage saved it,
-        and the input tensors an earlier stage's backward saved (or, for the first stage, the caller's
-        input) stay held through it. With ``mem`` (the memory pass), each stage's ``grad_held_bytes``: the
+        its input is held until its gradient is ready (Note [Inputs held through a backward]), and the
+        input tensors an earlier stage's backward saved (or, for the first stage, the caller's input)
+        stay held after it. With ``mem`` (the memory pass), each stage's ``grad_held_bytes``: the
         storages behind the gradient of its output (Note [Gradients that are views] in gpusolve/chain.py)."""
         n = self.n
         marks = [None] * n
@@ -704,10 +731,12 @@ class _Passes:
             held = [t for t, key in zip(tensors(state), self.in_keys[s], strict=False) if s == 0 or key in earlier[s]]
             bounds = _Boundaries(1, mark)
             bounds.watch(state, 0)  # its input's gradient ends its backward
+            if mem is not None:  # what the stage saved of its input: Note [Inputs held through a backward]
+                bounds.hold(0, [t for t, key in zip(tensors(state), self.in_keys[s], strict=False) if key in self.saved[s]])
             got = {}
             hooks = [t.register_hook(lambda g, i=i: got.__setitem__(i, g))
                      for i, t in enumerate(tensors(state)) if t.requires_grad]
-            with torch.enable_grad():
+            with torch.enable_grad(), _closed_on_error(bounds):
                 a = mark()
                 out = self.fns[s](state)
                 b = mark()
@@ -856,6 +885,16 @@ class _Passes:
         return self.elapsed(start, stop)
 
 
+@contextlib.contextmanager
+def _closed_on_error(bounds):
+    """Closes ``bounds`` (:meth:`_Boundaries.close`) when the block raises: no backward will."""
+    try:
+        yield
+    except BaseException:
+        bounds.close()
+        raise
+
+
 class _Boundaries:
     """The stage boundaries of one backward pass, as marks of a clock or meter (``mark()``).
 
@@ -866,10 +905,17 @@ class _Boundaries:
     (start, stop): it ends when the gradient of a_{s-1} is ready, or with the whole backward when
     nothing upstream needs a gradient (a first stage taking integer ids still runs its backward: it
     reaches the stage's parameters). None when no gradient reached a_s.
+
+    ``hold(s, tensors)`` (the memory passes) keeps tensors of a_s referenced until the last hooked
+    gradient of a_s is ready, and drops them just before that mark (Note [Inputs held through a
+    backward]). ``close()`` drops what is held and removes the hooks (also where no backward runs:
+    a held tensor's hook refers back to this object, a cycle through C++ no collector sees).
     """
 
     def __init__(self, n: int, mark, grads: bool = False):
         self.n, self.mark, self.grads = n, mark, grads
+        self.held: list = [[] for _ in range(n + 1)]  # tensors of a_s kept until its gradients are ready
+        self.waiting = [0] * (n + 1)                   # hooked gradients of a_s not ready yet
         self.at: list = [None] * (n + 1)    # when a gradient of a_s is first ready: stage s may start
         self.last: list = [None] * (n + 1)  # when the last one is: stage s + 1's backward is done
         # the storages behind the gradients of a_s as the engine hands them over (Note [Gradients that are
@@ -888,10 +934,22 @@ class _Boundaries:
             return
         grads = [t for t in tensors(out) if t.requires_grad]
         made = [t for t in grads if passed is None or passed.get(id(t)) != t._version]
-        self.handles += [t.register_hook(lambda g, s=s: self._reached(s)) for t in (made or grads)]
+        hooked = made or grads
+        self.waiting[s] = len(hooked)
+        self.handles += [t.register_hook(lambda g, s=s: self._reached(s)) for t in hooked]
         if self.grads:  # the memory pass (a timing pass runs no more Python in the backward than it must)
             self.handles += [t.register_hook(lambda g, s=s: self.grad_buffers[s].update(grad_storages([g])))
                              for t in grads]
+
+    def hold(self, s: int, held: list) -> None:
+        """Keep ``held`` (tensors of a_s) referenced until the last hooked gradient of a_s is ready."""
+        self.held[s] += held
+
+    def close(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+        self.handles = []
+        self.held = [[] for _ in range(self.n + 1)]
 
     def grad_held_bytes(self, s: int) -> int:
         """Bytes the gradients of a_s held, in the allocator's blocks (Note [Gradients that are views] in
@@ -901,7 +959,13 @@ class _Boundaries:
     def _reached(self, s: int) -> None:
         """A gradient of a_s is ready. With a tuple state the engine may run part of stage s's backward
         before the gradient of another of its tensors is ready (seen under float16 autocast): stage s
-        starts at the first, stage s + 1 ends at the last, and both count what runs in between."""
+        starts at the first, stage s + 1 ends at the last, and both count what runs in between. What
+        :meth:`hold` keeps of a_s is dropped at the last, before its mark: stage s + 1's backward reads
+        the freeing at its end (Note [Inputs held through a backward])."""
+        if self.waiting[s]:
+            self.waiting[s] -= 1
+            if not self.waiting[s]:
+                self.held[s] = []
         mark = self.mark()
         if self.at[s] is None:
             self.at[s] = mark
@@ -927,9 +991,7 @@ class _Boundaries:
             del seeds
             self.end = self.mark()
         finally:
-            for handle in self.handles:
-                handle.remove()
-            self.handles = []
+            self.close()  # what is held of an a_s no gradient reached goes after the last mark
 
     def span(self, s: int):
         start = self.at[s]

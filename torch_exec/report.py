@@ -128,7 +128,7 @@ class _GradientsSet:
             done[0] = True
             # CUDA: the peak counter is left alone, so a caller's max_memory_allocated() still reads the step
             self.marks.append((self.meter.mark(reset_peak=False), p.grad.numel() * p.grad.element_size()))
-        hook.meter_hook = True  # never deferred (torch_exec._util.post_accumulate_hooks_deferred)
+        hook.meter_hook = True  # never deferred (torch_exec._util.leaf_hooks_deferred)
         return hook
 
     def remove(self) -> None:

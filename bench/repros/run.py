@@ -60,8 +60,10 @@ SCRIPTS = ("grad_hooks", "autograd_grad_measured", "returned_input", "measure_be
            "rv6_diff_train_fraction_budget", "rv6_join_cli_paper_options_ignored",
            "rv6_join_shared_grads_read_as_activations", "rv6_manual_profile_other_widths",
            "rv6_manual_tuple_nograd_member_grad",
-           # open (not fixed this session): they exit nonzero on both trees
-           "rv6_diff_hooks_param_read_outside", "rv6_manual_tuple_passthrough_over_budget")
+           # open (not fixed): exits nonzero
+           "rv6_diff_hooks_param_read_outside",
+           # the seventh session's (2026-11-28): session 6's open lead, and gradient hooks on a tied weight
+           "rv6_manual_tuple_passthrough_over_budget", "rv7_train_tied_grad_hook_clamp")
 
 
 def main(argv=None) -> int:

@@ -562,14 +562,17 @@ def _bytes_per_state(backend: str, problem: Problem) -> int:
     return BYTES_PER_STATE
 
 
-def _infeasible(chain, budget_bytes, bucket, backend, started, timings, notes, strict, min_bytes=None) -> Plan:
+def _infeasible(chain, budget_bytes, bucket, backend, started, timings, notes, strict, min_bytes=None,
+                message: str | None = None) -> Plan:
     """Below the exact minimum: raise (``strict``) or a plan with ``feasible=False`` (``bucket``: bytes
-    or the user's bucket as given, None when there is none)."""
+    or the user's bucket as given, None when there is none), whose last note is ``message`` (default: the
+    budget is below the minimum)."""
     if min_bytes is None:
         clock = time.perf_counter()
         min_bytes = min_feasible_bytes(chain)
         timings["minimum"] = time.perf_counter() - clock
-    message = below_minimum(budget_bytes, min_bytes)
+    if message is None:
+        message = below_minimum(budget_bytes, min_bytes)
     if strict:
         raise InfeasibleBudgetError(message, min_bytes)
     return Plan(feasible=False, predicted_time_ms=float("inf"), predicted_peak_bytes=0, budget_bytes=budget_bytes,

@@ -294,3 +294,19 @@ def test_curve_with_a_users_bucket_leaves_out_what_its_rounding_fits_not():
     for bucket in (1, 2):
         data = offload_curve_data(chain, Link.parse("inf"), bucket=bucket, backend="cpu", points=8)
         assert data["combined"]["budget_bytes"] and data["combined"]["budget_bytes"][-1] == data["max_budget_bytes"]
+
+
+def test_a_lower_budget_the_bucket_rounds_out_says_so():
+    # a lower budget at the exact combined minimum that a 2 B bucket rounds out: its plan says "use a finer
+    # bucket" (the note _infeasible writes is its message), not that the budget is below the minimum
+    from gpusolve.offload.solver import min_budget_bytes, solve_offload_budgets
+    chain = Chain.from_dict(json.loads((Path(__file__).parent / "data" / "offload_gap_chain.json").read_text()))
+    link = Link.parse("inf")
+    least = min_budget_bytes(chain, link)
+    top = least + 1000
+    rounded_out = [p for p in solve_offload_budgets(chain, top, link, [least, least + 1], bucket=2, backend="cpu")[1]
+                   if not p.feasible]
+    assert rounded_out, "the 2 B bucket rounds out no lower budget: the case is not exercised"
+    for plan in rounded_out:
+        assert "use a finer bucket" in plan.notes[-1] and "below" not in plan.notes[-1], plan.notes
+        assert sum("use a finer bucket" in n for n in plan.notes) == 1, plan.notes

@@ -213,8 +213,7 @@ def _table_plan(chain: Chain, link: Link, problem: Problem, table, full_curve: n
             if not rounded_out_ok:
                 raise ValueError(message)
             plan = _as_offload(_infeasible(chain, budget_bytes, bucket_bytes, name, started, timings, notes, False,
-                                           least), link)
-            plan.notes[-1] = message
+                                           least, message=message), link)
             plan.curve = curve
             return plan
         best = (float("nan"), None, min_peak_policy(chain),

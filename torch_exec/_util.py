@@ -4,10 +4,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
+import sys
 import threading
 import types
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -65,13 +66,14 @@ _REACH_DEPTH = 4
 _REACH_ITEMS = 4096
 
 
-def reachable_state(fn) -> list[tuple[str, object]]:
+def reachable_state(fn, generators: bool = False) -> list[tuple[str, object]]:
     """``(where, value)`` for every ``nn.Module`` and every tensor requiring grad that the plain
     (non-module) callable ``fn`` reaches: its ``__self__`` (bound methods), ``__closure__`` cells,
     ``__defaults__``/``__kwdefaults__``, a ``functools.partial``'s func/args/keywords, the attributes
     of a callable object, the globals its code names (``co_names`` looked up in ``__globals__``, one
     level: a global callable is not followed), and the items of lists, tuples, sets and dicts found
-    there. Modules are not looked into (their state is theirs); an ``nn.Module`` ``fn`` gives []."""
+    there. Modules are not looked into (their state is theirs); an ``nn.Module`` ``fn`` gives [].
+    ``generators``: the ``torch.Generator`` objects reached too (Note [Generators of the model's own])."""
     found: list[tuple[str, object]] = []
     if isinstance(fn, nn.Module):
         return found
@@ -86,6 +88,9 @@ def reachable_state(fn) -> list[tuple[str, object]]:
             found.append((where, value))
         elif isinstance(value, torch.Tensor):
             if value.requires_grad:
+                found.append((where, value))
+        elif isinstance(value, torch.Generator):
+            if generators:
                 found.append((where, value))
         elif depth >= _REACH_DEPTH:
             return
@@ -591,31 +596,89 @@ def cuda_devices(state) -> list[int]:
                    for t in tensors(state) if t.is_cuda})
 
 
+# Note [Generators of the model's own]
+#     A forward may draw from a ``torch.Generator`` of its own (``torch.randn(shape, generator=self.gen)``: noise
+#     kept reproducible apart from the data pipeline's RNG). Recording and replaying only torch's default
+#     generators, a stage recomputed in the backward drew other noise than its forward had: its gradient was
+#     taken at other values (7.7e-3 off plain autograd's at 45 %), the generator ended the step elsewhere, and
+#     preparing moved it on (a review, 2026-11-28: bench/repros/rv7_train_own_generator.py). So the generators
+#     that the wrapped modules hold as attributes (any submodule's) and that the stages' plain callables reach
+#     (:func:`reachable_state`) are recorded, replayed and forked beside the default ones
+#     (:func:`generators_of`, :class:`RngState`, :func:`fork_rng`), by the profiler (which stages draw random
+#     numbers), the executor and the model's snapshot. A generator reached some other way (a global the code
+#     does not name, a container deeper than the walk) is not seen.
+
+
+def generators_of(modules=(), fns=()) -> tuple:
+    """The ``torch.Generator`` objects, other than torch's default ones, that ``modules`` (and their submodules)
+    hold as attributes and the plain callables ``fns`` reach (Note [Generators of the model's own])."""
+    found: dict = {}
+    for mod in modules:
+        for m in mod.modules():
+            for value in vars(m).values():
+                if isinstance(value, torch.Generator):
+                    found[id(value)] = value
+    for fn in fns:
+        for _, value in reachable_state(fn, generators=True):
+            if isinstance(value, torch.Generator):
+                found[id(value)] = value
+            elif isinstance(value, nn.Module) and not isinstance(fn, nn.Module):
+                found.update((id(g), g) for g in generators_of([value]))
+    defaults = {id(torch.default_generator)}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        defaults |= {id(g) for g in torch.cuda.default_generators}
+    return tuple(g for key, g in found.items() if key not in defaults)
+
+
 @dataclass
 class RngState:
-    """CPU RNG state and the CUDA RNG states of ``devices``."""
+    """CPU RNG state, the CUDA RNG states of ``devices``, and the states of ``generators`` (Note [Generators of
+    the model's own])."""
 
     cpu: torch.Tensor
     devices: list[int]
     cuda: list[torch.Tensor]
+    generators: tuple = ()
+    states: list = field(default_factory=list)
 
     @classmethod
-    def capture(cls, devices: list[int]) -> "RngState":
-        return cls(torch.get_rng_state(), list(devices), [torch.cuda.get_rng_state(d) for d in devices])
+    def capture(cls, devices: list[int], generators: tuple = ()) -> "RngState":
+        return cls(torch.get_rng_state(), list(devices), [torch.cuda.get_rng_state(d) for d in devices],
+                   tuple(generators), [g.get_state() for g in generators])
 
     def restore(self) -> None:
         torch.set_rng_state(self.cpu)
         for d, st in zip(self.devices, self.cuda):
             torch.cuda.set_rng_state(st, d)
+        for g, st in zip(self.generators, self.states):
+            g.set_state(st)
 
     def equals(self, other: "RngState") -> bool:
         return (self.devices == other.devices and torch.equal(self.cpu, other.cpu)
-                and all(torch.equal(a, b) for a, b in zip(self.cuda, other.cuda)))
+                and all(torch.equal(a, b) for a, b in zip(self.cuda, other.cuda))
+                and [id(g) for g in self.generators] == [id(g) for g in other.generators]
+                and all(torch.equal(a, b) for a, b in zip(self.states, other.states)))
 
     def nbytes(self, device_type: str) -> int:
         """Bytes this record holds on ``device_type`` ("cpu" or "cuda")."""
-        tensors_ = [self.cpu] + list(self.cuda)
+        tensors_ = [self.cpu] + list(self.cuda) + list(self.states)
         return sum(t.numel() * t.element_size() for t in tensors_ if t.device.type == device_type)
+
+
+@contextlib.contextmanager
+def fork_rng(devices: list[int], generators: tuple = (), enabled: bool = True):
+    """``torch.random.fork_rng(devices)`` that also puts back the states of ``generators`` (Note [Generators of
+    the model's own])."""
+    if not enabled:
+        yield
+        return
+    states = [g.get_state() for g in generators]
+    try:
+        with torch.random.fork_rng(devices=devices, enabled=True):
+            yield
+    finally:
+        for g, st in zip(generators, states):
+            g.set_state(st)
 
 
 def progress_setting() -> bool | None:
@@ -839,21 +902,27 @@ def leaf_hooks_deferred(params):
                 p.grad = prior
         for _, hooks, users in held:
             hooks.update(users)
-    for p, _, taken, prior in aside:
-        whole = p.grad
+    wholes = []
+    for p, _, _, prior in aside:  # .grad as it was until the hooks have run: an error in one leaves it so
+        wholes.append(p.grad)
+        p.grad = prior
+    for i, (p, _, taken, prior) in enumerate(aside):
+        whole, wholes[i] = wholes[i], None
         if whole is None:  # no gradient reached it: no hook runs, as in plain autograd
-            p.grad = prior
             continue
         for _, hook in taken:
             result = hook(whole)
             whole = whole if result is None else result
+            result = None
         if prior is None:
-            p.grad = whole
+            # AccumulateGrad takes the gradient as .grad only where nothing else holds it: a hook that kept it
+            # (a logger) gets a tensor of its own, which a later in-place change of .grad (clipping) leaves alone
+            p.grad = whole if sys.getrefcount(whole) <= 2 else whole.clone()
         else:
             with torch.no_grad():
                 prior.add_(whole)
-            p.grad = prior
         del whole
+    del wholes
     for p, _, users in held:
         for _, hook in users:
             hook(p)
@@ -1016,7 +1085,7 @@ class ModelSnapshot:
     hooks stay as they are (a real step that is undone only if it fails).
     """
 
-    def __init__(self, modules, tensors=(), values: bool = True, suspend: bool = True):
+    def __init__(self, modules, tensors=(), values: bool = True, suspend: bool = True, generators=None):
         self.params = params_of(modules)
         known = {id(p) for p in self.params}
         self.params += [t for t in {id(t): t for t in tensors}.values() if id(t) not in known]
@@ -1025,7 +1094,8 @@ class ModelSnapshot:
             self.param_data = [p.detach().clone() for p in self.params] if values else []
             self.buffer_data = [b.detach().clone() for b in self.buffers]
         self.grads = [p.grad for p in self.params]
-        self.rng = RngState.capture(all_rng_devices())
+        # the default generators and the model's own (``generators``; default: those ``modules`` hold)
+        self.rng = RngState.capture(all_rng_devices(), generators_of(modules) if generators is None else generators)
         self.training = [(m, m.training) for mod in modules for m in mod.modules()]
         self.hooks = []  # (dict, taken): refilled on restore
         for p in self.params if suspend else ():

@@ -1171,7 +1171,7 @@ def _probe_forward(model: nn.Module, args: tuple, kwargs: dict) -> _Probe:
     model's own errors are raised as they are."""
     hooks, sites = _NoSavedTensors(), _TensorHooks()
     try:
-        with torch.enable_grad(), torch.random.fork_rng(U.all_rng_devices()), hooks, sites:
+        with torch.enable_grad(), U.fork_rng(U.all_rng_devices(), U.generators_of([model])), hooks, sites:
             out = model(*args, **kwargs)
     except Exception:
         if hooks.read:
@@ -1375,7 +1375,7 @@ def _function_inputs(model: nn.Module, args: tuple, kwargs: dict, classes: list)
         for cls in classes:
             with_ctx = not torch.autograd.function._is_setup_context_defined(cls.setup_context)
             cls.forward = recording(cls, cls.forward, with_ctx)
-        with torch.no_grad(), torch.random.fork_rng(U.all_rng_devices()), warnings.catch_warnings():
+        with torch.no_grad(), U.fork_rng(U.all_rng_devices(), U.generators_of([model])), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # reentrant checkpoint warns without grad
             model(*args, **kwargs)
     except Exception:  # noqa: BLE001, S110 - the classes not seen are refused
@@ -1651,7 +1651,7 @@ def _bytes_made(model: nn.Module, args: tuple, kwargs: dict, candidates: list) -
             handles.append(b.register_forward_pre_hook(enter(c)))
             handles.append(b.register_forward_hook(leave(c), always_call=True))
     try:
-        with torch.no_grad(), torch.random.fork_rng(U.all_rng_devices()), meter:
+        with torch.no_grad(), U.fork_rng(U.all_rng_devices(), U.generators_of([model])), meter:
             model(*args, **kwargs)
     except Exception as exc:  # noqa: BLE001 - a model the mode cannot run: rank by parameters, saying so
         return None, f"{type(exc).__name__}: {_first_line(exc)}"
@@ -1701,7 +1701,7 @@ def _blocks_of(model: nn.Module, args: tuple, kwargs: dict, name: str, blocks: l
             calls.setdefault(i, []).append((a, kw, out))
         handles.append(b.register_forward_hook(hook, with_kwargs=True))
     try:
-        with torch.no_grad(), torch.random.fork_rng(U.all_rng_devices()):
+        with torch.no_grad(), U.fork_rng(U.all_rng_devices(), U.generators_of([model])):
             model(*args, **kwargs)
     except Exception as exc:  # noqa: BLE001 - the model itself fails without grad: not a candidate
         return None, f"the model raised without grad ({type(exc).__name__}: {_first_line(exc)})"
@@ -2051,10 +2051,13 @@ class AutoCheckpointed(nn.Module):
             snapshot.restore()
         return self.plan
 
-    def _finalize_meters(self) -> None:
-        """Stop the captures' ended step meters (a CPU meter cannot start while another is running)."""
+    def _finalize_meters(self, keep_pending: bool = False) -> None:
+        """Stop the captures' ended step meters (a CPU meter cannot start while another is running);
+        ``keep_pending``: not one whose backward has not come, which a call joins (Note [Calls before one
+        backward] in torch_exec/report.py)."""
         for cap in self._captures.values():
-            cap.executor._meter.finalize()
+            if not (keep_pending and cap.executor._meter.measuring):
+                cap.executor._meter.finalize()
 
     def _key(self, args, kwargs, tensor_ids: list | None = None):
         def leaf_key(v):
@@ -2202,7 +2205,7 @@ class AutoCheckpointed(nn.Module):
     def _call_scheduled(self, args, kwargs):
         kwargs = self._training_kwargs(kwargs)
         cap = self._capture_for(args, kwargs)
-        self._finalize_meters()
+        self._finalize_meters(keep_pending=True)
         if self._measure_next > 0:  # measure_memory(): this step is one of those asked for
             self._measure_next -= 1
             cap.executor.measure_memory(1)
@@ -2354,8 +2357,9 @@ def _check_blocks(wrapper: AutoCheckpointed, cap: Capture, args, kwargs) -> None
     devices = U.all_rng_devices()
     given = (args, kwargs)
     args, kwargs = _probe_inputs(*given)  # each run its own copy: a forward may write into its input
-    with torch.random.fork_rng(devices):
-        state = U.RngState.capture(devices)  # both runs draw the same numbers (CPU and CUDA)
+    generators = U.generators_of([wrapper._model])  # Note [Generators of the model's own] in torch_exec/_util.py
+    with U.fork_rng(devices, generators):
+        state = U.RngState.capture(devices, generators)  # both runs draw the same numbers (CPU and CUDA)
         # and start from the same buffers: a model that updates a buffer and reads it (spectral norm's power
         # iteration, an EMA centre, a MoCo queue) computed other outputs in the second run, and was refused as
         # "uses a block's output for more than the next block" (a review, 2026-11-28)

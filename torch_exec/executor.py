@@ -89,10 +89,24 @@ Note [Hooks on a leaf several segments read]
     (:func:`torch_exec._util.leaf_hooks_deferred`). Where ``.grad`` is already set (gradient accumulation), the
     whole gradient is a buffer the size of the parameter beside it, as plain autograd's sum of the parts is,
     which the plans of split readers do not count: measured 768 B over a budget (tests/test_shared_leaves.py).
-    Such a step is refused before it runs (:func:`refuse_shared_hazards`), naming the remedies. Not covered: a parameter one stage reads and the caller's code outside the wrapper reads too (a
-    head tied to an embedding the wrapped stages hold, computed outside): the outer graph's AccumulateGrad and
-    the stage's segment each run its hooks, as they did before (bench/repros/rv6_diff_hooks_param_read_outside.py);
-    wrap the whole model (auto_checkpoint), whose stages then hold both readers.
+    Such a step is refused before it runs (:func:`refuse_shared_hazards`), naming the remedies. Not covered: a
+    parameter one stage reads and the caller's code outside the wrapper reads too (a head tied to an embedding
+    the wrapped stages hold, computed outside): the outer graph's AccumulateGrad and the stage's segment each
+    run its hooks, as they did before (bench/repros/rv6_diff_hooks_param_read_outside.py); wrap the whole model
+    (auto_checkpoint), whose stages then hold both readers.
+
+Note [Hooks across calls before one backward]
+    Several calls of a wrapper before one backward (two views of a batch, R-Drop) back-propagate each call's
+    schedule apart, so every parameter's gradient arrives in one part per call, where plain autograd sums the
+    calls' parts and runs the parameter's hooks once. A gradient hook (a clamp) then ran on each part, and a
+    post-accumulate-grad hook (an optimizer step in the backward) once per call: the tied and untied weights of
+    a review's model clipped at 2e-3 read 2e-3 off plain autograd's gradients (a review, 2026-11-28:
+    bench/repros/rv7_diff_two_calls_grad_hook.py). Deferring the hooks to the end of the engine's whole backward
+    would need every hooked gradient held apart, beside ``.grad``, from the first call's backward on, which no
+    plan counts. So a call while an earlier call's step waits for its backward (``IN_FLIGHT``: the runtimes of
+    the steps whose forward ran; one leaves at the end of its backward, or with its graph) is refused where the
+    wrapper's parameters have hooks of the user's (:func:`refuse_hooked_calls_in_flight`), naming the remedy:
+    back-propagate each call before the next. Without such hooks the calls run as before.
 
 Note [Segment inputs]
     A segment's input tensors that need a gradient are the outputs of one small autograd node
@@ -344,6 +358,7 @@ import os
 import sys
 import threading
 import warnings
+import weakref
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -529,7 +544,7 @@ def caller_chain(chain: Chain, output_bytes: int, output_grad_held: bool = True,
 
 def executor_chain(chain: Chain, rng: list, sample, preserve_rng: bool, group_modules: list,
                    output_grad_held: bool = True, output_bytes: int = 0, allocator: bool = True,
-                   buffer_writes: list | None = None) -> Chain:
+                   buffer_writes: list | None = None, generators: tuple = ()) -> Chain:
     """The chain as the executor runs it: what it holds beyond the stages' tensors is reserved.
 
     - What any step holds beside the stages (:func:`caller_chain`): the gradient of a_N, a_N itself
@@ -537,7 +552,8 @@ def executor_chain(chain: Chain, rng: list, sample, preserve_rng: bool, group_mo
       join's branches, whose step, the join's, reserves it once).
     - The RNG states it records, on the sample's device: one per recomputed stage that draws random
       numbers (counted for every such stage: the plan is not known yet), plus the copy
-      ``fork_rng`` takes while one is replayed.
+      ``fork_rng`` takes while one is replayed; with those of the model's own ``generators`` (Note
+      [Generators of the model's own] in torch_exec/_util.py).
     - The clones of a stage's buffers that its re-runs work on: workspace of a no-grad re-run, part
       of a recorded re-run's tape; and, for a stage whose forward writes them (``buffer_writes``, indexed
       by stage, 0 unused; None: every stage), the buffers as they were before its first run, which its
@@ -555,7 +571,7 @@ def executor_chain(chain: Chain, rng: list, sample, preserve_rng: bool, group_mo
     reserved += int(writes.sum())  # the buffers before each recomputed stage's first run (Runtime.buffers)
     drawing = sum(rng[1:])
     if preserve_rng and drawing:
-        state = U.RngState.capture(U.cuda_devices(sample)).nbytes(device_type)
+        state = U.RngState.capture(U.cuda_devices(sample), generators).nbytes(device_type)
         reserved += (drawing + 1) * state
     notes = list(chain.provenance.get("notes", [])) + [
         f"executor: {reserved} B reserved for the step ({held}{drawing} recorded RNG state(s))"]
@@ -848,6 +864,8 @@ class Entry(ProgramSplit):
     unseen_shared_bytes: int = 0
     # parameters the modules of two or more stages hold (Note [Hooks on a leaf several segments read])
     shared_params: tuple = ()
+    # the torch.Generator objects of the model's own the stages may draw from (Note [Generators of the model's own])
+    generators: tuple = ()
     # [s]: which tensors of a_s need a gradient, as the profile's plain run made them (None: all that can;
     # a profile made before it recorded them): a segment input asks for no other (Note [Segment inputs])
     state_rg: list = field(default_factory=list)
@@ -879,6 +897,11 @@ class Entry(ProgramSplit):
 
 
 # ---------------------------------------------------------------------------- the interpreter
+# The runtimes of the steps whose forward ran and whose backward has not (Note [Hooks across calls before one
+# backward]): a runtime leaves at the end of its backward, or with its graph
+IN_FLIGHT: "weakref.WeakSet" = weakref.WeakSet()
+
+
 class Runtime:
     """The held state of one step: checkpoints, tapes, gradients, RNG states per stage."""
 
@@ -899,6 +922,7 @@ class Runtime:
         self.autocast = autocast
         self.preserve_rng = preserve_rng
         self.devices = U.cuda_devices(a0)
+        self.generators = getattr(entry, "generators", ())  # Note [Generators of the model's own] (_util.py)
         self.in_backward = False
         self.cast_in_backward = False  # set when the backward starts: recomputation must re-enter autocast
         copies = getattr(entry, "copies", None)
@@ -964,7 +988,7 @@ class Runtime:
         if not self.ran[s]:
             self.ran[s] = True
             if self.preserve_rng and self.recomputed[s] and entry.rng[s]:
-                self.rng[s] = U.RngState.capture(self.devices)
+                self.rng[s] = U.RngState.capture(self.devices, self.generators)
             if self.recomputed[s] and entry.buffer_writes[s]:  # Note [Recomputing from the step's buffers]
                 self.buffers[s] = U.buffer_values(entry.group_modules[s - 1])
             for fn in entry.groups[s - 1]:
@@ -979,7 +1003,7 @@ class Runtime:
             return state
         with contextlib.ExitStack() as stack:
             if rng:
-                stack.enter_context(torch.random.fork_rng(devices=self.devices, enabled=True))
+                stack.enter_context(U.fork_rng(self.devices, self.generators))
                 self.rng[s].restore()
             if cast:
                 stack.enter_context(U.autocast_from(self.autocast))
@@ -1259,26 +1283,52 @@ class _SegmentMode:
     ``backward(inputs=...)``) or keeps the graph (``retain_graph=True``): Note [Autograd calls that name
     tensors], Note [Retained graphs]. :func:`_backward_segment` hands the segments to it."""
 
-    __slots__ = ("named", "params", "param_grads", "retained", "box")
+    __slots__ = ("named", "params", "param_grads", "retained", "box", "meter")
 
-    def __init__(self, named: bool, params: list, retained: set, box: list | None = None):
+    def __init__(self, named: bool, params: list, retained: set, box: list | None = None, meter=None):
         self.named = named              # fill no .grad: gradients of the leaves and `params` only
         self.params = params            # parameters whose gradients the outer call wants (through the tap)
         self.param_grads = [None] * len(params)
         self.retained = retained        # ids of the forward's segment leaves: their graphs are kept
         self.box = box                  # the parameter tap's box: param_grads go there (None: not wanted)
+        self.meter = meter              # the step's StepMeter (or None): told of each parameter gradient made
 
     @classmethod
-    def of(cls, tap: tuple, named: bool, retained: set | None) -> "_SegmentMode | None":
+    def of(cls, tap: tuple, named: bool, retained: set | None, meter=None) -> "_SegmentMode | None":
         """The mode of a schedule backward (the chain's or the join's): ``tap`` the ``(box, params,
         tap node)`` of its parameter tap, ``named`` whether the call names tensors, ``retained`` the
-        ids of the leaves whose graphs are kept (None: the graph is not kept). None: a plain
-        ``.backward()``, whose segment backwards accumulate into ``.grad`` themselves."""
+        ids of the leaves whose graphs are kept (None: the graph is not kept), ``meter`` the step's
+        StepMeter when it is measured. None: a plain ``.backward()``, whose segment backwards accumulate
+        into ``.grad`` themselves."""
         if not named and retained is None:
             return None
         box, params, tap_node = tap
         wanted = named and tap_node is not None and _will_run(tap_node)
-        return cls(named, params if wanted else [], retained or set(), box if wanted else None)
+        return cls(named, params if wanted else [], retained or set(), box if wanted else None, meter)
+
+    @contextlib.contextmanager
+    def _marked(self):
+        """While a measured step's segment computes the parameters' gradients: the step meter is told of each
+        one as the engine makes it, the first time in the step (Note [Gradients set during the step] in
+        torch_exec/report.py), through a gradient hook that is removed again."""
+        if self.meter is None or not self.meter.measuring:
+            yield
+            return
+        acc = self.param_grads
+
+        def made(i):
+            def hook(g):
+                if acc[i] is None and i not in noted:
+                    noted.add(i)
+                    self.meter.note_param_grad(g)
+            return hook
+        noted: set = set()
+        handles = [p.register_hook(made(i)) for i, p in enumerate(self.params) if acc[i] is None]
+        try:
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()
 
     def backward_segment(self, tape: list, grad: list) -> None:
         # a segment's tape starts with its input; a join head's, with one input per branch
@@ -1297,7 +1347,8 @@ class _SegmentMode:
                 return
             if not inputs:
                 return
-            got = torch.autograd.grad(root, inputs, root.new_empty(0), retain_graph=retain, allow_unused=True)
+            with self._marked():
+                got = torch.autograd.grad(root, inputs, root.new_empty(0), retain_graph=retain, allow_unused=True)
         del root
         start = 0
         for leaf in group:  # the segment inputs' gradients: read by interpret's BWD (the join's TURN)
@@ -1341,6 +1392,7 @@ class _ScheduleFunction(torch.autograd.Function):
         a0 = _rebuild(structure, [t.detach() for t in inputs])
         rt = Runtime(entry, a0, [t.requires_grad for t in inputs], U.autocast_state(), preserve_rng, call_data)
         interpret(rt.forward_ops, rt)
+        IN_FLIGHT.add(rt)
         out = rt.tapes[rt.n][1]
         ctx.rt = rt
         ctx.n_inputs = len(inputs)
@@ -1362,12 +1414,13 @@ class _ScheduleFunction(torch.autograd.Function):
         named = not torch.autograd._is_checkpoint_valid()  # autograd.grad or backward(inputs=...)
         kept = kept_graph_leaves(ctx, rt)
         keep = kept is not None
-        mode = _SegmentMode.of(ctx.tap, named, None if kept is None else {id(leaf) for leaf in kept})
+        mode = _SegmentMode.of(ctx.tap, named, None if kept is None else {id(leaf) for leaf in kept}, ctx.meter)
         learn_output_grads(rt.entry, [g is not None for g in grad_outputs])
         rt.start_backward()
         rt.grads[rt.n] = list(grad_outputs)
         del grad_outputs
         interpret_backward(rt.backward_ops, rt, mode)
+        IN_FLIGHT.discard(rt)
         for leaf in kept or ():  # the forward's segment leaves serve again: drop the gradients they were given
             leaf.box.clear()
         grads = rt.grads.pop(0)
@@ -1391,6 +1444,31 @@ def state_requires_grad(entry, s: int):
     plain run, or every one that can (True) where the profile does not say."""
     flags = entry.state_rg[s] if s < len(getattr(entry, "state_rg", ())) else None
     return True if flags is None else flags
+
+
+def user_hooked(params) -> list:
+    """The parameters among ``params`` with a gradient hook or a post-accumulate-grad hook of the user's (the step
+    meter's own, marked ``meter_hook``, left out)."""
+    return [p for p in params if p.requires_grad and (
+        p._backward_hooks or any(not getattr(fn, "meter_hook", False)
+                                 for fn in (getattr(p, "_post_accumulate_grad_hooks", None) or {}).values()))]
+
+
+def refuse_hooked_calls_in_flight(entries, params, who: str) -> None:
+    """Note [Hooks across calls before one backward]: a call while an earlier call of the same wrapper (one of its
+    ``entries``) waits for its backward, where ``params`` have hooks of the user's: refused, naming the remedy."""
+    if not torch.is_grad_enabled() or not any(rt.entry in entries for rt in list(IN_FLIGHT)):
+        return
+    hooked = user_hooked(params)
+    if hooked:
+        raise RuntimeError(
+            f"{who}: called again before the backward of its previous call, and {len(hooked)} parameter(s) (shapes "
+            f"{U.first_few(tuple(p.shape) for p in hooked)}) have gradient or post-accumulate-grad hooks. Plain "
+            f"autograd runs each such hook once, on the sum of the calls' gradients; the schedule back-propagates "
+            f"each call apart, so the hooks would run once per call (a clamp of each part, an optimizer step per "
+            f"call). Back-propagate each call's loss before the next call (the gradients accumulate the same), or "
+            f"apply the hooks' change after the backward (Note [Hooks across calls before one backward] in "
+            f"torch_exec/executor.py)")
 
 
 def refuse_shared_hazards(shared: tuple, who: str) -> None:
@@ -1552,6 +1630,19 @@ def _backend_setting(backend, backends=BACKENDS) -> str:
         raise ValueError(f"backend {backend!r} is not one of {', '.join(map(repr, backends))} ('auto': CUDA where "
                          f"CuPy sees a device, else the CPU)")
     return backend
+
+
+def _merged_hint(chain: Chain) -> str:
+    """What an infeasible budget's error adds where the profile's stages were merged because no backward saves
+    the tensor between them (Note [Tensors no backward saves] in gpusolve/chain.py): those boundaries are no
+    checkpoints, and the remedy (a review: blocks that begin with a dropout read 100 % as their least)."""
+    unsaved = int(chain.provenance.get("merged_unsaved", 0))
+    if unsaved <= 0:
+        return ""
+    return (f"; {chain.stages_text()}: a boundary where no backward saves the tensor is merged into the stage "
+            f"before it and cannot be a checkpoint (Note [Tensors no backward saves] in gpusolve/chain.py). Cut "
+            f"the stages where an op saves its input (after a Linear or a LayerNorm, not before a dropout or an "
+            f"addition), or wrap the model with auto_checkpoint, which chooses its cuts")
 
 
 def _needs_at_least(err: InfeasibleBudgetError, budget: str, peak: int) -> str:
@@ -1913,6 +2004,8 @@ class CheckpointedSequential(_PlannedModule):
         writes = [False] + [has and any(data["stages"][by_name[m]].get("buffer_writes", True) for m in members)
                             for has, members in zip(has_buffers[1:], chain.provenance["members"])]
         output = caller_output_bytes(chain, data)
+        # recorded and replayed beside torch's (Note [Generators of the model's own] in torch_exec/_util.py)
+        generators = U.generators_of([m for mods in group_modules for m in mods], self._fns)
         chain = with_shared_leaves(chain, groups)
         shared = chain.shared_leaves()
         entry = Entry(profile=data, chain=chain, plan=None, held_bytes=int(self.held_bytes),
@@ -1927,8 +2020,9 @@ class CheckpointedSequential(_PlannedModule):
                       group_modules=group_modules,
                       clone_input=clone_input, split=0, rng=rng, has_buffers=has_buffers,
                       buffer_writes=writes, plain_chain=chain,
+                      generators=generators,
                       exec_chain=executor_chain(chain, rng, sample, self.preserve_rng_state, group_modules,
-                                                output_bytes=output, buffer_writes=writes),
+                                                output_bytes=output, buffer_writes=writes, generators=generators),
                       # executor_chain reserves every output's gradient, and the whole output
                       grad_reserve=int(chain.grad_bytes[-1]), out_reserve=output,
                       loss_only=self.caller_keeps == "loss")
@@ -2036,6 +2130,7 @@ class CheckpointedSequential(_PlannedModule):
                 if ceiling is None:
                     more = (_needs_at_least(err, self.budget, plain_peak)
                             if isinstance(self.budget, str) else "")
+                    more += _merged_hint(chain)
                     more += self._loss_only_hint(entry, budget, link)
                     if not more:
                         raise
@@ -2134,6 +2229,9 @@ class CheckpointedSequential(_PlannedModule):
         """A step under a plan: never traced by torch.compile (Note [torch.compile])."""
         entry = self._entry(state)
         refuse_shared_hazards(() if entry.plain else entry.shared_params, "CheckpointedSequential")
+        if not entry.plain:
+            refuse_hooked_calls_in_flight(list(self._entries.values()), list(self.parameters()),
+                                          "CheckpointedSequential")
         if entry.replan_due:  # Note [Outputs without a gradient], Note [The caller holds a_N]
             entry.exec_chain, entry.replan_due = with_learned_outputs(entry), False
             self._plan_entry(entry)

@@ -88,11 +88,12 @@ from gpusolve.solve import Curve
 from gpusolve.units import parse_budget
 
 from . import _util as U
-from .executor import (NOT_MEASURED, TURN, CheckpointedSequential, ProgramSplit, Runtime, _backward_runtime,
+from .executor import (IN_FLIGHT, NOT_MEASURED, TURN, CheckpointedSequential, ProgramSplit, Runtime, _backward_runtime,
                        _backward_segment, _compiler_disable, _detached_results, _needs_at_least,
                        _PlannedModule, _SegmentMode, _standin_params, _with_beside, annotate,
                        below_floor_message, below_plain_message, executor_chain, interpret, interpret_backward,
-                       kept_graph_leaves, output_out_of_tape, refuse_shared_hazards, state_requires_grad)
+                       kept_graph_leaves, output_out_of_tape, refuse_hooked_calls_in_flight, refuse_shared_hazards,
+                       state_requires_grad)
 from .meter import MemoryMeter
 from .profiler import chain_from_profile, profile_dict, runs_as_a_stage
 
@@ -243,6 +244,7 @@ class _JoinFunction(torch.autograd.Function):
         rt = JoinRuntime(entry, [t.detach() for t in inputs], [t.requires_grad for t in inputs],
                          U.autocast_state(), preserve_rng, call_data)
         interpret(rt.forward_ops, rt)
+        IN_FLIGHT.add(rt)
         flat, spec = rt.output
         rt.output = None
         box.append(([_TENSOR if isinstance(v, torch.Tensor) else v for v in flat], spec))
@@ -260,11 +262,12 @@ class _JoinFunction(torch.autograd.Function):
         kept = kept_graph_leaves(ctx, rt)  # retain_graph=True: as the chain's
         # autograd.grad or backward(inputs=...): as the chain's (Note [Autograd calls that name tensors])
         mode = _SegmentMode.of(ctx.tap, not torch.autograd._is_checkpoint_valid(),
-                               None if kept is None else {id(leaf) for leaf in kept})
+                               None if kept is None else {id(leaf) for leaf in kept}, ctx.meter)
         rt.start_backward()
         rt.head_grads = list(grad_outputs)
         del grad_outputs
         interpret_backward(rt.backward_ops, rt, mode)
+        IN_FLIGHT.discard(rt)
         for leaf in kept or ():  # the forward's segment leaves serve again: drop the gradients they were given
             leaf.box.clear()
         grads = rt.input_grads()
@@ -425,7 +428,7 @@ class CheckpointedJoin(_PlannedModule):
             entry = seq._build(sample)  # profiles the branch (the join plans it: _plan_entry)
             entry.exec_chain = executor_chain(entry.plain_chain, entry.rng, sample, self.preserve_rng_state,
                                               entry.group_modules, output_grad_held=False, allocator=False,
-                                              buffer_writes=entry.buffer_writes)
+                                              buffer_writes=entry.buffer_writes, generators=entry.generators)
             entry.chain = entry.exec_chain
             branch_entries.append(entry)
             exec_chains.append(entry.exec_chain)
@@ -674,6 +677,8 @@ class CheckpointedJoin(_PlannedModule):
         """A step under a plan (never traced by torch.compile: Note [torch.compile] in the executor)."""
         entry = self._entry(inputs)
         refuse_shared_hazards(() if entry.plain else entry.shared_params, "CheckpointedJoin")
+        if not entry.plain:
+            refuse_hooked_calls_in_flight(list(self._entries.values()), list(self.parameters()), "CheckpointedJoin")
         self._last = entry
         flat = [t for x in inputs for t in U.tensors(x)]
         if self._begin_step(entry, flat[0].device):

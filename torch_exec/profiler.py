@@ -52,16 +52,17 @@ Note [Inputs held through a backward]
     way was lowered by the freeing, before the stage's peak: credited to stage s, while the model
     still counts the storage held. Under a plan that keeps a_{s-1} as a checkpoint nothing frees it,
     and a measured step went over its budget by that tensor (1.05x: a review, 2026-11-28,
-    bench/repros/rv6_manual_tuple_passthrough_over_budget.py). So the memory passes hold every
-    tensor of a_s until the last gradient of a_s that ``_Boundaries`` hooks is ready, and drop it
-    just before that mark: stage s + 1's reading ends with the freeing, after its peak, as in the
-    model; stage s's starts without it, as in the model (its tape less what its backward saved). A
-    tensor passed on unchanged is held by every output it is in, until the earliest one's gradient
-    is ready. A view (an aliasing stage's output: a flatten before the classifier) takes the tensor
-    it views out of the earlier holds when it is dropped: otherwise its storage would be freed
-    inside the aliasing stage's backward, which the model merges with its base, and composing the
-    group's readings (``_merge_group`` in gpusolve/chain.py) would take the output off twice. In a
-    stage-by-stage pass the stage's input is held the same way. The timing passes hold nothing
+    bench/repros/rv6_manual_tuple_passthrough_over_budget.py). So the memory passes hold the tensors
+    of a_s that stage s + 1 saved until the last gradient of a_s that ``_Boundaries`` hooks is ready,
+    and drop them just before that mark: stage s + 1's reading ends with the freeing, after its peak,
+    as in the model; stage s's starts without it, as in the model (its tape less what its backward
+    saved). Only what stage s + 1 saved is held (``saved_tensors_hooks``, by storage): a tensor no
+    backward saves is gone before the backward, as the model has it, and holding it into the spans
+    would free it inside one (an unsaved tensor between two stages, which the model merges, or a
+    flatten's input before the classifier), where composing a merged group's readings
+    (``_merge_group`` in gpusolve/chain.py) would take it off twice: a first version that held
+    every output went 523 264 B over a budget (tests/test_profile_isolated.py). In a stage-by-stage
+    pass what the stage saved of its input is held the same way. The timing passes hold nothing
     (plain autograd's order; they read no bytes).
 
 Note [Lazy workspaces]
@@ -118,8 +119,9 @@ from gpusolve.errors import FallbackWarning, warn_once
 from gpusolve.progress import work_progress
 
 from ._util import (LeafReaders, ModelSnapshot, RngState, aliases, backward_segment, buffers_of, clone, copyable,
-                    cuda_devices, grad_storages, held_from, held_nbytes, make_leaf, map_state, output_facts, params_of,
-                    progress_setting, stage_list, stage_state, state_nbytes, storage_key, storages, tensors)
+                    cuda_devices, generators_of, grad_storages, held_from, held_nbytes, make_leaf, map_state,
+                    output_facts, params_of, progress_setting, stage_list, stage_state, state_nbytes, storage_key,
+                    storages, tensors)
 from .meter import MemoryMeter, room_for_a_cpu_meter
 from .offload import HostCopies
 
@@ -274,7 +276,7 @@ def profile_dict(stages, sample_input, passes: int = 5, warmup: int = 1, network
     if device.type != "cuda":  # the user's profiler refused before any pass runs (Note [One profiler per thread])
         room_for_a_cpu_meter()
     state = stage_state(fns, modules)
-    snapshot = ModelSnapshot(*state)
+    snapshot = ModelSnapshot(*state, generators=generators_of(state[0], fns))  # Note [Generators of the model's own]
     if device.type != "cuda":
         warn_once("profiling on the CPU: stage times are CPU times (perf_counter); memory is the CPU "
                   "allocator's", CPUTimingWarning, stacklevel=3)  # Note [Warnings once per process]
@@ -454,6 +456,7 @@ class _Passes:
         modules, loose = state if state is not None else stage_state(fns)
         self.params = params_of(modules) + list(loose)
         self.buffers = buffers_of(modules)
+        self.generators = generators_of(modules, fns)  # Note [Generators of the model's own] in torch_exec/_util.py
         self.excluded = {key for key in (storage_key(t) for t in self.params + self.buffers)
                          if key is not None}
 
@@ -584,7 +587,7 @@ class _Passes:
                     self.in_keys.append([ident.get(storage_key(t)) for t in tensors(state)])  # across stages
                 versions = _versions(state)
                 buffer_versions = [b._version for b in self.buffers]
-                rng_before = RngState.capture(devices)
+                rng_before = RngState.capture(devices, self.generators)
                 a = meter.mark()
                 out = fn(state)
                 ng_marks.append((a, meter.mark()))
@@ -598,7 +601,7 @@ class _Passes:
                 ident = {key: ident.get(key, (s + 1, i)) for i, key in enumerate(storages(out))}
                 mem[s].update(x_nbytes=state_nbytes(out), held_nbytes=held_nbytes(out), aliases=bool(alias),
                               held_from=held_from(out, origin),
-                              rng=not rng_before.equals(RngState.capture(devices)),
+                              rng=not rng_before.equals(RngState.capture(devices, self.generators)),
                               buffer_writes=buffer_versions != [b._version for b in self.buffers])
                 if not all(copyable(t) for t in tensors(out)):  # never moved to the host (Chain.swappable)
                     mem[s]["device_only"] = True

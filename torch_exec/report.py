@@ -31,6 +31,12 @@ Note [Gradients set during the step]
     buffer, which counts below from then on (:meth:`StepMeter.note_host_buffer`): every step of the plan
     reads alike. Before, the first step read over its budget by exactly the buffers (a review's MLP:
     1311752 B against a 721412 B budget, then 656392 B from step 2 on).
+
+    A call that names the parameters (``torch.autograd.grad(loss, params)``) sets no ``.grad``: the schedule
+    hands the engine the gradients it makes (Note [Autograd calls that name tensors] in the executor), and
+    each is marked as it is first made (:meth:`StepMeter.note_param_grad`). Before, they counted as the
+    step's own bytes: a residual MLP within its budget by ``backward()`` read 516 380 B against 191 388 B,
+    with a warning to re-profile (a review, 2026-11-28: bench/repros/rv7_train_autograd_grad_budget.py).
 """
 from __future__ import annotations
 
@@ -71,6 +77,9 @@ class StepRecord:
     # the peak beyond the gradients set before each moment (Note [Gradients set during the step]); None:
     # only the whole peak is known, and the gradients the step allocated are taken off it
     peak_beyond_set_grads: int | None = None
+    # the wrapper's calls the step made before its backward (two views of a batch, R-Drop): every call's
+    # checkpoints are held until the backward, where the plan is for one call (Note [Calls before one backward])
+    calls: int = 1
 
     @property
     def beyond_param_grads(self) -> int:
@@ -105,8 +114,28 @@ class MemoryReport(list):
             budget = "-" if r.budget is None else format_bytes(r.budget)
             lines.append(f"{r.step:>4}  {budget:>12}  {format_bytes(r.predicted_peak):>12}  "
                          f"{format_bytes(r.measured_peak):>12}  {format_bytes(r.param_grad_bytes_allocated):>12}  "
-                         f"{format_bytes(r.beyond_param_grads):>12}  {'yes' if r.within_budget else 'NO ':>3} {r.plan}")
+                         f"{format_bytes(r.beyond_param_grads):>12}  {'yes' if r.within_budget else 'NO ':>3} {r.plan}"
+                         + (f" ({r.calls} calls before one backward)" if r.calls > 1 else ""))
         return "\n".join(lines)
+
+
+# Note [Calls before one backward]
+#     Several calls of a wrapper before one backward (two views of a batch, R-Drop, micro-batches summed) are one
+#     step: every call's checkpoints and call data stay held until the backward, while a plan is made for one
+#     call. A measurement requested for the step (``measure_memory``) began at the first call, and the second
+#     call's start abandoned it as a forward without backward: no record, no warning, and the request used up
+#     (a review, 2026-11-28: bench/repros/rv7_train_two_forwards_unmeasured.py, a step measured apart at 1.66x
+#     the budget). A call while a measurement waits for its backward now joins it: one record for the calls
+#     and their backward (``StepRecord.calls``), held to the budget like any step, its warning naming the calls.
+
+
+def _calls_hint(record: StepRecord) -> str:
+    if record.calls <= 1:
+        return ""
+    return (f"; the step made {record.calls} calls of the model before one backward, and each call's checkpoints "
+            f"are held until it, where the plan is for one call: back-propagate each call's loss before the next "
+            f"call (the gradients accumulate the same), or lower the budget for the calls (Note [Calls before one "
+            f"backward] in torch_exec/report.py)")
 
 
 class _GradientsSet:
@@ -117,6 +146,7 @@ class _GradientsSet:
         self.meter = meter
         self.marks: list[tuple[int, int]] = []  # (mark, bytes set just before it, or allocated just after it)
         self.host = 0                            # bytes of the host buffers among them (CPU offloading)
+        self.named = 0                           # bytes of the gradients an autograd.grad call returned among them
         self.handles = [p.register_post_accumulate_grad_hook(self._hook(device)) for p in params]
 
     def _hook(self, device):
@@ -202,6 +232,8 @@ class StepMeter:
         self.steps = 0
         self._pending = None            # measuring: (meter, params without grad, plan, budget, device)
         self._ended = None              # ended, not yet recorded: (the same, closing mark)
+        self._calls = 0                 # calls in the pending measurement (Note [Calls before one backward])
+        self._ended_calls = 0
         self._warned = False
         self._before_peak = 0           # the next step's code before its meter starts (note_before_peak)
 
@@ -217,6 +249,16 @@ class StepMeter:
             sets = self._pending[-1]
             sets.marks.append((sets.meter.mark(reset_peak=False), int(nbytes)))
             sets.host += int(nbytes)
+
+    def note_param_grad(self, grad: torch.Tensor) -> None:
+        """A parameter's gradient that an autograd call naming the parameters (``autograd.grad``) gets, made just
+        now: counted as a gradient set on ``.grad`` is (Note [Gradients set during the step]). Nothing when no
+        step is measured."""
+        if self._pending is not None and grad.device == self._pending[4]:
+            sets = self._pending[-1]
+            nbytes = grad.numel() * grad.element_size()
+            sets.marks.append((sets.meter.mark(reset_peak=False), nbytes))
+            sets.named += nbytes
 
     def note_before_peak(self, peak: int) -> None:
         """The peak the next step reaches before its meter starts (auto_checkpoint's prologue, measured by
@@ -244,7 +286,11 @@ class StepMeter:
     # ------------------------------------------------------------ one step
     def begin(self, device: torch.device, params, plan, budget, plain: bool, held: int = 0) -> None:
         """At the start of a step's forward: start a meter when one is due (``plain``: the step runs
-        as plain autograd; ``held``: bytes made before it and held through the step)."""
+        as plain autograd; ``held``: bytes made before it and held through the step). A call while a
+        measurement waits for its backward joins it (Note [Calls before one backward])."""
+        if self._pending is not None:
+            self._calls += 1
+            return
         self.finalize()
         self.steps += 1
         before, self._before_peak = self._before_peak, 0
@@ -267,6 +313,7 @@ class StepMeter:
         kind = "store-all (plain autograd)" if plain else plan.backend
         sets = _GradientsSet(meter, without_grad, device)
         self._pending = (meter, without_grad, plan, budget, device, self.steps, kind, (held, before), sets)
+        self._calls = 1
 
     def end_with_backward_of(self, outputs) -> None:
         """End the pending measurement when the backward pass through ``outputs`` has finished: a
@@ -287,7 +334,9 @@ class StepMeter:
             return
         # The step's last mark leaves CUDA's peak counter alone: a caller who reset it before the step
         # reads the step's peak from torch.cuda.max_memory_allocated() after its backward.
-        self._ended = (self._pending, self._pending[0].mark(reset_peak=False), _grad_bytes(self._pending))
+        self._ended = (self._pending, self._pending[0].mark(reset_peak=False),
+                       _grad_bytes(self._pending) + self._pending[-1].named)
+        self._ended_calls = self._calls
         self._pending[-1].remove()
         self._pending = None
 
@@ -328,8 +377,9 @@ class StepMeter:
         record = StepRecord(step=step, device=str(device), budget=budget,
                             predicted_peak=int(plan.predicted_peak_bytes), measured_peak=int(reading.peak),
                             param_grad_bytes_allocated=int(grads), plan=kind, held_before=int(held),
-                            peak_beyond_set_grads=sets.peak_beyond(closing, grads) if without_grad or sets.host else None,
-                            before_peak=int(before))
+                            peak_beyond_set_grads=(sets.peak_beyond(closing, grads)
+                                                   if without_grad or sets.host or sets.named else None),
+                            before_peak=int(before), calls=self._ended_calls)
         self._records.append(record)
         if not record.within_budget and not self._warned:
             self._warned = True
@@ -347,4 +397,4 @@ class StepMeter:
                 f"{format_bytes(record.predicted_peak)}. What the caller computes from the model's output (its loss) "
                 f"is measured too but not planned for; beyond that, the profile under-estimated a stage's memory: re-profile "
                 f"(model.replan(profile=True)) or lower the budget by the excess; model.memory_report() has every "
-                f"measured step{blocks}", MemoryBudgetWarning, stacklevel=4)
+                f"measured step{blocks}{_calls_hint(record)}", MemoryBudgetWarning, stacklevel=4)

@@ -711,3 +711,46 @@ def test_offload_with_the_exact_backend_is_refused_before_profiling():
     with pytest.raises(ValueError, match="no 'exact' backend"):
         wrapped.replan(offload="12GB/s")
     assert wrapped.offload is None
+
+
+def test_a_forward_dropped_without_its_backward_gives_its_host_buffers_back():
+    # bench/repros/rv7_offload_dropped_step_pool.py: such a step kept the pool's buffers, and every later step
+    # took new ones (pinned again on CUDA)
+    x = torch.randn(16, 4, dtype=DT)
+    wrapped = wrap(mlp(width=24, depth=8), offload=FAST)
+    wrapped.prepare(x)
+    wrapped.replan(budget=(wrapped.min_budget_bytes + store_all_peak_bytes(wrapped._last.exec_chain)) // 3)
+    assert wrapped.plan.swaps > 0
+    loss_of(wrapped(x)).backward()
+    copies = wrapped._last.copies
+    first = copies.allocations
+    for _ in range(3):
+        loss_of(wrapped(x)).item()  # a forward whose graph is dropped: no backward
+        loss_of(wrapped(x)).backward()
+    assert copies.allocations == first, (first, copies.allocations)
+
+
+def test_auto_replan_of_the_link_reaches_the_signatures_captured_later_and_a_join_refuses_it():
+    # bench/repros/rv7_offload_auto_replan_new_signature.py, rv7_offload_join_replan_typeerror.py
+    torch.manual_seed(0)
+    model = nn.Sequential(*[m for _ in range(6) for m in (nn.Linear(24, 24), nn.Tanh())])
+    wrapped = te.auto_checkpoint(model, "80%", backend="cpu", offload=FAST, profile_passes=1)
+    wrapped.prepare(torch.randn(16, 24))
+    wrapped.replan(offload=None)
+    wrapped.prepare(torch.randn(8, 24))  # a new signature: planned without a link, as replan said
+    assert wrapped.executor.offload is None and wrapped.executor._last.link is None
+
+    class Towers(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Sequential(*[nn.Linear(24, 24) for _ in range(4)])
+            self.b = nn.Sequential(*[nn.Linear(24, 24) for _ in range(4)])
+
+        def forward(self, x, y):
+            return (self.a(x) * self.b(y)).sum()
+    towers = te.auto_checkpoint(Towers(), "60%", backend="cpu", profile_passes=1)
+    towers.prepare(torch.randn(16, 24), torch.randn(16, 24))
+    if type(towers.executor).__name__ != "CheckpointedJoin":
+        pytest.skip("not captured as a join here")
+    with pytest.raises(ValueError, match="captured as a join network.*offload="):
+        towers.replan(offload="12GB/s")

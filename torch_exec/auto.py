@@ -2013,13 +2013,27 @@ class AutoCheckpointed(nn.Module):
         """:meth:`torch_exec.CheckpointedSequential.replan` for every input signature seen; one that raises
         leaves them all, and this wrapper's budget, as they were."""
         setting = self.budget if budget == "keep" else _budget_setting(budget)
-        executors = [cap.executor for cap in self._captures.values() if cap.executor is not None]
+        caps = [cap for cap in self._captures.values() if cap.executor is not None]
+        offload = kwargs.pop("offload", "keep")
+        changes_offload = not (isinstance(offload, str) and offload == "keep")
+        joins = [cap for cap in caps if cap.branches is not None]
+        if changes_offload and offload is not None and joins:
+            raise ValueError(
+                f"replan(offload={offload!r}): {len(joins)} input signature(s) of this model are captured as a join "
+                f"network (CheckpointedJoin), which takes no offload link; make the wrapper with offload=... "
+                f"(auto_checkpoint then cuts the join as one chain), or with join=False")
         with contextlib.ExitStack() as undo:
-            for executor in executors:
-                undo.enter_context(executor._all_or_nothing())
-            for executor in executors:
-                executor.replan(budget=budget, **kwargs)
+            for cap in caps:
+                undo.enter_context(cap.executor._all_or_nothing())
+            for cap in caps:
+                extra = {"offload": offload} if changes_offload and cap.branches is None else {}
+                cap.executor.replan(budget=budget, **kwargs, **extra)
         self.budget = setting
+        if changes_offload:  # the signatures captured from now on are planned with it too
+            if offload is None:
+                self._executor_kwargs.pop("offload", None)
+            else:
+                self._executor_kwargs["offload"] = offload
 
     def extra_repr(self) -> str:
         budget = self.budget if isinstance(self.budget, str) or self.budget is None else format_bytes(self.budget)

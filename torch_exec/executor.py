@@ -1632,12 +1632,13 @@ def _backend_setting(backend, backends=BACKENDS) -> str:
     return backend
 
 
-def _merged_hint(chain: Chain) -> str:
-    """What an infeasible budget's error adds where the profile's stages were merged because no backward saves
-    the tensor between them (Note [Tensors no backward saves] in gpusolve/chain.py): those boundaries are no
-    checkpoints, and the remedy (a review: blocks that begin with a dropout read 100 % as their least)."""
+def _merged_hint(chain: Chain, least: int) -> str:
+    """What an infeasible budget's error adds where nothing below the store-all peak fits (``least``) and the
+    profile's stages were merged because no backward saves the tensor between them (Note [Tensors no backward
+    saves] in gpusolve/chain.py): those boundaries are no checkpoints, and the remedy (a review: blocks that
+    begin with a dropout read 100 % as their least)."""
     unsaved = int(chain.provenance.get("merged_unsaved", 0))
-    if unsaved <= 0:
+    if unsaved <= 0 or least < store_all_peak_bytes(chain):
         return ""
     return (f"; {chain.stages_text()}: a boundary where no backward saves the tensor is merged into the stage "
             f"before it and cannot be a checkpoint (Note [Tensors no backward saves] in gpusolve/chain.py). Cut "
@@ -1812,8 +1813,14 @@ class _PlannedModule(nn.Module):
     def _begin_step(self, entry, device) -> bool:
         """A step's start: its measurement begins when one is due (:meth:`measure_memory`); whether the
         entry's plan runs as plain autograd (``entry.plain``: then :meth:`_plain_step` runs it)."""
+        # a call while an earlier call's step waits for its backward joins its measurement; one whose step went
+        # without a backward (its graph dropped) does not (Note [Calls before one backward] in report.py; a plain
+        # step leaves no runtime: it joins)
+        entries = list(self._entries.values())
+        joins = entry.plain or any(rt.entry in entries for rt in list(IN_FLIGHT))
         self._meter.begin(device, self.parameters(), entry.plan,
-                          None if self.budget is None else entry.plan.budget_bytes, entry.plain, entry.held_bytes)
+                          None if self.budget is None else entry.plan.budget_bytes, entry.plain, entry.held_bytes,
+                          join=joins)
         return entry.plain
 
     def _plain_step(self, run):
@@ -2123,14 +2130,15 @@ class CheckpointedSequential(_PlannedModule):
             try:
                 plan = self._solve_above_floor(entry, chain, budget, link)
             except InfeasibleBudgetError as err:
+                solver_least = err.min_bytes
                 ceiling = self._percent_ceiling(entry, err.min_bytes)  # a ceiling the solver can plan within
                 if ceiling is None and plain_least is not None and plain_least < err.min_bytes:
                     # the plain path's least is the wrapper's least (plain_least_bytes)
                     err = InfeasibleBudgetError(below_plain_message(budget, plain_least, err.min_bytes), plain_least)
                 if ceiling is None:
-                    more = (_needs_at_least(err, self.budget, plain_peak)
-                            if isinstance(self.budget, str) else "")
-                    more += _merged_hint(chain)
+                    more = _merged_hint(chain, solver_least)
+                    more += (_needs_at_least(err, self.budget, plain_peak)
+                             if isinstance(self.budget, str) else "")
                     more += self._loss_only_hint(entry, budget, link)
                     if not more:
                         raise

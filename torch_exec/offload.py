@@ -77,6 +77,7 @@ Note [Shared storages]
 from __future__ import annotations
 
 import statistics
+import weakref
 
 import torch
 
@@ -178,6 +179,15 @@ class _Slot:
         return t.conj() if self.conj else t
 
 
+def _give_back(copies: HostCopies, slots: dict) -> None:
+    """The host buffers a dropped :class:`StepCopies` still holds go back to the plan's pool."""
+    for _, _, stores in slots.values():
+        for store in stores:
+            if store.host is not None:
+                copies.give(store.host)
+    slots.clear()
+
+
 class StepCopies:
     """The copy ops of one step (module docstring); ``close()`` gives its host buffers back to the plan's
     pool. A stage may be offloaded again after its acquire (a second backward that keeps the graph
@@ -186,6 +196,10 @@ class StepCopies:
     def __init__(self, copies: HostCopies):
         self.copies = copies
         self.slots: dict[int, tuple] = {}     # stage -> (state template, [_Slot], [_Storage]) of its host copy
+        # a step dropped without its backward (a forward whose graph went unused) gives its buffers back when it
+        # goes: before, every such step took new ones from then on (a review, 2026-11-28:
+        # bench/repros/rv7_offload_dropped_step_pool.py)
+        weakref.finalize(self, _give_back, copies, self.slots)
         self.done: dict[int, object] = {}     # stage -> event of its D2H copy (CUDA)
         self.pdone: dict[int, object] = {}    # stage -> event of its H2D copy (CUDA)
         self.incoming: dict[int, object] = {}  # stage -> device state being prefetched

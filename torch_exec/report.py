@@ -125,8 +125,10 @@ class MemoryReport(list):
 #     call. A measurement requested for the step (``measure_memory``) began at the first call, and the second
 #     call's start abandoned it as a forward without backward: no record, no warning, and the request used up
 #     (a review, 2026-11-28: bench/repros/rv7_train_two_forwards_unmeasured.py, a step measured apart at 1.66x
-#     the budget). A call while a measurement waits for its backward now joins it: one record for the calls
-#     and their backward (``StepRecord.calls``), held to the budget like any step, its warning naming the calls.
+#     the budget). A call while a measurement waits for its backward now joins it where an earlier call's step
+#     still waits (its runtime in the executor's ``IN_FLIGHT``; a plain step leaves none and joins): one record
+#     for the calls and their backward (``StepRecord.calls``), held to the budget like any step, its warning
+#     naming the calls. A forward whose graph was dropped without a backward is given up, as before.
 
 
 def _calls_hint(record: StepRecord) -> str:
@@ -233,6 +235,7 @@ class StepMeter:
         self._pending = None            # measuring: (meter, params without grad, plan, budget, device)
         self._ended = None              # ended, not yet recorded: (the same, closing mark)
         self._calls = 0                 # calls in the pending measurement (Note [Calls before one backward])
+        self._pending_armed = False     # whether the pending measurement took one of ``armed``
         self._ended_calls = 0
         self._warned = False
         self._before_peak = 0           # the next step's code before its meter starts (note_before_peak)
@@ -284,11 +287,13 @@ class StepMeter:
         self.armed = steps
 
     # ------------------------------------------------------------ one step
-    def begin(self, device: torch.device, params, plan, budget, plain: bool, held: int = 0) -> None:
+    def begin(self, device: torch.device, params, plan, budget, plain: bool, held: int = 0,
+              join: bool = True) -> None:
         """At the start of a step's forward: start a meter when one is due (``plain``: the step runs
         as plain autograd; ``held``: bytes made before it and held through the step). A call while a
-        measurement waits for its backward joins it (Note [Calls before one backward])."""
-        if self._pending is not None:
+        measurement waits for its backward joins it where ``join`` (an earlier call's step is still
+        waiting: Note [Calls before one backward]); otherwise that measurement is given up."""
+        if self._pending is not None and join:
             self._calls += 1
             return
         self.finalize()
@@ -306,6 +311,7 @@ class StepMeter:
                       "the meter is a profiler, and torch runs one at a time); it is measured at the next step outside "
                       "it (Note [One profiler per thread] in torch_exec/meter.py)", MemoryBudgetWarning, stacklevel=3)
             return
+        self._pending_armed = self.armed > 0
         if self.armed > 0:
             self.armed -= 1
         elif device.type == "cuda":
@@ -344,8 +350,7 @@ class StepMeter:
         """Another CPU meter must start (Note [One profiler per thread] in torch_exec/meter.py): an ended
         CPU measurement is recorded; one whose backward has not come is given up and stays due."""
         if self._pending is not None and self._pending[0].device.type == "cpu":
-            self.finalize()
-            self.armed += 1
+            self.finalize()  # given up: the step stays due
             warn_once("a measured step was not measured: another wrapper's CPU memory meter started during it "
                       "(torch runs one profiler per thread); the wrapper's next step is measured instead",
                       MemoryBudgetWarning, stacklevel=3)
@@ -353,8 +358,13 @@ class StepMeter:
             self.finalize()
 
     def finalize(self) -> None:
-        """Stop an ended measurement and record its step; abandon one whose backward never came."""
+        """Stop an ended measurement and record its step; abandon one whose backward never came (a forward
+        without a backward is no step: the measurement it took stays due)."""
         if self._pending is not None:  # forward without backward: nothing to record
+            if self._pending_armed:
+                self.armed += 1
+            elif self._pending[4].type == "cuda":
+                self.cuda_steps += 1
             meter = self._pending[0]
             self._pending[-1].remove()
             self._pending = None

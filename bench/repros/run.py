@@ -63,7 +63,11 @@ SCRIPTS = ("grad_hooks", "autograd_grad_measured", "returned_input", "measure_be
            # open (not fixed): exits nonzero
            "rv6_diff_hooks_param_read_outside",
            # the seventh session's (2026-11-28): session 6's open lead, and gradient hooks on a tied weight
-           "rv6_manual_tuple_passthrough_over_budget", "rv7_train_tied_grad_hook_clamp")
+           "rv6_manual_tuple_passthrough_over_budget", "rv7_train_tied_grad_hook_clamp",
+           "rv7_train_own_generator", "rv7_train_autograd_grad_budget", "rv7_train_two_forwards_unmeasured",
+           "rv7_train_seq_unsaved_boundaries", "rv7_diff_hook_kept_grad_is_dot_grad", "rv7_diff_two_calls_grad_hook",
+           "rv7_offload_dropped_step_pool", "rv7_offload_auto_replan_new_signature",
+           "rv7_offload_join_replan_typeerror")
 
 
 def main(argv=None) -> int:

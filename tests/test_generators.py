@@ -14,20 +14,24 @@ D = 32
 
 
 class _Noisy(nn.Module):
-    def __init__(self, gen):
+    def __init__(self, gen, held="attribute"):
         super().__init__()
         self.l = nn.Linear(D, D)
-        self.gen = gen
+        self.held = held
+        # an attribute, or in a list or dict attribute (a review found those unseen: rv7_rev_generator_in_container)
+        self.gen = {"attribute": gen, "list": [gen], "dict": {"noise": gen}}[held]
 
     def forward(self, h):
-        return torch.tanh(self.l(h + 0.5 * torch.randn(h.shape, generator=self.gen)))
+        gen = (self.gen if self.held == "attribute" else self.gen[0] if self.held == "list"
+               else self.gen["noise"])
+        return torch.tanh(self.l(h + 0.5 * torch.randn(h.shape, generator=gen)))
 
 
-def _stages(gen):
+def _stages(gen, held="attribute"):
     torch.manual_seed(0)
     closure_gen = torch.Generator().manual_seed(7)
-    return [nn.Linear(16, D), _Noisy(gen), _Noisy(gen), lambda h: h * torch.rand(h.shape, generator=closure_gen),
-            _Noisy(gen), nn.Linear(D, 5)], closure_gen
+    return [nn.Linear(16, D), _Noisy(gen, held), _Noisy(gen, held),
+            lambda h: h * torch.rand(h.shape, generator=closure_gen), _Noisy(gen, held), nn.Linear(D, 5)], closure_gen
 
 
 def _step(fns, x, y):
@@ -37,12 +41,13 @@ def _step(fns, x, y):
     return F.cross_entropy(h, y)
 
 
-@pytest.mark.parametrize("wrapper", ["sequential", "auto"])
-def test_a_recomputed_stage_draws_what_its_forward_drew(wrapper):
+@pytest.mark.parametrize("wrapper,held", [("sequential", "attribute"), ("auto", "attribute"),
+                                          ("sequential", "list"), ("sequential", "dict")])
+def test_a_recomputed_stage_draws_what_its_forward_drew(wrapper, held):
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(512, 16, generator=g), torch.randint(0, 5, (512,), generator=g)
     gen = torch.Generator().manual_seed(3)
-    fns, closure_gen = _stages(gen)
+    fns, closure_gen = _stages(gen, held)
     if wrapper == "sequential":
         modules = nn.ModuleList([f for f in fns if isinstance(f, nn.Module)])
         w = te.CheckpointedSequential(fns, budget="100%", backend="cpu", profile_passes=1, modules=[modules])

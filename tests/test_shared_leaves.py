@@ -290,12 +290,8 @@ def test_a_reader_through_an_unregistered_attribute_is_found():
     assert peak == wrapped.plan.predicted_peak_bytes <= wrapped.plan.budget_bytes
 
 
-def test_post_accumulate_hooks_of_a_shared_parameter_run_once_with_the_whole_gradient():
-    # Note [Hooks on a leaf several segments read]: PyTorch's optimizer step in the backward stepped Adam once
-    # per segment, on partial gradients, for a tied weight (a chain) and for a Siamese encoder (a join)
-    import copy
-
-    import torch_exec as te
+def _tied_lm_class():
+    """A tiny language model whose output head reads its input embedding's weight (GPT-2's tied head)."""
     from torch import nn
 
     class Tied(nn.Module):
@@ -310,6 +306,18 @@ def test_post_accumulate_hooks_of_a_shared_parameter_run_once_with_the_whole_gra
             for b in self.blocks:
                 h = h + b(h)
             return nn.functional.cross_entropy(nn.functional.linear(h, self.wte.weight).flatten(0, 1), ids.flatten())
+    return Tied
+
+
+def test_post_accumulate_hooks_of_a_shared_parameter_run_once_with_the_whole_gradient():
+    # Note [Hooks on a leaf several segments read]: PyTorch's optimizer step in the backward stepped Adam once
+    # per segment, on partial gradients, for a tied weight (a chain) and for a Siamese encoder (a join)
+    import copy
+
+    import torch_exec as te
+    from torch import nn
+
+    Tied = _tied_lm_class()
 
     class Siamese(nn.Module):
         def __init__(self):
@@ -362,20 +370,8 @@ def test_gradient_hooks_of_a_shared_parameter_run_once_on_the_whole_gradient(pri
     import copy
 
     import torch_exec as te
-    from torch import nn
 
-    class Tied(nn.Module):
-        def __init__(self):
-            super().__init__()
-            torch.manual_seed(0)
-            self.wte = nn.Embedding(40, 16)
-            self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(16, 16), nn.Tanh()) for _ in range(4))
-
-        def forward(self, ids):
-            h = self.wte(ids)
-            for b in self.blocks:
-                h = h + b(h)
-            return nn.functional.cross_entropy(nn.functional.linear(h, self.wte.weight).flatten(0, 1), ids.flatten())
+    Tied = _tied_lm_class()
 
     def hooks(model):
         seen = []

@@ -602,22 +602,32 @@ def cuda_devices(state) -> list[int]:
 #     generators, a stage recomputed in the backward drew other noise than its forward had: its gradient was
 #     taken at other values (7.7e-3 off plain autograd's at 45 %), the generator ended the step elsewhere, and
 #     preparing moved it on (a review, 2026-11-28: bench/repros/rv7_train_own_generator.py). So the generators
-#     that the wrapped modules hold as attributes (any submodule's) and that the stages' plain callables reach
-#     (:func:`reachable_state`) are recorded, replayed and forked beside the default ones
+#     that the wrapped modules hold as attributes (any submodule's, and in the lists, tuples and dicts there: a
+#     review found ``self.gens = [g]`` unseen, rv7_rev_generator_in_container.py) and that the stages' plain
+#     callables reach (:func:`reachable_state`) are recorded, replayed and forked beside the default ones
 #     (:func:`generators_of`, :class:`RngState`, :func:`fork_rng`), by the profiler (which stages draw random
 #     numbers), the executor and the model's snapshot. A generator reached some other way (a global the code
-#     does not name, a container deeper than the walk) is not seen.
+#     does not name, a forward argument) is not seen.
 
 
 def generators_of(modules=(), fns=()) -> tuple:
     """The ``torch.Generator`` objects, other than torch's default ones, that ``modules`` (and their submodules)
     hold as attributes and the plain callables ``fns`` reach (Note [Generators of the model's own])."""
     found: dict = {}
+
+    def look(value, depth: int) -> None:  # an attribute, and the items of the lists, tuples and dicts it holds
+        if isinstance(value, torch.Generator):
+            found[id(value)] = value
+        elif depth < _REACH_DEPTH and isinstance(value, (list, tuple, set, frozenset)):
+            for item in itertools.islice(value, _REACH_ITEMS):
+                look(item, depth + 1)
+        elif depth < _REACH_DEPTH and isinstance(value, dict):
+            for item in itertools.islice(value.values(), _REACH_ITEMS):
+                look(item, depth + 1)
     for mod in modules:
         for m in mod.modules():
             for value in vars(m).values():
-                if isinstance(value, torch.Generator):
-                    found[id(value)] = value
+                look(value, 0)
     for fn in fns:
         for _, value in reachable_state(fn, generators=True):
             if isinstance(value, torch.Generator):
@@ -870,62 +880,119 @@ def take_post_accumulate_hooks(p, which=lambda fn: True) -> tuple:
     return hooks, taken
 
 
+class _PassHooks:
+    """The hooks of some leaves, suspended until one backward pass (autograd's graph task ``task``) ends
+    (:func:`leaf_hooks_deferred`)."""
+
+    def __init__(self, task: int):
+        self.task = task
+        self.taken: set = set()
+        self.held: list = []   # (p, its post-accumulate hook dict, the user hooks taken out)
+        self.aside: list = []  # (p, its gradient hook dict, the hooks taken out, .grad set aside)
+
+    def take(self, params) -> None:
+        for p in params:
+            if id(p) in self.taken:
+                continue
+            self.taken.add(id(p))
+            hooks, users = take_post_accumulate_hooks(p, lambda fn: not getattr(fn, "meter_hook", False))
+            if users:
+                self.held.append((p, hooks, users))
+            grad_hooks = p._backward_hooks  # the engine holds this dict: emptied and refilled in place
+            if grad_hooks:
+                self.aside.append((p, grad_hooks, list(grad_hooks.items()), p.grad))
+                grad_hooks.clear()
+                p.grad = None
+
+    def _put_back(self) -> None:
+        for _, grad_hooks, taken, _ in self.aside:
+            grad_hooks.update(taken)
+        for _, hooks, users in self.held:
+            hooks.update(users)
+
+    def abandon(self) -> None:
+        """The pass failed: hooks back, ``.grad`` as it was before it."""
+        _DEFERRED.pop(self.task, None)
+        self._put_back()
+        for p, _, _, prior in self.aside:
+            p.grad = prior
+
+    def run(self) -> None:
+        """The pass ended: each gradient hook once on the whole gradient the pass made, added to the gradient
+        set aside, then each post-accumulate hook once."""
+        _DEFERRED.pop(self.task, None)
+        self._put_back()
+        wholes = []
+        for p, _, _, prior in self.aside:  # .grad as it was until the hooks have run: an error in one leaves it so
+            wholes.append(p.grad)
+            p.grad = prior
+        for i, (p, _, taken, prior) in enumerate(self.aside):
+            whole, wholes[i] = wholes[i], None
+            if whole is None:  # no gradient reached it: no hook runs, as in plain autograd
+                continue
+            for _, hook in taken:
+                result = hook(whole)
+                whole = whole if result is None else result
+                result = None
+            if prior is None:
+                # AccumulateGrad takes the gradient as .grad only where nothing else holds it: a hook that kept it
+                # (a logger) gets a tensor of its own, which a later in-place change of .grad (clipping) leaves alone
+                p.grad = whole if sys.getrefcount(whole) <= 2 else whole.clone()
+            else:
+                with torch.no_grad():
+                    prior.add_(whole)
+            del whole
+        del wholes
+        for p, _, users in self.held:
+            for _, hook in users:
+                hook(p)
+
+
+_DEFERRED: dict = {}  # graph task id -> its _PassHooks (a dict: a CUDA backward runs in a thread of the engine's)
+
+
+def settle_deferred_hooks() -> None:
+    """Put back the hooks a backward pass that raised left suspended (its end never came), and ``.grad`` as it was
+    before that pass: called at a wrapper's forward; nothing inside a backward pass (a forward recomputed there
+    may run while a pass's deferral is live)."""
+    if torch._C._current_graph_task_id() >= 0:
+        return
+    for state in list(_DEFERRED.values()):
+        state.abandon()
+
+
 @contextlib.contextmanager
 def leaf_hooks_deferred(params):
-    """Runs the hooks of ``params`` once, at the end of the block, as plain autograd's one ``AccumulateGrad`` per
-    leaf runs them (Note [Hooks on a leaf several segments read] in torch_exec/executor.py). Inside the block the
-    gradient hooks (``register_hook``) and the post-accumulate-grad hooks are suspended. Where a parameter has
-    gradient hooks, its ``.grad`` is set aside for the block, so that what the block adds is the whole gradient:
-    when the block ends without an error the gradient hooks run on it in order (a hook's result replaces it), it
+    """Runs the hooks of ``params`` once, at the end of the backward pass this block runs in, as plain autograd's one
+    ``AccumulateGrad`` per leaf runs them (Note [Hooks on a leaf several segments read], Note [Hooks across calls
+    before one backward] in torch_exec/executor.py). From the block on, the gradient hooks (``register_hook``) and
+    the post-accumulate-grad hooks are suspended; where a parameter has gradient hooks, its ``.grad`` is set aside,
+    so that what the pass adds is the whole gradient. When the pass ends (a callback queued on autograd's engine;
+    outside a pass, when the block ends) the gradient hooks run on it in order (a hook's result replaces it), it
     is added to the gradient set aside in place (or becomes ``.grad``), and then the post-accumulate hooks run.
-    On an error ``.grad`` is put back as it was. The step meter's own hooks (marked ``meter_hook``: Note
-    [Gradients set during the step] in torch_exec/report.py) stay: they mark when a gradient is first set,
-    which the suspension would have moved to the end of the backward."""
-    held, aside = [], []
-    for p in params:
-        hooks, users = take_post_accumulate_hooks(p, lambda fn: not getattr(fn, "meter_hook", False))
-        if users:
-            held.append((p, hooks, users))
-        grad_hooks = p._backward_hooks  # the engine holds this dict: emptied and refilled in place
-        if grad_hooks:
-            aside.append((p, grad_hooks, list(grad_hooks.items()), p.grad))
-            grad_hooks.clear()
-            p.grad = None
-    ended = False
+    Several blocks of one pass (several calls' backwards) share one deferral. On an error in the block ``.grad``
+    is put back as it was. The step meter's own hooks (marked ``meter_hook``: Note [Gradients set during the
+    step] in torch_exec/report.py) stay: they mark when a gradient is first set."""
+    params = list(params)
+    if not params:
+        yield
+        return
+    task = torch._C._current_graph_task_id()
+    state = _DEFERRED.get(task) if task >= 0 else None
+    new = state is None
+    if new:
+        state = _PassHooks(task)
+    state.take(params)
+    if new and task >= 0:
+        _DEFERRED[task] = state
+        torch.autograd.Variable._execution_engine.queue_callback(state.run)
     try:
         yield
-        ended = True
-    finally:
-        for p, grad_hooks, taken, prior in aside:
-            grad_hooks.update(taken)
-            if not ended:
-                p.grad = prior
-        for _, hooks, users in held:
-            hooks.update(users)
-    wholes = []
-    for p, _, _, prior in aside:  # .grad as it was until the hooks have run: an error in one leaves it so
-        wholes.append(p.grad)
-        p.grad = prior
-    for i, (p, _, taken, prior) in enumerate(aside):
-        whole, wholes[i] = wholes[i], None
-        if whole is None:  # no gradient reached it: no hook runs, as in plain autograd
-            continue
-        for _, hook in taken:
-            result = hook(whole)
-            whole = whole if result is None else result
-            result = None
-        if prior is None:
-            # AccumulateGrad takes the gradient as .grad only where nothing else holds it: a hook that kept it
-            # (a logger) gets a tensor of its own, which a later in-place change of .grad (clipping) leaves alone
-            p.grad = whole if sys.getrefcount(whole) <= 2 else whole.clone()
-        else:
-            with torch.no_grad():
-                prior.add_(whole)
-        del whole
-    del wholes
-    for p, _, users in held:
-        for _, hook in users:
-            hook(p)
+    except BaseException:
+        state.abandon()
+        raise
+    if task < 0:
+        state.run()
 
 
 def stage_leaves(group, own: bool = True) -> list[torch.Tensor]:

@@ -101,12 +101,17 @@ Note [Hooks across calls before one backward]
     calls' parts and runs the parameter's hooks once. A gradient hook (a clamp) then ran on each part, and a
     post-accumulate-grad hook (an optimizer step in the backward) once per call: the tied and untied weights of
     a review's model clipped at 2e-3 read 2e-3 off plain autograd's gradients (a review, 2026-11-28:
-    bench/repros/rv7_diff_two_calls_grad_hook.py). Deferring the hooks to the end of the engine's whole backward
-    would need every hooked gradient held apart, beside ``.grad``, from the first call's backward on, which no
-    plan counts. So a call while an earlier call's step waits for its backward (``IN_FLIGHT``: the runtimes of
-    the steps whose forward ran; one leaves at the end of its backward, or with its graph) is refused where the
-    wrapper's parameters have hooks of the user's (:func:`refuse_hooked_calls_in_flight`), naming the remedy:
-    back-propagate each call before the next. Without such hooks the calls run as before.
+    bench/repros/rv7_diff_two_calls_grad_hook.py). So a schedule backward that finds another step of the same
+    parameters waiting for its backward (``IN_FLIGHT``: the runtimes whose forward ran; one leaves at the end
+    of its backward, or with its graph) defers the hooks of every parameter with hooks of the user's to the end
+    of the backward pass (:func:`_deferred_hook_params`, :func:`torch_exec._util.leaf_hooks_deferred`: one
+    deferral per pass, an engine callback), where they run once on the whole gradient. Where the other step is
+    never back-propagated (a validation loss kept for logging), the hooks run at the end of this pass, on this
+    call's gradient, as they would have. A first version refused the second call instead, and refused that
+    validation loop too (bench/repros/rv7_rev_hooked_refusal_val_alive.py). A pass that raises leaves the hooks
+    suspended until the wrapper's next forward puts them back, with ``.grad`` as it was before that pass
+    (:func:`torch_exec._util.settle_deferred_hooks`). Where ``.grad`` was set before the pass, the whole
+    gradient is a buffer beside it, as plain autograd's sum of the calls' parts is.
 
 Note [Segment inputs]
     A segment's input tensors that need a gradient are the outputs of one small autograd node
@@ -1360,16 +1365,43 @@ class _SegmentMode:
                 acc[i] = g if acc[i] is None else acc[i] + g
 
 
+def entry_params(entry) -> tuple:
+    """The trainable parameters the stages of an entry hold (a chain's, or a join's branches' and head's); cached
+    on the entry."""
+    cached = getattr(entry, "hook_params", None)
+    if cached is None:
+        groups = list(getattr(entry, "group_modules", []))
+        for branch in getattr(entry, "branches", []):
+            groups += list(getattr(branch, "group_modules", []))
+        head = getattr(entry, "head", None)
+        modules = [m for mods in groups for m in mods] + (U.modules_of([head]) if head is not None else [])
+        cached = tuple(p for p in U.params_of(modules) if p.requires_grad)
+        entry.hook_params = cached
+    return cached
+
+
+def _deferred_hook_params(rt, mode) -> list:
+    """The parameters whose hooks a schedule backward that fills ``.grad`` defers to the end of the backward pass
+    (:func:`torch_exec._util.leaf_hooks_deferred`): those several of its stages hold (Note [Hooks on a leaf several
+    segments read]), and, while another step of the same parameters waits for its backward (a second call before
+    one backward), every one with hooks of the user's (Note [Hooks across calls before one backward])."""
+    if mode is not None and mode.named:
+        return []
+    params = list(rt.entry.shared_params)
+    mine = entry_params(rt.entry)
+    ids = {id(p) for p in mine}
+    if any(other is not rt and any(id(p) in ids for p in entry_params(other.entry)) for other in list(IN_FLIGHT)):
+        params += user_hooked(mine)
+    return params
+
+
 def interpret_backward(ops: list, rt, mode: _SegmentMode | None) -> None:
     """:func:`interpret` a schedule's backward ops with the segment backwards in ``mode``; the named
     parameters' gradients then go to the parameter tap (Note [Autograd calls that name tensors])."""
     outer = getattr(_SEGMENT, "mode", None)
     _SEGMENT.mode = mode
-    # segments that accumulate into .grad: a shared parameter's hooks run once, at the end
-    # (Note [Hooks on a leaf several segments read])
-    shared = rt.entry.shared_params if mode is None or not mode.named else ()
     try:
-        with U.leaf_hooks_deferred(shared):
+        with U.leaf_hooks_deferred(_deferred_hook_params(rt, mode)):
             interpret(ops, rt)
     finally:
         _SEGMENT.mode = outer
@@ -1452,23 +1484,6 @@ def user_hooked(params) -> list:
     return [p for p in params if p.requires_grad and (
         p._backward_hooks or any(not getattr(fn, "meter_hook", False)
                                  for fn in (getattr(p, "_post_accumulate_grad_hooks", None) or {}).values()))]
-
-
-def refuse_hooked_calls_in_flight(entries, params, who: str) -> None:
-    """Note [Hooks across calls before one backward]: a call while an earlier call of the same wrapper (one of its
-    ``entries``) waits for its backward, where ``params`` have hooks of the user's: refused, naming the remedy."""
-    if not torch.is_grad_enabled() or not any(rt.entry in entries for rt in list(IN_FLIGHT)):
-        return
-    hooked = user_hooked(params)
-    if hooked:
-        raise RuntimeError(
-            f"{who}: called again before the backward of its previous call, and {len(hooked)} parameter(s) (shapes "
-            f"{U.first_few(tuple(p.shape) for p in hooked)}) have gradient or post-accumulate-grad hooks. Plain "
-            f"autograd runs each such hook once, on the sum of the calls' gradients; the schedule back-propagates "
-            f"each call apart, so the hooks would run once per call (a clamp of each part, an optimizer step per "
-            f"call). Back-propagate each call's loss before the next call (the gradients accumulate the same), or "
-            f"apply the hooks' change after the backward (Note [Hooks across calls before one backward] in "
-            f"torch_exec/executor.py)")
 
 
 def refuse_shared_hazards(shared: tuple, who: str) -> None:
@@ -1813,11 +1828,16 @@ class _PlannedModule(nn.Module):
     def _begin_step(self, entry, device) -> bool:
         """A step's start: its measurement begins when one is due (:meth:`measure_memory`); whether the
         entry's plan runs as plain autograd (``entry.plain``: then :meth:`_plain_step` runs it)."""
-        # a call while an earlier call's step waits for its backward joins its measurement; one whose step went
-        # without a backward (its graph dropped) does not (Note [Calls before one backward] in report.py; a plain
-        # step leaves no runtime: it joins)
-        entries = list(self._entries.values())
+        # a call while an earlier call's step waits for its backward joins its measurement, also one of another
+        # input signature of the same model (auto_checkpoint's siblings); one whose step went without a backward
+        # (its graph dropped) does not (Note [Calls before one backward] in report.py; a plain step leaves no
+        # runtime: it joins)
+        entries = [e for module in [self, *self.siblings] for e in module._entries.values()]
         joins = entry.plain or any(rt.entry in entries for rt in list(IN_FLIGHT))
+        for sibling in self.siblings:  # another input signature's step (auto_checkpoint) waits and is measured
+            if joins and sibling._meter.measuring:
+                sibling._meter.join_call()
+                return entry.plain
         self._meter.begin(device, self.parameters(), entry.plan,
                           None if self.budget is None else entry.plan.budget_bytes, entry.plain, entry.held_bytes,
                           join=joins)
@@ -2237,9 +2257,7 @@ class CheckpointedSequential(_PlannedModule):
         """A step under a plan: never traced by torch.compile (Note [torch.compile])."""
         entry = self._entry(state)
         refuse_shared_hazards(() if entry.plain else entry.shared_params, "CheckpointedSequential")
-        if not entry.plain:
-            refuse_hooked_calls_in_flight(list(self._entries.values()), list(self.parameters()),
-                                          "CheckpointedSequential")
+        U.settle_deferred_hooks()  # a backward that raised left hooks suspended
         if entry.replan_due:  # Note [Outputs without a gradient], Note [The caller holds a_N]
             entry.exec_chain, entry.replan_due = with_learned_outputs(entry), False
             self._plan_entry(entry)

@@ -92,8 +92,7 @@ from .executor import (IN_FLIGHT, NOT_MEASURED, TURN, CheckpointedSequential, Pr
                        _backward_segment, _compiler_disable, _detached_results, _needs_at_least,
                        _PlannedModule, _SegmentMode, _standin_params, _with_beside, annotate,
                        below_floor_message, below_plain_message, executor_chain, interpret, interpret_backward,
-                       kept_graph_leaves, output_out_of_tape, refuse_hooked_calls_in_flight, refuse_shared_hazards,
-                       state_requires_grad)
+                       kept_graph_leaves, output_out_of_tape, refuse_shared_hazards, state_requires_grad)
 from .meter import MemoryMeter
 from .profiler import chain_from_profile, profile_dict, runs_as_a_stage
 
@@ -677,8 +676,7 @@ class CheckpointedJoin(_PlannedModule):
         """A step under a plan (never traced by torch.compile: Note [torch.compile] in the executor)."""
         entry = self._entry(inputs)
         refuse_shared_hazards(() if entry.plain else entry.shared_params, "CheckpointedJoin")
-        if not entry.plain:
-            refuse_hooked_calls_in_flight(list(self._entries.values()), list(self.parameters()), "CheckpointedJoin")
+        U.settle_deferred_hooks()  # a backward that raised left hooks suspended
         self._last = entry
         flat = [t for x in inputs for t in U.tensors(x)]
         if self._begin_step(entry, flat[0].device):

@@ -253,6 +253,12 @@ class StepMeter:
             sets.marks.append((sets.meter.mark(reset_peak=False), int(nbytes)))
             sets.host += int(nbytes)
 
+    def join_call(self) -> None:
+        """A call of another input signature of the same model joins the pending measurement (Note [Calls
+        before one backward])."""
+        if self._pending is not None:
+            self._calls += 1
+
     def note_param_grad(self, grad: torch.Tensor) -> None:
         """A parameter's gradient that an autograd call naming the parameters (``autograd.grad``) gets, made just
         now: counted as a gradient set on ``.grad`` is (Note [Gradients set during the step]). Nothing when no

@@ -67,7 +67,8 @@ SCRIPTS = ("grad_hooks", "autograd_grad_measured", "returned_input", "measure_be
            "rv7_train_own_generator", "rv7_train_autograd_grad_budget", "rv7_train_two_forwards_unmeasured",
            "rv7_train_seq_unsaved_boundaries", "rv7_diff_hook_kept_grad_is_dot_grad", "rv7_diff_two_calls_grad_hook",
            "rv7_offload_dropped_step_pool", "rv7_offload_auto_replan_new_signature",
-           "rv7_offload_join_replan_typeerror")
+           "rv7_offload_join_replan_typeerror", "rv7_rev_generator_in_container", "rv7_rev_calls_other_signature",
+           "rv7_rev_hooked_refusal_val_alive")
 
 
 def main(argv=None) -> int:

@@ -22,7 +22,6 @@ Gradients stay equal to plain autograd's.
 Expected: a step that is dropped gives its host buffers back to the pool (as PaperOffloadRunner's steps do since
 rv5_offload_paper_runner_dropped_step_leak), the pool's allocations stay at the plan's buffers, and each step
 reads what it reads without the dropped forward. Exits 1 while the fault shows."""
-import copy
 import sys
 
 from _setup import nn, te, torch

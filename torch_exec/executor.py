@@ -99,9 +99,9 @@ Note [Hooks across calls before one backward]
     Several calls of a wrapper before one backward (two views of a batch, R-Drop) back-propagate each call's
     schedule apart, so every parameter's gradient arrives in one part per call, where plain autograd sums the
     calls' parts and runs the parameter's hooks once. A gradient hook (a clamp) then ran on each part, and a
-    post-accumulate-grad hook (an optimizer step in the backward) once per call: the tied and untied weights of
-    a review's model clipped at 2e-3 read 2e-3 off plain autograd's gradients (a review, 2026-11-28:
-    bench/repros/rv7_diff_two_calls_grad_hook.py). So a schedule backward that finds another step of the same
+    post-accumulate-grad hook (an optimizer step in the backward) once per call: a review's model clipped at
+    2e-3 read 6e-3 (its tied weight) and 2e-3 (the others) off plain autograd's gradients (a review, 2026-11-28:
+    bench/repros/rv7_diff_two_calls_grad_hook.py, bench/results/repros_session7_cpu_before.md). So a schedule backward that finds another step of the same
     parameters waiting for its backward (``IN_FLIGHT``: the runtimes whose forward ran; one leaves at the end
     of its backward, or with its graph) defers the hooks of every parameter with hooks of the user's to the end
     of the backward pass (:func:`_deferred_hook_params`, :func:`torch_exec._util.leaf_hooks_deferred`: one

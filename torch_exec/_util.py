@@ -869,6 +869,12 @@ def params_read_by_several(groups) -> tuple:
     return tuple(p for p, n in seen.values() if n > 1)
 
 
+def users_hook(fn) -> bool:
+    """Whether a post-accumulate-grad hook is the user's: not the step meter's own (marked ``meter_hook``: Note
+    [Gradients set during the step] in torch_exec/report.py)."""
+    return not getattr(fn, "meter_hook", False)
+
+
 def take_post_accumulate_hooks(p, which=lambda fn: True) -> tuple:
     """Removes from ``p``'s post-accumulate-grad hooks those ``which`` picks: (the hook dict, [(key, hook)]
     taken), put back with ``hooks.update(taken)``. The engine holds the dict itself: it is emptied and refilled
@@ -895,7 +901,7 @@ class _PassHooks:
             if id(p) in self.taken:
                 continue
             self.taken.add(id(p))
-            hooks, users = take_post_accumulate_hooks(p, lambda fn: not getattr(fn, "meter_hook", False))
+            hooks, users = take_post_accumulate_hooks(p, users_hook)
             if users:
                 self.held.append((p, hooks, users))
             grad_hooks = p._backward_hooks  # the engine holds this dict: emptied and refilled in place
@@ -955,7 +961,7 @@ def settle_deferred_hooks() -> None:
     """Put back the hooks a backward pass that raised left suspended (its end never came), and ``.grad`` as it was
     before that pass: called at a wrapper's forward; nothing inside a backward pass (a forward recomputed there
     may run while a pass's deferral is live)."""
-    if torch._C._current_graph_task_id() >= 0:
+    if not _DEFERRED or torch._C._current_graph_task_id() >= 0:
         return
     for state in list(_DEFERRED.values()):
         state.abandon()

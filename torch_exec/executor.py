@@ -99,19 +99,19 @@ Note [Hooks across calls before one backward]
     Several calls of a wrapper before one backward (two views of a batch, R-Drop) back-propagate each call's
     schedule apart, so every parameter's gradient arrives in one part per call, where plain autograd sums the
     calls' parts and runs the parameter's hooks once. A gradient hook (a clamp) then ran on each part, and a
-    post-accumulate-grad hook (an optimizer step in the backward) once per call: a review's model clipped at
-    2e-3 read 6e-3 (its tied weight) and 2e-3 (the others) off plain autograd's gradients (a review, 2026-11-28:
-    bench/repros/rv7_diff_two_calls_grad_hook.py, bench/results/repros_session7_cpu_before.md). So a schedule backward that finds another step of the same
-    parameters waiting for its backward (``IN_FLIGHT``: the runtimes whose forward ran; one leaves at the end
-    of its backward, or with its graph) defers the hooks of every parameter with hooks of the user's to the end
-    of the backward pass (:func:`_deferred_hook_params`, :func:`torch_exec._util.leaf_hooks_deferred`: one
-    deferral per pass, an engine callback), where they run once on the whole gradient. Where the other step is
-    never back-propagated (a validation loss kept for logging), the hooks run at the end of this pass, on this
-    call's gradient, as they would have. A first version refused the second call instead, and refused that
-    validation loop too (bench/repros/rv7_rev_hooked_refusal_val_alive.py). A pass that raises leaves the hooks
-    suspended until the wrapper's next forward puts them back, with ``.grad`` as it was before that pass
-    (:func:`torch_exec._util.settle_deferred_hooks`). Where ``.grad`` was set before the pass, the whole
-    gradient is a buffer beside it, as plain autograd's sum of the calls' parts is.
+    post-accumulate-grad hook (an optimizer step in the backward) once per call: a review's model clipped at 2e-3
+    read 6e-3 (its tied weight) and 2e-3 (the others) off plain autograd's gradients (a review, 2026-11-28:
+    bench/repros/rv7_diff_two_calls_grad_hook.py, bench/results/repros_session7_cpu_before.md). So a schedule
+    backward that finds another step of the same parameters waiting for its backward (``IN_FLIGHT``: the runtimes
+    whose forward ran; one leaves at the end of its backward, or with its graph) defers the hooks of every
+    parameter with hooks of the user's to the end of the backward pass (:func:`_deferred_hook_params`,
+    :func:`torch_exec._util.leaf_hooks_deferred`: one deferral per pass, an engine callback), where they run once
+    on the whole gradient. Where the other step is never back-propagated (a validation loss kept for logging), the
+    hooks run at the end of this pass, on this call's gradient, as they would have. A first version refused the
+    second call instead, and refused that validation loop too (bench/repros/rv7_rev_hooked_refusal_val_alive.py).
+    A pass that raises leaves the hooks suspended until the wrapper's next forward puts them back, with ``.grad``
+    as it was before that pass (:func:`torch_exec._util.settle_deferred_hooks`). Where ``.grad`` was set before
+    the pass, the whole gradient is a buffer beside it, as plain autograd's sum of the calls' parts is.
 
 Note [Segment inputs]
     A segment's input tensors that need a gradient are the outputs of one small autograd node
@@ -1388,10 +1388,12 @@ def _deferred_hook_params(rt, mode) -> list:
     if mode is not None and mode.named:
         return []
     params = list(rt.entry.shared_params)
-    mine = entry_params(rt.entry)
-    ids = {id(p) for p in mine}
-    if any(other is not rt and any(id(p) in ids for p in entry_params(other.entry)) for other in list(IN_FLIGHT)):
-        params += user_hooked(mine)
+    others = [other for other in list(IN_FLIGHT) if other is not rt]
+    if others:  # most backwards: none, and no walk over the parameters
+        mine = entry_params(rt.entry)
+        ids = {id(p) for p in mine}
+        if any(id(p) in ids for other in others for p in entry_params(other.entry)):
+            params += user_hooked(mine)
     return params
 
 
@@ -1482,8 +1484,7 @@ def user_hooked(params) -> list:
     """The parameters among ``params`` with a gradient hook or a post-accumulate-grad hook of the user's (the step
     meter's own, marked ``meter_hook``, left out)."""
     return [p for p in params if p.requires_grad and (
-        p._backward_hooks or any(not getattr(fn, "meter_hook", False)
-                                 for fn in (getattr(p, "_post_accumulate_grad_hooks", None) or {}).values()))]
+        p._backward_hooks or any(map(U.users_hook, (getattr(p, "_post_accumulate_grad_hooks", None) or {}).values())))]
 
 
 def refuse_shared_hazards(shared: tuple, who: str) -> None:
@@ -1498,7 +1499,7 @@ def refuse_shared_hazards(shared: tuple, who: str) -> None:
     if hooked:
         raise RuntimeError(
             f"{who}: {len(hooked)} parameter(s) read by several stages (shapes "
-            f"{U.first_few(tuple(p.shape) for p in hooked)}, {sum(p.numel() * p.element_size() for p in hooked)} B) have "
+            f"{U.first_few(tuple(p.shape) for p in hooked)}, {U.state_nbytes(hooked)} B) have "
             f"gradient hooks (register_hook) and a .grad already set. The schedule back-propagates each stage apart, "
             f"so the hooks run once on the whole gradient at the end of the backward, which needs that gradient in a "
             f"buffer beside .grad that the plan does not count (Note [Hooks on a leaf several segments read] in "

@@ -179,12 +179,17 @@ class _Slot:
         return t.conj() if self.conj else t
 
 
+def _give_stores(copies: HostCopies, stores: list) -> None:
+    """One host copy's buffers go back to the plan's pool."""
+    for store in stores:
+        if store.host is not None:
+            copies.give(store.host)
+
+
 def _give_back(copies: HostCopies, slots: dict) -> None:
     """The host buffers a dropped :class:`StepCopies` still holds go back to the plan's pool."""
     for _, _, stores in slots.values():
-        for store in stores:
-            if store.host is not None:
-                copies.give(store.host)
+        _give_stores(copies, stores)
     slots.clear()
 
 
@@ -300,9 +305,7 @@ class StepCopies:
     def _drop(self, s: int) -> None:
         entry = self.slots.pop(s, None)
         if entry is not None:
-            for store in entry[2]:
-                if store.host is not None:
-                    self.copies.give(store.host)
+            _give_stores(self.copies, entry[2])
 
     def host_bytes(self) -> int:
         """Bytes of host buffers this step holds."""

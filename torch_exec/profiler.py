@@ -735,7 +735,8 @@ class _Passes:
             bounds = _Boundaries(1, mark)
             bounds.watch(state, 0)  # its input's gradient ends its backward
             if mem is not None:  # what the stage saved of its input: Note [Inputs held through a backward]
-                bounds.hold(0, [t for t, key in zip(tensors(state), self.in_keys[s], strict=False) if key in self.saved[s]])
+                bounds.hold(0, [t for t, key in zip(tensors(state), self.in_keys[s], strict=False)
+                                if key in self.saved[s]])
             got = {}
             hooks = [t.register_hook(lambda g, i=i: got.__setitem__(i, g))
                      for i, t in enumerate(tensors(state)) if t.requires_grad]

@@ -300,7 +300,7 @@ class StepMeter:
         measurement waits for its backward joins it where ``join`` (an earlier call's step is still
         waiting: Note [Calls before one backward]); otherwise that measurement is given up."""
         if self._pending is not None and join:
-            self._calls += 1
+            self.join_call()
             return
         self.finalize()
         self.steps += 1

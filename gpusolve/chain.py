@@ -242,7 +242,7 @@ class Chain:
                    provenance={"source": "thesis", "name": name})
 
     @classmethod
-    def from_profile(cls, path_or_dict, fuse_aliasing: bool = True) -> "Chain":
+    def from_profile(cls, path_or_dict, fuse_aliasing: bool = True, merge_unsaved: bool = True) -> "Chain":
         """Read a ``measured-chain/1`` profile (see ``gpusolve/profiles/README.md``).
 
         With ``fuse_aliasing`` (the default) a stage is merged into the stage before it when
@@ -253,6 +253,7 @@ class Chain:
           frees it as soon as the second stage has run, so as a boundary it would be counted as held
           where it is not (Note [Tensors no backward saves]).
         The merged costs compose the members' measured sums and peaks exactly. With
+        ``merge_unsaved=False`` the second kind of boundary stays (Note [Tensors no backward saves]). With
         ``fuse_aliasing=False`` every measured stage stays a stage (useful to benchmark the solver on
         the raw stage count), but such a chain may not be executable.
         """
@@ -303,7 +304,7 @@ class Chain:
         groups: list[list[dict]] = []
         joined = {"in_place": 0, "unsaved": 0}  # stages joined to the one before, by reason
         for stage in stages:
-            if fuse_aliasing and groups and (stage["x"] == 0 or _output_unsaved(groups[-1], stage)):
+            if fuse_aliasing and groups and (stage["x"] == 0 or merge_unsaved and _output_unsaved(groups[-1], stage)):
                 joined["in_place" if stage["x"] == 0 else "unsaved"] += 1
                 groups[-1].append(stage)
             else:
@@ -627,6 +628,23 @@ def _with_input_clone(stages: list[dict], input_bytes: int, granule: int) -> lis
                 fwd_peak_grad=int(first["fwd_peak_grad"]) + max(held, whole))] + stages[1:]
     return [dict(st, held_from=[[1 if int(o) == 0 else int(o), int(b)] for o, b in st["held_from"]])
             if "held_from" in st else st for st in out]
+
+
+# Note [Tensors no backward saves]
+#     The tensor a_s between two stages may be saved by neither stage's backward: a residual block's sum read
+#     next by a dropout (which saves its mask) or a bias addition (which saves nothing), logits that
+#     ``cross_entropy`` consumes. In a run of recorded stages autograd frees it once stage s + 1 has run, but
+#     the model counts it in stage s's tape until stage s's backward (bwd_tape_bytes releases it only there).
+#     By default the two stages are merged (:func:`_output_unsaved`): the merged stage's costs are composed
+#     exactly, and the boundary is no checkpoint. That is free where nobody would cut there (a head and its
+#     loss), and ruinous where every block begins so: six residual blocks that begin with a dropout became one
+#     stage, and nothing below plain autograd's peak fitted (a review, 2026-11-28:
+#     bench/repros/rv7_train_seq_unsaved_boundaries.py). With ``merge_unsaved=False`` the boundaries stay,
+#     over-counted in tape runs (safe: a plan's measured peak is at most its prediction). The executor plans
+#     both and runs the faster (Note [Two groupings of unsaved boundaries] in torch_exec/executor.py). Exact
+#     counting would give a_s back to the sub-problem once stage s + 1 is recorded, which holds where a_s is a
+#     checkpoint or the end of a tape segment that stage s + 1 extends, not where a segment's output stays the
+#     root of its own backward: an executor change and a DP rule not made yet.
 
 
 def _output_unsaved(group: list[dict], stage: dict) -> bool:

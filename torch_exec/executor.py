@@ -113,6 +113,28 @@ Note [Hooks across calls before one backward]
     as it was before that pass (:func:`torch_exec._util.settle_deferred_hooks`). Where ``.grad`` was set before
     the pass, the whole gradient is a buffer beside it, as plain autograd's sum of the calls' parts is.
 
+Note [Two groupings of unsaved boundaries]
+    Stages whose boundary no backward saves are merged by default (Note [Tensors no backward saves] in
+    gpusolve/chain.py): exact, but the boundary is no checkpoint, and six residual blocks that begin with a
+    dropout (or a bias added) merged into one stage whose least budget was plain autograd's peak (a review,
+    2026-11-28: bench/repros/rv7_train_seq_unsaved_boundaries.py). Where the profile has such boundaries, the
+    signature's entry has a second face, ``Entry.regrouped``: the same profile with the boundaries kept as
+    stages, whose tape runs count the tensor until the earlier stage's backward where autograd frees it sooner
+    (an over-count: safe). :meth:`CheckpointedSequential._plan_entry` plans both and runs the merged grouping's
+    plan unless the other's is faster; the least budget is the lesser (``min_budget_bytes``). Measured on the
+    CPU (bench/results/repros_session8_cpu.md, rv8_seq_unsaved_groupings_fidelity): the least budget went from
+    100 % to 37.8 % (dropout first) and 34.8 % (bias first; the same blocks without either: 31.3 %); every
+    step held its budget and its prediction, at 0.897 to 0.996 of the predicted peak (the over-count). A
+    ``schedule_fn`` is given the profile's own grouping; a join's branches keep it too. A review of this
+    (bench/repros/rv8_rg_*.py) made four rules, each once it had gone wrong: the other grouping runs only where
+    it adds no parameter read by several stages (a tied weight with a gradient hook was refused where the merged
+    grouping ran); a percentage falls back to another signature's budget (:meth:`_percent_ceiling`) only where
+    neither grouping fits the signature's own; a percentage of a store-all peak the profiler did not measure is
+    the merged grouping's (:func:`merged_face`; the other's over-count made "70%" 74.2 % of plain autograd's
+    peak); and what a backward learns of a_N (:func:`_share_learned`) reaches both faces, since a step in
+    flight learns on the face its forward ran (a replan in between lost it, and the next step measured 451784 B
+    against a budget of 424555 B).
+
 Note [Segment inputs]
     A segment's input tensors that need a gradient are the outputs of one small autograd node
     (:class:`torch_exec._util.SegmentInput`) whose backward keeps the gradients the engine hands it, as
@@ -626,6 +648,7 @@ def learn_output_grads(entry: Entry, present: list[bool]) -> None:
         seen = seen | entry.out_grads
     entry.out_grads = seen
     entry.replan_due = entry.replan_due or _grad_reserve(entry, seen) != entry.grad_reserve
+    _share_learned(entry)
 
 
 def output_storages(entry: Entry, outs: list) -> list:
@@ -656,6 +679,16 @@ def learn_output_holds(entry: Entry, refs: list) -> None:
                   MemoryBudgetWarning, stacklevel=3)
     entry.out_dropped = entry.out_dropped - frozenset(held)
     entry.replan_due = True
+    _share_learned(entry)
+
+
+def _share_learned(entry: Entry) -> None:
+    """What a backward showed of a_N holds for both faces of the signature (Note [Two groupings of unsaved
+    boundaries]): a step in flight learns on the face its forward ran, which a re-plan may have replaced."""
+    other = getattr(entry, "regrouped", None)
+    if other is not None:
+        other.out_grads, other.out_dropped = entry.out_grads, entry.out_dropped
+        other.replan_due = other.replan_due or entry.replan_due
 
 
 def _grad_reserve(entry: Entry, grads: frozenset | None) -> int:
@@ -774,19 +807,26 @@ def below_plain_message(budget: int, plain_least: int, model_least: int) -> str:
             f"{plain_least} B")
 
 
+def merged_face(entry):
+    """The face of an input signature's entry over the profile's own grouping of the stages (Note [Two groupings of
+    unsaved boundaries]): ``entry`` itself unless it keeps the boundaries no backward saves. Its figures are exact,
+    and the signature's reference peak and a given ``schedule_fn`` are taken from it."""
+    return entry.regrouped if getattr(entry, "unsaved_kept", False) else entry
+
+
 def _with_beside(entry, measured: int) -> int:
     """A step peak the profiler measured (it held nothing beside the stages) with what the entry counts
-    beside them: its reserves, what its turn adds, and its floor."""
-    return max(int(measured) + entry.reserved_beside + entry.turn_peak_bytes, entry.floor_bytes)
+    beside them: its reserves, what its turn adds (the profile's own grouping's), and its floor."""
+    return max(int(measured) + entry.reserved_beside + merged_face(entry).turn_peak_bytes, entry.floor_bytes)
 
 
 def plain_peak_bytes(entry) -> int:
     """Plain autograd's step peak for this entry: measured by the profiler (the plain path runs
     exactly that step, its caller holding every output and seeding a gradient for each), else the
-    model's store-all peak."""
+    model's store-all peak over the profile's own grouping (exact: the other face over-counts)."""
     if plain_peak_measured(entry):
         return _with_beside(entry, entry.profile["reference"]["store_all_peak_bytes"])
-    return max(store_all_peak_bytes(entry.plain_chain), entry.floor_bytes)
+    return max(store_all_peak_bytes(merged_face(entry).plain_chain), entry.floor_bytes)
 
 
 def plain_least_bytes(entry) -> int | None:
@@ -899,6 +939,10 @@ class Entry(ProgramSplit):
     out_reserve: int = 0
     loss_only: bool = False           # caller_keeps="loss"
     replan_due: bool = False          # a backward showed other gradients of a_N, or other holds, than planned
+    # the same signature over the other grouping of the stages at boundaries no backward saves (None: the profile
+    # has none): Note [Two groupings of unsaved boundaries]
+    regrouped: "Entry | None" = None
+    unsaved_kept: bool = False        # this face keeps those boundaries (False: the profile's own grouping)
 
 
 # ---------------------------------------------------------------------------- the interpreter
@@ -1434,7 +1478,10 @@ class _ScheduleFunction(torch.autograd.Function):
         outs = U.tensors(out)
         ctx.set_materialize_grads(False)  # Note [Outputs without a gradient]
         if not entry.out_grad_nbytes:  # a profile that does not record them (an older version's)
-            output_facts_of(entry, U.output_facts(outs))
+            facts = U.output_facts(outs)
+            for face in (entry, getattr(entry, "regrouped", None)):  # Note [Two groupings of unsaved boundaries]
+                if face is not None:
+                    output_facts_of(face, facts)
         ctx.out_is_tensor = isinstance(out, torch.Tensor)
         results = _detached_results(ctx, outs)
         ctx.out_refs = output_storages(entry, outs) if entry.loss_only else []  # Note [The caller holds a_N]
@@ -1754,7 +1801,7 @@ class _PlannedModule(nn.Module):
             entry = self._entries[key] = self._build(inputs)
         if entry.plan is None:
             self._last = entry  # min_budget_bytes names this signature's least if the plan fails
-            self._plan_entry(entry)
+            entry = self._last = self._entries[key] = self._plan_entry(entry)
         return entry
 
     def _unsettled(self) -> bool:
@@ -1772,6 +1819,9 @@ class _PlannedModule(nn.Module):
             if schedule_fn != "keep":
                 self.schedule_fn = schedule_fn
             if profile:
+                for entry in self._entries.values():  # the faces refer to each other (Entry.regrouped)
+                    if getattr(entry, "regrouped", None) is not None:
+                        entry.regrouped.regrouped = entry.regrouped = None
                 self._entries.clear()
                 self._last = None
                 return
@@ -1783,16 +1833,18 @@ class _PlannedModule(nn.Module):
         and every cached signature's plan, not some re-planned under a budget it then refuses."""
         settings = {name: getattr(self, name) for name in ("budget", "schedule_fn", "offload") if hasattr(self, name)}
         entries, last = dict(self._entries), self._last
-        states = {key: dict(vars(entry)) for key, entry in entries.items()}
+        # each signature's faces: a re-plan plans both (Note [Two groupings of unsaved boundaries])
+        faces = [face for entry in entries.values() for face in (entry, getattr(entry, "regrouped", None)) if face is not None]
+        states = [(face, dict(vars(face))) for face in faces]
         try:
             yield
         except BaseException:
             for name, value in settings.items():
                 setattr(self, name, value)
             self._entries, self._last = entries, last
-            for key, entry in entries.items():
-                vars(entry).clear()
-                vars(entry).update(states[key])
+            for face, state in states:
+                vars(face).clear()
+                vars(face).update(state)
             raise
 
     def _replan_all(self) -> None:
@@ -1801,10 +1853,13 @@ class _PlannedModule(nn.Module):
         plan keeps its profile])."""
         if self._runs_plain():
             return
-        for entry in self._entries.values():
+        for key, entry in list(self._entries.items()):
             planned = entry.plan is not None
             try:
-                self._plan_entry(entry)  # sets entry.plan last: one that fails leaves it as it was
+                # sets entry.plan last: one that fails leaves it as it was; the face that runs is the signature's
+                self._entries[key] = self._plan_entry(entry)
+                if self._last is entry:
+                    self._last = self._entries[key]
             except InfeasibleBudgetError:
                 if planned:
                     raise
@@ -1833,8 +1888,10 @@ class _PlannedModule(nn.Module):
         # input signature of the same model (auto_checkpoint's siblings); one whose step went without a backward
         # (its graph dropped) does not (Note [Calls before one backward] in report.py; a plain step leaves no
         # runtime: it joins)
-        entries = [e for module in [self, *self.siblings] for e in module._entries.values()]
-        joins = entry.plain or any(rt.entry in entries for rt in list(IN_FLIGHT))
+        # each signature's faces: a step in flight keeps the one its forward ran (Note [Two groupings of unsaved boundaries])
+        entries = {id(f) for module in [self, *self.siblings] for e in module._entries.values()
+                   for f in (e, getattr(e, "regrouped", None)) if f is not None}
+        joins = entry.plain or any(id(rt.entry) in entries for rt in list(IN_FLIGHT))
         for sibling in self.siblings:  # another input signature's step (auto_checkpoint) waits and is measured
             if joins and sibling._meter.measuring:
                 sibling._meter.join_call()
@@ -1864,8 +1921,9 @@ class _PlannedModule(nn.Module):
         if not isinstance(self.budget, str):
             return None
         entries = [e for module in [self, *self.siblings] for e in module._entries.values()]
+        mine = (entry, getattr(entry, "regrouped", None))  # this signature's faces (Note [Two groupings of unsaved boundaries])
         budgets = [e.plan.budget_bytes for e in entries
-                   if e is not entry and e.plan is not None and e.plan.budget_bytes is not None]
+                   if all(e is not face for face in mine) and e.plan is not None and e.plan.budget_bytes is not None]
         ceiling = max(budgets, default=None)
         return ceiling if ceiling is not None and ceiling >= least else None
 
@@ -1973,7 +2031,9 @@ class CheckpointedSequential(_PlannedModule):
         """The least budget under which this wrapper can run the latest input signature (bytes)."""
         if self._last is None:
             return None
-        model = max(least_budget_bytes(self._last.exec_chain, self._last.link), self._last.floor_bytes)
+        faces = [merged_face(self._last)] if self._last.regrouped is None or self.schedule_fn is not None else \
+            [self._last, self._last.regrouped]  # Note [Two groupings of unsaved boundaries]
+        model = min(max(least_budget_bytes(face.exec_chain, self._last.link), face.floor_bytes) for face in faces)
         plain = plain_least_bytes(self._last)
         return model if plain is None else min(model, plain)
 
@@ -2000,7 +2060,7 @@ class CheckpointedSequential(_PlannedModule):
         return (tuple((tuple(t.shape), t.dtype, t.device, t.requires_grad) for t in U.tensors(state)),
                 isinstance(state, torch.Tensor), self._state_key(), U.autocast_key())
 
-    def _build(self, state, data: dict | None = None) -> Entry:
+    def _build(self, state, data: dict | None = None, merge_unsaved: bool = True) -> Entry:
         sample = U.make_leaf(state, [t.requires_grad for t in U.tensors(state)])
         if data is None:
             U.refuse_meta("CheckpointedSequential", state, self)
@@ -2010,7 +2070,7 @@ class CheckpointedSequential(_PlannedModule):
                                     modules=self._extras, loss_only=self.caller_keeps == "loss",
                                     isolated=self.profile_isolated)
         # Map the fused stages' member names back to the callables.
-        chain = chain_from_profile(data)
+        chain = chain_from_profile(data, merge_unsaved=merge_unsaved)
         if self._reserved_beside():  # beside the stages through the whole step: reserved (budget and plans count it)
             chain = replace(chain, reserved_bytes=chain.reserved_bytes + self._reserved_beside())
         turn_peak = 0
@@ -2064,6 +2124,10 @@ class CheckpointedSequential(_PlannedModule):
                                  "argument, or call replan(profile=True)")
             entry.out_grads, entry.out_dropped = loss_only_uses(entry)
             entry.exec_chain = with_learned_outputs(entry)
+        entry.unsaved_kept = not merge_unsaved
+        if merge_unsaved and chain.provenance.get("merged_unsaved", 0) > 0:  # Note [Two groupings of unsaved boundaries]
+            entry.regrouped = self._build(state, data, merge_unsaved=False)
+            entry.regrouped.regrouped = entry
         return entry
 
     @property
@@ -2123,7 +2187,44 @@ class CheckpointedSequential(_PlannedModule):
             raise InfeasibleBudgetError(below_floor_message(budget, entry.floor_bytes), entry.floor_bytes)
         return self._solve(chain, budget, link)
 
-    def _plan_entry(self, entry: Entry) -> None:
+    def _plan_entry(self, entry: Entry) -> Entry:
+        """Plan ``entry`` (:meth:`_plan_grouping`) and return it; with a second grouping of its stages, plan both and
+        return the face whose plan runs (Note [Two groupings of unsaved boundaries]): the caller keeps it as the
+        signature's entry. A budget below a face's least falls back to another signature's budget (a percentage:
+        :meth:`_percent_ceiling`) only where neither face fits its own. Raises where neither fits, naming the
+        lesser least budget; a face that fails keeps its plan as it was."""
+        merged = merged_face(entry)
+        kept = merged.regrouped
+        if kept is None or self.schedule_fn is not None:  # a given schedule is over the profile's own grouping
+            self._plan_grouping(merged)
+            return merged
+        _share_learned(entry)
+        kept.exec_chain, kept.replan_due = with_learned_outputs(kept), False  # what the backwards so far showed of a_N
+        merged.exec_chain, merged.replan_due = with_learned_outputs(merged), False
+        for fallback in (False, True):
+            planned, errors = [], []
+            for face in (merged, kept):
+                try:
+                    self._plan_grouping(face, fallback=fallback)
+                    planned.append(face)
+                except InfeasibleBudgetError as err:
+                    errors.append(err)
+            if planned:
+                break
+        if not planned:
+            raise min(errors, key=lambda err: err.min_bytes)
+        if planned == [merged, kept]:
+            # the merged grouping's plan (its prediction is exact) unless the other's is faster (beyond rounding: a
+            # merged stage's time is its members' sum) and holds no parameter in several stages that the merged
+            # one does not (a step would be refused, or defer hooks, where the merged grouping's is not)
+            faster = kept.plan.predicted_time_ms < merged.plan.predicted_time_ms * (1 - 1e-6)
+            shared = {id(p) for p in kept.shared_params} <= {id(p) for p in merged.shared_params}
+            return kept if faster and shared else merged
+        return planned[0]
+
+    def _plan_grouping(self, entry: Entry, fallback: bool = True) -> None:
+        """Plan one face of a signature's entry. ``fallback``: a percentage budget below its least may fall back to
+        another signature's budget (:meth:`_percent_ceiling`)."""
         plain = entry.plain_chain
         chain = entry.exec_chain
         budget = resolved = self.budget_bytes_for(entry)
@@ -2152,7 +2253,8 @@ class CheckpointedSequential(_PlannedModule):
                 plan = self._solve_above_floor(entry, chain, budget, link)
             except InfeasibleBudgetError as err:
                 solver_least = err.min_bytes
-                ceiling = self._percent_ceiling(entry, err.min_bytes)  # a ceiling the solver can plan within
+                # a ceiling the solver can plan within
+                ceiling = self._percent_ceiling(entry, err.min_bytes) if fallback else None
                 if ceiling is None and plain_least is not None and plain_least < err.min_bytes:
                     # the plain path's least is the wrapper's least (plain_least_bytes)
                     err = InfeasibleBudgetError(below_plain_message(budget, plain_least, err.min_bytes), plain_least)
@@ -2261,7 +2363,7 @@ class CheckpointedSequential(_PlannedModule):
         U.settle_deferred_hooks()  # a backward that raised left hooks suspended
         if entry.replan_due:  # Note [Outputs without a gradient], Note [The caller holds a_N]
             entry.exec_chain, entry.replan_due = with_learned_outputs(entry), False
-            self._plan_entry(entry)
+            entry = self._entries[self._key(state)] = self._plan_entry(entry)
         self._last = entry
         if self._begin_step(entry, flat[0].device):
             return self._plain_step(lambda: self._plain(state))

@@ -557,7 +557,8 @@ class CheckpointedJoin(_PlannedModule):
             return None
         return parse_budget(self.budget, lambda: self.plain_peak_bytes_for(entry), "budget")
 
-    def _plan_entry(self, entry: JoinEntry) -> None:
+    def _plan_entry(self, entry: JoinEntry) -> JoinEntry:
+        """Plan ``entry`` and return it (the entry that runs: ``_PlannedModule._entry`` keeps it)."""
         net = entry.net
         budget = self.budget_bytes_for(entry)
         if self.schedule_fn is not None:
@@ -626,6 +627,7 @@ class CheckpointedJoin(_PlannedModule):
                      if op.branch == beta and op.kind in (OpKind.FWD_NOGRAD, OpKind.FWD_TAPE)}
             branch.recomputed = [s in again for s in range(branch.chain.n + 1)]
         entry.plan = plan
+        return entry
 
     def _draw_order(self, entry: JoinEntry, plan: JoinPlan) -> None:
         """Note [Draw order]: run the forward phase in branch order when stages draw random numbers or

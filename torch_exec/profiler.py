@@ -211,9 +211,9 @@ def profile(stages, sample_input, passes: int = 5, warmup: int = 1, path=None, n
     return chain_from_profile(data, fuse_aliasing=fuse_aliasing)
 
 
-def chain_from_profile(data: dict, fuse_aliasing: bool = True) -> Chain:
+def chain_from_profile(data: dict, fuse_aliasing: bool = True, merge_unsaved: bool = True) -> Chain:
     """``Chain.from_profile`` of a profile dict (kept as the profiler's name for it)."""
-    return Chain.from_profile(data, fuse_aliasing=fuse_aliasing)
+    return Chain.from_profile(data, fuse_aliasing=fuse_aliasing, merge_unsaved=merge_unsaved)
 
 
 def save_profile(data: dict, path) -> None:

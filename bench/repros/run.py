@@ -68,7 +68,11 @@ SCRIPTS = ("grad_hooks", "autograd_grad_measured", "returned_input", "measure_be
            "rv7_train_seq_unsaved_boundaries", "rv7_diff_hook_kept_grad_is_dot_grad", "rv7_diff_two_calls_grad_hook",
            "rv7_offload_dropped_step_pool", "rv7_offload_auto_replan_new_signature",
            "rv7_offload_join_replan_typeerror", "rv7_rev_generator_in_container", "rv7_rev_calls_other_signature",
-           "rv7_rev_hooked_refusal_val_alive")
+           "rv7_rev_hooked_refusal_val_alive",
+           # the eighth session (2026-11-28): two groupings of unsaved boundaries
+           "rv8_seq_unsaved_groupings_fidelity", "rv8_rg_percent_ceiling_over_fitting_face",
+           "rv8_rg_learned_holds_lost_in_flight", "rv8_rg_isolated_percent_of_overcount",
+           "rv8_rg_schedule_fn_regrouped_chain", "rv8_rg_tied_param_refused_regrouped")
 
 
 def main(argv=None) -> int:

@@ -125,7 +125,8 @@ Note [Two groupings of unsaved boundaries]
     CPU (bench/results/repros_session8_cpu.md, rv8_seq_unsaved_groupings_fidelity): the least budget went from
     100 % to 37.8 % (dropout first) and 34.8 % (bias first; the same blocks without either: 31.3 %); every
     step held its budget and its prediction, at 0.897 to 0.996 of the predicted peak (the over-count). A
-    ``schedule_fn`` is given the profile's own grouping; a join's branches keep it too. A review of this
+    ``schedule_fn`` is given the profile's own grouping; a join's branches and the offloading paper's runner
+    (torch_exec/paper_offload.py) keep it too, whatever the wrapper's budget chose. A review of this
     (bench/repros/rv8_rg_*.py) made four rules, each once it had gone wrong: the other grouping runs only where
     it adds no parameter read by several stages (a tied weight with a gradient hook was refused where the merged
     grouping ran); a percentage falls back to another signature's budget (:meth:`_percent_ceiling`) only where
@@ -2060,7 +2061,10 @@ class CheckpointedSequential(_PlannedModule):
         return (tuple((tuple(t.shape), t.dtype, t.device, t.requires_grad) for t in U.tensors(state)),
                 isinstance(state, torch.Tensor), self._state_key(), U.autocast_key())
 
-    def _build(self, state, data: dict | None = None, merge_unsaved: bool = True) -> Entry:
+    def _build(self, state, data: dict | None = None, merge_unsaved: bool = True, regroup: bool = True) -> Entry:
+        """The entry of an input signature (profiled on ``state`` unless ``data`` is its profile). ``regroup``: with
+        boundaries no backward saves, also the face that keeps them (Note [Two groupings of unsaved boundaries];
+        a join plans its branches over the profile's own grouping: False)."""
         sample = U.make_leaf(state, [t.requires_grad for t in U.tensors(state)])
         if data is None:
             U.refuse_meta("CheckpointedSequential", state, self)
@@ -2125,7 +2129,7 @@ class CheckpointedSequential(_PlannedModule):
             entry.out_grads, entry.out_dropped = loss_only_uses(entry)
             entry.exec_chain = with_learned_outputs(entry)
         entry.unsaved_kept = not merge_unsaved
-        if merge_unsaved and chain.provenance.get("merged_unsaved", 0) > 0:  # Note [Two groupings of unsaved boundaries]
+        if regroup and merge_unsaved and chain.provenance.get("merged_unsaved", 0) > 0:  # Note [Two groupings of ...]
             entry.regrouped = self._build(state, data, merge_unsaved=False)
             entry.regrouped.regrouped = entry
         return entry

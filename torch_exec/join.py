@@ -424,7 +424,7 @@ class CheckpointedJoin(_PlannedModule):
                 exec_chains.append(branch)
                 plain_chains.append(branch)
                 continue
-            entry = seq._build(sample)  # profiles the branch (the join plans it: _plan_entry)
+            entry = seq._build(sample, regroup=False)  # profiles the branch (the join plans it: _plan_entry)
             entry.exec_chain = executor_chain(entry.plain_chain, entry.rng, sample, self.preserve_rng_state,
                                               entry.group_modules, output_grad_held=False, allocator=False,
                                               buffer_writes=entry.buffer_writes, generators=entry.generators)

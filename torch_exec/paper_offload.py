@@ -209,9 +209,9 @@ class PaperOffloadRunner:
         sample's signature only (shapes, dtypes, device, ``requires_grad``, the model's state)."""
         from gpusolve.offload.compare import paper_plan
         from gpusolve.offload.link import Link
-        from .executor import entry_budget_bytes
+        from .executor import entry_budget_bytes, merged_face
         chain = planning_instance(model, sample)
-        entry = model._last
+        entry = merged_face(model._last)  # the stages planning_instance's chain is over
         link = link if isinstance(link, Link) else Link.parse(link)
         plan = paper_plan(chain, entry_budget_bytes(budget, entry), link, method)
         runner = cls(entry.groups, plan, entry.device, modules=[model])
@@ -261,9 +261,10 @@ def planning_instance(model, sample) -> Chain:
     8 B over at the paper's least budget on the CPU (a scalar loss and its seed), without the second up to
     3.2 % (``bench/results/paper_fidelity_cpu_before.md``). What autograd keeps past the saved-tensor hooks
     stays on the device: it leaves the tapes and is reserved (Note [Kept past the hooks])."""
-    from .executor import caller_chain, caller_output_bytes
+    from .executor import caller_chain, caller_output_bytes, merged_face
     model.prepare(sample)
-    entry = model._last
+    # the profile's own grouping, whatever the wrapper's budget chose (Note [Two groupings of unsaved boundaries])
+    entry = merged_face(model._last)
     chain, _, _ = caller_chain(entry.plain_chain, caller_output_bytes(entry.plain_chain, entry.profile),
                                remainder=U.allocator_reserve_bytes(entry.device.type))
     kept = unhooked_bytes(chain, entry.profile)

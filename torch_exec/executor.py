@@ -808,6 +808,13 @@ def below_plain_message(budget: int, plain_least: int, model_least: int) -> str:
             f"{plain_least} B")
 
 
+def faces_of(entry) -> tuple:
+    """The faces of an input signature's entry (Note [Two groupings of unsaved boundaries]): the entry and the other
+    grouping's, or the entry alone (a profile without such boundaries; a join's entry)."""
+    other = getattr(entry, "regrouped", None)
+    return (entry,) if other is None else (entry, other)
+
+
 def merged_face(entry):
     """The face of an input signature's entry over the profile's own grouping of the stages (Note [Two groupings of
     unsaved boundaries]): ``entry`` itself unless it keeps the boundaries no backward saves. Its figures are exact,
@@ -1480,9 +1487,8 @@ class _ScheduleFunction(torch.autograd.Function):
         ctx.set_materialize_grads(False)  # Note [Outputs without a gradient]
         if not entry.out_grad_nbytes:  # a profile that does not record them (an older version's)
             facts = U.output_facts(outs)
-            for face in (entry, getattr(entry, "regrouped", None)):  # Note [Two groupings of unsaved boundaries]
-                if face is not None:
-                    output_facts_of(face, facts)
+            for face in faces_of(entry):  # Note [Two groupings of unsaved boundaries]
+                output_facts_of(face, facts)
         ctx.out_is_tensor = isinstance(out, torch.Tensor)
         results = _detached_results(ctx, outs)
         ctx.out_refs = output_storages(entry, outs) if entry.loss_only else []  # Note [The caller holds a_N]
@@ -1835,8 +1841,7 @@ class _PlannedModule(nn.Module):
         settings = {name: getattr(self, name) for name in ("budget", "schedule_fn", "offload") if hasattr(self, name)}
         entries, last = dict(self._entries), self._last
         # each signature's faces: a re-plan plans both (Note [Two groupings of unsaved boundaries])
-        faces = [face for entry in entries.values() for face in (entry, getattr(entry, "regrouped", None)) if face is not None]
-        states = [(face, dict(vars(face))) for face in faces]
+        states = [(face, dict(vars(face))) for entry in entries.values() for face in faces_of(entry)]
         try:
             yield
         except BaseException:
@@ -1890,8 +1895,7 @@ class _PlannedModule(nn.Module):
         # (its graph dropped) does not (Note [Calls before one backward] in report.py; a plain step leaves no
         # runtime: it joins)
         # each signature's faces: a step in flight keeps the one its forward ran (Note [Two groupings of unsaved boundaries])
-        entries = {id(f) for module in [self, *self.siblings] for e in module._entries.values()
-                   for f in (e, getattr(e, "regrouped", None)) if f is not None}
+        entries = {id(f) for module in [self, *self.siblings] for e in module._entries.values() for f in faces_of(e)}
         joins = entry.plain or any(id(rt.entry) in entries for rt in list(IN_FLIGHT))
         for sibling in self.siblings:  # another input signature's step (auto_checkpoint) waits and is measured
             if joins and sibling._meter.measuring:
@@ -1922,7 +1926,7 @@ class _PlannedModule(nn.Module):
         if not isinstance(self.budget, str):
             return None
         entries = [e for module in [self, *self.siblings] for e in module._entries.values()]
-        mine = (entry, getattr(entry, "regrouped", None))  # this signature's faces (Note [Two groupings of unsaved boundaries])
+        mine = faces_of(entry)  # this signature's (Note [Two groupings of unsaved boundaries])
         budgets = [e.plan.budget_bytes for e in entries
                    if all(e is not face for face in mine) and e.plan is not None and e.plan.budget_bytes is not None]
         ceiling = max(budgets, default=None)
@@ -2032,8 +2036,8 @@ class CheckpointedSequential(_PlannedModule):
         """The least budget under which this wrapper can run the latest input signature (bytes)."""
         if self._last is None:
             return None
-        faces = [merged_face(self._last)] if self._last.regrouped is None or self.schedule_fn is not None else \
-            [self._last, self._last.regrouped]  # Note [Two groupings of unsaved boundaries]
+        # Note [Two groupings of unsaved boundaries]: a given schedule is over the profile's own grouping
+        faces = faces_of(self._last) if self.schedule_fn is None else (merged_face(self._last),)
         model = min(max(least_budget_bytes(face.exec_chain, self._last.link), face.floor_bytes) for face in faces)
         plain = plain_least_bytes(self._last)
         return model if plain is None else min(model, plain)
@@ -2217,7 +2221,7 @@ class CheckpointedSequential(_PlannedModule):
                 break
         if not planned:
             raise min(errors, key=lambda err: err.min_bytes)
-        if planned == [merged, kept]:
+        if len(planned) == 2:
             # the merged grouping's plan (its prediction is exact) unless the other's is faster (beyond rounding: a
             # merged stage's time is its members' sum) and holds no parameter in several stages that the merged
             # one does not (a step would be refused, or defer hooks, where the merged grouping's is not)

@@ -270,10 +270,33 @@ def test_param_hooks_fire_as_in_plain_autograd():
     assert torch.equal(calls["ckpt"][0], calls["plain"][0])
     assert len(calls["ckpt-post"]) == len(calls["plain-post"]) == 1
     assert_equal([p.grad for p in wrapped.parameters()], [p.grad for p in ref.parameters()])
-    # Documented limit: a hooked parameter is not routed to the schedule, so a call naming it fails
-    # loudly (the engine finds it unused) instead of returning a wrong gradient.
-    with pytest.raises(RuntimeError, match="not have been used in the graph"):
-        torch.autograd.grad(loss_of(wrapped(X)), [params(wrapped)[2]])
+    # A hooked parameter is routed to the schedule like any other (Note [Hooks of routed parameters]): a call
+    # naming it gets plain autograd's gradient, its hook run once (it failed, the parameter unused, before)
+    calls.clear()
+    got = torch.autograd.grad(loss_of(wrapped(X)), [params(wrapped)[2]])
+    want = torch.autograd.grad(loss_of(ref(X)), [params(ref)[2]])
+    assert torch.equal(got[0], want[0])
+    assert len(calls["ckpt"]) == len(calls["plain"]) == 1 and torch.equal(calls["ckpt"][0], calls["plain"][0])
+
+
+@pytest.mark.parametrize("how", ["second call", "prepare"])
+def test_a_new_signature_profiled_while_a_step_waits_leaves_its_graph_valid(how):
+    # Note [Restoring leaves the versions] in torch_exec/_util.py: profiling a new input signature wrote every
+    # parameter back with copy_, moving its version counter; the waiting step's backward then raised "modified by
+    # an inplace operation" (bench/repros/rv9_off_new_signature_in_flight.py)
+    ref, wrapped = pair()
+    small = torch.randn(3, 4, dtype=DT)
+    versions = [p._version for p in wrapped.parameters()]
+    loss = loss_of(wrapped(X))
+    seen = len(wrapped.plans)
+    if how == "second call":
+        loss = loss + loss_of(wrapped(small))  # a signature the wrapper has not seen: profiled and solved here
+    else:
+        wrapped.prepare(small)
+    assert len(wrapped.plans) == seen + 1 and [p._version for p in wrapped.parameters()] == versions
+    loss.backward()
+    (loss_of(ref(X)) + (loss_of(ref(small)) if how == "second call" else 0)).backward()
+    assert_equal([p.grad for p in wrapped.parameters()], [p.grad for p in ref.parameters()])
 
 
 # ---------------------------------------------------------------------------- double and repeated backward

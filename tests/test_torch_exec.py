@@ -343,7 +343,10 @@ def test_optimizer_steps_between_iterations():
 def test_parameter_gradient_hooks_are_profiled():
     """Gradient hooks on parameters (clipping: ``g.clamp(-c, c) * 1.0``, two temporaries per gradient)
     run in the backward, so the profile must see them: profiling ran on stand-ins without them, and the
-    plans went 24 332 B over the least budget on a 4-layer MLP (repro of a fuzzing helper)."""
+    plans went 24 332 B over the least budget on a 4-layer MLP (repro of a fuzzing helper). They run in the
+    segments where ``.grad`` is already set (gradient accumulation); where it is None they run once the
+    schedule's backward has handed the gradient to the engine (Note [Hooks of routed parameters] in
+    torch_exec/executor.py), after the schedule's peak: the plan, the same, over-counts them (0.62 x here)."""
     torch.manual_seed(0)
     model = nn.Sequential(*[m for _ in range(4) for m in (nn.Linear(64, 64), nn.ReLU())], nn.Linear(64, 10))
     for p in model.parameters():
@@ -353,12 +356,20 @@ def test_parameter_gradient_hooks_are_profiled():
     wrapped.prepare(x)
     for budget in (wrapped.min_budget_bytes, te.executor.plain_peak_bytes(wrapped._last)):
         wrapped.replan(budget)
-        wrapped.measure_memory(1)
-        wrapped(x).square().mean().backward()
-        record = wrapped.memory_report()[-1]
-        outside = 8  # the caller's loss and its seed
-        assert record.beyond_param_grads <= record.budget + outside, record
-        assert record.beyond_param_grads >= 0.95 * record.predicted_peak, record
+        measured = {}
+        for prior in (0.0, None):
+            for p in model.parameters():
+                p.grad = None if prior is None else torch.zeros_like(p)
+            wrapped.measure_memory(1)
+            wrapped(x).square().mean().backward()
+            record = measured[prior] = wrapped.memory_report()[-1]
+            outside = 8  # the caller's loss and its seed
+            assert record.beyond_param_grads <= record.budget + outside, record
+        assert measured[0.0].beyond_param_grads >= 0.95 * measured[0.0].predicted_peak, measured
+        if wrapped._last.plain:  # plain autograd runs the hooks where it always does
+            assert measured[None].beyond_param_grads == measured[0.0].beyond_param_grads, measured
+        else:
+            assert measured[None].beyond_param_grads < 0.8 * measured[0.0].beyond_param_grads, measured
 
 
 class _TupleStage(nn.Module):

@@ -895,6 +895,32 @@ class _PassHooks:
         self.taken: set = set()
         self.held: list = []   # (p, its post-accumulate hook dict, the user hooks taken out)
         self.aside: list = []  # (p, its gradient hook dict, the hooks taken out, .grad set aside)
+        self.guarded: dict = {}  # id(p) -> [(hook dict, key, the user's hook)] (:meth:`guard`)
+
+    def guard(self, p) -> None:
+        """Until the pass ends, ``p``'s hooks of the user's skip a call that brings no gradient: the parameter
+        tap handed the engine nothing for ``p``, which then calls its AccumulateGrad with None, where plain
+        autograd does not call it (Note [Hooks of routed parameters] in torch_exec/executor.py). A gradient
+        hook skips None; a post-accumulate hook skips a call that left ``.grad`` as it was when guarded."""
+        if id(p) in self.guarded:
+            return
+        seen = grad_seen(p)
+        swapped = self.guarded[id(p)] = []
+        for key, hook in list((p._backward_hooks or {}).items()):
+            swapped.append((p._backward_hooks, key, hook))
+            p._backward_hooks[key] = functools.partial(_unless_none, hook)
+        posts = getattr(p, "_post_accumulate_grad_hooks", None) or {}
+        for key, hook in list(posts.items()):
+            if users_hook(hook):
+                swapped.append((posts, key, hook))
+                posts[key] = functools.partial(_unless_unchanged, hook, seen)
+
+    def _unguard(self) -> None:
+        for swapped in self.guarded.values():
+            for hooks, key, hook in swapped:
+                if key in hooks and getattr(hooks[key], "args", (None,))[0] is hook:
+                    hooks[key] = hook
+        self.guarded.clear()
 
     def take(self, params) -> None:
         for p in params:
@@ -915,6 +941,7 @@ class _PassHooks:
             grad_hooks.update(taken)
         for _, hooks, users in self.held:
             hooks.update(users)
+        self._unguard()  # last: a hook taken out while guarded went back guarded
 
     def abandon(self) -> None:
         """The pass failed: hooks back, ``.grad`` as it was before it."""
@@ -957,6 +984,43 @@ class _PassHooks:
 _DEFERRED: dict = {}  # graph task id -> its _PassHooks (a dict: a CUDA backward runs in a thread of the engine's)
 
 
+def _unless_none(hook, grad):
+    """A gradient hook guarded by :meth:`_PassHooks.guard`."""
+    return None if grad is None else hook(grad)
+
+
+def _unless_unchanged(hook, seen, p):
+    """A post-accumulate-grad hook guarded by :meth:`_PassHooks.guard` (``seen``: :func:`grad_seen` then)."""
+    return None if grad_unchanged(p, seen) else hook(p)
+
+
+def grad_seen(p) -> tuple:
+    """``p.grad`` as it is now, to tell later whether anything was added to it (:func:`grad_unchanged`): a weak
+    reference to it and its version (None, None where it is None)."""
+    grad = p.grad
+    return (None, None) if grad is None else (weakref.ref(grad), grad._version)
+
+
+def grad_unchanged(p, seen: tuple) -> bool:
+    """Whether ``p.grad`` is the tensor :func:`grad_seen` saw, unchanged in place (or None, as it was)."""
+    ref, version = seen
+    grad = p.grad
+    return grad is None if ref is None else (grad is ref() and grad._version == version)
+
+
+def pass_hooks() -> _PassHooks | None:
+    """The deferral state of the backward pass running now, made (its end queued on autograd's engine) where it
+    has none yet; None outside a pass."""
+    task = torch._C._current_graph_task_id()
+    if task < 0:
+        return None
+    state = _DEFERRED.get(task)
+    if state is None:
+        state = _DEFERRED[task] = _PassHooks(task)
+        torch.autograd.Variable._execution_engine.queue_callback(state.run)
+    return state
+
+
 def settle_deferred_hooks() -> None:
     """Put back the hooks a backward pass that raised left suspended (its end never came), and ``.grad`` as it was
     before that pass: called at a wrapper's forward; nothing inside a backward pass (a forward recomputed there
@@ -984,14 +1048,8 @@ def leaf_hooks_deferred(params):
         yield
         return
     task = torch._C._current_graph_task_id()
-    state = _DEFERRED.get(task) if task >= 0 else None
-    new = state is None
-    if new:
-        state = _PassHooks(task)
+    state = pass_hooks() if task >= 0 else _PassHooks(task)
     state.take(params)
-    if new and task >= 0:
-        _DEFERRED[task] = state
-        torch.autograd.Variable._execution_engine.queue_callback(state.run)
     try:
         yield
     except BaseException:
@@ -1156,6 +1214,15 @@ class ModelSnapshot:
     ``values=False``: the parameters' values are not copied, for passes that change none (no optimizer
     step, gradients only), whose copy would be one more model's worth of memory. ``suspend=False``: the
     hooks stay as they are (a real step that is undone only if it fails).
+
+    Note [Restoring leaves the versions]
+        The values are written back through ``.data``, which leaves each tensor's version counter as it
+        was: written with ``copy_``, every parameter's counter moved, and a graph still alive that saved
+        one (an earlier call's step waiting for its backward while a new input signature was profiled: a
+        smaller last micro-batch, a second crop size, ``prepare`` between a forward and its backward)
+        raised "modified by an inplace operation" in its backward (a review, 2026-11-28:
+        bench/repros/rv9_off_new_signature_in_flight.py). The values are those the graph saved, unless
+        the profiled passes changed them in place, which moved the counter anyway.
     """
 
     def __init__(self, modules, tensors=(), values: bool = True, suspend: bool = True, generators=None):
@@ -1179,11 +1246,11 @@ class ModelSnapshot:
     def restore(self, hooks: bool = True) -> None:
         """Put everything back; ``hooks=False`` leaves the suspended hooks suspended (a profile that
         starts again)."""
-        with torch.no_grad():
+        with torch.no_grad():  # through .data: the version counters stay (Note [Restoring leaves the versions])
             for p, data in zip(self.params, self.param_data):
-                p.copy_(data)
+                p.data.copy_(data)
             for b, data in zip(self.buffers, self.buffer_data):
-                b.copy_(data)
+                b.data.copy_(data)
         for p, g in zip(self.params, self.grads):
             p.grad = g
         self.rng.restore()

@@ -89,11 +89,9 @@ Note [Hooks on a leaf several segments read]
     (:func:`torch_exec._util.leaf_hooks_deferred`). Where ``.grad`` is already set (gradient accumulation), the
     whole gradient is a buffer the size of the parameter beside it, as plain autograd's sum of the parts is,
     which the plans of split readers do not count: measured 768 B over a budget (tests/test_shared_leaves.py).
-    Such a step is refused before it runs (:func:`refuse_shared_hazards`), naming the remedies. Not covered: a
-    parameter one stage reads and the caller's code outside the wrapper reads too (a head tied to an embedding
-    the wrapped stages hold, computed outside): the outer graph's AccumulateGrad and the stage's segment each
-    run its hooks, as they did before (bench/repros/rv6_diff_hooks_param_read_outside.py); wrap the whole model
-    (auto_checkpoint), whose stages then hold both readers.
+    Such a step is refused before it runs (:func:`refuse_shared_hazards`), naming the remedies. Since then, hooked
+    parameters go through the parameter tap (Note [Hooks of routed parameters]), which covers a parameter the
+    caller's code reads too; the deferral here takes the parameters that rule leaves out.
 
 Note [Hooks across calls before one backward]
     Several calls of a wrapper before one backward (two views of a batch, R-Drop) back-propagate each call's
@@ -111,7 +109,9 @@ Note [Hooks across calls before one backward]
     second call instead, and refused that validation loop too (bench/repros/rv7_rev_hooked_refusal_val_alive.py).
     A pass that raises leaves the hooks suspended until the wrapper's next forward puts them back, with ``.grad``
     as it was before that pass (:func:`torch_exec._util.settle_deferred_hooks`). Where ``.grad`` was set before
-    the pass, the whole gradient is a buffer beside it, as plain autograd's sum of the calls' parts is.
+    the pass, the whole gradient is a buffer beside it, as plain autograd's sum of the calls' parts is. Since
+    then, each call's parameter tap hands its part of a hooked parameter's gradient to the engine, which sums the
+    calls' parts (Note [Hooks of routed parameters]); this deferral takes the parameters that rule leaves out.
 
 Note [Two groupings of unsaved boundaries]
     Stages whose boundary no backward saves are merged by default (Note [Tensors no backward saves] in
@@ -244,17 +244,50 @@ Note [Autograd calls that name tensors]
     tap (``torch._C._will_engine_execute_node``), the segments also compute the parameters'
     gradients (summed over segments) and the tap hands them to the engine, which captures them
     (``autograd.grad``) or accumulates the named ones (``backward(inputs=...)``), as in plain autograd.
-    In a plain ``backward()`` the tap hands back None: the engine calls each routed parameter's
-    AccumulateGrad once more with nothing to add (about 5-8 us per parameter tensor per step on the
-    CPU side), which would call the parameter's hooks with None; so a parameter with a Python hook
-    (``register_hook``, ``register_post_accumulate_grad_hook``) when the forward runs is not routed:
-    its hooks fire exactly as in plain autograd, but a call naming it does not reach the schedule
-    (the engine reports it unused, or with ``allow_unused=True``/``backward(inputs=...)`` gives it
-    nothing). Every parameter a stage uses is the wrapper's (a module stage's, or one of a module given
-    as ``modules=``): a callable stage reaching other parameters is refused when the wrapper is built.
-    A named call holds the parameters' gradients until the wrapper's backward ends. A join step
-    (torch_exec/join.py) does the same (``_PlannedModule._parameter_tap``, :func:`interpret_backward`):
-    its head's segment has one input per branch, each given its slice of the gradients.
+    In a plain ``backward()`` the tap hands back None for a parameter without hooks: the engine calls each
+    routed parameter's AccumulateGrad once more with nothing to add (about 5-8 us per parameter tensor per
+    step on the CPU side). A hooked parameter is routed too, and what the tap hands back for it is Note
+    [Hooks of routed parameters]; a call naming it gets the segments' part without its gradient hooks
+    applied (the engine applies them to the whole, as in plain autograd). Every parameter a stage uses is
+    the wrapper's (a module stage's, or one of a module given as ``modules=``): a callable stage reaching
+    other parameters is refused when the wrapper is built. A named call holds the parameters' gradients
+    until the wrapper's backward ends. A join step (torch_exec/join.py) does the same
+    (``_PlannedModule._parameter_tap``, :func:`interpret_backward`): its head's segment has one input per
+    branch, each given its slice of the gradients.
+
+Note [Hooks of routed parameters]
+    A parameter that the stages and the caller's code both read (a head tied to an embedding the wrapped
+    stages hold, computed outside the wrapper) got its gradient in two parts, the segments' and the outer
+    graph's, and its hooks ran once per part: an optimizer step in the backward stepped Adam twice per
+    backward, a clamp clipped each part (a review, 2026-11-28: bench/repros/rv6_diff_hooks_param_read_outside.py).
+    So a hooked parameter is routed through :class:`_ParamTap` like any other (outside DistributedDataParallel's
+    forward, whose own hook on the accumulator would count two calls): the engine's one AccumulateGrad call for
+    it waits for the tap, which runs after the schedule's backward. In a backward that fills ``.grad``
+    (:class:`_RoutedHooks`):
+    - a parameter with gradient hooks (``register_hook``) and no ``.grad``: its hooks are taken out while the
+      segments run, what they add to ``.grad`` is taken back out (the stages' part; ``.grad`` None again) and
+      the tap hands it to the engine, which sums it with the other parts (the head's, another call's) and calls
+      AccumulateGrad once: the gradient hooks on the whole, ``.grad`` set, then the post-accumulate hooks, as in
+      plain autograd;
+    - a parameter with post-accumulate hooks only: the segments add to ``.grad`` in place (no buffer beside a
+      ``.grad`` already set) with its hooks taken out, and the engine's one call, after every part, runs them;
+    - a parameter with gradient hooks and a ``.grad`` already set (gradient accumulation) keeps the earlier rules
+      (its hooks run at each accumulation; Note [Hooks on a leaf several segments read] where several stages read
+      it): handing its part over would need a buffer beside ``.grad`` that no plan counts.
+    Where the tap hands nothing for a hooked parameter (no stage gave it a gradient; or its hooks ran already),
+    the engine still calls its AccumulateGrad, with None, which calls the hooks with None where plain autograd
+    calls nothing; so until the backward pass ends its hooks are guarded (:meth:`torch_exec._util._PassHooks.guard`):
+    a gradient hook skips None, a post-accumulate hook a call that left ``.grad`` unchanged. The hooks run once
+    the parameter's gradient is whole, not at the pass's end: an optimizer step in the backward still frees each
+    gradient early. The deferrals to the end of the pass (Note [Hooks on a leaf several segments read], Note
+    [Hooks across calls before one backward]) take only the parameters this does not: the third case's, and
+    every one inside DDP's forward. Checked against plain autograd on the CPU (tests/test_routed_hooks.py): hook
+    calls, gradients and weights bit for bit (while gradients accumulate, a tied weight's to the last bits: its
+    parts are added in another order), and the measured peak the same as without hooks. The profile still
+    measures the gradient hooks' temporaries in each stage's backward, where they run when ``.grad`` is already
+    set; where they run after the schedule, the step uses less than its plan (a clamp on every parameter of a
+    4-layer MLP: 0.62 x the predicted peak at the least budget, 0.98 x with ``.grad`` set;
+    tests/test_torch_exec.py::test_parameter_gradient_hooks_are_profiled).
 
 Note [Retained graphs]
     Every refusal happens when the Function's backward starts, before it consumes any state or
@@ -1249,13 +1282,15 @@ _EAGER: dict = {}  # fn -> torch.compiler.disable(fn), made by _compiler_disable
 
 
 def _tap_params(module: nn.Module, own_hooks=frozenset()) -> list:
-    """The parameters routed through :class:`_ParamTap`: trainable, with no Python hook (Note [Autograd
-    calls that name tensors]) other than the step meter's own (``own_hooks``: their handle ids, Note
-    [Gradients set during the step] in torch_exec/report.py); none in the forward of a
-    DistributedDataParallel that does not search its graph for unused parameters (Note
-    [DistributedDataParallel])."""
+    """The parameters routed through :class:`_ParamTap` (Note [Autograd calls that name tensors]): the trainable
+    ones, hooked or not (Note [Hooks of routed parameters]). In the forward of a DistributedDataParallel none
+    where it does not search its graph for unused parameters (Note [DistributedDataParallel]), else those with
+    no Python hook other than the step meter's own (``own_hooks``: their handle ids, Note [Gradients set during
+    the step] in torch_exec/report.py)."""
     ddp = _ddp_forward()
-    if ddp is not None and (ddp.static_graph or not ddp.find_unused_parameters):
+    if ddp is None:
+        return [p for p in module.parameters() if p.requires_grad]
+    if ddp.static_graph or not ddp.find_unused_parameters:
         return []
     return [p for p in module.parameters() if p.requires_grad and not p._backward_hooks
             and not set(getattr(p, "_post_accumulate_grad_hooks", None) or ()) - own_hooks]
@@ -1319,8 +1354,9 @@ def _standin_params(modules):
 class _ParamTap(torch.autograd.Function):
     """Makes the wrapper's parameters reachable from its output in the outer graph, so that a call
     naming them reaches :class:`_ScheduleFunction`'s backward, which leaves their gradients in the box;
-    ``backward`` hands them to the engine (None when the box is empty: a plain ``backward()``, whose
-    segment backwards already accumulated into ``.grad``). Note [Autograd calls that name tensors]."""
+    ``backward`` hands them to the engine (in a plain ``backward()``, whose segment backwards accumulated into
+    ``.grad``, None but for hooked parameters: Note [Hooks of routed parameters]; None for all when the box is
+    empty). Note [Autograd calls that name tensors]."""
 
     @staticmethod
     def forward(ctx, box, *params):
@@ -1449,14 +1485,75 @@ def _deferred_hook_params(rt, mode) -> list:
     return params
 
 
-def interpret_backward(ops: list, rt, mode: _SegmentMode | None) -> None:
+class _RoutedHooks:
+    """What a schedule backward does with the hooks of the parameters routed through the parameter tap (Note
+    [Hooks of routed parameters]): a context around the backward's ops. ``ids``: the parameters it handles,
+    which no other deferral takes."""
+
+    def __init__(self, tap: tuple, mode: _SegmentMode | None):
+        box, params, _ = tap
+        self.box, self.n = box, len(params)
+        self.named = mode is not None and mode.named
+        self.work: list = []  # (index in the tap, p, how): "mute", "harvest" or "suspend"
+        self.live: list = []  # left to fire as they did: gradient hooks and a .grad already set
+        for i, p in enumerate(params if box is not None else ()):
+            if p._backward_hooks:
+                if self.named:
+                    self.work.append((i, p, "mute"))
+                else:
+                    (self.live if p.grad is not None else self.work).append((i, p, "harvest"))
+            elif not self.named and any(map(U.users_hook, (getattr(p, "_post_accumulate_grad_hooks", None)
+                                                            or {}).values())):
+                self.work.append((i, p, "suspend"))
+        self.ids = frozenset(id(p) for _, p, _ in self.work)
+        self.taken: list = []
+
+    def __enter__(self):
+        for i, p, how in self.work:
+            grad_hooks = p._backward_hooks or {}
+            moved = list(grad_hooks.items())
+            grad_hooks.clear()  # the engine holds the dict: emptied and refilled in place
+            posts, users = U.take_post_accumulate_hooks(p, U.users_hook) if how != "mute" else (None, [])
+            self.taken.append((i, p, how, grad_hooks, moved, posts, users, U.grad_seen(p)))
+        return self
+
+    def __exit__(self, kind, error, trace):
+        handed = [None] * self.n
+        unguarded = [p for _, p, _ in self.live]  # the engine calls their accumulators with None: guarded
+        for i, p, how, grad_hooks, moved, posts, users, seen in self.taken:
+            grad_hooks.update(moved)
+            if users:
+                posts.update(users)
+            if how == "harvest":  # .grad was None: what the segments added is the stages' part
+                if kind is None:
+                    handed[i] = p.grad
+                p.grad = None
+                if handed[i] is None:
+                    unguarded.append(p)
+            elif how == "suspend" and U.grad_unchanged(p, seen):  # the stages added nothing to .grad
+                unguarded.append(p)
+        self.taken = []
+        if unguarded:
+            state = U.pass_hooks()
+            for p in unguarded if state is not None else ():
+                state.guard(p)
+        if kind is None and self.box is not None and not self.named:
+            self.box.append(handed)
+        return False
+
+
+def interpret_backward(ops: list, rt, mode: _SegmentMode | None, tap: tuple = (None, [], None)) -> None:
     """:func:`interpret` a schedule's backward ops with the segment backwards in ``mode``; the named
-    parameters' gradients then go to the parameter tap (Note [Autograd calls that name tensors])."""
+    parameters' gradients then go to the parameter tap (Note [Autograd calls that name tensors]), and so do, in a
+    backward that fills ``.grad``, the hooked parameters' (``tap``: the step's, Note [Hooks of routed
+    parameters])."""
     outer = getattr(_SEGMENT, "mode", None)
     _SEGMENT.mode = mode
+    routed = _RoutedHooks(tap, mode)
     try:
-        with U.leaf_hooks_deferred(_deferred_hook_params(rt, mode)):
-            interpret(ops, rt)
+        with U.leaf_hooks_deferred(p for p in _deferred_hook_params(rt, mode) if id(p) not in routed.ids):
+            with routed:
+                interpret(ops, rt)
     finally:
         _SEGMENT.mode = outer
     if mode is not None and mode.box is not None:
@@ -1507,7 +1604,7 @@ class _ScheduleFunction(torch.autograd.Function):
         rt.start_backward()
         rt.grads[rt.n] = list(grad_outputs)
         del grad_outputs
-        interpret_backward(rt.backward_ops, rt, mode)
+        interpret_backward(rt.backward_ops, rt, mode, ctx.tap)
         IN_FLIGHT.discard(rt)
         for leaf in kept or ():  # the forward's segment leaves serve again: drop the gradients they were given
             leaf.box.clear()

@@ -265,7 +265,7 @@ class _JoinFunction(torch.autograd.Function):
         rt.start_backward()
         rt.head_grads = list(grad_outputs)
         del grad_outputs
-        interpret_backward(rt.backward_ops, rt, mode)
+        interpret_backward(rt.backward_ops, rt, mode, ctx.tap)
         IN_FLIGHT.discard(rt)
         for leaf in kept or ():  # the forward's segment leaves serve again: drop the gradients they were given
             leaf.box.clear()

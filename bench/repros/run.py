@@ -72,7 +72,9 @@ SCRIPTS = ("grad_hooks", "autograd_grad_measured", "returned_input", "measure_be
            # the eighth session (2026-11-28): two groupings of unsaved boundaries
            "rv8_seq_unsaved_groupings_fidelity", "rv8_rg_percent_ceiling_over_fitting_face",
            "rv8_rg_learned_holds_lost_in_flight", "rv8_rg_isolated_percent_of_overcount",
-           "rv8_rg_schedule_fn_regrouped_chain", "rv8_rg_tied_param_refused_regrouped")
+           "rv8_rg_schedule_fn_regrouped_chain", "rv8_rg_tied_param_refused_regrouped",
+           # the ninth session (2026-11-28)
+           "rv9_off_new_signature_in_flight")
 
 
 def main(argv=None) -> int:

@@ -721,17 +721,41 @@ def autocast_state() -> dict:
     return out
 
 
-def without_autocast_cache(fn):
-    """``fn`` runs with autocast's cast cache off (Note [Autocast's cache] in torch_exec/executor.py)."""
+def without_caches(fn):
+    """``fn`` runs with autocast's cast cache off (Note [Autocast's cache] in torch_exec/executor.py) and
+    parametrize's cache off (:func:`parametrize_cache_off`)."""
     @functools.wraps(fn)
     def run(*args, **kwargs):
         was = torch.is_autocast_cache_enabled()
         torch.set_autocast_cache_enabled(False)
         try:
-            return fn(*args, **kwargs)
+            with parametrize_cache_off():
+                return fn(*args, **kwargs)
         finally:
             torch.set_autocast_cache_enabled(was)
     return run
+
+
+@contextlib.contextmanager
+def parametrize_cache_off():
+    """Inside ``torch.nn.utils.parametrize.cached()`` a parametrized weight (weight_norm, spectral_norm,
+    orthogonal) is computed once and reused until the context ends: a stage run under ``no_grad`` cached a
+    weight without a graph, which its recomputation and every later stage then read (their
+    ``original0``/``original1`` got no gradient, 8 of 12 in a review's model, and the cache held each weight
+    past the plan: 1.40x the budget), and a capture kept the first call's weights as constants, for every
+    later step (a review, 2026-11-28: bench/repros/rv9_train_parametrize_cached_*.py). So the wrapper's steps,
+    captures, profiling and backwards run with that cache off: each use computes the weight, as outside
+    ``cached()``; the values are the same. The entries the caller's code made stay."""
+    param = sys.modules.get("torch.nn.utils.parametrize")
+    was = getattr(param, "_cache_enabled", 0)
+    if not was:
+        yield
+        return
+    param._cache_enabled = 0
+    try:
+        yield
+    finally:
+        param._cache_enabled = was
 
 
 def refuse_inference_mode(who: str) -> None:

@@ -2041,6 +2041,7 @@ class AutoCheckpointed(nn.Module):
 
     # ------------------------------------------------------------ preparing
     @_compiler_disable
+    @U.without_caches  # as _call_scheduled
     def prepare(self, *args, **kwargs):
         """Capture, profile and solve for inputs like these now (otherwise the first call does it);
         returns the plan. Parameters, buffers, gradients and RNG state are left as they were."""
@@ -2216,6 +2217,7 @@ class AutoCheckpointed(nn.Module):
         return self._call_scheduled(args, kwargs)
 
     @_compiler_disable  # capture, profiling and the step run eagerly: Note [torch.compile] in the executor
+    @U.without_caches  # the capture too: a weight parametrize cached would be captured as a constant
     def _call_scheduled(self, args, kwargs):
         kwargs = self._training_kwargs(kwargs)
         cap = self._capture_for(args, kwargs)
@@ -2300,7 +2302,7 @@ class AutoCheckpointed(nn.Module):
                           "explicitly to silence this", stacklevel=4)
         return dict(kwargs, use_cache=False)
 
-    @U.without_autocast_cache  # the code around the blocks too (Note [Autocast's cache] in torch_exec/executor.py)
+    @U.without_caches  # the code around the blocks too (Note [Autocast's cache] in torch_exec/executor.py)
     def _run_blocks(self, cap: Capture, args, kwargs):
         blocks, box = cap.blocks
 
@@ -2475,7 +2477,7 @@ def _stand_in(run, tick, state, anchor):
     return (out, *side)
 
 
-@U.without_autocast_cache  # as the steps run (Note [Autocast's cache] in torch_exec/executor.py)
+@U.without_caches  # as the steps run (Note [Autocast's cache] in torch_exec/executor.py)
 def _measure_rest(wrapper: "AutoCheckpointed", cap: Capture, args, kwargs) -> _Rest:
     """One step of the model with a stand-in for its blocks, under a memory meter (Note [The rest of
     the model]). Parameters, buffers, gradients and RNG state are left as they were."""

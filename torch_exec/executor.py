@@ -1552,7 +1552,7 @@ def interpret_backward(ops: list, rt, mode: _SegmentMode | None, tap: tuple = (N
     routed = _RoutedHooks(tap, mode)
     try:
         with U.leaf_hooks_deferred(p for p in _deferred_hook_params(rt, mode) if id(p) not in routed.ids):
-            with routed:
+            with routed, U.parametrize_cache_off():
                 interpret(ops, rt)
     finally:
         _SEGMENT.mode = outer
@@ -1894,7 +1894,7 @@ class _PlannedModule(nn.Module):
         """Whether every step runs as plain autograd, without a plan (``budget=None`` and no ``schedule_fn``)."""
         return self.budget is None and self.schedule_fn is None
 
-    @U.without_autocast_cache  # profiling too (Note [Autocast's cache])
+    @U.without_caches  # profiling too (Note [Autocast's cache])
     def _entry(self, inputs):
         """The input signature's entry, profiled (``_build``) and planned (``_plan_entry``) on first use. A
         plan that fails keeps the profile and makes the signature the latest (Note [A failed plan keeps
@@ -2460,7 +2460,7 @@ class CheckpointedSequential(_PlannedModule):
         return self._scheduled(state, flat)
 
     @_compiler_disable
-    @U.without_autocast_cache  # Note [Autocast's cache]
+    @U.without_caches  # Note [Autocast's cache]
     def _scheduled(self, state, flat):
         """A step under a plan: never traced by torch.compile (Note [torch.compile])."""
         entry = self._entry(state)

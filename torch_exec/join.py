@@ -673,7 +673,7 @@ class CheckpointedJoin(_PlannedModule):
         return self._scheduled(inputs)
 
     @_compiler_disable
-    @U.without_autocast_cache  # Note [Autocast's cache] in the executor
+    @U.without_caches  # Note [Autocast's cache] in the executor
     def _scheduled(self, inputs):
         """A step under a plan (never traced by torch.compile: Note [torch.compile] in the executor)."""
         entry = self._entry(inputs)

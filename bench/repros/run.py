@@ -74,7 +74,8 @@ SCRIPTS = ("grad_hooks", "autograd_grad_measured", "returned_input", "measure_be
            "rv8_rg_learned_holds_lost_in_flight", "rv8_rg_isolated_percent_of_overcount",
            "rv8_rg_schedule_fn_regrouped_chain", "rv8_rg_tied_param_refused_regrouped",
            # the ninth session (2026-11-28)
-           "rv9_off_new_signature_in_flight")
+           "rv9_off_new_signature_in_flight", "rv9_train_parametrize_cached_capture",
+           "rv9_train_parametrize_cached_nograd_runs")
 
 
 def main(argv=None) -> int:

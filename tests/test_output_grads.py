@@ -232,6 +232,31 @@ def test_caller_keeps_loss_but_holds_the_logits_is_warned_about_and_counted():
     assert entry.out_dropped == frozenset() and entry.exec_chain.reserved_bytes == declared + LOGITS
 
 
+def test_a_budget_that_no_longer_fits_what_was_learned_says_so_and_stays_due():
+    # a review (2026-11-28): at the least budget, a caller that declared caller_keeps="loss" and then held the
+    # logits got a bare "below the minimum feasible budget" at its next call, which ran the old plan at the one
+    # after (the re-plan no longer due)
+    wrapped, x, _ = wrapped_between(0.0, caller_keeps="loss")
+    budget = wrapped.min_budget_bytes  # the declaration's least budget, below the logits' one
+    wrapped.replan(budget)
+    with pytest.warns(MemoryBudgetWarning):
+        loss, logits = wrapped(x)
+        (loss + logits.square().mean()).backward()  # the logits held and given a gradient
+    del logits
+    for _ in range(2):  # refused each time: no step runs the plan that does not count them
+        with pytest.raises(InfeasibleBudgetError, match=r"showed more of the model's output to count \(output\(s\) "
+                           r"\[1\] of the model get a gradient; the caller holds output storage\(s\) \[1\] .*"
+                           r"raise the budget to at least \d+ B or drop the output .*caller_keeps='output'") as err:
+            wrapped(x)
+        assert wrapped._last.replan_due
+    wrapped.replan(err.value.min_bytes)
+    loss, logits = wrapped(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", MemoryBudgetWarning)
+        (loss + logits.square().mean()).backward()  # counted now: no warning
+    assert budget < err.value.min_bytes == wrapped.plan.budget_bytes
+
+
 def test_a_store_all_plan_that_fits_by_the_declaration_still_checks():
     """A plan that is store-all only because of caller_keeps='loss' runs through the schedule, not as plain
     autograd, so that a backward holding the logits is still seen."""

@@ -2467,8 +2467,7 @@ class CheckpointedSequential(_PlannedModule):
         refuse_shared_hazards(() if entry.plain else entry.shared_params, "CheckpointedSequential")
         U.settle_deferred_hooks()  # a backward that raised left hooks suspended
         if entry.replan_due:  # Note [Outputs without a gradient], Note [The caller holds a_N]
-            entry.exec_chain, entry.replan_due = with_learned_outputs(entry), False
-            entry = self._entries[self._key(state)] = self._plan_entry(entry)
+            entry = self._entries[self._key(state)] = self._replan_learned(entry)
         self._last = entry
         if self._begin_step(entry, flat[0].device):
             return self._plain_step(lambda: self._plain(state))
@@ -2476,6 +2475,28 @@ class CheckpointedSequential(_PlannedModule):
         tap, tap_args = self._parameter_tap()
         return _ScheduleFunction.apply((entry, structure, self.preserve_rng_state, self._meter, tap_args,
                                         self.call_data), tap, *flat)
+
+    def _replan_learned(self, entry: Entry) -> Entry:
+        """The entry re-planned for what its backwards showed of a_N (``replan_due``: Note [Outputs without a
+        gradient], Note [The caller holds a_N]). Where the budget no longer fits, the error says what was
+        learned and the remedies, and the re-plan stays due (the next call tries again, never the old plan)."""
+        was = entry.exec_chain, entry.grad_reserve, entry.out_reserve  # learned_chain is relative to these
+        entry.exec_chain, entry.replan_due = with_learned_outputs(entry), False
+        try:
+            return self._plan_entry(entry)
+        except InfeasibleBudgetError as err:
+            (entry.exec_chain, entry.grad_reserve, entry.out_reserve), entry.replan_due = was, True
+            grads = sorted((entry.out_grads or frozenset()) - {i for i, scalar in enumerate(entry.out_scalar) if scalar})
+            held = sorted(loss_only_uses(entry)[1] - entry.out_dropped) if entry.loss_only else []
+            shown = "; ".join(x for x in (
+                f"output(s) {grads} of the model get a gradient" if grads else "",
+                f"the caller holds output storage(s) {held} through the backward" if held else "") if x)
+            remedy = (" or drop the output before the backward (keep only the loss), or pass caller_keeps='output'"
+                      if entry.loss_only else "")
+            raise InfeasibleBudgetError(
+                f"{type(self).__name__}: the budget was feasible for the plan made before the first backward, but the "
+                f"backwards since showed more of the model's output to count ({shown or 'other gradients of it'}; "
+                f"Note [The caller holds a_N] in torch_exec/executor.py): {err}{remedy}", err.min_bytes) from None
 
     def extra_repr(self) -> str:
         offload = "" if self.offload is None else f", offload={self.offload!r}"

@@ -25,10 +25,11 @@ V, D = 60, 32
 class LM(nn.Module):
     """An embedding and six blocks (wrapped: ``body``), the head tied to the embedding computed outside them."""
 
-    def __init__(self, unused: bool = False):
+    def __init__(self, unused: bool = False, tied: bool = True):
         super().__init__()
         torch.manual_seed(0)
         self.wte = nn.Embedding(V, D)
+        self.out = None if tied else nn.Linear(D, V)  # the head: tied to the embedding, or a layer of its own
         self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(D, 2 * D), nn.Tanh(), nn.Linear(2 * D, D))
                                     for _ in range(6))
         if unused:  # a parameter a stage holds and never reads: no gradient reaches it
@@ -37,7 +38,8 @@ class LM(nn.Module):
 
     def forward(self, ids):
         h = self.body(ids) if self.body is not None else self.blocks_of(self.wte(ids))
-        return F.cross_entropy(F.linear(h, self.wte.weight).flatten(0, 1), ids.flatten())
+        logits = F.linear(h, self.wte.weight) if self.out is None else self.out(h)
+        return F.cross_entropy(logits.flatten(0, 1), ids.flatten())
 
     def blocks_of(self, h):
         for b in self.blocks:
@@ -45,10 +47,10 @@ class LM(nn.Module):
         return h
 
 
-def wrapped_pair(unused=False):
+def wrapped_pair(unused=False, tied=True):
     """The model, a copy run by plain autograd, and the wrapper over the model's embedding and blocks at its least
     budget (the stages back-propagated in several segments)."""
-    ref = LM(unused)
+    ref = LM(unused, tied)
     model = copy.deepcopy(ref)
     model.body = te.CheckpointedSequential([model.wte, *model.blocks], budget="100%", backend="cpu")
     model.body.prepare(IDS)
@@ -82,8 +84,8 @@ def batch(step):
 
 
 def steps(model, ref, n, compare=lambda: None):
-    """``n`` steps of both models, ``compare`` after each backward; the wrapper's measured peaks (beyond the
-    parameters' gradients)."""
+    """``n`` steps of both models, ``compare`` after each backward; by how much the wrapper's measured peaks (beyond
+    the parameters' gradients) exceed the predicted ones."""
     model.body.measure_memory(n)
     for step in range(n):
         ids = batch(step)
@@ -92,15 +94,17 @@ def steps(model, ref, n, compare=lambda: None):
         compare()
         for p in (*model.parameters(), *ref.parameters()):
             p.grad = None
-    return [r.peak_beyond_set_grads for r in model.body.memory_report()[-n:]]
+    return [r.peak_beyond_set_grads - r.predicted_peak for r in model.body.memory_report()[-n:]]
 
 
 @pytest.mark.parametrize("kind", ["optimizer", "clamp"])
 def test_a_parameter_read_outside_the_wrapper_runs_its_hooks_once(kind):
     # bench/repros/rv6_diff_hooks_param_read_outside.py: the stage's segment ran the tied weight's hooks on its
     # part, the outer graph again on the head's (Adam stepped twice per backward; the clamp clipped each part).
-    # The schedule holds nothing more for the hooks: the peak is the same model's without hooks (the head,
-    # computed outside the wrapper, is measured too and planned for by no one: above the budget either way)
+    # The peak is within the plan by as much as the same model's without hooks (the head, computed outside the
+    # wrapper, is measured too and planned for by no one: above the budget either way). The first backward runs
+    # the hooks on the whole gradient and finds the head's part; the next ones too (Note [Hooks of routed
+    # parameters])
     unhooked = steps(*wrapped_pair(), 3)
     model, ref = wrapped_pair()
     ours, theirs = {}, {}
@@ -121,7 +125,9 @@ def test_a_parameter_read_outside_the_wrapper_runs_its_hooks_once(kind):
                 torch.testing.assert_close(p.grad, q.grad, rtol=0, atol=0, msg=name)
         ours.clear(), theirs.clear()
 
-    assert steps(model, ref, 3, compare) == unhooked
+    overs = steps(model, ref, 3, compare)
+    if kind == "optimizer":  # (the clamp's logger keeps a copy of every gradient: the caller's memory)
+        assert all(over <= unhooked[0] for over in overs), (overs, unhooked)
 
 
 @pytest.mark.parametrize("prior", [None, 0.5], ids=["grad_none", "accumulating"])
@@ -183,3 +189,128 @@ def test_a_call_naming_hooked_parameters_reaches_the_schedule():
     for g, h in zip(got, want, strict=True):
         torch.testing.assert_close(g, h, rtol=0, atol=0)
     assert all(p.grad is None for p in model.parameters())
+
+
+def test_an_optimizer_in_the_backward_still_frees_each_gradient_early():
+    # the first backward runs a hooked parameter's hooks on the whole gradient, after the schedule's backward, and
+    # learns that no part comes from outside the wrapper; from then on they run in the stages' segments, so the
+    # optimizer stepped there frees each gradient as plain autograd's does (a review: every gradient was held to the
+    # end of the backward, bench/repros/rv9_hooks_optimizer_in_backward_peak.py)
+    from torch_exec.meter import measure_peak
+
+    def make():
+        torch.manual_seed(0)
+        return nn.Sequential(*[nn.Sequential(nn.Linear(128, 128), nn.Tanh()) for _ in range(8)], nn.Linear(128, 4))
+
+    x = torch.randn(8, 128)
+    grads = sum(p.numel() * 4 for p in make().parameters())
+    peaks = {}
+    for hooked in (False, True):
+        seq = make()
+        w = te.CheckpointedSequential(seq, budget="100%", backend="cpu")
+        w.prepare(x)
+        w.replan(w.min_budget_bytes)
+        if hooked:
+            for p in seq.parameters():
+                opt = torch.optim.SGD([p], lr=1e-2)
+
+                def stepped(p, opt=opt):
+                    opt.step()
+                    opt.zero_grad(set_to_none=True)
+                p.register_post_accumulate_grad_hook(stepped)
+        for step in range(3):
+            for p in seq.parameters():
+                p.grad = None
+            _, reading = measure_peak(lambda: w(x).square().sum().backward())
+            peaks[hooked, step] = reading.peak
+    assert peaks[True, 0] > peaks[False, 0] - grads // 2  # the first: every gradient until the hooks ran
+    assert peaks[True, 1] == peaks[True, 2] < peaks[False, 1] - grads // 2, peaks
+
+
+def test_a_reader_outside_that_appears_later_is_warned_about_then_summed():
+    # the first backwards found no part from outside the wrapper; a later step reads the weight outside too: that
+    # step runs the hooks once per part (as before the change), says so, and the next ones once on the whole
+    model, ref = wrapped_pair(tied=False)
+    ours, theirs = {}, {}
+    hook_all(model, "clamp", ours)
+    hook_all(ref, "clamp", theirs)
+    aux = torch.randn(V, D)
+
+    def step(ids, tied_aux: bool):
+        ours.clear(), theirs.clear()
+        for m in (model, ref):
+            loss = m(ids)
+            if tied_aux:  # a second loss on the embedding, outside the wrapper
+                loss = loss + (m.wte.weight * aux).sum() * 1e-3
+            loss.backward()
+        for p in (*model.parameters(), *ref.parameters()):
+            p.grad = None
+
+    step(batch(0), False)
+    step(batch(1), False)
+    with pytest.warns(UserWarning, match=r"shape \(60, 32\) .* from code outside the wrapper, which earlier "
+                      r"backwards did not: in this backward its hooks ran once per part"):
+        step(batch(2), True)
+    assert len(ours["wte.weight"]) == 2 and len(theirs["wte.weight"]) == 1
+    step(batch(3), True)
+    assert ours.keys() == theirs.keys()
+    for name in theirs:
+        assert len(ours[name]) == len(theirs[name]) == 1, name
+        torch.testing.assert_close(ours[name][0], theirs[name][0], rtol=0, atol=0, msg=name)
+
+
+def test_two_calls_leave_the_hooks_of_a_parameter_no_gradient_reaches_alone():
+    # a gradient hook and .grad already set: the deferral of Note [Hooks across calls before one backward] ran its
+    # post-accumulate hook at the end of the pass although no gradient reached it (a review: Adam stepped it,
+    # bench/repros/rv9_hooks_unused_two_calls_post_hook.py)
+    model, ref = wrapped_pair(unused=True)
+    spare = model.blocks[2].spare
+    calls = []
+    spare.register_hook(lambda g: g.clamp(-1, 1))
+    spare.register_post_accumulate_grad_hook(lambda p: calls.append("post"))
+    spare.grad = torch.full_like(spare, 0.5)
+    kept = spare.grad
+    (model(IDS) + model(batch(5))).backward()
+    (ref(IDS) + ref(batch(5))).backward()
+    assert calls == [] and spare.grad is kept and bool((kept == 0.5).all())
+    for (name, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
+        if name != "blocks.2.spare":
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-6, atol=1e-8, msg=name)
+
+
+def test_ddp_searching_for_unused_parameters_runs_hooked_parameters():
+    # DistributedDataParallel(find_unused_parameters=True) around the wrapper with a hooked parameter raised "Expected
+    # to mark a variable ready only once" (a review: bench/repros/rv9_hooks_ddp_find_unused.py): the hooked one is
+    # routed too, its hooks left in the segments (DDP's own hook on its accumulator counts the calls)
+    import os
+    import tempfile
+
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    def make():
+        torch.manual_seed(0)
+        return nn.Sequential(*[nn.Sequential(nn.Linear(16, 16), nn.Tanh()) for _ in range(6)], nn.Linear(16, 3))
+
+    x, y = torch.randn(8, 16), torch.randint(0, 3, (8,))
+    dist.init_process_group("gloo", store=dist.FileStore(os.path.join(tempfile.mkdtemp(), "store"), 1),
+                            rank=0, world_size=1)
+    try:
+        ref, seq = make(), make()
+        w = te.CheckpointedSequential(seq, budget="100%", backend="cpu")
+        w.prepare(x)
+        w.replan(w.min_budget_bytes)
+        calls = {id(seq): 0, id(ref): 0}
+        for m in (seq, ref):
+            m[0][0].weight.register_post_accumulate_grad_hook(lambda p, m=m: calls.__setitem__(id(m), calls[id(m)] + 1))
+        ddp = DDP(w, find_unused_parameters=True)
+        for _ in range(2):
+            for p in (*seq.parameters(), *ref.parameters()):
+                p.grad = None
+            F.cross_entropy(ddp(x), y).backward()
+            F.cross_entropy(ref(x), y).backward()
+            for p, q in zip(seq.parameters(), ref.parameters(), strict=True):
+                torch.testing.assert_close(p.grad, q.grad, rtol=0, atol=0)
+        assert calls[id(seq)] == calls[id(ref)] == 2
+    finally:
+        dist.destroy_process_group()

@@ -919,31 +919,26 @@ class _PassHooks:
         self.taken: set = set()
         self.held: list = []   # (p, its post-accumulate hook dict, the user hooks taken out)
         self.aside: list = []  # (p, its gradient hook dict, the hooks taken out, .grad set aside)
-        self.guarded: dict = {}  # id(p) -> [(hook dict, key, the user's hook)] (:meth:`guard`)
+        self.guarded: dict = {}  # id(p) -> its _Watch (:meth:`watch`)
 
-    def guard(self, p) -> None:
-        """Until the pass ends, ``p``'s hooks of the user's skip a call that brings no gradient: the parameter
-        tap handed the engine nothing for ``p``, which then calls its AccumulateGrad with None, where plain
-        autograd does not call it (Note [Hooks of routed parameters] in torch_exec/executor.py). A gradient
-        hook skips None; a post-accumulate hook skips a call that left ``.grad`` as it was when guarded."""
-        if id(p) in self.guarded:
+    def watch(self, p, skip: bool, handed=None, verdict=None) -> None:
+        """Until the pass ends, watch the engine's one AccumulateGrad call for ``p`` after the parameter tap (Note
+        [Hooks of routed parameters] in torch_exec/executor.py): a detector first among its gradient hooks sees
+        what the engine brings and tells ``verdict(p, elsewhere)`` whether part of it came from elsewhere than
+        the tap (which handed ``handed``, or None). Where ``skip``, the user's hooks skip a call that brings
+        nothing: the engine's call with None, where plain autograd makes none. Several calls of one pass (two
+        calls before one backward) watch once: the hooks skip only where every call said so, and no verdict is
+        given (the engine sums the calls' parts)."""
+        watched = self.guarded.get(id(p))
+        if watched is not None:
+            watched.skip = watched.skip and skip
+            watched.verdict = None
             return
-        seen = grad_seen(p)
-        swapped = self.guarded[id(p)] = []
-        for key, hook in list((p._backward_hooks or {}).items()):
-            swapped.append((p._backward_hooks, key, hook))
-            p._backward_hooks[key] = functools.partial(_unless_none, hook)
-        posts = getattr(p, "_post_accumulate_grad_hooks", None) or {}
-        for key, hook in list(posts.items()):
-            if users_hook(hook):
-                swapped.append((posts, key, hook))
-                posts[key] = functools.partial(_unless_unchanged, hook, seen)
+        self.guarded[id(p)] = _Watch(p, skip, handed, verdict)
 
     def _unguard(self) -> None:
-        for swapped in self.guarded.values():
-            for hooks, key, hook in swapped:
-                if key in hooks and getattr(hooks[key], "args", (None,))[0] is hook:
-                    hooks[key] = hook
+        for watched in self.guarded.values():
+            watched.remove()
         self.guarded.clear()
 
     def take(self, params) -> None:
@@ -953,7 +948,7 @@ class _PassHooks:
             self.taken.add(id(p))
             hooks, users = take_post_accumulate_hooks(p, users_hook)
             if users:
-                self.held.append((p, hooks, users))
+                self.held.append((p, hooks, users, grad_seen(p)))
             grad_hooks = p._backward_hooks  # the engine holds this dict: emptied and refilled in place
             if grad_hooks:
                 self.aside.append((p, grad_hooks, list(grad_hooks.items()), p.grad))
@@ -963,7 +958,7 @@ class _PassHooks:
     def _put_back(self) -> None:
         for _, grad_hooks, taken, _ in self.aside:
             grad_hooks.update(taken)
-        for _, hooks, users in self.held:
+        for _, hooks, users, _ in self.held:
             hooks.update(users)
         self._unguard()  # last: a hook taken out while guarded went back guarded
 
@@ -983,9 +978,11 @@ class _PassHooks:
         for p, _, _, prior in self.aside:  # .grad as it was until the hooks have run: an error in one leaves it so
             wholes.append(p.grad)
             p.grad = prior
+        unreached = set()  # no gradient reached them: no hook runs, as in plain autograd
         for i, (p, _, taken, prior) in enumerate(self.aside):
             whole, wholes[i] = wholes[i], None
-            if whole is None:  # no gradient reached it: no hook runs, as in plain autograd
+            if whole is None:
+                unreached.add(id(p))
                 continue
             for _, hook in taken:
                 result = hook(whole)
@@ -1000,7 +997,10 @@ class _PassHooks:
                     prior.add_(whole)
             del whole
         del wholes
-        for p, _, users in self.held:
+        aside = {id(p) for p, *_ in self.aside}
+        for p, _, users, seen in self.held:
+            if id(p) in unreached or (id(p) not in aside and grad_unchanged(p, seen)):
+                continue
             for _, hook in users:
                 hook(p)
 
@@ -1008,14 +1008,59 @@ class _PassHooks:
 _DEFERRED: dict = {}  # graph task id -> its _PassHooks (a dict: a CUDA backward runs in a thread of the engine's)
 
 
-def _unless_none(hook, grad):
-    """A gradient hook guarded by :meth:`_PassHooks.guard`."""
-    return None if grad is None else hook(grad)
+class _Watch:
+    """:meth:`_PassHooks.watch` of one parameter: the detector (first among its gradient hooks) and the user's
+    hooks wrapped to skip a call that brings nothing, put back by :meth:`remove`."""
+
+    def __init__(self, p, skip: bool, handed, verdict):
+        self.skip, self.verdict, self.brought = skip, verdict, None
+        self.handed = None if handed is None else weakref.ref(handed)
+        self.param = weakref.ref(p)
+        detect = functools.partial(_Watch._detect, self)
+        detect.watch_detector = True  # not a hook of the user's (:func:`users_grad_hooks`)
+        self.handle = p.register_hook(detect)
+        hooks = p._backward_hooks  # the engine holds this dict: reordered in place, the detector first
+        users = [(key, hook) for key, hook in hooks.items() if key != self.handle.id]
+        hooks.clear()
+        hooks[self.handle.id] = detect
+        self.swapped = []
+        for key, hook in users:
+            self.swapped.append((hooks, key, hook))
+            hooks[key] = functools.partial(_unless_none, hook, self)
+        posts = getattr(p, "_post_accumulate_grad_hooks", None) or {}
+        for key, hook in list(posts.items()):
+            if users_hook(hook):
+                self.swapped.append((posts, key, hook))
+                posts[key] = functools.partial(_unless_brought, hook, self)
+
+    def _detect(self, grad):
+        self.brought = grad is not None
+        handed = None if self.handed is None else self.handed()
+        if self.verdict is not None and self.param() is not None:
+            self.verdict(self.param(), grad is not None and grad is not handed)
+        return None
+
+    def remove(self) -> None:
+        self.handle.remove()
+        for hooks, key, hook in self.swapped:
+            if key in hooks and getattr(hooks[key], "args", (None,))[0] is hook:
+                hooks[key] = hook
 
 
-def _unless_unchanged(hook, seen, p):
-    """A post-accumulate-grad hook guarded by :meth:`_PassHooks.guard` (``seen``: :func:`grad_seen` then)."""
-    return None if grad_unchanged(p, seen) else hook(p)
+def users_grad_hooks(p) -> bool:
+    """Whether ``p`` has a gradient hook (``register_hook``) of the user's: not a watch's detector
+    (:meth:`_PassHooks.watch`)."""
+    return any(not getattr(hook, "watch_detector", False) for hook in (p._backward_hooks or {}).values())
+
+
+def _unless_none(hook, watched: _Watch, grad):
+    """A gradient hook watched by :meth:`_PassHooks.watch`."""
+    return None if grad is None and watched.skip else hook(grad)
+
+
+def _unless_brought(hook, watched: _Watch, p):
+    """A post-accumulate-grad hook watched by :meth:`_PassHooks.watch`: skips where the call brought nothing."""
+    return None if watched.skip and watched.brought is False else hook(p)
 
 
 def grad_seen(p) -> tuple:
@@ -1030,6 +1075,13 @@ def grad_unchanged(p, seen: tuple) -> bool:
     ref, version = seen
     grad = p.grad
     return grad is None if ref is None else (grad is ref() and grad._version == version)
+
+
+def watched_now() -> frozenset:
+    """The ids of the parameters an earlier schedule backward of the backward pass running now watches
+    (:meth:`_PassHooks.watch`): their gradients come in several parts in this pass."""
+    state = _DEFERRED.get(torch._C._current_graph_task_id())
+    return frozenset(state.guarded) if state is not None else frozenset()
 
 
 def pass_hooks() -> _PassHooks | None:

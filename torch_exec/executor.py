@@ -260,34 +260,44 @@ Note [Hooks of routed parameters]
     stages hold, computed outside the wrapper) got its gradient in two parts, the segments' and the outer
     graph's, and its hooks ran once per part: an optimizer step in the backward stepped Adam twice per
     backward, a clamp clipped each part (a review, 2026-11-28: bench/repros/rv6_diff_hooks_param_read_outside.py).
-    So a hooked parameter is routed through :class:`_ParamTap` like any other (outside DistributedDataParallel's
-    forward, whose own hook on the accumulator would count two calls): the engine's one AccumulateGrad call for
-    it waits for the tap, which runs after the schedule's backward. In a backward that fills ``.grad``
-    (:class:`_RoutedHooks`):
-    - a parameter with gradient hooks (``register_hook``) and no ``.grad``: its hooks are taken out while the
+    So a hooked parameter is routed through :class:`_ParamTap` like any other: the engine's AccumulateGrad call
+    for it after the tap, which runs after the schedule's backward, gets whatever else reached it. Whether
+    anything else will is unknown in the backward (the caller's graph is out of sight), and waiting costs
+    memory: an optimizer in the backward frees each gradient as soon as it has stepped, and held to the end of
+    the schedule's backward, every gradient was alive at once (9 layers: 2 130 472 B against 312 840 B; a review,
+    bench/repros/rv9_hooks_optimizer_in_backward_peak.py). So in a backward that fills ``.grad``
+    (:class:`_RoutedHooks`), a hooked parameter's hooks wait for the whole gradient where it comes in several
+    parts whatever the caller does (several stages read it; another call of it waits for its backward, or
+    handed its part earlier in this pass), in its first backward through the wrapper, and where a part came from
+    outside before; else they run in the segments, as plain autograd runs them, once:
+    - waiting, with gradient hooks (``register_hook``) and no ``.grad``: the hooks are taken out while the
       segments run, what they add to ``.grad`` is taken back out (the stages' part; ``.grad`` None again) and
-      the tap hands it to the engine, which sums it with the other parts (the head's, another call's) and calls
-      AccumulateGrad once: the gradient hooks on the whole, ``.grad`` set, then the post-accumulate hooks, as in
-      plain autograd;
-    - a parameter with post-accumulate hooks only: the segments add to ``.grad`` in place (no buffer beside a
-      ``.grad`` already set) with its hooks taken out, and the engine's one call, after every part, runs them;
-    - a parameter with gradient hooks and a ``.grad`` already set (gradient accumulation) keeps the earlier rules
-      (its hooks run at each accumulation; Note [Hooks on a leaf several segments read] where several stages read
-      it): handing its part over would need a buffer beside ``.grad`` that no plan counts.
-    Where the tap hands nothing for a hooked parameter (no stage gave it a gradient; or its hooks ran already),
-    the engine still calls its AccumulateGrad, with None, which calls the hooks with None where plain autograd
-    calls nothing; so until the backward pass ends its hooks are guarded (:meth:`torch_exec._util._PassHooks.guard`):
-    a gradient hook skips None, a post-accumulate hook a call that left ``.grad`` unchanged. The hooks run once
-    the parameter's gradient is whole, not at the pass's end: an optimizer step in the backward still frees each
-    gradient early. The deferrals to the end of the pass (Note [Hooks on a leaf several segments read], Note
-    [Hooks across calls before one backward]) take only the parameters this does not: the third case's, and
-    every one inside DDP's forward. Checked against plain autograd on the CPU (tests/test_routed_hooks.py): hook
-    calls, gradients and weights bit for bit (while gradients accumulate, a tied weight's to the last bits: its
-    parts are added in another order), and the measured peak the same as without hooks. The profile still
-    measures the gradient hooks' temporaries in each stage's backward, where they run when ``.grad`` is already
-    set; where they run after the schedule, the step uses less than its plan (a clamp on every parameter of a
-    4-layer MLP: 0.62 x the predicted peak at the least budget, 0.98 x with ``.grad`` set;
-    tests/test_torch_exec.py::test_parameter_gradient_hooks_are_profiled).
+      the tap hands it to the engine, which sums it with the other parts and calls AccumulateGrad once: the
+      gradient hooks on the whole, ``.grad`` set, then the post-accumulate hooks, as in plain autograd;
+    - waiting, with post-accumulate hooks only: the segments add to ``.grad`` in place (no buffer beside a
+      ``.grad`` already set) with the hooks taken out, and the engine's one call, after every part, runs them;
+    - gradient hooks and a ``.grad`` already set (gradient accumulation): they run in the segments (handing the
+      part over would need a buffer beside ``.grad`` that no plan counts; Note [Hooks on a leaf several segments
+      read] where several stages read it), and a part from outside runs them once more;
+    - inside a DistributedDataParallel forward (``find_unused_parameters=True``: else nothing is routed) they run
+      in the segments: DDP's own hook on the accumulator counts the calls (routed but left out, a hooked
+      parameter was marked unused and then ready, an error: bench/repros/rv9_hooks_ddp_find_unused.py).
+    The engine's call after the tap is watched until the pass ends (:meth:`torch_exec._util._PassHooks.watch`):
+    a detector, first among the gradient hooks, sees what it brings. It tells the first backward whether a part
+    came from outside (what the engine brings is not what the tap handed), which the wrapper remembers per
+    parameter; a later backward whose hooks ran in the segments and finds a part from outside (a reader added
+    later) warns that its hooks ran once per part, and the next ones wait. And where the tap handed nothing
+    (no stage gave a gradient, or the hooks ran in the segments), the user's hooks skip a call that brings
+    None, which plain autograd never makes. Not covered: a hook on the accumulator node itself (PyTorch's
+    ``_apply_optimizer_in_backward``), which runs per part (bench/repros/rv9_hooks_accumulator_node_tied.py).
+    The deferrals to the end of the pass (Note [Hooks on a leaf several segments read], Note [Hooks across calls
+    before one backward]) take the parameters this does not hand over or suspend. Checked against plain
+    autograd on the CPU (tests/test_routed_hooks.py): hook calls, gradients and weights bit for bit (while
+    gradients accumulate, a tied weight's to the last bits: its parts are added in another order); an optimizer
+    in the backward frees each gradient from the second step on. The profile measures the gradient hooks'
+    temporaries in each stage's backward; where they run after the schedule, the step uses less than its plan
+    (a clamp on every parameter of a 4-layer MLP, at the least budget: 0.62 x the predicted peak while waiting,
+    0.98 x in the segments; tests/test_torch_exec.py::test_parameter_gradient_hooks_are_profiled).
 
 Note [Retained graphs]
     Every refusal happens when the Function's backward starts, before it consumes any state or
@@ -1281,19 +1291,14 @@ def _compiler_disable(fn):
 _EAGER: dict = {}  # fn -> torch.compiler.disable(fn), made by _compiler_disable's wrapper
 
 
-def _tap_params(module: nn.Module, own_hooks=frozenset()) -> list:
+def _tap_params(module: nn.Module) -> list:
     """The parameters routed through :class:`_ParamTap` (Note [Autograd calls that name tensors]): the trainable
-    ones, hooked or not (Note [Hooks of routed parameters]). In the forward of a DistributedDataParallel none
-    where it does not search its graph for unused parameters (Note [DistributedDataParallel]), else those with
-    no Python hook other than the step meter's own (``own_hooks``: their handle ids, Note [Gradients set during
-    the step] in torch_exec/report.py)."""
+    ones, hooked or not (Note [Hooks of routed parameters]); none in the forward of a DistributedDataParallel that
+    does not search its graph for unused parameters (Note [DistributedDataParallel])."""
     ddp = _ddp_forward()
-    if ddp is None:
-        return [p for p in module.parameters() if p.requires_grad]
-    if ddp.static_graph or not ddp.find_unused_parameters:
+    if ddp is not None and (ddp.static_graph or not ddp.find_unused_parameters):
         return []
-    return [p for p in module.parameters() if p.requires_grad and not p._backward_hooks
-            and not set(getattr(p, "_post_accumulate_grad_hooks", None) or ()) - own_hooks]
+    return [p for p in module.parameters() if p.requires_grad]
 
 
 def _ddp_forward():
@@ -1395,7 +1400,7 @@ class _SegmentMode:
         into ``.grad`` themselves."""
         if not named and retained is None:
             return None
-        box, params, tap_node = tap
+        box, params, tap_node, _ = tap
         wanted = named and tap_node is not None and _will_run(tap_node)
         return cls(named, params if wanted else [], retained or set(), box if wanted else None, meter)
 
@@ -1485,73 +1490,108 @@ def _deferred_hook_params(rt, mode) -> list:
     return params
 
 
+_HOOK_READERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # wrapper -> {id(p): (weak p, outside)}
+
+
 class _RoutedHooks:
     """What a schedule backward does with the hooks of the parameters routed through the parameter tap (Note
-    [Hooks of routed parameters]): a context around the backward's ops. ``ids``: the parameters it handles,
-    which no other deferral takes."""
+    [Hooks of routed parameters]): a context around the backward's ops. ``several``: the ids of the parameters
+    whose gradient comes in several parts whatever the caller does (several stages read them, another call of
+    theirs waits for its backward). ``ids``: the parameters it hands over or suspends, which no other deferral
+    takes."""
 
-    def __init__(self, tap: tuple, mode: _SegmentMode | None):
-        box, params, _ = tap
-        self.box, self.n = box, len(params)
+    def __init__(self, tap: tuple, mode: _SegmentMode | None, several=frozenset()):
+        box, params, _, readers = tap
+        self.box, self.n, self.readers = box, len(params), readers
         self.named = mode is not None and mode.named
-        self.work: list = []  # (index in the tap, p, how): "mute", "harvest" or "suspend"
-        self.live: list = []  # left to fire as they did: gradient hooks and a .grad already set
+        self.work: list = []    # (index in the tap, p, how: "mute" | "harvest" | "suspend", probing)
+        self.inline: list = []  # (p, watched for a reader outside): their hooks run in the segments
+        several = several | U.watched_now() if box is not None and not self.named else several  # an earlier call's
         for i, p in enumerate(params if box is not None else ()):
-            if p._backward_hooks:
-                if self.named:
-                    self.work.append((i, p, "mute"))
-                else:
-                    (self.live if p.grad is not None else self.work).append((i, p, "harvest"))
-            elif not self.named and any(map(U.users_hook, (getattr(p, "_post_accumulate_grad_hooks", None)
-                                                            or {}).values())):
-                self.work.append((i, p, "suspend"))
-        self.ids = frozenset(id(p) for _, p, _ in self.work)
+            grad_hooked = U.users_grad_hooks(p)
+            if self.named:
+                if grad_hooked:
+                    self.work.append((i, p, "mute", False))
+                continue
+            if not (grad_hooked or any(map(U.users_hook, (getattr(p, "_post_accumulate_grad_hooks", None)
+                                                          or {}).values()))):
+                continue
+            if grad_hooked and p.grad is not None:  # handing its part over would need a buffer beside .grad
+                self.inline.append((p, False))
+                continue
+            if readers is None:  # inside DDP's forward: the hooks stay in the segments
+                self.inline.append((p, False))
+                continue
+            known = readers.get(id(p))
+            outside = None if known is None or known[0]() is not p else known[1]
+            if id(p) in several or outside is not False:
+                self.work.append((i, p, "harvest" if grad_hooked else "suspend", outside is None and id(p) not in several))
+            else:
+                self.inline.append((p, True))
+        self.ids = frozenset(id(p) for _, p, how, _ in self.work if how != "mute")
         self.taken: list = []
 
     def __enter__(self):
-        for i, p, how in self.work:
+        for i, p, how, probing in self.work:
             grad_hooks = p._backward_hooks or {}
             moved = list(grad_hooks.items())
             grad_hooks.clear()  # the engine holds the dict: emptied and refilled in place
             posts, users = U.take_post_accumulate_hooks(p, U.users_hook) if how != "mute" else (None, [])
-            self.taken.append((i, p, how, grad_hooks, moved, posts, users, U.grad_seen(p)))
+            self.taken.append((i, p, how, probing, grad_hooks, moved, posts, users, U.grad_seen(p)))
         return self
 
     def __exit__(self, kind, error, trace):
         handed = [None] * self.n
-        unguarded = [p for _, p, _ in self.live]  # the engine calls their accumulators with None: guarded
-        for i, p, how, grad_hooks, moved, posts, users, seen in self.taken:
+        state = U.pass_hooks() if self.inline or any(how != "mute" for _, _, how, *_ in self.taken) else None
+        for i, p, how, probing, grad_hooks, moved, posts, users, seen in self.taken:
             grad_hooks.update(moved)
             if users:
                 posts.update(users)
+            verdict = self._probed if probing else None
             if how == "harvest":  # .grad was None: what the segments added is the stages' part
                 if kind is None:
                     handed[i] = p.grad
                 p.grad = None
-                if handed[i] is None:
-                    unguarded.append(p)
-            elif how == "suspend" and U.grad_unchanged(p, seen):  # the stages added nothing to .grad
-                unguarded.append(p)
+                if state is not None:
+                    state.watch(p, skip=handed[i] is None, handed=handed[i], verdict=verdict)
+            elif how == "suspend" and state is not None:  # .grad holds the stages' part: the engine's call runs the hooks
+                state.watch(p, skip=U.grad_unchanged(p, seen), verdict=verdict)
+        for p, learn in self.inline if state is not None else ():  # their hooks ran with the stages' part
+            state.watch(p, skip=True, verdict=self._found_outside if learn else None)
         self.taken = []
-        if unguarded:
-            state = U.pass_hooks()
-            for p in unguarded if state is not None else ():
-                state.guard(p)
         if kind is None and self.box is not None and not self.named:
             self.box.append(handed)
         return False
 
+    def _probed(self, p, outside: bool) -> None:
+        """The first backward of a hooked parameter ran its hooks on the whole gradient: remember whether a part
+        came from outside the wrapper (the next steps run the hooks in the segments where none did)."""
+        if self.readers is not None:
+            self.readers[id(p)] = (weakref.ref(p), outside)
 
-def interpret_backward(ops: list, rt, mode: _SegmentMode | None, tap: tuple = (None, [], None)) -> None:
+    def _found_outside(self, p, outside: bool) -> None:
+        """A parameter whose hooks ran in the segments got a part from outside the wrapper too (a reader the first
+        backwards did not have): this step ran its hooks once per part; from the next on, once on the whole."""
+        if not outside or self.readers is None:
+            return
+        self.readers[id(p)] = (weakref.ref(p), True)
+        warnings.warn(f"a parameter of shape {tuple(p.shape)} held by the wrapper's stages got part of its gradient "
+                      f"from code outside the wrapper, which earlier backwards did not: in this backward its hooks ran "
+                      f"once per part; from the next on they run once, on the whole gradient (Note [Hooks of routed "
+                      f"parameters] in torch_exec/executor.py)", stacklevel=2)
+
+
+def interpret_backward(ops: list, rt, mode: _SegmentMode | None, tap: tuple = (None, [], None, None)) -> None:
     """:func:`interpret` a schedule's backward ops with the segment backwards in ``mode``; the named
     parameters' gradients then go to the parameter tap (Note [Autograd calls that name tensors]), and so do, in a
     backward that fills ``.grad``, the hooked parameters' (``tap``: the step's, Note [Hooks of routed
     parameters])."""
     outer = getattr(_SEGMENT, "mode", None)
     _SEGMENT.mode = mode
-    routed = _RoutedHooks(tap, mode)
+    several = _deferred_hook_params(rt, mode)
+    routed = _RoutedHooks(tap, mode, frozenset(id(p) for p in several))
     try:
-        with U.leaf_hooks_deferred(p for p in _deferred_hook_params(rt, mode) if id(p) not in routed.ids):
+        with U.leaf_hooks_deferred(p for p in several if id(p) not in routed.ids):
             with routed, U.parametrize_cache_off():
                 interpret(ops, rt)
     finally:
@@ -1635,7 +1675,7 @@ def user_hooked(params) -> list:
     """The parameters among ``params`` with a gradient hook or a post-accumulate-grad hook of the user's (the step
     meter's own, marked ``meter_hook``, left out)."""
     return [p for p in params if p.requires_grad and (
-        p._backward_hooks or any(map(U.users_hook, (getattr(p, "_post_accumulate_grad_hooks", None) or {}).values())))]
+        U.users_grad_hooks(p) or any(map(U.users_hook, (getattr(p, "_post_accumulate_grad_hooks", None) or {}).values())))]
 
 
 def refuse_shared_hazards(shared: tuple, who: str) -> None:
@@ -1867,12 +1907,15 @@ class _PlannedModule(nn.Module):
         wrapper's routed parameters, so that a call naming them reaches the step's backward, which hands
         their gradients to the box (Note [Autograd calls that name tensors]); without such parameters an
         empty leaf requiring grad, which makes the backward run even when no input needs a gradient."""
-        params = _tap_params(self, self._meter.own_hooks())
+        params = _tap_params(self)
         if not params:
-            return torch.empty(0, requires_grad=True), (None, [], None)
+            return torch.empty(0, requires_grad=True), (None, [], None, None)
         box: list = []
         tap = _ParamTap.apply(box, *params)
-        return tap, (box, params, tap.grad_fn)
+        # inside DDP's forward (find_unused_parameters=True) the hooks stay in the segments: DDP's own hook on the
+        # accumulator counts the calls (Note [Hooks of routed parameters])
+        readers = _HOOK_READERS.setdefault(self, {}) if _ddp_forward() is None else None
+        return tap, (box, params, tap.grad_fn, readers)
 
     def _reserved_beside(self) -> int:
         """What every plan reserves for the memory beside the stages: ``held_bytes`` + ``beside_bytes``."""

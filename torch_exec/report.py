@@ -168,10 +168,6 @@ class _GradientsSet:
             handle.remove()
         self.handles = []
 
-    def ids(self) -> frozenset:
-        """The handle ids of its hooks (the executor's parameter tap leaves them out of its check)."""
-        return frozenset(handle.id for handle in self.handles)
-
     def peak_beyond(self, closing: int, grads: int) -> int:
         """The largest peak up to each mark (the closing one last) minus the gradients set (and host
         buffers allocated) before that mark's interval began; ``grads``: the bytes of every gradient the
@@ -277,10 +273,6 @@ class StepMeter:
     @property
     def measuring(self) -> bool:
         return self._pending is not None
-
-    def own_hooks(self) -> frozenset:
-        """Handle ids of the hooks the pending measurement put on parameters (empty when none)."""
-        return frozenset() if self._pending is None else self._pending[-1].ids()
 
     @property
     def records(self) -> MemoryReport:

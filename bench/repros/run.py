@@ -75,7 +75,8 @@ SCRIPTS = ("grad_hooks", "autograd_grad_measured", "returned_input", "measure_be
            "rv8_rg_schedule_fn_regrouped_chain", "rv8_rg_tied_param_refused_regrouped",
            # the ninth session (2026-11-28)
            "rv9_off_new_signature_in_flight", "rv9_train_parametrize_cached_capture",
-           "rv9_train_parametrize_cached_nograd_runs")
+           "rv9_train_parametrize_cached_nograd_runs", "rv9_hooks_optimizer_in_backward_peak",
+           "rv9_hooks_unused_two_calls_post_hook", "rv9_hooks_ddp_find_unused", "rv9_hooks_accumulator_node_tied")
 
 
 def main(argv=None) -> int:

@@ -265,7 +265,7 @@ Note [Hooks of routed parameters]
     anything else will is unknown in the backward (the caller's graph is out of sight), and waiting costs
     memory: an optimizer in the backward frees each gradient as soon as it has stepped, and held to the end of
     the schedule's backward, every gradient was alive at once (9 layers: 2 130 472 B against 312 840 B; a review,
-    bench/repros/rv9_hooks_optimizer_in_backward_peak.py). So in a backward that fills ``.grad``
+    bench/repros/rv9_hooks_optimizer_in_backward_peak.py, bench/results/repros_session9_cpu{,_356cf20}.md). So in a backward that fills ``.grad``
     (:class:`_RoutedHooks`), a hooked parameter's hooks wait for the whole gradient where it comes in several
     parts whatever the caller does (several stages read it; another call of it waits for its backward, or
     handed its part earlier in this pass), in its first backward through the wrapper, and where a part came from

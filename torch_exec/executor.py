@@ -428,6 +428,7 @@ import numbers
 import os
 import sys
 import threading
+import types
 import warnings
 import weakref
 from dataclasses import dataclass, field, replace
@@ -1980,8 +1981,14 @@ class _PlannedModule(nn.Module):
         and every cached signature's plan, not some re-planned under a budget it then refuses."""
         settings = {name: getattr(self, name) for name in ("budget", "schedule_fn", "offload") if hasattr(self, name)}
         entries, last = dict(self._entries), self._last
-        # each signature's faces: a re-plan plans both (Note [Two groupings of unsaved boundaries])
-        states = [(face, dict(vars(face))) for entry in entries.values() for face in faces_of(entry)]
+        # each signature's faces: a re-plan plans both (Note [Two groupings of unsaved boundaries]); a join's branch
+        # entries too, whose stages' recomputed flags its plan sets (a review, 2026-11-28: the flags of a refused
+        # plan beside the old one's program left a recomputed dropout without its RNG state: wrong gradients,
+        # bench/repros/rv9_join_refused_replan_keeps_new_recompute_flags.py)
+        faces = [face for entry in entries.values() for face in faces_of(entry)]
+        faces += [branch for face in faces for branch in getattr(face, "branches", ()) if hasattr(branch, "__dict__")
+                  and not isinstance(branch, types.SimpleNamespace)]
+        states = [(face, dict(vars(face))) for face in faces]
         try:
             yield
         except BaseException:

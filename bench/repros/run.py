@@ -76,7 +76,8 @@ SCRIPTS = ("grad_hooks", "autograd_grad_measured", "returned_input", "measure_be
            # the ninth session (2026-11-28)
            "rv9_off_new_signature_in_flight", "rv9_train_parametrize_cached_capture",
            "rv9_train_parametrize_cached_nograd_runs", "rv9_hooks_optimizer_in_backward_peak",
-           "rv9_hooks_unused_two_calls_post_hook", "rv9_hooks_ddp_find_unused", "rv9_hooks_accumulator_node_tied")
+           "rv9_hooks_unused_two_calls_post_hook", "rv9_hooks_ddp_find_unused", "rv9_hooks_accumulator_node_tied",
+           "rv9_join_refused_replan_keeps_new_recompute_flags", "rv9_join_thesis_store_all_below_minimum")
 
 
 def main(argv=None) -> int:

@@ -157,3 +157,18 @@ def measured_step(module: nn.Module, step):
     step()
     _, reading = measure_peak(step)
     return reading
+
+
+def optimizer_in_backward(model: nn.Module, calls: dict | None = None) -> dict:
+    """PyTorch's optimizer step in the backward: an Adam of its own per parameter, stepped (and its gradient set to
+    zero) from a post-accumulate-grad hook that counts its calls by parameter name in ``calls`` (returned)."""
+    calls = {} if calls is None else calls
+    for name, p in model.named_parameters():
+        opt = torch.optim.Adam([p], lr=1e-2)
+
+        def step(p, name=name, opt=opt):
+            calls[name] = calls.get(name, 0) + 1
+            opt.step()
+            opt.zero_grad()
+        p.register_post_accumulate_grad_hook(step)
+    return calls

@@ -15,6 +15,7 @@ from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
 import torch_exec as te  # noqa: E402
+from _torch_helpers import optimizer_in_backward  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::torch_exec.CPUTimingWarning",
                                         "ignore::gpusolve.FallbackWarning")
@@ -64,19 +65,12 @@ IDS = torch.randint(0, V, (8, 12), generator=torch.Generator().manual_seed(0))
 
 def hook_all(model, kind, calls):
     """Hooks of ``kind`` on every parameter, counting their calls by name in ``calls``."""
-    for name, p in model.named_parameters():
-        if kind == "optimizer":  # PyTorch's optimizer step in the backward
-            opt = torch.optim.Adam([p], lr=1e-2)
-
-            def step(p, name=name, opt=opt):
-                calls[name] = calls.get(name, 0) + 1
-                opt.step()
-                opt.zero_grad()
-            p.register_post_accumulate_grad_hook(step)
-        else:  # a clamp, then a logger of the whole gradient
-            p.register_hook(lambda g: g.clamp(-2e-3, 2e-3))
-            p.register_post_accumulate_grad_hook(
-                lambda p, name=name: calls.setdefault(name, []).append(p.grad.clone()))
+    if kind == "optimizer":  # PyTorch's optimizer step in the backward
+        optimizer_in_backward(model, calls)
+        return
+    for name, p in model.named_parameters():  # a clamp, then a logger of the whole gradient
+        p.register_hook(lambda g: g.clamp(-2e-3, 2e-3))
+        p.register_post_accumulate_grad_hook(lambda p, name=name: calls.setdefault(name, []).append(p.grad.clone()))
 
 
 def batch(step):

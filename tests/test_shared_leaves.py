@@ -25,7 +25,7 @@ from gpusolve.simulate import store_all_peak_bytes  # noqa: E402
 from torch_exec import _util as U  # noqa: E402
 from torch_exec.executor import BWD, TAPE, annotate  # noqa: E402
 from torch_exec.paper_offload import PaperOffloadRunner, planning_instance  # noqa: E402
-from _torch_helpers import wrap  # noqa: E402
+from _torch_helpers import optimizer_in_backward, wrap  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 from shared_leaves import IDS, SIZES, closure_head, gpt2_run, list_head, step_peak  # noqa: E402  (bench/shared_leaves.py)
@@ -328,18 +328,6 @@ def test_post_accumulate_hooks_of_a_shared_parameter_run_once_with_the_whole_gra
         def forward(self, a, b):
             return (self.enc(a) * self.enc(b)).sum(1).square().mean()
 
-    def fuse(model):
-        calls: dict = {}
-        for name, p in model.named_parameters():
-            opt = torch.optim.Adam([p], lr=1e-2)
-
-            def hook(p, name=name, opt=opt):
-                calls[name] = calls.get(name, 0) + 1
-                opt.step()
-                opt.zero_grad()
-            p.register_post_accumulate_grad_hook(hook)
-        return calls
-
     g = torch.Generator().manual_seed(3)
     cases = [(Tied(), lambda: (torch.randint(0, 40, (4, 10), generator=g),), "chain"),
              (Siamese(), lambda: (torch.randn(32, 16, generator=g), torch.randn(32, 16, generator=g)), "join")]
@@ -351,7 +339,7 @@ def test_post_accumulate_hooks_of_a_shared_parameter_run_once_with_the_whole_gra
         wrapped.replan(wrapped.min_budget_bytes)  # the least budget: the readers in segments of their own
         assert type(wrapped.executor).__name__ == ("CheckpointedJoin" if kind == "join" else "CheckpointedSequential")
         assert wrapped.executor._last.shared_params and not wrapped.executor._last.plain
-        ours, theirs = fuse(model), fuse(ref)
+        ours, theirs = optimizer_in_backward(model), optimizer_in_backward(ref)
         for _ in range(3):
             args = batch()
             wrapped(*args).backward()

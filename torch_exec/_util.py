@@ -919,7 +919,7 @@ class _PassHooks:
         self.taken: set = set()
         self.held: list = []   # (p, its post-accumulate hook dict, the user hooks taken out)
         self.aside: list = []  # (p, its gradient hook dict, the hooks taken out, .grad set aside)
-        self.guarded: dict = {}  # id(p) -> its _Watch (:meth:`watch`)
+        self.watched: dict = {}  # id(p) -> its _Watch (:meth:`watch`)
 
     def watch(self, p, skip: bool, handed=None, verdict=None) -> None:
         """Until the pass ends, watch the engine's one AccumulateGrad call for ``p`` after the parameter tap (Note
@@ -929,17 +929,17 @@ class _PassHooks:
         nothing: the engine's call with None, where plain autograd makes none. Several calls of one pass (two
         calls before one backward) watch once: the hooks skip only where every call said so, and no verdict is
         given (the engine sums the calls' parts)."""
-        watched = self.guarded.get(id(p))
+        watched = self.watched.get(id(p))
         if watched is not None:
             watched.skip = watched.skip and skip
             watched.verdict = None
             return
-        self.guarded[id(p)] = _Watch(p, skip, handed, verdict)
+        self.watched[id(p)] = _Watch(p, skip, handed, verdict)
 
-    def _unguard(self) -> None:
-        for watched in self.guarded.values():
+    def _unwatch(self) -> None:
+        for watched in self.watched.values():
             watched.remove()
-        self.guarded.clear()
+        self.watched.clear()
 
     def take(self, params) -> None:
         for p in params:
@@ -960,7 +960,7 @@ class _PassHooks:
             grad_hooks.update(taken)
         for _, hooks, users, _ in self.held:
             hooks.update(users)
-        self._unguard()  # last: a hook taken out while guarded went back guarded
+        self._unwatch()  # last: a hook taken out while watched went back wrapped
 
     def abandon(self) -> None:
         """The pass failed: hooks back, ``.grad`` as it was before it."""
@@ -1053,6 +1053,11 @@ def users_grad_hooks(p) -> bool:
     return any(not getattr(hook, "watch_detector", False) for hook in (p._backward_hooks or {}).values())
 
 
+def users_post_hooks(p) -> bool:
+    """Whether ``p`` has a post-accumulate-grad hook of the user's (:func:`users_hook`)."""
+    return any(map(users_hook, (getattr(p, "_post_accumulate_grad_hooks", None) or {}).values()))
+
+
 def _unless_none(hook, watched: _Watch, grad):
     """A gradient hook watched by :meth:`_PassHooks.watch`."""
     return None if grad is None and watched.skip else hook(grad)
@@ -1081,7 +1086,7 @@ def watched_now() -> frozenset:
     """The ids of the parameters an earlier schedule backward of the backward pass running now watches
     (:meth:`_PassHooks.watch`): their gradients come in several parts in this pass."""
     state = _DEFERRED.get(torch._C._current_graph_task_id())
-    return frozenset(state.guarded) if state is not None else frozenset()
+    return frozenset(state.watched) if state is not None else frozenset()
 
 
 def pass_hooks() -> _PassHooks | None:

@@ -1292,11 +1292,11 @@ def _compiler_disable(fn):
 _EAGER: dict = {}  # fn -> torch.compiler.disable(fn), made by _compiler_disable's wrapper
 
 
-def _tap_params(module: nn.Module) -> list:
+def _tap_params(module: nn.Module, ddp) -> list:
     """The parameters routed through :class:`_ParamTap` (Note [Autograd calls that name tensors]): the trainable
-    ones, hooked or not (Note [Hooks of routed parameters]); none in the forward of a DistributedDataParallel that
-    does not search its graph for unused parameters (Note [DistributedDataParallel])."""
-    ddp = _ddp_forward()
+    ones, hooked or not (Note [Hooks of routed parameters]); none in the forward of a DistributedDataParallel
+    (``ddp``: :func:`_ddp_forward`) that does not search its graph for unused parameters (Note
+    [DistributedDataParallel])."""
     if ddp is not None and (ddp.static_graph or not ddp.find_unused_parameters):
         return []
     return [p for p in module.parameters() if p.requires_grad]
@@ -1514,8 +1514,7 @@ class _RoutedHooks:
                 if grad_hooked:
                     self.work.append((i, p, "mute", False))
                 continue
-            if not (grad_hooked or any(map(U.users_hook, (getattr(p, "_post_accumulate_grad_hooks", None)
-                                                          or {}).values()))):
+            if not (grad_hooked or U.users_post_hooks(p)):
                 continue
             if grad_hooked and p.grad is not None:  # handing its part over would need a buffer beside .grad
                 self.inline.append((p, False))
@@ -1675,8 +1674,7 @@ def state_requires_grad(entry, s: int):
 def user_hooked(params) -> list:
     """The parameters among ``params`` with a gradient hook or a post-accumulate-grad hook of the user's (the step
     meter's own, marked ``meter_hook``, left out)."""
-    return [p for p in params if p.requires_grad and (
-        U.users_grad_hooks(p) or any(map(U.users_hook, (getattr(p, "_post_accumulate_grad_hooks", None) or {}).values())))]
+    return [p for p in params if p.requires_grad and (U.users_grad_hooks(p) or U.users_post_hooks(p))]
 
 
 def refuse_shared_hazards(shared: tuple, who: str) -> None:
@@ -1908,14 +1906,15 @@ class _PlannedModule(nn.Module):
         wrapper's routed parameters, so that a call naming them reaches the step's backward, which hands
         their gradients to the box (Note [Autograd calls that name tensors]); without such parameters an
         empty leaf requiring grad, which makes the backward run even when no input needs a gradient."""
-        params = _tap_params(self)
+        ddp = _ddp_forward()
+        params = _tap_params(self, ddp)
         if not params:
             return torch.empty(0, requires_grad=True), (None, [], None, None)
         box: list = []
         tap = _ParamTap.apply(box, *params)
         # inside DDP's forward (find_unused_parameters=True) the hooks stay in the segments: DDP's own hook on the
         # accumulator counts the calls (Note [Hooks of routed parameters])
-        readers = _HOOK_READERS.setdefault(self, {}) if _ddp_forward() is None else None
+        readers = _HOOK_READERS.setdefault(self, {}) if ddp is None else None
         return tap, (box, params, tap.grad_fn, readers)
 
     def _reserved_beside(self) -> int:

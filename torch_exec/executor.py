@@ -297,7 +297,8 @@ Note [Hooks of routed parameters]
     in the backward frees each gradient from the second step on. The profile measures the gradient hooks'
     temporaries in each stage's backward; where they run after the schedule, the step uses less than its plan
     (a clamp on every parameter of a 4-layer MLP, at the least budget: 0.62 x the predicted peak while waiting,
-    0.98 x in the segments; tests/test_torch_exec.py::test_parameter_gradient_hooks_are_profiled).
+    0.98 x in the segments; bench/results/hook_temporaries_cpu.md, and asserted in
+    tests/test_torch_exec.py::test_parameter_gradient_hooks_are_profiled).
 
 Note [Retained graphs]
     Every refusal happens when the Function's backward starts, before it consumes any state or

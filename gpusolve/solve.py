@@ -21,6 +21,15 @@ Note [Exact candidates]
     (4) when no column at or below the budget is feasible although the budget is at least the exact
     minimum, the least-peak policy of :mod:`gpusolve.dp.minpeak`.
     ``Plan.notes`` says which candidate decided. ``Plan.curve`` stops at the budget.
+
+Note [The thesis model's class]
+    In the thesis's model (``Chain.multi_tape=False``, e.g. :meth:`Chain.from_thesis`) a recording
+    forward is taken only right before its own backward, and its cost and tape are folded into that
+    backward (the encoding gives it time 0 and no tape). A schedule that records earlier (plain
+    autograd, the segment policies, and for a join the composed baselines) leaves that class, and the
+    encoding prices it wrongly (store-all there costs no forward and holds no tape), below the class's
+    least budget that the solver names. So candidates outside the DP's class are taken only when every
+    chain is in the project's model (:func:`outside_class_candidates`): chain, offload and join alike.
 """
 from __future__ import annotations
 
@@ -399,11 +408,9 @@ def exact_candidates(chain: Chain, problem: Problem, table, full_curve: np.ndarr
     if found is not None:
         m, (peak, candidate) = found
         best = (full_curve[m], peak, candidate, slack_note(m - buckets, peak))
-    # (3): segment policies (store-all, checkpoint_sequential, Chen's greedy). Not in the thesis's model
-    # (multi_tape=False: a forward with tape only right before its own backward), whose class they leave:
-    # a store-all plan returned there was below the class's least budget, which the exact backend refused.
+    # (3): segment policies (store-all, checkpoint_sequential, Chen's greedy); Note [The thesis model's class].
     segment = (_fastest_segment_policy(chain, problem, budget_bytes, best[0] if best is not None else np.inf)
-               if chain.multi_tape else None)
+               if outside_class_candidates([chain]) else None)
     if segment is not None:
         seg_time, seg_peak, cuts, origin = segment
         found = ("" if best is None else
@@ -412,6 +419,12 @@ def exact_candidates(chain: Chain, problem: Problem, table, full_curve: np.ndarr
         note = f"{origin}{where} fits the budget in exact bytes (peak {seg_peak} B){found}; the plan is {origin}"
         best = (seg_time, seg_peak, segments_policy(list(cuts), chain.n), note)
     return best
+
+
+def outside_class_candidates(chains) -> bool:
+    """Whether plans outside the DP's class (plain autograd, segment policies, composed baselines) may be
+    candidates: only when every non-empty chain is in the project's model (Note [The thesis model's class])."""
+    return all(chain.multi_tape for chain in chains if chain.n)
 
 
 # The slack band (Note [Exact candidates]): at most this many recovered candidates (a binary search

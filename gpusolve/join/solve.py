@@ -10,8 +10,10 @@ Note [Join candidates]
     optimal whenever it fits and which bucket rounding can hide at the store-all peak; (3) the
     baselines of :mod:`gpusolve.join.baselines` (split budget, EQUIV-CHAIN), so that the plan is never
     slower than them, in exact bytes, whatever the bucket (the join DP is optimal only among nested,
-    persistent schedules: spec A.2.5 item 6; and a branch in the thesis model, ``multi_tape=False``,
-    records no stage before the turn in the DP, while store-all and the composed baselines do); (4) when the table has no plan at the budget although the
+    persistent schedules: spec A.2.5 item 6). (2) and (3) record stages before the turn, which a branch
+    in the thesis model (``multi_tape=False``) never does: with such a branch they are no candidates
+    (Note [The thesis model's class] in :mod:`gpusolve.solve`; the encoding prices them wrongly, below
+    the minimum the solver names); (4) when the table has no plan at the budget although the
     budget is at least the exact minimum of the DP's schedules (bucket rounding), the least-peak
     policy (:func:`gpusolve.join.dp.min_peak_join`), which runs within exactly that minimum; (5) as
     for a chain (Note [Exact candidates] (2) in :mod:`gpusolve.solve`), when no bucket is given the
@@ -28,8 +30,8 @@ import numpy as np
 
 from ..dp.buckets import HOST_MEMORY_FRACTION, available_host_bytes, check_user_bucket
 from ..errors import InfeasibleBudgetError
-from ..solve import (Curve, PlanBase, naming_percent, pick_kernel_backend, plan_dict, plan_summary, slack_band_fit,
-                     slack_buckets, slack_note)
+from ..solve import (Curve, PlanBase, naming_percent, outside_class_candidates, pick_kernel_backend, plan_dict,
+                     plan_summary, slack_band_fit, slack_buckets, slack_note)
 from ..units import exact_bytes, format_bytes, parse_budget
 from .baselines import equiv_chain, split_budget, store_all
 from .bytesim import simulate_join, store_all_join_peak_bytes
@@ -179,9 +181,11 @@ def solve_join(branches, turn: Turn, budget, bucket=None, reserved_bytes: int = 
         m, (schedule, sim, band_policy) = found
         candidates.append((sim.time_ms, sim.peak_bytes, schedule, band_policy, "join DP",
                            slack_note(m - buckets, sim.peak_bytes)))
-    others = [store_all(net, budget_bytes)]
-    if baselines:
-        others += [split_budget(net, budget_bytes, bucket_bytes), equiv_chain(net, budget_bytes, bucket_bytes)]
+    others = []
+    if outside_class_candidates(net.branches):  # Note [Join candidates] (2), (3)
+        others = [store_all(net, budget_bytes)]
+        if baselines:
+            others += [split_budget(net, budget_bytes, bucket_bytes), equiv_chain(net, budget_bytes, bucket_bytes)]
     candidates += [(b.time_ms, b.peak_bytes, b.schedule, None, b.name, None) for b in others if b.feasible]
     if policy is None:  # Note [Join candidates] (4)
         least_policy = least.policy()
@@ -199,8 +203,6 @@ def solve_join(branches, turn: Turn, budget, bucket=None, reserved_bytes: int = 
         notes.append(note)
     if origin != "join DP":
         why = "bucket rounding"
-        if not all(b.multi_tape for b in net.branches if b.n):
-            why += " or the thesis model of a branch (multi_tape=False: no recording before the turn)"
         than = (f"is faster than the join DP's plan ({candidates[0][0]:.4f} ms; {why})"
                 if candidates[0][4] == "join DP" else f"the join DP's table has no plan ({why})")
         notes.append(f"{origin} fits the budget in exact bytes (peak {peak} B) and {than}; the plan is {origin}")

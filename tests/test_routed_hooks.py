@@ -68,6 +68,10 @@ def hook_all(model, kind, calls):
     if kind == "optimizer":  # PyTorch's optimizer step in the backward
         optimizer_in_backward(model, calls)
         return
+    if kind == "accumulator":  # the same through PyTorch's API, a hook on each AccumulateGrad node
+        from torch.distributed.optim import _apply_optimizer_in_backward
+        _apply_optimizer_in_backward(torch.optim.Adam, model.parameters(), {"lr": 1e-2})
+        return
     for name, p in model.named_parameters():  # a clamp, then a logger of the whole gradient
         p.register_hook(lambda g: g.clamp(-2e-3, 2e-3))
         p.register_post_accumulate_grad_hook(lambda p, name=name: calls.setdefault(name, []).append(p.grad.clone()))
@@ -91,24 +95,37 @@ def steps(model, ref, n, compare=lambda: None):
     return [r.peak_beyond_set_grads - r.predicted_peak for r in model.body.memory_report()[-n:]]
 
 
-@pytest.mark.parametrize("kind", ["optimizer", "clamp"])
+def adam_steps(model) -> dict:
+    """How many steps each parameter's optimizer in the backward (PyTorch's API) has made, by name."""
+    return {name: int(p._in_backward_optimizers[0].state[p]["step"]) for name, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("kind", ["optimizer", "accumulator", "clamp"])
 def test_a_parameter_read_outside_the_wrapper_runs_its_hooks_once(kind):
     # bench/repros/rv6_diff_hooks_param_read_outside.py: the stage's segment ran the tied weight's hooks on its
     # part, the outer graph again on the head's (Adam stepped twice per backward; the clamp clipped each part).
+    # The hooks on the accumulator node of PyTorch's _apply_optimizer_in_backward too
+    # (bench/repros/rv9_hooks_accumulator_node_tied.py, Note [Hooks on the accumulator node] in torch_exec/_util.py).
     # The peak is within the plan by as much as the same model's without hooks (the head, computed outside the
     # wrapper, is measured too and planned for by no one: above the budget either way). The first backward runs
     # the hooks on the whole gradient and finds the head's part; the next ones too (Note [Hooks of routed
     # parameters])
     unhooked = steps(*wrapped_pair(), 3)
     model, ref = wrapped_pair()
-    ours, theirs = {}, {}
+    ours, theirs, done = {}, {}, []
     hook_all(model, kind, ours)
     hook_all(ref, kind, theirs)
 
     def compare():
+        if kind == "accumulator":
+            done.append(None)
+            ours.update(adam_steps(model)), theirs.update(adam_steps(ref))
+            assert set(theirs.values()) == {len(done)}  # one step per backward
         assert ours.keys() == theirs.keys() and ours
         for name in theirs:
-            if kind == "optimizer":
+            if kind == "accumulator":
+                assert ours[name] == theirs[name], name
+            elif kind == "optimizer":
                 assert ours[name] == theirs[name] == 1, name
             else:
                 assert len(ours[name]) == len(theirs[name]) == 1, name
@@ -120,7 +137,7 @@ def test_a_parameter_read_outside_the_wrapper_runs_its_hooks_once(kind):
         ours.clear(), theirs.clear()
 
     overs = steps(model, ref, 3, compare)
-    if kind == "optimizer":  # (the clamp's logger keeps a copy of every gradient: the caller's memory)
+    if kind != "clamp":  # (the clamp's logger keeps a copy of every gradient: the caller's memory)
         assert all(over <= unhooked[0] for over in overs), (overs, unhooked)
 
 
@@ -185,7 +202,8 @@ def test_a_call_naming_hooked_parameters_reaches_the_schedule():
     assert all(p.grad is None for p in model.parameters())
 
 
-def test_an_optimizer_in_the_backward_still_frees_each_gradient_early():
+@pytest.mark.parametrize("route", ["tensor", "accumulator"])
+def test_an_optimizer_in_the_backward_still_frees_each_gradient_early(route):
     # the first backward runs a hooked parameter's hooks on the whole gradient, after the schedule's backward, and
     # learns that no part comes from outside the wrapper; from then on they run in the stages' segments, so the
     # optimizer stepped there frees each gradient as plain autograd's does (a review: every gradient was held to the
@@ -204,7 +222,10 @@ def test_an_optimizer_in_the_backward_still_frees_each_gradient_early():
         w = te.CheckpointedSequential(seq, budget="100%", backend="cpu")
         w.prepare(x)
         w.replan(w.min_budget_bytes)
-        if hooked:
+        if hooked and route == "accumulator":  # PyTorch's API: hooks on the AccumulateGrad nodes
+            from torch.distributed.optim import _apply_optimizer_in_backward
+            _apply_optimizer_in_backward(torch.optim.SGD, seq.parameters(), {"lr": 1e-2})
+        elif hooked:
             for p in seq.parameters():
                 opt = torch.optim.SGD([p], lr=1e-2)
 

@@ -899,15 +899,67 @@ def users_hook(fn) -> bool:
     return not getattr(fn, "meter_hook", False)
 
 
-def take_post_accumulate_hooks(p, which=lambda fn: True) -> tuple:
-    """Removes from ``p``'s post-accumulate-grad hooks those ``which`` picks: (the hook dict, [(key, hook)]
-    taken), put back with ``hooks.update(taken)``. The engine holds the dict itself: it is emptied and refilled
-    in place (:class:`ModelSnapshot`, :func:`leaf_hooks_deferred`)."""
-    hooks = getattr(p, "_post_accumulate_grad_hooks", None)
-    taken = [(key, fn) for key, fn in (hooks or {}).items() if which(fn)]
-    for key, _ in taken:
-        del hooks[key]
-    return hooks, taken
+# Note [Hooks on the accumulator node]
+#     PyTorch's optimizer in the backward (torch.distributed.optim._apply_optimizer_in_backward) hooks the
+#     parameter's AccumulateGrad node, not the tensor: ``hook(grad_inputs, grad_outputs)`` after each call of the
+#     node, which is a post-accumulate hook by another name. A tied weight read outside the wrapper stepped once
+#     per part (bench/repros/rv9_hooks_accumulator_node_tied.py). Such hooks cannot be listed from the node, but
+#     that API keeps their handles (``param_to_optim_hook_handle_map``), whose dicts the engine reads: so the
+#     post hooks of a parameter (:func:`post_hooks_of`) are its tensor's and those, each taken out, put back,
+#     watched and run alike (``PostHook``). A hook put on the node by hand stays out of sight.
+@dataclass(frozen=True)
+class PostHook:
+    """One post-accumulate hook of a parameter: its ``hooks`` dict (the engine holds it: emptied and refilled in
+    place), ``key`` and ``fn``; ``node``: on the AccumulateGrad node (Note [Hooks on the accumulator node])."""
+
+    hooks: dict
+    key: object
+    fn: object
+    node: bool = False
+
+    def put_back(self, fn=None) -> None:
+        self.hooks[self.key] = self.fn if fn is None else fn
+
+    def __call__(self, p) -> None:
+        """Runs it as the engine does after accumulating ``p``'s gradient."""
+        if self.node:
+            self.fn((), (p.grad,))
+        else:
+            self.fn(p)
+
+
+def _node_hook_dicts(p) -> list:
+    """The hook dicts of ``p``'s AccumulateGrad node that PyTorch's optimizer in the backward filled (Note [Hooks
+    on the accumulator node]); none where that API never ran (its module is not even imported)."""
+    if not hasattr(p, "_in_backward_optimizers"):
+        return []
+    api = sys.modules.get("torch.distributed.optim.apply_optimizer_in_backward")
+    handles = getattr(api, "param_to_optim_hook_handle_map", None)
+    dicts = {}
+    for handle in (handles.get(p, ()) if handles is not None else ()):
+        hooks = handle.hooks_dict_ref()
+        if hooks is not None:
+            dicts[id(hooks)] = hooks
+    return list(dicts.values())
+
+
+def post_hooks_of(p) -> list:
+    """``p``'s post-accumulate hooks, its tensor's then its accumulator node's (Note [Hooks on the accumulator
+    node]), as :class:`PostHook`."""
+    hooks = getattr(p, "_post_accumulate_grad_hooks", None) or {}
+    found = [PostHook(hooks, key, fn) for key, fn in hooks.items()]
+    for node_hooks in _node_hook_dicts(p):
+        found += [PostHook(node_hooks, key, fn, node=True) for key, fn in node_hooks.items()]
+    return found
+
+
+def take_post_accumulate_hooks(p, which=lambda fn: True) -> list:
+    """Removes from ``p``'s post-accumulate hooks (:func:`post_hooks_of`) those ``which`` picks and returns them
+    (:class:`PostHook`, each put back with ``put_back()``; :class:`ModelSnapshot`, :func:`leaf_hooks_deferred`)."""
+    taken = [hook for hook in post_hooks_of(p) if which(hook.fn)]
+    for hook in taken:
+        del hook.hooks[hook.key]
+    return taken
 
 
 class _PassHooks:
@@ -917,7 +969,7 @@ class _PassHooks:
     def __init__(self, task: int):
         self.task = task
         self.taken: set = set()
-        self.held: list = []   # (p, its post-accumulate hook dict, the user hooks taken out)
+        self.held: list = []   # (p, the user's post-accumulate hooks taken out, grad_seen(p))
         self.aside: list = []  # (p, its gradient hook dict, the hooks taken out, .grad set aside)
         self.watched: dict = {}  # id(p) -> its _Watch (:meth:`watch`)
 
@@ -946,9 +998,9 @@ class _PassHooks:
             if id(p) in self.taken:
                 continue
             self.taken.add(id(p))
-            hooks, users = take_post_accumulate_hooks(p, users_hook)
+            users = take_post_accumulate_hooks(p, users_hook)
             if users:
-                self.held.append((p, hooks, users, grad_seen(p)))
+                self.held.append((p, users, grad_seen(p)))
             grad_hooks = p._backward_hooks  # the engine holds this dict: emptied and refilled in place
             if grad_hooks:
                 self.aside.append((p, grad_hooks, list(grad_hooks.items()), p.grad))
@@ -958,8 +1010,9 @@ class _PassHooks:
     def _put_back(self) -> None:
         for _, grad_hooks, taken, _ in self.aside:
             grad_hooks.update(taken)
-        for _, hooks, users, _ in self.held:
-            hooks.update(users)
+        for _, users, _ in self.held:
+            for hook in users:
+                hook.put_back()
         self._unwatch()  # last: a hook taken out while watched went back wrapped
 
     def abandon(self) -> None:
@@ -998,10 +1051,10 @@ class _PassHooks:
             del whole
         del wholes
         aside = {id(p) for p, *_ in self.aside}
-        for p, _, users, seen in self.held:
+        for p, users, seen in self.held:
             if id(p) in unreached or (id(p) not in aside and grad_unchanged(p, seen)):
                 continue
-            for _, hook in users:
+            for hook in users:
                 hook(p)
 
 
@@ -1027,11 +1080,10 @@ class _Watch:
         for key, hook in users:
             self.swapped.append((hooks, key, hook))
             hooks[key] = functools.partial(_unless_none, hook, self)
-        posts = getattr(p, "_post_accumulate_grad_hooks", None) or {}
-        for key, hook in list(posts.items()):
-            if users_hook(hook):
-                self.swapped.append((posts, key, hook))
-                posts[key] = functools.partial(_unless_brought, hook, self)
+        for post in post_hooks_of(p):
+            if users_hook(post.fn):
+                self.swapped.append((post.hooks, post.key, post.fn))
+                post.put_back(functools.partial(_unless_brought, post.fn, self))
 
     def _detect(self, grad):
         self.brought = grad is not None
@@ -1054,8 +1106,8 @@ def users_grad_hooks(p) -> bool:
 
 
 def users_post_hooks(p) -> bool:
-    """Whether ``p`` has a post-accumulate-grad hook of the user's (:func:`users_hook`)."""
-    return any(map(users_hook, (getattr(p, "_post_accumulate_grad_hooks", None) or {}).values()))
+    """Whether ``p`` has a post-accumulate hook of the user's (:func:`users_hook`, :func:`post_hooks_of`)."""
+    return any(users_hook(hook.fn) for hook in post_hooks_of(p))
 
 
 def _unless_none(hook, watched: _Watch, grad):
@@ -1063,9 +1115,10 @@ def _unless_none(hook, watched: _Watch, grad):
     return None if grad is None and watched.skip else hook(grad)
 
 
-def _unless_brought(hook, watched: _Watch, p):
-    """A post-accumulate-grad hook watched by :meth:`_PassHooks.watch`: skips where the call brought nothing."""
-    return None if watched.skip and watched.brought is False else hook(p)
+def _unless_brought(hook, watched: _Watch, *args):
+    """A post-accumulate hook (of the tensor: ``(p)``, of its node: ``(grad_inputs, grad_outputs)``) watched by
+    :meth:`_PassHooks.watch`: skips where the call brought nothing."""
+    return None if watched.skip and watched.brought is False else hook(*args)
 
 
 def grad_seen(p) -> tuple:
@@ -1318,11 +1371,9 @@ class ModelSnapshot:
         # the default generators and the model's own (``generators``; default: those ``modules`` hold)
         self.rng = RngState.capture(all_rng_devices(), generators_of(modules) if generators is None else generators)
         self.training = [(m, m.training) for mod in modules for m in mod.modules()]
-        self.hooks = []  # (dict, taken): refilled on restore
+        self.hooks = []  # the post-accumulate hooks taken out (PostHook): put back on restore
         for p in self.params if suspend else ():
-            hooks, taken = take_post_accumulate_hooks(p)
-            if taken:
-                self.hooks.append((hooks, taken))
+            self.hooks += take_post_accumulate_hooks(p)
 
     def restore(self, hooks: bool = True) -> None:
         """Put everything back; ``hooks=False`` leaves the suspended hooks suspended (a profile that
@@ -1339,6 +1390,6 @@ class ModelSnapshot:
             m.training = mode
         if not hooks:
             return
-        for held, items in self.hooks:
-            held.update(items)
+        for hook in self.hooks:
+            hook.put_back()
         self.hooks = []

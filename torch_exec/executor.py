@@ -288,8 +288,9 @@ Note [Hooks of routed parameters]
     parameter; a later backward whose hooks ran in the segments and finds a part from outside (a reader added
     later) warns that its hooks ran once per part, and the next ones wait. And where the tap handed nothing
     (no stage gave a gradient, or the hooks ran in the segments), the user's hooks skip a call that brings
-    None, which plain autograd never makes. Not covered: a hook on the accumulator node itself (PyTorch's
-    ``_apply_optimizer_in_backward``), which runs per part (bench/repros/rv9_hooks_accumulator_node_tied.py).
+    None, which plain autograd never makes. The hooks PyTorch's ``_apply_optimizer_in_backward`` puts on the
+    accumulator node count as post-accumulate hooks (Note [Hooks on the accumulator node] in torch_exec/_util.py;
+    they ran per part: bench/repros/rv9_hooks_accumulator_node_tied.py); one put on the node by hand is not seen.
     The deferrals to the end of the pass (Note [Hooks on a leaf several segments read], Note [Hooks across calls
     before one backward]) take the parameters this does not hand over or suspend. Checked against plain
     autograd on the CPU (tests/test_routed_hooks.py): hook calls, gradients and weights bit for bit (while
@@ -1537,17 +1538,17 @@ class _RoutedHooks:
             grad_hooks = p._backward_hooks or {}
             moved = list(grad_hooks.items())
             grad_hooks.clear()  # the engine holds the dict: emptied and refilled in place
-            posts, users = U.take_post_accumulate_hooks(p, U.users_hook) if how != "mute" else (None, [])
-            self.taken.append((i, p, how, probing, grad_hooks, moved, posts, users, U.grad_seen(p)))
+            users = U.take_post_accumulate_hooks(p, U.users_hook) if how != "mute" else []
+            self.taken.append((i, p, how, probing, grad_hooks, moved, users, U.grad_seen(p)))
         return self
 
     def __exit__(self, kind, error, trace):
         handed = [None] * self.n
         state = U.pass_hooks() if self.inline or any(how != "mute" for _, _, how, *_ in self.taken) else None
-        for i, p, how, probing, grad_hooks, moved, posts, users, seen in self.taken:
+        for i, p, how, probing, grad_hooks, moved, users, seen in self.taken:
             grad_hooks.update(moved)
-            if users:
-                posts.update(users)
+            for hook in users:
+                hook.put_back()
             verdict = self._probed if probing else None
             if how == "harvest":  # .grad was None: what the segments added is the stages' part
                 if kind is None:

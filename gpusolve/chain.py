@@ -386,8 +386,10 @@ class Chain:
         _check_chain_fields(data, where)
         kwargs = {k: data[k] for k in TIME_FIELDS + ALL_BYTE_FIELDS if k in data}
         try:
+            grad_in = data.get("input_grad_bytes")  # whole-valued floats as in the other two (checked above)
             return cls(**kwargs, input_bytes=int(data.get("input_bytes", 0)),
-                       input_grad_bytes=data.get("input_grad_bytes"), reserved_bytes=int(data.get("reserved_bytes", 0)),
+                       input_grad_bytes=None if grad_in is None else int(grad_in),
+                       reserved_bytes=int(data.get("reserved_bytes", 0)),
                        names=data.get("names"), multi_tape=data.get("multi_tape", True),
                        provenance=data.get("provenance", {}))
         except ValueError as err:

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .baselines import baseline_curves
+from .baselines import baseline_curves, fastest_plan_peak_bytes
 from .chain import Chain
 from .dp.minpeak import min_feasible_bytes
 from .errors import InfeasibleBudgetError
-from .simulate import budget_bytes_of, store_all_peak_bytes, store_all_time_ms
+from .simulate import budget_bytes_of, store_all_time_ms
 from .units import binary_unit
 
 GRID_POINTS = 24
@@ -28,7 +28,8 @@ STYLES = {
 
 def curve_data(chain: Chain, max_budget=None, bucket=None, backend: str = "auto", points: int = GRID_POINTS) -> dict:
     """Numbers behind the plot: the optimal curve and the baselines at ``points`` budgets from the
-    minimum feasible budget to ``max_budget`` (default: the store-all peak). Bytes and ms throughout.
+    minimum feasible budget to ``max_budget`` (default: the store-all peak; :func:`curve_budgets`). Bytes and ms
+    throughout.
 
     The optimal curve is the fastest plan gpusolve has for each budget: the table's optimum at every
     bucket (one table, filled at ``max_budget``) and, at each of the ``points`` budgets, the plan made
@@ -97,13 +98,23 @@ def ladder_plans(solve_many, top: int, grid: list, ladder: bool = True) -> tuple
 
 
 def curve_budgets(chain: Chain, max_budget, low: int, points: int, what: str = "") -> tuple[int, list[int]]:
-    """(top, grid) of a curve from the least budget ``low`` to ``max_budget`` (default: the store-all peak):
-    the top in bytes and ``points`` budgets from ``low`` to it (fewer where they coincide). A top below
-    ``low`` raises, naming both (``what``: the class of plans ``low`` is the least of, e.g. " with offloading")."""
-    top = store_all_peak_bytes(chain) if max_budget is None else budget_bytes_of(chain, max_budget, "max budget")
+    """(top, grid) of a curve from the least budget ``low`` to ``max_budget`` (default: the peak of the fastest
+    plan, :func:`gpusolve.baselines.fastest_plan_peak_bytes`: the store-all peak, or in the thesis's model the
+    every-stage-checkpointed plan's, which the store-all peak was below: a review, bench/repros/
+    rv10_solver_thesis_curve_default_top.py): the top in bytes and ``points`` budgets from ``low`` to it (fewer
+    where they coincide). A top below ``low`` raises, naming both (``what``: the class of plans ``low`` is the
+    least of, e.g. " with offloading")."""
+    if max_budget is None:
+        return _grid(max(fastest_plan_peak_bytes(chain), low), low, points)
+    top = budget_bytes_of(chain, max_budget, "max budget")
     if top < low:
+        default = "the store-all peak" if chain.multi_tape else "the peak of the fastest plan"
         raise InfeasibleBudgetError(f"max budget {top} B is below the chain's least feasible budget {low} B{what}: "
-                                    f"raise it (--max-budget), or leave it out for the store-all peak", low)
+                                    f"raise it (--max-budget), or leave it out for {default}", low)
+    return _grid(top, low, points)
+
+
+def _grid(top: int, low: int, points: int) -> tuple[int, list[int]]:
     return top, np.unique(np.linspace(low, top, points).astype(np.int64)).tolist()
 
 

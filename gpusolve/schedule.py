@@ -116,6 +116,20 @@ class Swap:
 Policy = Union[Tape, Checkpoint, Swap]
 
 
+def records_early(policy: Policy) -> bool:
+    """Whether ``policy`` records a stage before the next stage's backward has run (a :class:`Tape` with a right
+    part): outside the class of the thesis's model (Note [The thesis model's class] in gpusolve/solve.py)."""
+    stack = [policy]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Tape):
+            if node.right is not None:
+                return True
+        elif node is not None:
+            stack += [node.right, node.left]
+    return False
+
+
 def policy_to_schedule(policy: Policy, i: int, j: int) -> list[Op]:
     """Operations of ``policy`` for the sub-chain (i, j): a_i held outside, gradient of a_j given."""
     return list(_emit(policy, i, j))

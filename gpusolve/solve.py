@@ -298,9 +298,9 @@ def _solve_alone(chain: Chain, budget_bytes: int, bucket, backend: str, strict: 
                          f"exact optimum is cheap")
         return _solve_exact(chain, budget_bytes, bucket, strict, progress, started, timings, notes)
     name, _ = _pick_backend(backend, notes)
-    if budget_bytes >= min_feasible_bytes(chain):  # sizes all 0: no bucket to round to
+    if budget_bytes >= min_feasible_bytes(chain):  # a least budget of 0 B: no bucket to round to
         _zero_budget_bucket(bucket)
-        notes.append("a budget of 0 B fits this chain, whose sizes are all 0: exact DP (no buckets)")
+        notes.append("a budget of 0 B fits this chain, whose least budget is 0 B: exact DP (no buckets)")
         return _solve_exact(chain, budget_bytes, bucket, strict, progress, started, timings, notes)
     return _infeasible(chain, budget_bytes, bucket, name, started, timings, notes, strict)
 
@@ -359,10 +359,12 @@ def _table_plan(chain: Chain, problem: Problem, table, full_curve: np.ndarray, b
 
 
 def _zero_budget_bucket(bucket) -> None:
-    """A budget of 0 B fits a chain whose sizes are all 0, and no bucket divides it: one given is refused."""
+    """A budget of 0 B fits a chain whose least budget is 0 B (every size it holds at once is 0: not the same as
+    every size 0, bench/repros/rv10_solver_zero_budget_note_sizes.py), and no bucket divides it: one given is
+    refused."""
     if bucket is not None:
-        raise ValueError(f"a budget of 0 B fits this chain (its sizes are all 0), but no bucket ({bucket!r}) divides "
-                         f"it: leave the bucket out")
+        raise ValueError(f"a budget of 0 B fits this chain (its least budget is 0 B), but no bucket ({bucket!r}) "
+                         f"divides it: leave the bucket out")
 
 
 def auto_is_exact(backend: str, bucket, n: int) -> bool:

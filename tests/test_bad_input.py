@@ -46,6 +46,30 @@ def test_numpy_numbers_are_sizes():
         parse_bytes(np.bool_(True))
 
 
+def test_whole_floats_read_in_every_byte_field_of_a_chain_file():
+    """input_grad_bytes 1024.0 was refused ("it must be a whole number of bytes") where input_bytes and
+    reserved_bytes 1024.0 loaded (bench/repros/rv10_solver_chain_file_float_input_grad.py)."""
+    data = Chain.uniform(3).to_dict()
+    for key in ("input_bytes", "input_grad_bytes", "reserved_bytes"):
+        chain = Chain.from_dict(dict(data, **{key: 1024.0}))
+        assert getattr(chain, key) == 1024 and isinstance(getattr(chain, key), int)
+    with pytest.raises(ValueError, match="input_grad_bytes = 1024.5 is not a whole number of bytes"):
+        Chain.from_dict(dict(data, input_grad_bytes=1024.5))
+
+
+def test_a_zero_least_budget_is_named_as_such():
+    # sizes that are not all 0 but never held at once: "its sizes are all 0" was false
+    # (bench/repros/rv10_solver_zero_budget_note_sizes.py)
+    zero = [0] * 3
+    chain = Chain(t_fwd=[1] * 3, t_fwd_nograd=[1] * 3, t_bwd=[1] * 3, act_bytes=[5] * 3, grad_bytes=zero,
+                  tape_bytes=zero, fwd_nograd_extra=zero, fwd_grad_extra=zero, bwd_extra=zero, input_bytes=7,
+                  input_grad_bytes=0)
+    plan = solve(chain, 0, backend="cpu")
+    assert plan.feasible and any("whose least budget is 0 B" in note for note in plan.notes)
+    with pytest.raises(ValueError, match=r"its least budget is 0 B\), but no bucket \(1\) divides it"):
+        solve(chain, 0, backend="cpu", bucket=1)
+
+
 @pytest.mark.parametrize("value", ["1e308GiB", "1e30", 1e300, MAX_BYTES + 1, "2048TiB"])
 def test_sizes_beyond_any_device_are_refused(value):
     with pytest.raises(ValueError, match=r"is more than 2\^50 bytes \(1 PiB\)"):

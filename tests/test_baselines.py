@@ -263,3 +263,36 @@ def test_segment_candidates_pruned_by_their_last_cut_give_the_same_answer(seed):
         for better_than in limits:
             assert (_fastest_segment_policy(chain, problem, budget, better_than)
                     == _fastest_segment_reference(chain, problem, budget, better_than)), (budget, better_than)
+
+
+def test_a_thesis_chain_is_compared_and_drawn_within_its_class():
+    """Note [The thesis model's class]: store-all and segments that record several stages are priced wrongly by the
+    thesis's encoding (free recording, no tape): compare() reported them fitting at 8 B under a least budget of
+    13 B, faster than the optimum, with a note that a finer bucket would find them; curve_data() with no top refused
+    the default, the store-all peak (2 B) being below the least budget (3 B) (bench/repros/
+    rv10_solver_thesis_compare_outside_class.py, rv10_solver_thesis_curve_default_top.py)."""
+    import json
+
+    from gpusolve.baselines import OUTSIDE_THESIS_CLASS, baseline_curves, compare, fastest_plan_peak_bytes
+    from gpusolve.data import THESIS_CASES
+    from gpusolve.plot import curve_data
+    cases = {c["name"]: c for c in json.loads(THESIS_CASES.read_text())["cases"]}
+
+    def thesis(name):
+        c = cases[name]
+        return Chain.from_thesis(c["alpha_f"], c["alpha_b"], c["beta_f"], c["beta_b"], name=name)
+    chain = thesis("random_seed1_N3")
+    rows = {r["name"]: r for r in compare(chain, 13, backend="cpu")}
+    optimum = rows.pop("optimal (gpusolve)")
+    assert optimum["time_ms"] == pytest.approx(23.638, abs=1e-3) and "note" not in optimum["detail"]
+    assert not rows["store-all"]["feasible"] and OUTSIDE_THESIS_CLASS in rows["store-all"]["detail"]["reason"]
+    for row in rows.values():
+        assert not row["feasible"] or row["time_ms"] >= optimum["time_ms"] * (1 - 1e-9), row
+    assert "store-all" not in baseline_curves(chain, [13, 20])["points"]
+    chain = thesis("uniform_N20")
+    top = fastest_plan_peak_bytes(chain)
+    assert store_all_peak_bytes(chain) == 2 < min_feasible_bytes(chain) == 3 <= top
+    data = curve_data(chain, backend="cpu")
+    assert data["max_budget_bytes"] == top
+    # at that top the fastest plan of the class runs every op once
+    assert data["optimal"]["time_ms"][-1] == pytest.approx(sum(chain.t_fwd_nograd) + sum(chain.t_bwd))

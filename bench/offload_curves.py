@@ -184,7 +184,7 @@ def findings(results: list[dict]) -> list[str]:
             for r in results for row in r["rows"] if "recompute_only" in row["combined"]["detail"].get("timings", {})]
     if cost:
         taken = [f"{r['profile']} {r['link']} {row['percent']} %" for r in results for row in r["rows"]
-                 if row["combined"]["detail"].get("is_recompute_only_plan")]
+                 if row["combined"]["detail"].get("recompute_only_decided")]
         out.append(f"the recompute-only reference solve took {min(cost):.2f}-{max(cost):.2f} x the offload fill's "
                    f"time (Note [Never slower than recompute only]); its plan was the faster one in exact bytes in "
                    f"{len(taken)} of {len(cost)} rows" + (f" ({', '.join(taken)})" if taken else ""))

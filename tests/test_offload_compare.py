@@ -50,6 +50,21 @@ def test_records_over_a_useless_or_unlimited_link(resnet):
         assert all(not rows[n]["feasible"] and "finite" in rows[n]["detail"]["reason"] for n in PAPER_METHODS)
 
 
+def test_the_recompute_only_flag_says_what_the_plan_is(resnet):
+    """is_recompute_only_plan: the plan moves nothing, whichever solve handed it over; it said False for such plans
+    where the combined table's policy was not the reference solve's object (bench/repros/
+    rv10_offload_compare_recompute_only_flag.py: vgg16_b64 at 90 % over 12GB/s)."""
+    for chain, budget, rate in ((Chain.load("vgg16_b64"), "90%", "12GB/s"), (Chain.load("vgg16_b64"), "90%", "0"),
+                                (resnet, "35%", "12GB/s"), (resnet, "35%", "inf")):
+        combined, recompute, *_ = offload_records(chain, budget, Link.parse(rate), backend="cpu")
+        detail = combined["detail"]
+        assert detail["is_recompute_only_plan"] == (detail["swaps"] == 0), (budget, rate)
+        if detail["swaps"] == 0:
+            assert combined["time_ms"] == recompute["time_ms"]
+        else:
+            assert combined["time_ms"] < recompute["time_ms"] and not detail["recompute_only_decided"]
+
+
 @pytest.mark.parametrize("name,rate,percents", [("resnet50_b128", "inf", (90, 60, 45, 35, 25)),
                                                 ("resnet50_b128", "50GB/s", (90, 60, 45, 35, 25)),
                                                 ("vgg16_b64", "inf", (90, 60, 45, 35, 25)),

@@ -247,10 +247,13 @@ def offload_records(chain: Chain, budget, link: Link, bucket=None, backend: str 
     for name, plan in plans:
         detail = {"backend": plan.backend, "buckets": plan.buckets}
         if isinstance(plan, OffloadPlan):
+            # is_recompute_only_plan: the plan moves nothing (it is then as fast as recompute only's optimum, Note
+            # [Never slower than recompute only]); recompute_only_decided: gpusolve.solve's plan, faster in exact bytes
+            # than the combined table's, is the plan. The flag was the second, by the policies' identity, and so
+            # said False for plans that moved nothing (bench/repros/rv10_offload_compare_recompute_only_flag.py)
             other = plan.recompute_only
-            # over a link that moves nothing the plan is recompute only's, which then is not solved twice
-            same = other.policy is plan.policy if other is not None else link.is_useless
-            detail |= {"swaps": plan.swaps, "timings": dict(plan.timings), "is_recompute_only_plan": same}
+            detail |= {"swaps": plan.swaps, "timings": dict(plan.timings), "is_recompute_only_plan": plan.swaps == 0,
+                       "recompute_only_decided": other is not None and other.policy is plan.policy}
         if plan.feasible:
             rows.append(Record(name, float(plan.predicted_time_ms), int(plan.predicted_peak_bytes),
                                float(plan.predicted_time_ms / base - 1.0) if base else 0.0, True, detail))

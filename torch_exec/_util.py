@@ -842,6 +842,25 @@ def autocast_enabled_now() -> bool:
     return torch.cuda.is_available() and torch.is_autocast_enabled("cuda")
 
 
+def training_modes(modules) -> tuple:
+    """Each submodule of ``modules`` with its training flag now (:func:`training_from`, :class:`ModelSnapshot`)."""
+    return tuple((m, m.training) for mod in modules for m in mod.modules())
+
+
+@contextlib.contextmanager
+def training_from(modes: tuple):
+    """Run with the training flags ``modes`` (:func:`training_modes`) recorded earlier, then put back those of
+    now (Note [Recomputing in the forward's mode] in torch_exec/executor.py)."""
+    changed = [(m, flag) for m, flag in modes if m.training != flag]
+    for m, recorded in changed:
+        m.training = recorded
+    try:
+        yield
+    finally:
+        for m, recorded in changed:
+            m.training = not recorded
+
+
 @contextlib.contextmanager
 def autocast_from(state: dict):
     """Re-enter recorded autocast settings; device types not in ``state`` run with autocast off."""
@@ -1370,7 +1389,7 @@ class ModelSnapshot:
         self.grads = [p.grad for p in self.params]
         # the default generators and the model's own (``generators``; default: those ``modules`` hold)
         self.rng = RngState.capture(all_rng_devices(), generators_of(modules) if generators is None else generators)
-        self.training = [(m, m.training) for mod in modules for m in mod.modules()]
+        self.training = training_modes(modules)
         self.hooks = []  # the post-accumulate hooks taken out (PostHook): put back on restore
         for p in self.params if suspend else ():
             self.hooks += take_post_accumulate_hooks(p)

@@ -2138,6 +2138,13 @@ class AutoCheckpointed(nn.Module):
             cap.executor = CheckpointedSequential(_sequential(cap.stages), **kwargs_exec)
         cap.executor.call_data = cap.side  # Note [Data bound to a call] in torch_exec/executor.py
         cap.executor.state_keyed_outside = True  # this wrapper's key holds the model's whole state
+        # the step makes the gradients of the whole model's parameters, the rest's too (Note [The step's parameters])
+        cap.executor.step_params = self._model.parameters
+        where = (f"at the blocks of {cap.blocks[0].name!r} (the block fallback)" if cap.method == "blocks" else
+                 "where its exported graph allows")
+        cap.executor.cut_remedy = (  # _merged_hint in torch_exec/executor.py: the cuts are this capture's
+            f"auto_checkpoint cut the model {where}: raise the budget, or cut the model by hand where an op saves its "
+            f"input (torch_exec.CheckpointedSequential(stages, budget=...), README 'The manual route')")
         return cap
 
     def _join_setting(self):

@@ -365,6 +365,16 @@ Note [Recomputing from the step's buffers]
     known then), a few hundred bytes per BatchNorm. A stage that only reads its buffers (a table of
     targets, a mask) needs no copy and reserves nothing: its predictions stay exact.
 
+Note [Recomputing in the forward's mode]
+    Plain autograd's graph keeps what the forward computed in the mode it ran in; a recomputation calls the
+    stage's modules again, in the mode they are in then. A step whose modules changed mode between its forward
+    and its backward (``model.eval()`` before ``loss.backward()``, a validation pass in eval mode inside the
+    step, an eval-mode forward back-propagated after ``model.train()``) recomputed BatchNorm with its running
+    statistics and dropout switched off or on: gradients up to 6.65 off plain autograd's (5.1e4 with offloading;
+    a review, 2026-11-28: bench/repros/rv10_offload_mode_switch_before_backward.py). So a recomputed stage's
+    first run records its modules' training flags (``Runtime.modes``, :func:`torch_exec._util.training_modes`)
+    and every re-run sets those it finds changed, and puts them back after (:func:`torch_exec._util.training_from`).
+
 Note [A Sequential's own names]
     ``CheckpointedSequential(seq)`` for an ``nn.Sequential`` shares the Sequential's ``_parameters``,
     ``_buffers`` and ``_modules`` dictionaries (as ``auto_checkpoint`` shares the model's: Note
@@ -1020,6 +1030,7 @@ class Runtime:
         self.grads: dict = {}
         self.rng: dict = {}
         self.buffers: dict = {}  # s -> the stage's buffers before its first run (recomputed stages)
+        self.modes: dict = {}  # s -> its modules' training flags at its first run (recomputed stages)
         self.ran = [False] * (self.n + 1)
         self.rg0 = input_requires_grad
         self.autocast = autocast
@@ -1083,8 +1094,9 @@ class Runtime:
 
     def run_stage(self, s: int, state):
         """Run fused stage s. Its first run in a step records the RNG state when the stage runs
-        again later; later runs replay it, with the recorded autocast state and scratch copies of
-        the stage's buffers (BatchNorm statistics are updated once per step)."""
+        again later; later runs replay it, with the recorded autocast state, the modules' training
+        flags of the first run (Note [Recomputing in the forward's mode]) and scratch copies of the
+        stage's buffers (BatchNorm statistics are updated once per step)."""
         entry = self.entry
         if s == 1 and entry.clone_input:
             state = U.clone(state)  # an in-place first stage must not overwrite the caller's input
@@ -1094,13 +1106,17 @@ class Runtime:
                 self.rng[s] = U.RngState.capture(self.devices, self.generators)
             if self.recomputed[s] and entry.buffer_writes[s]:  # Note [Recomputing from the step's buffers]
                 self.buffers[s] = U.buffer_values(entry.group_modules[s - 1])
+            if self.recomputed[s]:
+                self.modes[s] = U.training_modes(entry.group_modules[s - 1])
             for fn in entry.groups[s - 1]:
                 state = fn(state)
             return state
         rng = self.preserve_rng and s in self.rng
         cast = self.in_backward and self.cast_in_backward
         buffers = entry.has_buffers[s]
-        if not (rng or cast or buffers):  # nothing to restore: the cheap path
+        modes = self.modes.get(s, ())
+        mode = any(m.training != flag for m, flag in modes)
+        if not (rng or cast or buffers or mode):  # nothing to restore: the cheap path
             for fn in entry.groups[s - 1]:
                 state = fn(state)
             return state
@@ -1110,6 +1126,8 @@ class Runtime:
                 self.rng[s].restore()
             if cast:
                 stack.enter_context(U.autocast_from(self.autocast))
+            if mode:
+                stack.enter_context(U.training_from(modes))
             if buffers:
                 stack.enter_context(U.scratch_buffers(entry.group_modules[s - 1], self.buffers.get(s)))
             for fn in entry.groups[s - 1]:
@@ -1840,18 +1858,23 @@ def _backend_setting(backend, backends=BACKENDS) -> str:
     return backend
 
 
-def _merged_hint(chain: Chain, least: int) -> str:
+# The remedy _merged_hint names: the stages' cuts are the caller's (CheckpointedSequential), or auto_checkpoint's,
+# which sets its executors' ``cut_remedy`` (telling its user to wrap the model with auto_checkpoint told them what
+# they had done: bench/repros/rv10_auto_infeasible_hint_wrap_again.py).
+CUT_REMEDY = ("Cut the stages where an op saves its input (after a Linear or a LayerNorm, not before a dropout or an "
+              "addition), or wrap the model with auto_checkpoint, which chooses its cuts")
+
+
+def _merged_hint(chain: Chain, least: int, remedy: str = CUT_REMEDY) -> str:
     """What an infeasible budget's error adds where nothing below the store-all peak fits (``least``) and the
     profile's stages were merged because no backward saves the tensor between them (Note [Tensors no backward
-    saves] in gpusolve/chain.py): those boundaries are no checkpoints, and the remedy (a review: blocks that
+    saves] in gpusolve/chain.py): those boundaries are no checkpoints, and the ``remedy`` (a review: blocks that
     begin with a dropout read 100 % as their least)."""
     unsaved = int(chain.provenance.get("merged_unsaved", 0))
     if unsaved <= 0 or least < store_all_peak_bytes(chain):
         return ""
     return (f"; {chain.stages_text()}: a boundary where no backward saves the tensor is merged into the stage "
-            f"before it and cannot be a checkpoint (Note [Tensors no backward saves] in gpusolve/chain.py). Cut "
-            f"the stages where an op saves its input (after a Linear or a LayerNorm, not before a dropout or an "
-            f"addition), or wrap the model with auto_checkpoint, which chooses its cuts")
+            f"before it and cannot be a checkpoint (Note [Tensors no backward saves] in gpusolve/chain.py). {remedy}")
 
 
 def _needs_at_least(err: InfeasibleBudgetError, budget: str, peak: int) -> str:
@@ -2049,7 +2072,12 @@ class _PlannedModule(nn.Module):
             if joins and sibling._meter.measuring:
                 sibling._meter.join_call()
                 return entry.plain
-        self._meter.begin(device, self.parameters(), entry.plan,
+        # Note [The step's parameters]: the gradients a step makes are those of the parameters its code reads, which
+        # for auto_checkpoint's block fallback include the rest of the model's (its head, its embedding): the meter,
+        # given the stages' only, counted the rest's gradients as activations and reported a plain step at "100%"
+        # 45 % over its budget (bench/repros/rv10_auto_blocks_rest_grads_as_activations.py). auto_checkpoint gives its
+        # executors the model's (``step_params``: a bound method, no reference to the model as a module)
+        self._meter.begin(device, getattr(self, "step_params", self.parameters)(), entry.plan,
                           None if self.budget is None else entry.plan.budget_bytes, entry.plain, entry.held_bytes,
                           join=joins)
         return entry.plain
@@ -2415,7 +2443,7 @@ class CheckpointedSequential(_PlannedModule):
                     # the plain path's least is the wrapper's least (plain_least_bytes)
                     err = InfeasibleBudgetError(below_plain_message(budget, plain_least, err.min_bytes), plain_least)
                 if ceiling is None:
-                    more = _merged_hint(chain, solver_least)
+                    more = _merged_hint(chain, solver_least, getattr(self, "cut_remedy", CUT_REMEDY))
                     more += (_needs_at_least(err, self.budget, plain_peak)
                              if isinstance(self.budget, str) else "")
                     more += self._loss_only_hint(entry, budget, link)

@@ -77,7 +77,13 @@ SCRIPTS = ("grad_hooks", "autograd_grad_measured", "returned_input", "measure_be
            "rv9_off_new_signature_in_flight", "rv9_train_parametrize_cached_capture",
            "rv9_train_parametrize_cached_nograd_runs", "rv9_hooks_optimizer_in_backward_peak",
            "rv9_hooks_unused_two_calls_post_hook", "rv9_hooks_ddp_find_unused", "rv9_hooks_accumulator_node_tied",
-           "rv9_join_refused_replan_keeps_new_recompute_flags", "rv9_join_thesis_store_all_below_minimum")
+           "rv9_join_refused_replan_keeps_new_recompute_flags", "rv9_join_thesis_store_all_below_minimum",
+           # the tenth session (2026-11-28): the solver, offloading, the any-model route
+           "rv10_solver_thesis_compare_outside_class", "rv10_solver_thesis_curve_default_top",
+           "rv10_solver_chain_file_float_input_grad", "rv10_solver_zero_budget_note_sizes",
+           "rv10_offload_mode_switch_before_backward", "rv10_offload_compare_recompute_only_flag",
+           "rv10_auto_infeasible_hint_wrap_again", "rv10_auto_blocks_rest_grads_as_activations",
+           "rv10_auto_llama_bwd_over_budget")
 
 
 def main(argv=None) -> int:

@@ -64,6 +64,13 @@ Note [Inputs held through a backward]
     every output went 523 264 B over a budget (tests/test_profile_isolated.py). In a stage-by-stage
     pass what the stage saved of its input is held the same way. The timing passes hold nothing
     (plain autograd's order; they read no bytes).
+    A stage that passes its input on as itself (``nn.Identity``, a no-op ``.to()`` that export keeps as
+    a stage) makes a_{s-1} and a_s one tensor, whose hooks ran in the order they were put on: stage s's
+    start mark came before what stage s + 2 saved of a_s (the same tensor) was dropped, so stage s's
+    reading began with it held, and a transformer's MLP block read its backward 8192 B low (24 576 B
+    instead of 32 768); the plans of a tiny Llama went over their budgets by up to 4996 B (a review,
+    bench/repros/rv10_auto_llama_bwd_over_budget.py, rv10_llama_diagnosis.md). So one hook serves every
+    boundary a tensor is, untouched, and reaches them from the last to the first (``_Boundaries.watch``).
 
 Note [Lazy workspaces]
     Libraries allocate some device memory on first use and keep it: cuBLAS a workspace per handle and
@@ -110,6 +117,7 @@ import statistics
 import threading
 import time
 import warnings
+import weakref
 from pathlib import Path
 
 import torch
@@ -926,6 +934,9 @@ class _Boundaries:
         # views] in gpusolve/chain.py): keys only, no tensor kept
         self.grad_buffers: list = [{} for _ in range(n + 1)]
         self.handles: list = []
+        # (id, version) of a hooked tensor -> (a weak reference to it, the boundaries s it is a_s of): one hook for
+        # a tensor several alias stages pass on as itself (Note [Inputs held through a backward])
+        self.hooked: dict = {}
         self.end = None
 
     def watch(self, out, s: int, passed: dict | None = None) -> None:
@@ -940,7 +951,15 @@ class _Boundaries:
         made = [t for t in grads if passed is None or passed.get(id(t)) != t._version]
         hooked = made or grads
         self.waiting[s] = len(hooked)
-        self.handles += [t.register_hook(lambda g, s=s: self._reached(s)) for t in hooked]
+        for t in hooked:
+            key = (id(t), t._version)
+            known = self.hooked.get(key)
+            if known is not None and known[0]() is t:  # passed on as itself by the stages since: its hook serves s too
+                known[1].append(s)
+                continue
+            boundaries = [s]
+            self.hooked[key] = (weakref.ref(t), boundaries)
+            self.handles.append(t.register_hook(lambda g, boundaries=boundaries: self._reached_last_first(boundaries)))
         if self.grads:  # the memory pass (a timing pass runs no more Python in the backward than it must)
             self.handles += [t.register_hook(lambda g, s=s: self.grad_buffers[s].update(grad_storages([g])))
                              for t in grads]
@@ -953,12 +972,20 @@ class _Boundaries:
         for handle in self.handles:
             handle.remove()
         self.handles = []
+        self.hooked = {}
         self.held = [[] for _ in range(self.n + 1)]
 
     def grad_held_bytes(self, s: int) -> int:
         """Bytes the gradients of a_s held, in the allocator's blocks (Note [Gradients that are views] in
         gpusolve/chain.py)."""
         return sum(self.grad_buffers[s].values())
+
+    def _reached_last_first(self, boundaries: list) -> None:
+        """The gradient of a tensor that is a_s for every s of ``boundaries`` is ready: the latest boundary first,
+        so what is held of it for a later stage is dropped before an earlier stage's start mark (Note [Inputs
+        held through a backward])."""
+        for s in reversed(boundaries):
+            self._reached(s)
 
     def _reached(self, s: int) -> None:
         """A gradient of a_s is ready. With a tuple state the engine may run part of stage s's backward

@@ -395,6 +395,11 @@ def test_thesis_mode_join_plans_within_the_minimum_it_names():
         solve_join([chain, chain], Turn(t_fwd=1.0), 3, backend="cpu")
     plan = solve_join([chain, chain], Turn(t_fwd=1.0), 4, backend="cpu")
     assert (plan.decided_by, plan.predicted_peak_bytes, plan.min_feasible_bytes) == ("join DP", 4, 4)
+    # nor are the baselines that record before the turn rows that fit (bench/repros/
+    # rv10_diff_join_compare_thesis_store_all.py: store-all at 3 B "beat the plan")
+    rows = compare_join(net, 4)
+    assert [b.name for b in rows][0] == "store-all"
+    assert all(not b.feasible and b.schedule is None and "outside the thesis model's class" in b.detail for b in rows)
 
 
 def profile_branches():

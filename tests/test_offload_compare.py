@@ -50,6 +50,22 @@ def test_records_over_a_useless_or_unlimited_link(resnet):
         assert all(not rows[n]["feasible"] and "finite" in rows[n]["detail"]["reason"] for n in PAPER_METHODS)
 
 
+def test_a_thesis_chain_has_no_rows_of_the_papers_algorithms():
+    """[O]'s schedules are store-all with tapes moved: outside the thesis model's class, priced by its encoding at 8 B
+    under a least budget of 13 B (bench/repros/rv10_diff_offload_compare_thesis_paper_rows.py)."""
+    import json
+
+    from gpusolve.data import THESIS_CASES
+    case = next(c for c in json.loads(THESIS_CASES.read_text())["cases"] if c["name"] == "random_seed1_N3")
+    chain = Chain.from_thesis(case["alpha_f"], case["alpha_b"], case["beta_f"], case["beta_b"])
+    rows = {r["name"]: r for r in offload_records(chain, 13, Link.parse("1GB/s"), backend="cpu")}
+    assert rows["combined (gpusolve)"]["feasible"] and rows["combined (gpusolve)"]["peak_bytes"] <= 13
+    for name in PAPER_METHODS:
+        assert not rows[name]["feasible"] and "outside the thesis model's class" in rows[name]["detail"]["reason"]
+    data = offload_curve_data(chain, Link.parse("1GB/s"), backend="cpu", points=4)
+    assert all(t is None for t in data["offload_only"]["best"])
+
+
 def test_the_recompute_only_flag_says_what_the_plan_is(resnet):
     """is_recompute_only_plan: the plan moves nothing, whichever solve handed it over; it said False for such plans
     where the combined table's policy was not the reference solve's object (bench/repros/

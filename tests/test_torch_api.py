@@ -613,3 +613,27 @@ def test_measured_steps_give_way_and_stay_due():
         with torch.profiler.profile():
             a(x).sum().backward()
     assert len(a.memory_report()) == 2
+
+
+def test_a_module_at_several_positions_of_a_sequential_runs_at_each():
+    # named_children() yields a module once: a Linear at positions 0, 6 and 10 of 12 made 10 stages, outputs 0.44
+    # off plain autograd's even without a budget (bench/repros/rv10_diff_sequential_repeated_module.py)
+    def make():
+        torch.manual_seed(0)
+        shared = nn.Linear(32, 32)
+        return nn.Sequential(shared, nn.Tanh(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 32), nn.Tanh(),
+                             shared, nn.Tanh(), nn.Linear(32, 32), nn.Tanh(), shared, nn.Tanh())
+    x = torch.randn(16, 32, generator=torch.Generator().manual_seed(1))
+    for least in (False, True):
+        ref, model = make(), make()
+        w = te.CheckpointedSequential(model, budget="100%" if least else None, backend="cpu")
+        assert len(w._fns) == 12
+        if least:
+            w.prepare(x)
+            w.replan(w.min_budget_bytes)
+        out, want = w(x), ref(x)
+        torch.testing.assert_close(out, want, rtol=0, atol=0)
+        out.square().sum().backward()
+        want.square().sum().backward()
+        for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-6, atol=1e-7)

@@ -22,7 +22,10 @@ def stage_list(stages) -> tuple[list[str], list]:
     executor maps a profile's fused stages back to callables through them.
     """
     if isinstance(stages, nn.Sequential):
-        items = list(stages.named_children())
+        # what Sequential.forward runs: every position, a module at several of them each time (named_children()
+        # yields it once: a Linear at positions 0, 6 and 10 made 10 stages, outputs 0.44 off plain autograd's,
+        # bench/repros/rv10_diff_sequential_repeated_module.py)
+        items = [(name, m) for name, m in stages._modules.items() if m is not None]
     elif isinstance(stages, (list, tuple, nn.ModuleList)):
         items = [(f"{i}:{_callable_name(f)}", f) for i, f in enumerate(stages)]
     else:
@@ -842,16 +845,21 @@ def autocast_enabled_now() -> bool:
     return torch.cuda.is_available() and torch.is_autocast_enabled("cuda")
 
 
-def training_modes(modules) -> tuple:
-    """Each submodule of ``modules`` with its training flag now (:func:`training_from`, :class:`ModelSnapshot`)."""
-    return tuple((m, m.training) for mod in modules for m in mod.modules())
+def submodules(modules) -> tuple:
+    """Every module of ``modules`` and below, each once (:func:`training_flags`)."""
+    return tuple({id(m): m for mod in modules for m in mod.modules()}.values())
+
+
+def training_flags(modules: tuple) -> tuple:
+    """The training flags of ``modules`` (:func:`submodules`) now."""
+    return tuple(m.training for m in modules)
 
 
 @contextlib.contextmanager
-def training_from(modes: tuple):
-    """Run with the training flags ``modes`` (:func:`training_modes`) recorded earlier, then put back those of
-    now (Note [Recomputing in the forward's mode] in torch_exec/executor.py)."""
-    changed = [(m, flag) for m, flag in modes if m.training != flag]
+def training_from(modules: tuple, flags: tuple):
+    """Run with the training ``flags`` of ``modules`` recorded earlier (:func:`training_flags`), then put back
+    those of now (Note [Recomputing in the forward's mode] in torch_exec/executor.py)."""
+    changed = [(m, flag) for m, flag in zip(modules, flags) if m.training != flag]
     for m, recorded in changed:
         m.training = recorded
     try:
@@ -925,7 +933,8 @@ def users_hook(fn) -> bool:
 #     per part (bench/repros/rv9_hooks_accumulator_node_tied.py). Such hooks cannot be listed from the node, but
 #     that API keeps their handles (``param_to_optim_hook_handle_map``), whose dicts the engine reads: so the
 #     post hooks of a parameter (:func:`post_hooks_of`) are its tensor's and those, each taken out, put back,
-#     watched and run alike (``PostHook``). A hook put on the node by hand stays out of sight.
+#     watched and run alike (``PostHook``). A hook put on the node by hand stays out of sight, and where it shares
+#     the node's dict with that API's, it stays in it: it runs per part, with the gradient the engine brings.
 @dataclass(frozen=True)
 class PostHook:
     """One post-accumulate hook of a parameter: its ``hooks`` dict (the engine holds it: emptied and refilled in
@@ -947,29 +956,29 @@ class PostHook:
             self.fn(p)
 
 
-def _node_hook_dicts(p) -> list:
-    """The hook dicts of ``p``'s AccumulateGrad node that PyTorch's optimizer in the backward filled (Note [Hooks
-    on the accumulator node]); none where that API never ran (its module is not even imported)."""
+def _node_hooks(p) -> list:
+    """The hooks PyTorch's optimizer in the backward put on ``p``'s AccumulateGrad node, as (dict, key) (Note [Hooks
+    on the accumulator node]); none where that API never ran (its module is not even imported). Only its own keys:
+    the node keeps one dict for every hook put on it, and one put there by hand, taken with them, was run with the
+    .grad the optimizer's step had set to None (bench/repros/rv10_diff_hooks_node_hand_hook_beside_api.py)."""
     if not hasattr(p, "_in_backward_optimizers"):
         return []
     api = sys.modules.get("torch.distributed.optim.apply_optimizer_in_backward")
     handles = getattr(api, "param_to_optim_hook_handle_map", None)
-    dicts = {}
+    found = []
     for handle in (handles.get(p, ()) if handles is not None else ()):
         hooks = handle.hooks_dict_ref()
-        if hooks is not None:
-            dicts[id(hooks)] = hooks
-    return list(dicts.values())
+        if hooks is not None and handle.id in hooks:
+            found.append((hooks, handle.id))
+    return found
 
 
 def post_hooks_of(p) -> list:
-    """``p``'s post-accumulate hooks, its tensor's then its accumulator node's (Note [Hooks on the accumulator
-    node]), as :class:`PostHook`."""
+    """``p``'s post-accumulate hooks, its tensor's then those of PyTorch's optimizer in the backward on its
+    accumulator node (Note [Hooks on the accumulator node]), as :class:`PostHook`."""
     hooks = getattr(p, "_post_accumulate_grad_hooks", None) or {}
     found = [PostHook(hooks, key, fn) for key, fn in hooks.items()]
-    for node_hooks in _node_hook_dicts(p):
-        found += [PostHook(node_hooks, key, fn, node=True) for key, fn in node_hooks.items()]
-    return found
+    return found + [PostHook(node_hooks, key, node_hooks[key], node=True) for node_hooks, key in _node_hooks(p)]
 
 
 def take_post_accumulate_hooks(p, which=lambda fn: True) -> list:
@@ -1389,7 +1398,7 @@ class ModelSnapshot:
         self.grads = [p.grad for p in self.params]
         # the default generators and the model's own (``generators``; default: those ``modules`` hold)
         self.rng = RngState.capture(all_rng_devices(), generators_of(modules) if generators is None else generators)
-        self.training = training_modes(modules)
+        self.training = [(m, m.training) for mod in modules for m in mod.modules()]
         self.hooks = []  # the post-accumulate hooks taken out (PostHook): put back on restore
         for p in self.params if suspend else ():
             self.hooks += take_post_accumulate_hooks(p)

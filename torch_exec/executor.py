@@ -372,8 +372,12 @@ Note [Recomputing in the forward's mode]
     step, an eval-mode forward back-propagated after ``model.train()``) recomputed BatchNorm with its running
     statistics and dropout switched off or on: gradients up to 6.65 off plain autograd's (5.1e4 with offloading;
     a review, 2026-11-28: bench/repros/rv10_offload_mode_switch_before_backward.py). So a recomputed stage's
-    first run records its modules' training flags (``Runtime.modes``, :func:`torch_exec._util.training_modes`)
-    and every re-run sets those it finds changed, and puts them back after (:func:`torch_exec._util.training_from`).
+    runtime that recomputes records, as its forward starts, the training flags of every module of its stages (each
+    once: ``Entry.mode_modules``, ``Runtime.modes``); where its backward finds any changed, every re-run sets the
+    recorded flags, and puts back those of then after (:func:`torch_exec._util.training_from`). Once per step, not
+    per stage: a first version walked each recomputed stage's modules at its first run, and callable stages given
+    ``modules=[model]`` walked the whole model each, doubling a step (a review: 12.4 -> 24 ms,
+    bench/repros/rv10_diff_perf_mode_walk_callable_stages.py).
 
 Note [A Sequential's own names]
     ``CheckpointedSequential(seq)`` for an ``nn.Sequential`` shares the Sequential's ``_parameters``,
@@ -965,6 +969,7 @@ class Entry(ProgramSplit):
     # [s]: stage s's forward writes a buffer (the profile's buffer_writes; True where it does not say):
     # Note [Recomputing from the step's buffers]
     buffer_writes: list = field(default_factory=list)
+    mode_modules: tuple | None = None  # the stages' modules, once found (Note [Recomputing in the forward's mode])
     plain: bool = False             # the plan is store-all: run the stages as plain autograd
     breaks: frozenset = frozenset()  # (None, s): FWD_TAPE(s) starts a segment (Note [Shared leaves split tape runs])
     # what the profiler's plain step missed of the shared leaves it did not sum (one reader read a parameter,
@@ -1030,7 +1035,10 @@ class Runtime:
         self.grads: dict = {}
         self.rng: dict = {}
         self.buffers: dict = {}  # s -> the stage's buffers before its first run (recomputed stages)
-        self.modes: dict = {}  # s -> its modules' training flags at its first run (recomputed stages)
+        # Note [Recomputing in the forward's mode]: the stages' modules and their flags as the forward starts
+        self.mode_modules = _mode_modules(entry) if any(self.recomputed) else ()
+        self.modes = U.training_flags(self.mode_modules)
+        self.mode_changed = False  # set when the backward starts
         self.ran = [False] * (self.n + 1)
         self.rg0 = input_requires_grad
         self.autocast = autocast
@@ -1084,6 +1092,7 @@ class Runtime:
         needed only when it was on, or when autocast is on around the backward."""
         self.in_backward = True
         self.cast_in_backward = bool(self.autocast) or U.autocast_enabled_now()
+        self.mode_changed = bool(self.mode_modules) and U.training_flags(self.mode_modules) != self.modes
 
     def input_of(self, s: int):
         if s - 1 in self.tapes:
@@ -1106,16 +1115,13 @@ class Runtime:
                 self.rng[s] = U.RngState.capture(self.devices, self.generators)
             if self.recomputed[s] and entry.buffer_writes[s]:  # Note [Recomputing from the step's buffers]
                 self.buffers[s] = U.buffer_values(entry.group_modules[s - 1])
-            if self.recomputed[s]:
-                self.modes[s] = U.training_modes(entry.group_modules[s - 1])
             for fn in entry.groups[s - 1]:
                 state = fn(state)
             return state
         rng = self.preserve_rng and s in self.rng
         cast = self.in_backward and self.cast_in_backward
         buffers = entry.has_buffers[s]
-        modes = self.modes.get(s, ())
-        mode = any(m.training != flag for m, flag in modes)
+        mode = self.in_backward and self.mode_changed
         if not (rng or cast or buffers or mode):  # nothing to restore: the cheap path
             for fn in entry.groups[s - 1]:
                 state = fn(state)
@@ -1127,12 +1133,22 @@ class Runtime:
             if cast:
                 stack.enter_context(U.autocast_from(self.autocast))
             if mode:
-                stack.enter_context(U.training_from(modes))
+                stack.enter_context(U.training_from(self.mode_modules, self.modes))
             if buffers:
                 stack.enter_context(U.scratch_buffers(entry.group_modules[s - 1], self.buffers.get(s)))
             for fn in entry.groups[s - 1]:
                 state = fn(state)
         return state
+
+
+def _mode_modules(entry) -> tuple:
+    """The modules of ``entry``'s stages, each once, found once per entry (Note [Recomputing in the forward's mode];
+    all stages': a replan changes which are recomputed)."""
+    found = getattr(entry, "mode_modules", None)
+    if found is None:
+        found = U.submodules(m for mods in entry.group_modules for m in mods)
+        entry.mode_modules = found
+    return found
 
 
 def _backward_segment(tape: list, grad: list) -> None:

@@ -83,7 +83,12 @@ SCRIPTS = ("grad_hooks", "autograd_grad_measured", "returned_input", "measure_be
            "rv10_solver_chain_file_float_input_grad", "rv10_solver_zero_budget_note_sizes",
            "rv10_offload_mode_switch_before_backward", "rv10_offload_compare_recompute_only_flag",
            "rv10_auto_infeasible_hint_wrap_again", "rv10_auto_blocks_rest_grads_as_activations",
-           "rv10_auto_llama_bwd_over_budget")
+           "rv10_auto_llama_bwd_over_budget", "rv10_diff_join_compare_thesis_store_all",
+           "rv10_diff_offload_compare_thesis_paper_rows", "rv10_diff_sequential_repeated_module",
+           "rv10_diff_perf_mode_walk_callable_stages",
+           # open (not fixed): exit nonzero (the CPU meter misses frees of what was made before it started; a hook put
+           # on the accumulator node by hand is out of sight: it runs per part)
+           "rv10_hf_wav2vec2_blocks_meter_unseen_frees", "rv10_diff_hooks_node_hand_hook_beside_api")
 
 
 def main(argv=None) -> int:

@@ -1134,8 +1134,11 @@ def users_grad_hooks(p) -> bool:
 
 
 def users_post_hooks(p) -> bool:
-    """Whether ``p`` has a post-accumulate hook of the user's (:func:`users_hook`, :func:`post_hooks_of`)."""
-    return any(users_hook(hook.fn) for hook in post_hooks_of(p))
+    """Whether ``p`` has a post-accumulate hook of the user's (:func:`users_hook`, :func:`post_hooks_of`; asked of
+    every parameter in every backward: no PostHook is made)."""
+    hooks = getattr(p, "_post_accumulate_grad_hooks", None)
+    return (bool(hooks) and any(map(users_hook, hooks.values()))) or any(
+        users_hook(node_hooks[key]) for node_hooks, key in _node_hooks(p))
 
 
 def _unless_none(hook, watched: _Watch, grad):

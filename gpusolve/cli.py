@@ -457,8 +457,11 @@ def cmd_join_profiles(args) -> int:
           f"output gradients):")
     for beta, (name, c) in enumerate(zip(names, branches, strict=True)):
         print(f"  branch {beta}: {name}: {c.summary()}")
+    from .solve import outside_class_candidates
+    where = ("" if outside_class_candidates(net.branches) else
+             " (outside the thesis model's class, which prices it wrongly: Note [The thesis model's class])")
     print(f"store-all (plain autograd) peak {format_bytes(store_all_join_peak_bytes(net))}, "
-          f"step {plan.store_all_time_ms:.2f} ms; join DP minimum {format_bytes(plan.min_feasible_bytes)}")
+          f"step {plan.store_all_time_ms:.2f} ms{where}; join DP minimum {format_bytes(plan.min_feasible_bytes)}")
     print(plan_text(plan))
     if records is not None:
         print(comparison_table(records, plan.budget_bytes))

@@ -172,3 +172,16 @@ def test_entry_point_subprocess():
                           "--budget", "35%", "--compare"], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert res.returncode == 0, res.stderr
     assert "optimal (join DP)" in res.stdout and "EQUIV-CHAIN" in res.stdout
+
+
+def test_a_thesis_join_says_store_all_is_outside_its_class(capsys, tmp_path):
+    # its store-all peak (3 B) is printed beside a least budget of 4 B: the header says why
+    from gpusolve.data import THESIS_CASES
+    case = next(c for c in json.loads(THESIS_CASES.read_text())["cases"] if c["name"] == "uniform_N20")
+    path = tmp_path / "thesis.json"
+    path.write_text(Chain.from_thesis(case["alpha_f"], case["alpha_b"], case["beta_f"], case["beta_b"]).to_json())
+    code, out, _ = cli(capsys, "join", str(path), str(path), "--budget", "4", "--turn-ms", "1", "--backend", "cpu",
+                       "--compare")
+    assert code == 0
+    assert "peak 3 B, step" in out and "(outside the thesis model's class" in out and "join DP minimum 4 B" in out
+    assert "beat the plan" not in out

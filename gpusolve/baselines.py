@@ -98,7 +98,8 @@ OUTSIDE_THESIS_CLASS = ("outside the thesis model's class (multi_tape=False: a s
 
 def _evaluate(chain: Chain, policy: Policy) -> SimResult | None:
     """``policy`` simulated on ``chain``; None where it leaves a thesis-model chain's class (OUTSIDE_THESIS_CLASS:
-    store-all priced there at 8 B under a least budget of 13 B, bench/repros/rv10_solver_thesis_compare_outside_class.py)."""
+    store-all priced there at 8 B under a least budget of 13 B,
+    bench/repros/rv10_solver_thesis_compare_outside_class.py)."""
     if not chain.multi_tape and records_early(policy):
         return None
     return simulate(chain, policy_to_schedule(policy, 0, chain.n))

@@ -556,7 +556,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("curve", help="trade-off curve (PNG, PDF, SVG, ...)")
     common(p, budget_required=False)
     offload(p)
-    p.add_argument("--max-budget", default=None, help="largest budget (default: the store-all peak; a thesis-model chain's fastest plan's)")
+    p.add_argument("--max-budget", default=None,
+                   help="largest budget (default: the store-all peak; a thesis-model chain's fastest plan's)")
     p.add_argument("--out", default="curve.png", help=f"image path, format from its extension ({OUT_FORMATS}; "
                                                       "default curve.png)")
     p = sub.add_parser("thesis", help="solve every case of a thesis-reference/1 file (default: the bundled one)")

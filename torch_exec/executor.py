@@ -265,11 +265,11 @@ Note [Hooks of routed parameters]
     anything else will is unknown in the backward (the caller's graph is out of sight), and waiting costs
     memory: an optimizer in the backward frees each gradient as soon as it has stepped, and held to the end of
     the schedule's backward, every gradient was alive at once (9 layers: 2 130 472 B against 312 840 B; a review,
-    bench/repros/rv9_hooks_optimizer_in_backward_peak.py, bench/results/repros_session9_cpu{,_356cf20}.md). So in a backward that fills ``.grad``
-    (:class:`_RoutedHooks`), a hooked parameter's hooks wait for the whole gradient where it comes in several
-    parts whatever the caller does (several stages read it; another call of it waits for its backward, or
-    handed its part earlier in this pass), in its first backward through the wrapper, and where a part came from
-    outside before; else they run in the segments, as plain autograd runs them, once:
+    bench/repros/rv9_hooks_optimizer_in_backward_peak.py, bench/results/repros_session9_cpu{,_356cf20}.md). So in
+    a backward that fills ``.grad`` (:class:`_RoutedHooks`), a hooked parameter's hooks wait for the whole gradient
+    where it comes in several parts whatever the caller does (several stages read it; another call of it waits for
+    its backward, or handed its part earlier in this pass), in its first backward through the wrapper, and where a
+    part came from outside before; else they run in the segments, as plain autograd runs them, once:
     - waiting, with gradient hooks (``register_hook``) and no ``.grad``: the hooks are taken out while the
       segments run, what they add to ``.grad`` is taken back out (the stages' part; ``.grad`` None again) and
       the tap hands it to the engine, which sums it with the other parts and calls AccumulateGrad once: the
@@ -371,13 +371,14 @@ Note [Recomputing in the forward's mode]
     and its backward (``model.eval()`` before ``loss.backward()``, a validation pass in eval mode inside the
     step, an eval-mode forward back-propagated after ``model.train()``) recomputed BatchNorm with its running
     statistics and dropout switched off or on: gradients up to 6.65 off plain autograd's (5.1e4 with offloading;
-    a review, 2026-11-28: bench/repros/rv10_offload_mode_switch_before_backward.py). So a recomputed stage's
-    runtime that recomputes records, as its forward starts, the training flags of every module of its stages (each
-    once: ``Entry.mode_modules``, ``Runtime.modes``); where its backward finds any changed, every re-run sets the
+    a review, 2026-11-28: bench/repros/rv10_offload_mode_switch_before_backward.py). So a step that recomputes
+    records, as its forward starts, the training flags of every module of its stages (each once:
+    ``Entry.mode_modules``, ``Runtime.modes``); where its backward finds any changed, every re-run sets the
     recorded flags, and puts back those of then after (:func:`torch_exec._util.training_from`). Once per step, not
-    per stage: a first version walked each recomputed stage's modules at its first run, and callable stages given
-    ``modules=[model]`` walked the whole model each, doubling a step (a review: 12.4 -> 24 ms,
-    bench/repros/rv10_diff_perf_mode_walk_callable_stages.py).
+    per stage: a first version walked each recomputed stage's modules at its first run, and 48 callable stages
+    given ``modules=[model]`` walked the whole model each: 28.31 ms a step, 14.79 ms without the walk, 13.65 ms
+    now (bench/repros/rv10_diff_perf_mode_walk_callable_stages.py,
+    bench/results/repros_session10_review_cpu{_before,}.md).
 
 Note [A Sequential's own names]
     ``CheckpointedSequential(seq)`` for an ``nn.Sequential`` shares the Sequential's ``_parameters``,
@@ -1121,7 +1122,7 @@ class Runtime:
         rng = self.preserve_rng and s in self.rng
         cast = self.in_backward and self.cast_in_backward
         buffers = entry.has_buffers[s]
-        mode = self.in_backward and self.mode_changed
+        mode = self.mode_changed  # only ever set as the backward starts
         if not (rng or cast or buffers or mode):  # nothing to restore: the cheap path
             for fn in entry.groups[s - 1]:
                 state = fn(state)
@@ -1561,7 +1562,8 @@ class _RoutedHooks:
             known = readers.get(id(p))
             outside = None if known is None or known[0]() is not p else known[1]
             if id(p) in several or outside is not False:
-                self.work.append((i, p, "harvest" if grad_hooked else "suspend", outside is None and id(p) not in several))
+                probing = outside is None and id(p) not in several  # its first backward: learn of a reader outside
+                self.work.append((i, p, "harvest" if grad_hooked else "suspend", probing))
             else:
                 self.inline.append((p, True))
         self.ids = frozenset(id(p) for _, p, how, _ in self.work if how != "mute")
@@ -1590,7 +1592,7 @@ class _RoutedHooks:
                 p.grad = None
                 if state is not None:
                     state.watch(p, skip=handed[i] is None, handed=handed[i], verdict=verdict)
-            elif how == "suspend" and state is not None:  # .grad holds the stages' part: the engine's call runs the hooks
+            elif how == "suspend" and state is not None:  # .grad holds the stages' part: the engine's call runs them
                 state.watch(p, skip=U.grad_unchanged(p, seen), verdict=verdict)
         for p, learn in self.inline if state is not None else ():  # their hooks ran with the stages' part
             state.watch(p, skip=True, verdict=self._found_outside if learn else None)
@@ -1937,6 +1939,11 @@ class _PlannedModule(nn.Module):
         # dtypes and devices: captured_state_key), each capture with its own wrapper; that wrapper's own key
         # then leaves the modules' state out (a second walk of every module, about 0.4 ms a call on GPT-2)
         self.state_keyed_outside = False
+        # set by auto_checkpoint: the parameters whose gradients a step makes, the whole model's (a callable; None:
+        # this wrapper's own: Note [The step's parameters]), and the remedy an unsaved boundary's error names
+        # (_merged_hint: its cuts are the capture's, not the caller's)
+        self.step_params = None
+        self.cut_remedy = CUT_REMEDY
 
     def _state_key(self):
         """The modules' part of an input signature (``module_state_key``), unless the owner keys it."""
@@ -2093,7 +2100,7 @@ class _PlannedModule(nn.Module):
         # given the stages' only, counted the rest's gradients as activations and reported a plain step at "100%"
         # 45 % over its budget (bench/repros/rv10_auto_blocks_rest_grads_as_activations.py). auto_checkpoint gives its
         # executors the model's (``step_params``: a bound method, no reference to the model as a module)
-        self._meter.begin(device, getattr(self, "step_params", self.parameters)(), entry.plan,
+        self._meter.begin(device, (self.step_params or self.parameters)(), entry.plan,
                           None if self.budget is None else entry.plan.budget_bytes, entry.plain, entry.held_bytes,
                           join=joins)
         return entry.plain
@@ -2459,7 +2466,7 @@ class CheckpointedSequential(_PlannedModule):
                     # the plain path's least is the wrapper's least (plain_least_bytes)
                     err = InfeasibleBudgetError(below_plain_message(budget, plain_least, err.min_bytes), plain_least)
                 if ceiling is None:
-                    more = _merged_hint(chain, solver_least, getattr(self, "cut_remedy", CUT_REMEDY))
+                    more = _merged_hint(chain, solver_least, self.cut_remedy)
                     more += (_needs_at_least(err, self.budget, plain_peak)
                              if isinstance(self.budget, str) else "")
                     more += self._loss_only_hint(entry, budget, link)

@@ -64,10 +64,10 @@ Note [Inputs held through a backward]
     every output went 523 264 B over a budget (tests/test_profile_isolated.py). In a stage-by-stage
     pass what the stage saved of its input is held the same way. The timing passes hold nothing
     (plain autograd's order; they read no bytes).
-    A stage that passes its input on as itself (``nn.Identity``, a no-op ``.to()`` that export keeps as
-    a stage) makes a_{s-1} and a_s one tensor, whose hooks ran in the order they were put on: stage s's
-    start mark came before what stage s + 2 saved of a_s (the same tensor) was dropped, so stage s's
-    reading began with it held, and a transformer's MLP block read its backward 8192 B low (24 576 B
+    A stage s + 1 that passes its input on as itself (``nn.Identity``, a no-op ``.to()`` that export
+    keeps as a stage) makes a_s and a_{s+1} one tensor, whose hooks ran in the order they were put on:
+    stage s's start mark came before what stage s + 2 saved of a_{s+1} (the same tensor) was dropped,
+    so stage s's reading began with it held, and a transformer's MLP block read its backward 8192 B low (24 576 B
     instead of 32 768); the plans of a tiny Llama went over their budgets by up to 4996 B (a review,
     bench/repros/rv10_auto_llama_bwd_over_budget.py, rv10_llama_diagnosis.md). So one hook serves every
     boundary a tensor is, untouched, and reaches them from the last to the first (``_Boundaries.watch``).

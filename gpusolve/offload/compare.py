@@ -258,7 +258,8 @@ def offload_records(chain: Chain, budget, link: Link, bucket=None, backend: str 
             # than the combined table's, is the plan. The flag was the second, by the policies' identity, and so
             # said False for plans that moved nothing (bench/repros/rv10_offload_compare_recompute_only_flag.py)
             other = plan.recompute_only
-            detail |= {"swaps": plan.swaps, "timings": dict(plan.timings), "is_recompute_only_plan": plan.feasible and plan.swaps == 0,
+            detail |= {"swaps": plan.swaps, "timings": dict(plan.timings),
+                       "is_recompute_only_plan": plan.feasible and plan.swaps == 0,
                        "recompute_only_decided": other is not None and other.policy is plan.policy}
         if plan.feasible:
             rows.append(Record(name, float(plan.predicted_time_ms), int(plan.predicted_peak_bytes),
@@ -285,10 +286,11 @@ def offload_records(chain: Chain, budget, link: Link, bucket=None, backend: str 
 def offload_curve_data(chain: Chain, link: Link, max_budget=None, bucket=None, backend: str = "auto",
                        points: int = 24) -> dict:
     """The three curves (time in ms against the budget in bytes) at ``points`` budgets from the combined
-    minimum to the top (``max_budget``, default the store-all peak: :func:`gpusolve.plot.curve_budgets`). Recompute only and combined are each
-    the fastest plan known at every budget, as :func:`gpusolve.plot.curve_data`'s optimal line: the tables'
-    optimum at every bucket (a combined and a recompute-only table filled at the top, and lower ones where the
-    grid reaches far below it: Note [A ladder of tables] in gpusolve/plot.py) and the plan
+    minimum to the top (``max_budget``, default the store-all peak: :func:`gpusolve.plot.curve_budgets`).
+    Recompute only and combined are each the fastest plan known at every budget, as
+    :func:`gpusolve.plot.curve_data`'s optimal line: the tables' optimum at every bucket (a combined and a
+    recompute-only table filled at the top, and lower ones where the grid reaches far below it: Note [A ladder
+    of tables] in gpusolve/plot.py) and the plan
     :func:`solve_offload_budgets` makes at each of the ``points`` budgets from those tables, with the
     exact-byte candidates (Note [Exact candidates] in gpusolve/solve.py). Every recompute-only plan is a
     combined one, so the combined line also takes the recompute line's points: it is never above it. Offload

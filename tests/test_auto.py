@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 import models as A  # noqa: E402  (examples/models.py: the models written for these tests)
 import torch_exec as te  # noqa: E402
 from torch_exec.executor import plain_peak_bytes  # noqa: E402
-from torch_exec.meter import measure_peak  # noqa: E402
+from torch_exec.meter import MemoryMeter, measure_peak  # noqa: E402
 from gpusolve.errors import InfeasibleBudgetError  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::torch_exec.CPUTimingWarning", "ignore::gpusolve.FallbackWarning")
@@ -683,11 +683,12 @@ def test_blocks_fallback_holds_the_budget_over_the_whole_step(fraction):
     assert reading.peak <= plan.budget_bytes, (reading.peak, plan.budget_bytes)
     # the plan's count is close, not padded: the gradient of the blocks' output is counted twice (12 288 B)
     assert reading.peak >= 0.95 * plan.predicted_peak_bytes, (reading.peak, plan.predicted_peak_bytes)
-    # the wrapper's own meter reads the same step: the code before the blocks made before it started (held)
+    # the wrapper's own meter reads the same step, from the model's call (Note [A step measured from the model's
+    # call]): the code before the blocks is seen, nothing is added as held before
     wrapped.measure_memory()
     step()
     record = wrapped.memory_report()[-1]
-    assert record.held_before == rest.held and record.within_budget
+    assert record.held_before == 0 and record.within_budget
     assert abs(record.beyond_param_grads - reading.peak) <= 0.005 * reading.peak, (record, reading.peak)
 
 
@@ -1916,3 +1917,114 @@ def test_the_block_fallbacks_step_takes_every_parameters_gradient_off_its_peak()
     assert readings[1].param_grad_bytes_allocated == sum(p.numel() * 4 for p in w.parameters())
     assert readings[0].beyond_param_grads == readings[1].beyond_param_grads <= readings[1].budget
     assert all(r.within_budget for r in readings)
+
+
+class _ScratchAcrossTheBlocks(nn.Module):
+    """Blocks behind data-dependent control flow (the block fallback), with a scratch tensor the code before them
+    makes and the code after them frees (alive when the blocks are reached, never saved for the backward), and a
+    wide head after them, where the step peaks."""
+
+    def __init__(self, d=32, n=4, scratch=64 * 1024):
+        super().__init__()
+        self.embed = nn.Linear(d, d)
+        self.layers = nn.ModuleList(nn.Sequential(nn.Linear(d, d), nn.Tanh()) for _ in range(n))
+        self.wide, self.head = nn.Linear(d, 2048), nn.Linear(2048, 5)  # the step peaks in this head
+        self.scratch = scratch
+
+    def forward(self, x, y):
+        x = self.embed(x)
+        scratch = torch.ones(self.scratch)  # like wav2vec2's positional convolution's output, a local of the forward
+        if x.abs().max() > 1e6:  # data-dependent: torch.export cannot capture it
+            x = x / 2
+        for layer in self.layers:
+            x = layer(x)
+        del scratch
+        return nn.functional.cross_entropy(self.head(torch.tanh(self.wide(x))), y)
+
+
+@pytest.mark.parametrize("budget", ["least", "100%"])
+def test_the_block_fallbacks_step_meter_sees_what_the_code_before_the_blocks_frees(budget):
+    # Note [A step measured from the model's call]: the CPU meter, started at the first block, never saw the free of
+    # the scratch tensor made before it, and added it as held on top: a step within its budget was reported over
+    # it by about the scratch (bench/repros/rv10_hf_wav2vec2_blocks_meter_unseen_frees.py, wav2vec2: +22144 B)
+    torch.manual_seed(0)
+    x, y = torch.randn(64, 32), torch.randint(0, 5, (64,))
+    w = te.auto_checkpoint(_ScratchAcrossTheBlocks(), "100%", backend="cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        w.prepare(x, y)
+        assert w.capture.method == "blocks" and w.capture.rest.held >= 64 * 1024 * 4
+        if budget == "least":
+            w.replan(w.min_budget_bytes)
+        for p in w.parameters():
+            p.grad = torch.zeros_like(p)
+        w.measure_memory(1)
+        w(x, y).backward()
+        record = w.memory_report()[-1]
+        with MemoryMeter("cpu") as whole:  # the same step, measured from its start
+            w(x, y).backward()
+    assert whole.total.peak <= record.budget
+    assert record.beyond_param_grads == whole.total.peak and record.within_budget, (record, whole.total.peak)
+
+
+class _LayerDrop(nn.Module):
+    """Blocks skipped at random (transformers' LayerDrop: ``torch.rand([]) < layerdrop`` before each block)."""
+
+    def __init__(self, d=16, n=4, layerdrop=0.0):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(d, d) for _ in range(n))  # the model's only list
+        self.head = nn.Linear(d, 3)
+        self.layerdrop = layerdrop
+
+    def forward(self, x, y):
+        for layer in self.layers:
+            if self.training and self.layerdrop > 0 and torch.rand([]) < self.layerdrop:
+                continue
+            x = layer(x)
+        return nn.functional.cross_entropy(self.head(x), y)
+
+
+def test_blocks_with_random_draws_between_them_are_refused_naming_layerdrop():
+    # Note [Draws between the blocks]: wav2vec2's LayerDrop was refused as "uses a block's output for more than the
+    # next block" (bench/repros/rv11_hf_wav2vec2_layerdrop_wrong_cause.py)
+    torch.manual_seed(0)
+    x, y = torch.randn(8, 16), torch.randint(0, 3, (8,))
+    w = te.auto_checkpoint(_LayerDrop(layerdrop=0.1), "100%", backend="cpu", capture="blocks")
+    with pytest.raises(te.CaptureError, match=r"'layers': the model draws random numbers between its blocks \(rand;"
+                                              r" LayerDrop.*layerdrop=0") as err:
+        w(x, y)
+    assert "more than the next block" not in str(err.value)
+    w = te.auto_checkpoint(_LayerDrop(layerdrop=0.0), "100%", backend="cpu", capture="blocks")  # the remedy
+    w(x, y).backward()
+    assert w.capture.method == "blocks" and "'layers'" in w.capture.notes[0]
+
+
+class _SkipsOnData(nn.Module):
+    """Blocks the model skips on the data: every one runs on the sample, not on a batch of large values."""
+
+    def __init__(self, d=16, n=4, skip=0):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Sequential(nn.Linear(d, d), nn.Tanh()) for _ in range(n))
+        self.head = nn.Linear(d, 3)
+        self.skip = skip
+
+    def forward(self, x, y):
+        large = bool(x.abs().mean() > 10)
+        for i, layer in enumerate(self.layers):
+            if i == self.skip and large:
+                continue
+            x = layer(x)
+        return nn.functional.cross_entropy(self.head(x), y)
+
+
+@pytest.mark.parametrize("skip", [0, 3])
+def test_a_call_that_skips_a_block_raises_instead_of_training_on_blocks_it_did_not_run(skip):
+    # Note [Draws between the blocks]: a skipped last block had run in the chain at the first block's call, and the
+    # loss differed from plain autograd's with no warning; a skipped first block raised "out of order" unexplained
+    torch.manual_seed(0)
+    y = torch.randint(0, 3, (8,))
+    w = te.auto_checkpoint(_SkipsOnData(skip=skip), "100%", backend="cpu", capture="blocks")
+    w(torch.randn(8, 16), y).backward()
+    with pytest.raises(RuntimeError, match=r"(called out of order|called 3 of the 4 blocks).*needs every block "
+                                           r"called once, in order"):
+        w(100 * torch.randn(8, 16), y)

@@ -241,6 +241,21 @@ Note [Block fallback]
     (LayerDrop drawn with torch.rand: torch.export cannot capture it) reached this fallback with its
     encoder's output, and its first GPU run raised a CaptureError on it.
 
+Note [Draws between the blocks]
+    The fallback runs every block at the first one's call, so code between the blocks that draws random
+    numbers runs after them all, not between them. transformers' LayerDrop (Wav2Vec2, BART, Whisper,
+    with ``config.layerdrop > 0``) draws ``torch.rand([])`` before each block and skips it at random:
+    wav2vec2 with its default layerdrop 0.1 was refused as "changes the model's outputs (the model uses
+    a block's output for more than the next block)", the draws having moved past the blocks' dropout
+    masks; with the dropouts at 0 the check passed, and of 12 steps 3 raised "called out of order"
+    mid-step (block 0 skipped) and 5 returned another loss than plain autograd with no warning (a skipped
+    block had already run in the chain; a review, 2026-11-28:
+    bench/repros/rv11_hf_wav2vec2_layerdrop_wrong_cause.py). The probe that tests a list
+    (:func:`_blocks_of`) now watches the random ops run outside its blocks between the first block's start
+    and the last one's end (:class:`_DrawsBetween`) and refuses the list naming them and the remedy; and
+    a call that skips a block raises, at the block called out of order or at the model's return, never
+    training on a chain the model did not run.
+
 Note [The rest of the model]
     Under the block fallback the code before the blocks (embeddings) and after them (a language
     model's head and its loss) runs as plain autograd inside the step. Counting the blocks only, a
@@ -279,6 +294,20 @@ Note [The rest of the model]
     blocks whose memory depends on the data (a head run only on the tokens that have a label) can
     reach more on another batch of the same shape. The step meter (the first steps on CUDA,
     ``measure_memory()``) warns when a step goes over its budget.
+
+Note [A step measured from the model's call]
+    Under the block fallback the step's meter (torch_exec/report.py's StepMeter) started when the
+    executor was called, at the first block, and each measured step added ``held`` (Note [The rest of
+    the model]) for what the code before the blocks had made. On the CPU that meter is a profiler
+    session, which never sees the free of a block allocated before it started: a tensor the code
+    before the blocks made and freed after them (wav2vec2's positional-convolution output, a local of
+    its encoder's forward) stayed counted for the rest of the step, and a step within its budget by
+    18 304 B was reported 22 144 B over it with a MemoryBudgetWarning (a review, 2026-11-28:
+    bench/repros/rv10_hf_wav2vec2_blocks_meter_unseen_frees.py). Once a signature is profiled, a due
+    step's meter now starts at the model's call (``StepMeter.open``), as the exported path's does, and
+    the executor adopts it with nothing held before; the first call of a signature, which profiles
+    inside the step with meters of its own, is measured from the first block as before
+    (``StepMeter.withdraw`` gives an early meter up if a step turns out to profile).
 """
 from __future__ import annotations
 
@@ -1630,6 +1659,36 @@ class _BytesMade(TorchDispatchMode):
         return out
 
 
+class _DrawsBetween(TorchDispatchMode):
+    """Random ops (ATen's nondeterministic_seeded) run outside a list's blocks after the first of them started and
+    before the last one ended: the model draws between its blocks (Note [Draws between the blocks])."""
+
+    def __init__(self, blocks: list):
+        super().__init__()
+        self.depth, self.started, self.ended, self.ops = 0, False, False, []
+        last = len(blocks) - 1
+        self.handles = [b.register_forward_pre_hook(self._enter) for b in blocks]
+        self.handles += [b.register_forward_hook(lambda *_, i=i: self._leave(i == last), always_call=True)
+                         for i, b in enumerate(blocks)]
+
+    def _enter(self, *_):
+        self.depth += 1
+        self.started = True
+
+    def _leave(self, last: bool):
+        self.depth -= 1
+        self.ended = self.ended or (last and not self.depth)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self.started and not self.ended and not self.depth and torch.Tag.nondeterministic_seeded in func.tags:
+            self.ops.append(str(func.overloadpacket.__name__))
+        return func(*args, **(kwargs or {}))
+
+    def remove(self) -> None:
+        for h in self.handles:
+            h.remove()
+
+
 def _bytes_made(model: nn.Module, args: tuple, kwargs: dict, candidates: list) -> tuple[list[int] | None, str]:
     """What each candidate's blocks make in one forward without grad (:class:`_BytesMade`), or None and
     why when the model does not run under the counting mode (then the lists are ranked by parameters)."""
@@ -1687,6 +1746,8 @@ def _find_blocks(model: nn.Module, args: tuple, kwargs: dict) -> tuple[_Blocks |
                         f"each list's blocks make raised {failed}" if failed else
                         f"its blocks make {format_bytes(made[c])} in a forward, the most of the lists whose "
                         f"outputs feed the next")
+        if refused:  # lists ranked above it, not taken: their blocks make more (wav2vec2's LayerDrop layers)
+            found.chosen += f" that could be taken (not taken: {U.first_few(refused, '; ')})"
         return found, refused
     return None, refused
 
@@ -1700,14 +1761,22 @@ def _blocks_of(model: nn.Module, args: tuple, kwargs: dict, name: str, blocks: l
         def hook(mod, a, kw, out, i=i):
             calls.setdefault(i, []).append((a, kw, out))
         handles.append(b.register_forward_hook(hook, with_kwargs=True))
+    draws = _DrawsBetween(blocks)
     try:
-        with torch.no_grad(), U.fork_rng(U.all_rng_devices(), U.generators_of([model])):
+        with torch.no_grad(), U.fork_rng(U.all_rng_devices(), U.generators_of([model])), draws:
             model(*args, **kwargs)
     except Exception as exc:  # noqa: BLE001 - the model itself fails without grad: not a candidate
         return None, f"the model raised without grad ({type(exc).__name__}: {_first_line(exc)})"
     finally:
         for h in handles:
             h.remove()
+        draws.remove()
+    if draws.ops:  # Note [Draws between the blocks]
+        ops = ", ".join(sorted(set(draws.ops)))
+        return None, (f"the model draws random numbers between its blocks ({ops}; LayerDrop, which skips blocks at "
+                      f"random, or dropout between them), which the fallback cannot replay: it runs all the blocks "
+                      f"at the first one's call. Set the model's layerdrop to 0 (transformers: config.layerdrop=0) "
+                      f"for training under a budget, or cut the model by hand")
     for i in range(len(blocks)):
         if len(calls.get(i, ())) != 1:
             return None, f"block {i} ran {len(calls.get(i, ()))} times in a forward, not once"
@@ -2111,9 +2180,11 @@ class AutoCheckpointed(nn.Module):
             else:
                 cap = self._blocks_capture(blocks, args, kwargs)
                 if errors:
+                    passed = f" ranked above it: {refused[0]}" if refused else ""
                     warnings.warn(f"auto_checkpoint: {errors[0]}; using the model's blocks "
                                   f"'{blocks.name}' ({len(blocks.blocks)} blocks) as the chain; the rest runs as plain "
-                                  f"autograd, its memory measured once and counted in the budget", stacklevel=4)
+                                  f"autograd, its memory measured once and counted in the budget"
+                                  + (f" (a list{passed}, was not taken)" if refused else ""), stacklevel=4)
         if cap is None:
             raise CaptureError(
                 f"auto_checkpoint could not find a chain in {type(self._model).__name__}: " + "; ".join(errors)
@@ -2312,10 +2383,21 @@ class AutoCheckpointed(nn.Module):
     @U.without_caches  # the code around the blocks too (Note [Autocast's cache] in torch_exec/executor.py)
     def _run_blocks(self, cap: Capture, args, kwargs):
         blocks, box = cap.blocks
-
-        with _substituted(blocks, box, cap.executor):
+        executor = cap.executor
+        # Note [A step measured from the model's call]: a due step's meter starts here, not at the first block,
+        # once the signature is profiled (the first call profiles inside the step, with meters of its own)
+        if not executor._unsettled() and not any(m._meter.measuring for m in [executor, *executor.siblings]):
+            found = U.tensors(pytree.tree_leaves((args, kwargs))) or list(self._model.parameters())
+            if found:
+                executor._meter.open(found[0].device, executor.step_params())
+        with _substituted(blocks, box, executor):
             return self._model(*args, **kwargs)
 
+
+
+_SKIPPED_HINT = ("the block fallback needs every block called once, in order (Note [Draws between the blocks] in "
+                 "torch_exec/auto.py): a model that skips blocks (LayerDrop) is not a chain; set its layerdrop to 0 "
+                 "(transformers: config.layerdrop=0) for training under a budget, or cut the model by hand")
 
 
 @contextlib.contextmanager
@@ -2333,7 +2415,8 @@ def _substituted(blocks: _Blocks, box: U.CallData, executor: CheckpointedSequent
             k = state["calls"]
             state["calls"] += 1
             if k != i:
-                raise RuntimeError(f"auto_checkpoint: block {i} of '{blocks.name}' was called out of order")
+                raise RuntimeError(f"auto_checkpoint: block {i} of '{blocks.name}' was called out of order; "
+                                   f"{_SKIPPED_HINT}")
             if i == 0:
                 hidden = a[0] if blocks.position == 0 else kw[blocks.position]
                 # the other arguments, for the blocks (their recomputations too); not the hidden state, which
@@ -2361,6 +2444,10 @@ def _substituted(blocks: _Blocks, box: U.CallData, executor: CheckpointedSequent
         b.forward = call(i)
     try:
         yield
+        if state["calls"] not in (0, len(blocks.blocks)):  # the schedule ran blocks the model then skipped
+            raise RuntimeError(f"auto_checkpoint: the model called {state['calls']} of the {len(blocks.blocks)} "
+                               f"blocks of '{blocks.name}' (the chain ran them all at the first one's call); "
+                               f"{_SKIPPED_HINT}")
     finally:
         for b, f in zip(blocks.blocks, saved):
             if f is None:
@@ -2426,7 +2513,8 @@ def _check_blocks(wrapper: AutoCheckpointed, cap: Capture, args, kwargs) -> None
     if len(ref_leaves) != len(got_leaves) or not all(
             a.shape == b.shape and torch.allclose(a, b, rtol=1e-4, atol=1e-5) for a, b in zip(ref_leaves, got_leaves)):
         raise CaptureError(f"running the blocks of '{blocks.name}' as one chain changes the model's outputs (the model "
-                           f"uses a block's output for more than the next block)")
+                           f"uses a block's output for more than the next block, or its code between the blocks "
+                           f"depends on when they run)")
 
 
 @dataclass

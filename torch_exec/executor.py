@@ -1992,6 +1992,8 @@ class _PlannedModule(nn.Module):
         its profile])."""
         key = self._key(inputs)
         entry = self._entries.get(key)
+        if entry is None or entry.plan is None:  # profiling and solving run their own meters
+            self._meter.withdraw()  # Note [A step measured from the model's call] in torch_exec/auto.py
         if entry is None:
             entry = self._entries[key] = self._build(inputs)
         if entry.plan is None:

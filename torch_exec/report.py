@@ -229,6 +229,7 @@ class StepMeter:
         self._records = MemoryReport()
         self.steps = 0
         self._pending = None            # measuring: (meter, params without grad, plan, budget, device)
+        self._opened = None             # started at the model's call, for begin() to adopt (open)
         self._ended = None              # ended, not yet recorded: (the same, closing mark)
         self._calls = 0                 # calls in the pending measurement (Note [Calls before one backward])
         self._pending_armed = False     # whether the pending measurement took one of ``armed``
@@ -285,20 +286,52 @@ class StepMeter:
         self.armed = steps
 
     # ------------------------------------------------------------ one step
+    def open(self, device: torch.device, params) -> None:
+        """At the start of the model's call, before the code that runs ahead of the wrapper's stages: start
+        the step's meter there when one is due and nothing is measured (auto_checkpoint's block fallback: Note
+        [A step measured from the model's call]); :meth:`begin` then adopts it, taking nothing as held before."""
+        if self._pending is None and self._opened is None:
+            self._opened = self._start(device, params)
+
+    def withdraw(self) -> None:
+        """Give up a meter :meth:`open` started, whose step now profiles (a CPU meter cannot run beside the
+        profiler's own): the step stays due, measured as it was before the model's call was metered."""
+        if self._opened is not None:
+            self._opened, (meter, _, _, armed) = None, self._opened
+            self._undo_start(meter, device_type=meter.device.type, armed=armed)
+
     def begin(self, device: torch.device, params, plan, budget, plain: bool, held: int = 0,
               join: bool = True) -> None:
         """At the start of a step's forward: start a meter when one is due (``plain``: the step runs
         as plain autograd; ``held``: bytes made before it and held through the step). A call while a
         measurement waits for its backward joins it where ``join`` (an earlier call's step is still
-        waiting: Note [Calls before one backward]); otherwise that measurement is given up."""
+        waiting: Note [Calls before one backward]); otherwise that measurement is given up. A meter
+        :meth:`open` started at the model's call is this step's: it has seen what was made before, so
+        nothing is added as held."""
         if self._pending is not None and join:
             self.join_call()
             return
+        started, self._opened = self._opened, None
+        if started is not None:
+            held = 0
+        else:
+            started = self._start(device, params)
+        before, self._before_peak = self._before_peak, 0
+        if started is None:
+            return
+        meter, without_grad, device, self._pending_armed = started
+        kind = "store-all (plain autograd)" if plain else plan.backend
+        sets = _GradientsSet(meter, without_grad, device)
+        self._pending = (meter, without_grad, plan, budget, device, self.steps, kind, (held, before), sets)
+        self._calls = 1
+
+    def _start(self, device: torch.device, params):
+        """A new step: its meter started when one is due, as ``(meter, parameters without a gradient, device,
+        whether it took one of armed)``; None when none is due or the user's profiler records."""
         self.finalize()
         self.steps += 1
-        before, self._before_peak = self._before_peak, 0
         if not self.due(device):
-            return
+            return None
         without_grad = [p for p in params if p.requires_grad and p.grad is None]
         meter = MemoryMeter(device)
         meter.abandonable = True  # stopped unread when its wrapper is gone and another meter must start
@@ -307,17 +340,25 @@ class StepMeter:
         except ProfilerBusyError:  # the user's torch.profiler or MemoryMeter records: the step stays due
             warn_once("a measured step is not measured while your torch.profiler or memory meter records (on the CPU "
                       "the meter is a profiler, and torch runs one at a time); it is measured at the next step outside "
-                      "it (Note [One profiler per thread] in torch_exec/meter.py)", MemoryBudgetWarning, stacklevel=3)
-            return
-        self._pending_armed = self.armed > 0
-        if self.armed > 0:
+                      "it (Note [One profiler per thread] in torch_exec/meter.py)", MemoryBudgetWarning, stacklevel=4)
+            return None
+        armed = self.armed > 0
+        if armed:
             self.armed -= 1
         elif device.type == "cuda":
             self.cuda_steps -= 1
-        kind = "store-all (plain autograd)" if plain else plan.backend
-        sets = _GradientsSet(meter, without_grad, device)
-        self._pending = (meter, without_grad, plan, budget, device, self.steps, kind, (held, before), sets)
-        self._calls = 1
+        return meter, without_grad, device, armed
+
+    def _undo_start(self, meter: MemoryMeter, device_type: str, armed: bool) -> None:
+        """A started measurement given up unread: the step it took stays due."""
+        if armed:
+            self.armed += 1
+        elif device_type == "cuda":
+            self.cuda_steps += 1
+        try:
+            meter.__exit__(None, None, None)
+        except Exception:  # noqa: BLE001, S110 - the readings of an abandoned step are not needed
+            pass
 
     def end_with_backward_of(self, outputs) -> None:
         """End the pending measurement when the backward pass through ``outputs`` has finished: a
@@ -347,7 +388,8 @@ class StepMeter:
     def give_way(self) -> None:
         """Another CPU meter must start (Note [One profiler per thread] in torch_exec/meter.py): an ended
         CPU measurement is recorded; one whose backward has not come is given up and stays due."""
-        if self._pending is not None and self._pending[0].device.type == "cpu":
+        started = self._pending or self._opened
+        if started is not None and started[0].device.type == "cpu":
             self.finalize()  # given up: the step stays due
             warn_once("a measured step was not measured: another wrapper's CPU memory meter started during it "
                       "(torch runs one profiler per thread); the wrapper's next step is measured instead",
@@ -358,18 +400,11 @@ class StepMeter:
     def finalize(self) -> None:
         """Stop an ended measurement and record its step; abandon one whose backward never came (a forward
         without a backward is no step: the measurement it took stays due)."""
+        self.withdraw()  # a model's call that never reached the stages
         if self._pending is not None:  # forward without backward: nothing to record
-            if self._pending_armed:
-                self.armed += 1
-            elif self._pending[4].type == "cuda":
-                self.cuda_steps += 1
-            meter = self._pending[0]
-            self._pending[-1].remove()
-            self._pending = None
-            try:
-                meter.__exit__(None, None, None)
-            except Exception:  # the readings of an abandoned step are not needed
-                pass
+            pending, self._pending = self._pending, None
+            pending[-1].remove()
+            self._undo_start(pending[0], pending[4].type, self._pending_armed)
         if self._ended is None:
             return
         (meter, without_grad, plan, budget, device, step, kind, (held, before), sets), closing, grads = self._ended

@@ -152,10 +152,15 @@ class Chain:
         n = len(self.t_fwd)
         if n == 0:
             raise ValueError("the chain is empty: it needs at least one stage")
+        lengths = {name: len(getattr(self, name)) for name in TIME_FIELDS + ALL_BYTE_FIELDS}
+        if len(set(lengths.values())) > 1:  # the stage count is what most fields say: the odd one out is named
+            counts = list(lengths.values())
+            n = max(counts, key=counts.count)
+            name = next(name for name, length in lengths.items() if length != n)
+            raise ValueError(f"field {name!r} has {lengths[name]} values but the chain has {n} stages (the length of "
+                             f"the other fields)")
         for name in TIME_FIELDS + ALL_BYTE_FIELDS:
             values = getattr(self, name)
-            if len(values) != n:
-                raise ValueError(f"field {name!r} has {len(values)} values but the chain has {n} stages")
             limit, most = (MAX_TIME_MS, f"{MAX_TIME_MS:.0e} ms") if name in TIME_FIELDS else (MAX_BYTES, "2^50 bytes")
             as_float = values.astype(np.float64)
             bad = np.flatnonzero(~np.isfinite(as_float) | (values < 0) | (as_float > limit))
@@ -529,8 +534,11 @@ def _check_chain_fields(data: dict, where: str) -> None:
 
 def _as_bytes(values, name: str) -> np.ndarray:
     arr = np.asarray(values, dtype=np.float64).reshape(-1)
-    if np.any(np.isfinite(arr) & (arr != np.round(arr))):
-        raise ValueError(f"field {name!r} must hold whole bytes, got {arr.tolist()[:8]}")
+    fractions = np.flatnonzero(np.isfinite(arr) & (arr != np.round(arr)))
+    if len(fractions):
+        s = int(fractions[0])
+        raise ValueError(f"field {name!r} must hold whole bytes: stage {s + 1} has {float(arr[s])!r}"
+                         + (f" ({len(fractions)} stages have fractions)" if len(fractions) > 1 else ""))
     # Keep non-finite, negative or too large values visible to validate() (it names the stage).
     if not np.all(np.isfinite(arr)) or np.any(arr < 0) or np.any(arr > MAX_BYTES):
         return arr

@@ -140,6 +140,8 @@ class Plan(PlanBase):
 
     def summary(self) -> str:
         """A few human-readable lines."""
+        if self.backend == "given":  # plan_from_schedule: a schedule simulated, no DP solved
+            return plan_summary(self, f"budget {format_bytes(self.budget_bytes)}, schedule given, not solved")
         grain = ("exact bytes (no buckets)" if self.backend == "exact" else
                  f"bucket {format_bytes(self.bucket_bytes)} ({self.buckets} buckets)")
         return plan_summary(self, f"budget {format_bytes(self.budget_bytes)}, {grain}, backend {self.backend}, "

@@ -18,11 +18,30 @@ _UNITS = {
 _PATTERN = re.compile(r"^\s*([+-]?[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
 
+def split_size(text: str) -> tuple[str, str] | None:
+    """``"12.5GiB"`` -> ``("12.5", "GiB")``: a size's number and unit as written; None when it is no size."""
+    match = _PATTERN.match(text)
+    return (match.group(1), match.group(2)) if match else None
+
+
+def bytes_spelling(unit: str) -> str | None:
+    """Where ``unit`` ends in a lowercase b (``Gb``, ``kb``, ``b``), which reads as bits, the bytes unit the
+    user likely meant (``GB``, ``KB``, ``B``); else None. Sizes and rates are bytes, and refuse bits alike."""
+    if not unit.endswith("b") or unit.lower() not in _UNITS:
+        return None
+    prefix = unit[:-1]
+    return (prefix[:1].upper() + prefix[1:].lower() + "B") if prefix else "B"
+
+
 def _number_and_scale(value, what: str, fix: str | None = None) -> tuple:
     """(number, bytes per unit) of a size (:func:`parse_bytes`'s forms), refused when negative (``fix``: what
     the error tells the user to give instead; default a size of 0 bytes or more)."""
     if isinstance(value, str):
         match = _PATTERN.match(value)
+        meant = bytes_spelling(match.group(2)) if match else None
+        if meant:
+            raise ValueError(f"{what} {value!r}: a lowercase b reads as bits, and sizes are bytes; give "
+                             f"'{match.group(1)}{meant}' for bytes")
         if not match or match.group(2).lower() not in _UNITS:
             raise ValueError(
                 f"{what} {value!r} is not a size: use bytes or a number with KiB/MiB/GiB/TiB (or KB/MB/GB)")

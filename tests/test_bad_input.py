@@ -363,3 +363,47 @@ def test_small_command_line_slips(capsys):
     assert "bucket '-1' is negative: a bucket must be at least 1 byte" in error_line(
         capsys, "solve", RESNET, "--budget", "5GiB", "--bucket", "-1", "--backend", "cpu")
     assert "the profile argument is empty" in error_line(capsys, "solve", "", "--budget", "5GiB")
+
+
+def test_a_chain_file_names_the_stage_with_a_fraction_and_the_field_of_another_length(capsys, tmp_path):
+    # a review (bench/repros/rv11_docs_chain_file_*): a fraction at stage 16 was told with the first 8 values, all
+    # whole; t_fwd one value short blamed t_fwd_nograd (the stage count was t_fwd's length)
+    data = Chain.load(RESNET).to_dict()
+    data["act_bytes"][15] = 1000.5
+    path = tmp_path / "fraction.json"
+    path.write_text(json.dumps(data))
+    assert "field 'act_bytes' must hold whole bytes: stage 16 has 1000.5" in error_line(
+        capsys, "solve", str(path), "--budget", "5GiB", "--backend", "cpu")
+    data = Chain.load(RESNET).to_dict()
+    n = len(data["t_fwd"])
+    data["t_fwd"] = data["t_fwd"][:-1]
+    path = tmp_path / "short.json"
+    path.write_text(json.dumps(data))
+    assert f"field 't_fwd' has {n - 1} values but the chain has {n} stages" in error_line(
+        capsys, "solve", str(path), "--budget", "5GiB", "--backend", "cpu")
+
+
+@pytest.mark.parametrize("value,meant", [("5Gb", "5GB"), ("5gb", "5GB"), ("64Kb", "64KB"), ("1.5Mib", "1.5MiB"),
+                                         ("100b", "100B")])
+def test_a_lowercase_b_reads_as_bits_in_sizes_as_in_rates(capsys, value, meant):
+    # a review (bench/repros/rv11_docs_budget_bits_unit_read_as_bytes.py): '--bandwidth 12Gb/s' was refused as bits
+    # while '--budget 5Gb' solved at 5e9 bytes
+    with pytest.raises(ValueError, match=rf"a lowercase b reads as bits, and sizes are bytes; give '{meant}'"):
+        parse_bytes(value, "budget")
+    assert f"give '{meant}' for bytes" in error_line(capsys, "solve", RESNET, "--budget", value, "--backend", "cpu")
+    assert parse_bytes(meant) > 0
+
+
+@pytest.mark.parametrize("argv,example", [
+    (["curve", "vgg16_b64", "--offload"], "gpusolve curve vgg16_b64 --offload --bandwidth 12GB/s"),
+    (["compare", "vgg16_b64", "--budget", "90%", "--offload"],
+     "gpusolve compare vgg16_b64 --budget 90% --offload --bandwidth 12GB/s"),
+    (["solve", "vgg16_b64", "--budget", "50%", "--latency", "1ms"],
+     "gpusolve solve vgg16_b64 --budget 50% --offload --bandwidth 12GB/s --latency 1ms")])
+def test_the_offload_flags_errors_complete_the_users_own_command(capsys, tmp_path, argv, example):
+    # a review (bench/repros/rv11_docs_offload_hint_other_command.py): every such error ended with a fixed
+    # 'gpusolve solve resnet50_b128 --budget 35% ...', another command (curve takes no --budget) and profile
+    if argv[0] == "curve":
+        argv = argv + ["--out", str(tmp_path / "c.png")]
+    line = error_line(capsys, *argv)
+    assert example in line and "resnet50_b128" not in line, line

@@ -77,7 +77,23 @@ def test_thesis_matches_reference_exactly():
     ref = json.loads(THESIS.read_text())
     assert [c["name"] for c in got["cases"]] == [c["name"] for c in ref["cases"]]
     for mine, theirs in zip(got["cases"], ref["cases"]):
-        assert mine["optimal_cost"] == theirs["optimal_cost"], mine["name"]
+        assert mine["optimal_cost"] == theirs["optimal_cost"] and mine["matches"] is True, mine["name"]
+
+
+def test_thesis_exits_1_when_a_case_differs_from_the_file(tmp_path):
+    # a review (bench/repros/rv11_docs_thesis_differs_exit_zero.py): "DIFFERS from the file" exited 0, and --json said
+    # nothing of the comparison
+    data = json.loads(THESIS.read_text())
+    feasible = next(i for i, c in enumerate(data["cases"][2]["optimal_cost"]) if c is not None)
+    data["cases"][2]["optimal_cost"][feasible] += 1.0
+    del data["cases"][3]["optimal_cost"]
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(data))
+    res = run("thesis", edited, "--json")
+    assert res.returncode == 1
+    assert [c["matches"] for c in json.loads(res.stdout)["cases"]][:5] == [True, True, False, None, True]
+    res = run("thesis", edited)
+    assert res.returncode == 1 and "DIFFERS from the file" in res.stdout and "no reference in the file" in res.stdout
 
 
 def test_curve_writes_png(tmp_path):

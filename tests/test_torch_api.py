@@ -637,3 +637,17 @@ def test_a_module_at_several_positions_of_a_sequential_runs_at_each():
         want.square().sum().backward()
         for p, q in zip(model.parameters(), ref.parameters(), strict=True):
             torch.testing.assert_close(p.grad, q.grad, rtol=1e-6, atol=1e-7)
+
+
+def test_a_plain_autograd_plans_json_form_and_least_budget():
+    # a review (bench/repros/rv11_docs_plain_plan_to_dict.py): a wrapper running plain autograd ("100%") had a plan
+    # whose to_dict() and min_feasible_bytes raised "this plan has no chain", and whose summary read "bucket 0 B
+    # (0 buckets), backend given, solved in 0.0 ms"
+    from gpusolve.dp.minpeak import min_feasible_bytes
+    model = te.CheckpointedSequential(mlp(), budget="100%", backend="cpu")
+    model(torch.randn(8, 4, dtype=DT)).sum().backward()
+    plan = model.plan
+    assert plan.backend == "given"
+    assert plan.min_feasible_bytes == min_feasible_bytes(model._last.plan.chain) > 0
+    assert plan.to_dict()["budget_bytes"] == plan.budget_bytes
+    assert "schedule given, not solved" in plan.summary() and "0 buckets" not in plan.summary()

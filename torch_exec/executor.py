@@ -583,11 +583,12 @@ def plan_from_schedule(chain: Chain, schedule, budget=None, link: Link | None = 
                            budget_bytes=budget_bytes, bucket_bytes=0, buckets=0, backend="given", solve_seconds=0.0,
                            curve=Curve(np.zeros(0, dtype=np.int64), np.zeros(0)), schedule=list(schedule),
                            store_all_time_ms=store_all_time_ms(chain), notes=notes, link=link,
-                           swaps=sum(1 for op in schedule if op.kind is OpKind.OFFLOAD))
+                           swaps=sum(1 for op in schedule if op.kind is OpKind.OFFLOAD), chain=chain)
+    # the chain: its least budget (min_feasible_bytes, to_dict()) is computed when asked for
     return Plan(feasible=feasible, predicted_time_ms=sim.time_ms, predicted_peak_bytes=sim.peak_bytes,
                 budget_bytes=budget_bytes, bucket_bytes=0, buckets=0, backend="given", solve_seconds=0.0,
                 curve=Curve(np.zeros(0, dtype=np.int64), np.zeros(0)), schedule=list(schedule),
-                store_all_time_ms=store_all_time_ms(chain), notes=notes)
+                store_all_time_ms=store_all_time_ms(chain), notes=notes, chain=chain)
 
 
 def output_out_of_tape(tape: int, bwd_tape: int, made: int) -> tuple[int, int]:

@@ -16,7 +16,7 @@ import numbers
 import re
 from dataclasses import dataclass
 
-from ..units import parse_amount, parse_duration_ms
+from ..units import bytes_spelling, parse_amount, parse_duration_ms, split_size
 
 _RATE = re.compile(r"^\s*(.+?)\s*/\s*(s|sec|ms)\s*$", re.IGNORECASE | re.ASCII)  # ASCII: no 'ſ' for 's'
 
@@ -44,10 +44,11 @@ def parse_rate(value, what: str = "bandwidth") -> float:
         if size.startswith("-"):
             raise ValueError(f"{what} {value!r} is negative: give a rate >= 0 such as {text.lstrip('-')!r} (0 means "
                              f"a useless link)")
-        if size.endswith("b"):  # Gb/s: a lowercase b reads as bits
-            bits = size[:-1].rstrip()
+        digits, size_unit = split_size(size) or ("", "")
+        meant = bytes_spelling(size_unit)
+        if meant:  # Gb/s: a lowercase b reads as bits (the rule of sizes)
             raise ValueError(f"{what} {value!r}: a lowercase b reads as bits, and rates are in bytes; give "
-                             f"'{bits}B/{match.group(2)}' for bytes, or divide by 8 for bits")
+                             f"'{digits}{meant}/{match.group(2)}' for bytes, or divide by 8 for bits")
         try:
             number = parse_amount(size, what)  # fractions kept: 0.5B/ms is no useless link
         except ValueError:  # name the whole value, not the part before the last '/': '12GB/s/s'

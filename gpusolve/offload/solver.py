@@ -61,6 +61,14 @@ class OffloadPlan(Plan):
     # link, the same backend).
     recompute_only: Plan | None = field(default=None, kw_only=True, compare=False, repr=False)
 
+    @property
+    def min_feasible_bytes(self) -> int:
+        """The exact least budget of the combined class over the plan's link (:func:`min_budget_bytes`), computed
+        on first use when the solve did not (a schedule given: ``plan_from_schedule``)."""
+        if self.known_min_bytes is None and self.chain is not None and self.link is not None:
+            self.known_min_bytes = min_budget_bytes(self.chain, self.link)
+        return super().min_feasible_bytes
+
     def to_dict(self) -> dict:
         other = self.recompute_only
         return super().to_dict() | {"link": None if self.link is None else self.link.to_dict(),

@@ -156,3 +156,35 @@ def test_a_backward_that_raises_leaves_no_hook_suspended():
         out.backward()
     w(x1, y1).backward()  # the next forward settles any deferral a failed pass left
     assert seen and all(p._backward_hooks for p in model.parameters())
+
+
+class _TwoPredictions(nn.Module):
+    """Two predictions from one hidden state, neither made from the other (RAFT's upsampled flows, each read off
+    its refinement step)."""
+
+    def __init__(self, d=16):
+        super().__init__()
+        self.body, self.first, self.second = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
+
+    def forward(self, x):
+        h = torch.tanh(self.body(x))
+        return self.first(h), self.second(h)
+
+
+@pytest.mark.parametrize("loss_on", [0, 1])
+def test_a_plain_step_is_recorded_whichever_output_the_loss_reads(loss_on):
+    # the plain step's measurement ended by a hook on the model's first output only: a loss on the last prediction
+    # never reached it, no step was recorded, and the CPU meter kept recording into the next step
+    # (bench/repros/rv11_tv_plain_step_meter_first_output.py, torchvision's RAFT)
+    torch.manual_seed(0)
+    x = torch.randn(8, 16)
+    w = te.auto_checkpoint(_TwoPredictions(), "100%", backend="cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        w(x)[loss_on].sum().backward()
+        assert w.plan.backend == "given"  # plain autograd
+        w.measure_memory(1)
+        for _ in range(3):
+            w(x)[loss_on].sum().backward()
+    assert [r.step for r in w.memory_report()] == [2]
+    assert not torch._C._autograd._profiler_enabled()

@@ -1410,10 +1410,11 @@ class ModelSnapshot:
         """Put everything back; ``hooks=False`` leaves the suspended hooks suspended (a profile that
         starts again)."""
         with torch.no_grad():  # through .data: the version counters stay (Note [Restoring leaves the versions])
-            for p, data in zip(self.params, self.param_data):
-                p.data.copy_(data)
-            for b, data in zip(self.buffers, self.buffer_data):
-                b.data.copy_(data)
+            for t, data in [*zip(self.params, self.param_data), *zip(self.buffers, self.buffer_data)]:
+                if t.shape == data.shape:
+                    t.data.copy_(data)
+                else:  # resized by the run (a QAT per-channel observer's min/max start empty): the snapshot's shape
+                    t.data = data.clone()
         for p, g in zip(self.params, self.grads):
             p.grad = g
         self.rng.restore()

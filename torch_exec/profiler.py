@@ -423,6 +423,31 @@ def _refuse_parameter_writes(s: int, params: list, before: tuple) -> tuple:
     return after
 
 
+# Note [Buffers written behind their versions]
+#     A stage's ``buffer_writes`` (Note [Recomputing from the step's buffers] in torch_exec/executor.py) was read
+#     from the buffers' version counters alone. Some ops write a buffer without moving its counter: the fused
+#     fake-quantiser of quantization-aware training (``aten.fused_moving_avg_obs_fake_quant`` updates its running
+#     min/max, scale and zero point), and ``aten.batch_norm``'s statistics in an exported graph. torchvision's QAT
+#     ResNet-18 then had no stage writing a buffer, its recomputations started from the scale the forward had
+#     already moved, and at its least budget conv1's gradient was 1.87 off (the largest is 2.49; QAT MobileNetV2 up
+#     to 99; a review, 2026-11-28: bench/repros/rv11_tv_qat_fused_fakequant_recompute.py). The no-grad pass now
+#     also compares the buffers' values with a copy taken before it (one copy of the buffers for the pass,
+#     refreshed where a stage changed them): a stage that changes a buffer's shape or contents writes it.
+def _buffers_changed(buffers: list, values: list) -> bool:
+    """Whether a buffer's shape or contents differ from ``values`` (its copy), which then takes them
+    (Note [Buffers written behind their versions]). NaNs compare equal: a NaN left in place is no write."""
+    changed = False
+    for j, (b, copy) in enumerate(zip(buffers, values)):
+        if b.shape != copy.shape or b.dtype != copy.dtype:
+            values[j] = b.detach().clone()
+            changed = True
+        elif not (torch.equal(b, copy) or (b.is_floating_point() and torch.allclose(b, copy, rtol=0, atol=0,
+                                                                                     equal_nan=True))):
+            copy.copy_(b)
+            changed = True
+    return changed
+
+
 def _versions(state) -> dict:
     """``{id(tensor): version}`` of a stage's input, taken before it runs: compared after, it tells
     whether the stage wrote its input, and which tensors it passed on untouched
@@ -588,6 +613,7 @@ class _Passes:
         ident = {key: i for i, key in enumerate(storages(state))}
         param_marks = _parameter_marks(self.params)  # Note [Parameters a forward writes]
         with torch.no_grad():
+            values = [b.detach().clone() for b in self.buffers]  # Note [Buffers written behind their versions]
             for s, fn in enumerate(self.fns):
                 if self.isolated:
                     self.stash.offload(s, state)
@@ -610,7 +636,8 @@ class _Passes:
                 mem[s].update(x_nbytes=state_nbytes(out), held_nbytes=held_nbytes(out), aliases=bool(alias),
                               held_from=held_from(out, origin),
                               rng=not rng_before.equals(RngState.capture(devices, self.generators)),
-                              buffer_writes=buffer_versions != [b._version for b in self.buffers])
+                              buffer_writes=(buffer_versions != [b._version for b in self.buffers])
+                              | _buffers_changed(self.buffers, values))
                 if not all(copyable(t) for t in tensors(out)):  # never moved to the host (Chain.swappable)
                     mem[s]["device_only"] = True
                 if s == n - 1:  # the model's output: what the executor's byte model needs of it

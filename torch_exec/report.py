@@ -290,7 +290,7 @@ class StepMeter:
         """At the start of the model's call, before the code that runs ahead of the wrapper's stages: start
         the step's meter there when one is due and nothing is measured (auto_checkpoint's block fallback: Note
         [A step measured from the model's call]); :meth:`begin` then adopts it, taking nothing as held before."""
-        if self._pending is None and self._opened is None:
+        if self._pending is None and self._opened is None and self.due(device):
             self._opened = self._start(device, params)
 
     def withdraw(self) -> None:
@@ -316,6 +316,7 @@ class StepMeter:
             held = 0
         else:
             started = self._start(device, params)
+        self.steps += 1
         before, self._before_peak = self._before_peak, 0
         if started is None:
             return
@@ -326,10 +327,10 @@ class StepMeter:
         self._calls = 1
 
     def _start(self, device: torch.device, params):
-        """A new step: its meter started when one is due, as ``(meter, parameters without a gradient, device,
-        whether it took one of armed)``; None when none is due or the user's profiler records."""
+        """A new step's meter (the step before it recorded), started when one is due, as ``(meter, parameters
+        without a gradient, device, whether it took one of armed)``; None when none is due or the user's profiler
+        records. :meth:`begin` counts the step."""
         self.finalize()
-        self.steps += 1
         if not self.due(device):
             return None
         without_grad = [p for p in params if p.requires_grad and p.grad is None]
@@ -362,15 +363,18 @@ class StepMeter:
 
     def end_with_backward_of(self, outputs) -> None:
         """End the pending measurement when the backward pass through ``outputs`` has finished: a
-        hook on the first of them queues :meth:`end` on autograd's engine, which runs its queued
-        callbacks once the whole backward pass is done."""
+        hook on them that fires when the backward reaches any of them queues :meth:`end` on autograd's
+        engine, which runs its queued callbacks once the whole backward pass is done. (A hook on the first
+        output alone never fired for a loss on another one, RAFT's last flow prediction: the step was not
+        recorded, and its CPU meter kept recording into the next step; a review, 2026-11-28:
+        bench/repros/rv11_tv_plain_step_meter_first_output.py.)"""
         outputs = [t for t in outputs if t.requires_grad]
         if not outputs:
             return
 
-        def hook(grad):
+        def hook(grads):
             torch.autograd.Variable._execution_engine.queue_callback(self.end)
-        outputs[0].register_hook(hook)
+        torch.autograd.graph.register_multi_grad_hook(outputs, hook, mode="any")
 
     def end(self) -> None:
         """At the end of the step's backward: the closing mark (Note [Ending a measurement inside a

@@ -1992,13 +1992,59 @@ def test_blocks_with_random_draws_between_them_are_refused_naming_layerdrop():
     torch.manual_seed(0)
     x, y = torch.randn(8, 16), torch.randint(0, 3, (8,))
     w = te.auto_checkpoint(_LayerDrop(layerdrop=0.1), "100%", backend="cpu", capture="blocks")
-    with pytest.raises(te.CaptureError, match=r"'layers': the model draws random numbers between its blocks \(rand;"
-                                              r" LayerDrop.*layerdrop=0") as err:
+    with pytest.raises(te.CaptureError, match=r"'layers': the model skips blocks at random \(LayerDrop: a draw "
+                                              r"between its blocks, rand,.*layerdrop=0") as err:
         w(x, y)
     assert "more than the next block" not in str(err.value)
     w = te.auto_checkpoint(_LayerDrop(layerdrop=0.0), "100%", backend="cpu", capture="blocks")  # the remedy
     w(x, y).backward()
     assert w.capture.method == "blocks" and "'layers'" in w.capture.notes[0]
+
+
+class _DrawsForNothing(nn.Module):
+    """A LayerDrop of 0 that still draws before each block (an older library)."""
+
+    def __init__(self, d=16, n=4):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(d, d) for _ in range(n))  # the model's only list
+        self.head = nn.Linear(d, 3)
+
+    def forward(self, x, y):
+        for layer in self.layers:
+            if self.training and torch.rand([]) < 0.0:
+                continue
+            x = layer(x)
+        return nn.functional.cross_entropy(self.head(x), y)
+
+
+class _DropoutLinear(nn.Linear):
+    def forward(self, x):
+        return nn.functional.dropout(super().forward(x), 0.1, self.training)
+
+
+def test_draws_between_blocks_that_skip_nothing_train_where_the_blocks_draw_nothing():
+    # Note [Draws between the blocks]: the draws keep their order when the blocks draw nothing themselves
+    torch.manual_seed(0)
+    x, y = torch.randn(8, 16), torch.randint(0, 3, (8,))
+    model = _DrawsForNothing()
+    reference = copy.deepcopy(model)
+    w = te.auto_checkpoint(model, "100%", backend="cpu", capture="blocks")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        w.prepare(x, y)
+        w.replan(w.min_budget_bytes)
+        torch.manual_seed(1)
+        w(x, y).backward()
+    torch.manual_seed(1)
+    reference(x, y).backward()
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=0, atol=0)
+    model = _DrawsForNothing()
+    model.layers = nn.ModuleList(_DropoutLinear(16, 16) for _ in range(4))
+    w = te.auto_checkpoint(model, "100%", backend="cpu", capture="blocks")
+    with pytest.raises(te.CaptureError, match=r"'layers': the model draws random numbers between its blocks \(rand\) "
+                                              r"and inside them \(dropout\)"):
+        w(x, y)
 
 
 class _SkipsOnData(nn.Module):

@@ -252,9 +252,13 @@ Note [Draws between the blocks]
     block had already run in the chain; a review, 2026-11-28:
     bench/repros/rv11_hf_wav2vec2_layerdrop_wrong_cause.py). The probe that tests a list
     (:func:`_blocks_of`) now watches the random ops run outside its blocks between the first block's start
-    and the last one's end (:class:`_DrawsBetween`) and refuses the list naming them and the remedy; and
-    a call that skips a block raises, at the block called out of order or at the model's return, never
-    training on a chain the model did not run.
+    and the last one's end (:class:`_DrawsBetween`) and sets their results to 0, which any LayerDrop
+    probability above 0 takes as "skip": a block that then does not run refuses the list, naming
+    LayerDrop and its remedy. Draws between blocks that skip nothing (a library that draws for a
+    LayerDrop of 0) are harmless where the blocks draw nothing themselves (the draws keep their order)
+    and refuse the list where they do (the blocks' dropout masks would change). A call that skips a block
+    anyway raises, at the block called out of order or at the model's return, never training on a chain
+    the model did not run.
 
 Note [The rest of the model]
     Under the block fallback the code before the blocks (embeddings) and after them (a language
@@ -1661,11 +1665,13 @@ class _BytesMade(TorchDispatchMode):
 
 class _DrawsBetween(TorchDispatchMode):
     """Random ops (ATen's nondeterministic_seeded) run outside a list's blocks after the first of them started and
-    before the last one ended: the model draws between its blocks (Note [Draws between the blocks])."""
+    before the last one ended (``between``), their floating-point results set to 0, so that a LayerDrop with any
+    probability above 0 skips the next block; and whether the blocks draw themselves (``inside``): Note [Draws
+    between the blocks]."""
 
     def __init__(self, blocks: list):
         super().__init__()
-        self.depth, self.started, self.ended, self.ops = 0, False, False, []
+        self.depth, self.started, self.ended, self.between, self.inside = 0, False, False, [], False
         last = len(blocks) - 1
         self.handles = [b.register_forward_pre_hook(self._enter) for b in blocks]
         self.handles += [b.register_forward_hook(lambda *_, i=i: self._leave(i == last), always_call=True)
@@ -1680,9 +1686,16 @@ class _DrawsBetween(TorchDispatchMode):
         self.ended = self.ended or (last and not self.depth)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if self.started and not self.ended and not self.depth and torch.Tag.nondeterministic_seeded in func.tags:
-            self.ops.append(str(func.overloadpacket.__name__))
-        return func(*args, **(kwargs or {}))
+        out = func(*args, **(kwargs or {}))
+        if torch.Tag.nondeterministic_seeded in func.tags:
+            if self.depth:
+                self.inside = True
+            elif self.started and not self.ended:
+                self.between.append(str(func.overloadpacket.__name__))
+                for t in pytree.tree_leaves(out):
+                    if isinstance(t, torch.Tensor) and t.is_floating_point():
+                        t.zero_()
+        return out
 
     def remove(self) -> None:
         for h in self.handles:
@@ -1771,12 +1784,18 @@ def _blocks_of(model: nn.Module, args: tuple, kwargs: dict, name: str, blocks: l
         for h in handles:
             h.remove()
         draws.remove()
-    if draws.ops:  # Note [Draws between the blocks]
-        ops = ", ".join(sorted(set(draws.ops)))
-        return None, (f"the model draws random numbers between its blocks ({ops}; LayerDrop, which skips blocks at "
-                      f"random, or dropout between them), which the fallback cannot replay: it runs all the blocks "
-                      f"at the first one's call. Set the model's layerdrop to 0 (transformers: config.layerdrop=0) "
-                      f"for training under a budget, or cut the model by hand")
+    if draws.between:  # Note [Draws between the blocks]
+        ops = ", ".join(sorted(set(draws.between)))
+        if any(len(calls.get(i, ())) != 1 for i in range(len(blocks))):
+            return None, (f"the model skips blocks at random (LayerDrop: a draw between its blocks, {ops}, decides "
+                          f"whether the next one runs), which the fallback cannot replay: it runs all the blocks at the "
+                          f"first one's call. Set the model's layerdrop to 0 (transformers: config.layerdrop=0) for "
+                          f"training under a budget, or cut the model by hand")
+        if draws.inside:
+            return None, (f"the model draws random numbers between its blocks ({ops}) and inside them (dropout): the "
+                          f"fallback runs all the blocks at the first one's call, which would change the order of the "
+                          f"draws and with it the blocks' random numbers. Cut the model by hand, or use a version of its "
+                          f"library that draws nothing for a LayerDrop of 0 (transformers 5.24 draws nothing)")
     for i in range(len(blocks)):
         if len(calls.get(i, ())) != 1:
             return None, f"block {i} ran {len(calls.get(i, ()))} times in a forward, not once"

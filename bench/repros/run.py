@@ -86,9 +86,18 @@ SCRIPTS = ("grad_hooks", "autograd_grad_measured", "returned_input", "measure_be
            "rv10_auto_llama_bwd_over_budget", "rv10_diff_join_compare_thesis_store_all",
            "rv10_diff_offload_compare_thesis_paper_rows", "rv10_diff_sequential_repeated_module",
            "rv10_diff_perf_mode_walk_callable_stages",
-           # open (not fixed): exit nonzero (the CPU meter misses frees of what was made before it started; a hook put
-           # on the accumulator node by hand is out of sight: it runs per part)
-           "rv10_hf_wav2vec2_blocks_meter_unseen_frees", "rv10_diff_hooks_node_hand_hook_beside_api")
+           "rv10_hf_wav2vec2_blocks_meter_unseen_frees",  # left open by the tenth session, fixed by the eleventh
+           # open (not fixed): exits nonzero (a hook put on the accumulator node by hand is out of sight: it runs per
+           # part)
+           "rv10_diff_hooks_node_hand_hook_beside_api",
+           # the eleventh session (2026-11-28): transformers, torchvision, the README walk-through
+           "rv11_hf_wav2vec2_layerdrop_wrong_cause", "rv11_tv_plain_step_meter_first_output",
+           "rv11_tv_qat_fused_fakequant_recompute", "rv11_tv_qat_observer_resize", "rv11_docs_plain_plan_to_dict",
+           "rv11_docs_chain_file_fraction_unnamed", "rv11_docs_chain_file_length_blames_other_field",
+           "rv11_docs_offload_hint_other_command", "rv11_docs_budget_bits_unit_read_as_bytes",
+           "rv11_docs_thesis_differs_exit_zero",
+           # open (not fixed): exits nonzero (encoder-decoders' tuple boundaries over-counted: budget held, loose)
+           "rv11_hf_encdec_tuple_state_overcount")
 
 
 def main(argv=None) -> int:

@@ -150,8 +150,6 @@ class Chain:
     def validate(self) -> None:
         """Raise ``ValueError`` naming the stage and field of the first bad value."""
         n = len(self.t_fwd)
-        if n == 0:
-            raise ValueError("the chain is empty: it needs at least one stage")
         lengths = {name: len(getattr(self, name)) for name in TIME_FIELDS + ALL_BYTE_FIELDS}
         if len(set(lengths.values())) > 1:  # the stage count is what most fields say: the odd one out is named
             counts = list(lengths.values())
@@ -159,6 +157,8 @@ class Chain:
             name = next(name for name, length in lengths.items() if length != n)
             raise ValueError(f"field {name!r} has {lengths[name]} values but the chain has {n} stages (the length of "
                              f"the other fields)")
+        if n == 0:
+            raise ValueError("the chain is empty: it needs at least one stage")
         for name in TIME_FIELDS + ALL_BYTE_FIELDS:
             values = getattr(self, name)
             limit, most = (MAX_TIME_MS, f"{MAX_TIME_MS:.0e} ms") if name in TIME_FIELDS else (MAX_BYTES, "2^50 bytes")

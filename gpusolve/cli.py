@@ -374,10 +374,12 @@ def _join_number(x: float):
 def offload_example(args) -> str:
     """The user's own command with the offload flags it needs (``solve``/``compare`` keep their budget; ``curve``
     takes none)."""
-    budget = getattr(args, "budget", None)
-    return " ".join(["gpusolve", args.command, str(args.profile)] + ([f"--budget {budget}"] if budget else [])
-                    + ["--offload", f"--bandwidth {args.bandwidth or '12GB/s'}"]
-                    + [f"--latency {args.latency}" if args.latency is not None else "--latency 0.01ms"])
+    import shlex
+    budget, h2d = getattr(args, "budget", None), getattr(args, "h2d_bandwidth", None)
+    return shlex.join(["gpusolve", args.command, str(args.profile)] + (["--budget", budget] if budget else [])
+                      + ["--offload", "--bandwidth", args.bandwidth or "12GB/s"]
+                      + (["--h2d-bandwidth", h2d] if h2d else [])
+                      + ["--latency", args.latency if args.latency is not None else "0.01ms"])
 JOIN_EXAMPLE = "e.g. gpusolve join resnet50_b128 resnet50_b128 --budget 50%"
 
 

@@ -1993,7 +1993,7 @@ def test_blocks_with_random_draws_between_them_are_refused_naming_layerdrop():
     x, y = torch.randn(8, 16), torch.randint(0, 3, (8,))
     w = te.auto_checkpoint(_LayerDrop(layerdrop=0.1), "100%", backend="cpu", capture="blocks")
     with pytest.raises(te.CaptureError, match=r"'layers': the model skips blocks at random \(LayerDrop: a draw "
-                                              r"between its blocks, rand,.*layerdrop=0") as err:
+                                              r"before or between its blocks, rand,.*layerdrop=0") as err:
         w(x, y)
     assert "more than the next block" not in str(err.value)
     w = te.auto_checkpoint(_LayerDrop(layerdrop=0.0), "100%", backend="cpu", capture="blocks")  # the remedy
@@ -2127,3 +2127,79 @@ def test_recomputing_a_fake_quantiser_starts_from_the_forwards_buffers():
         torch.testing.assert_close(p.grad, q.grad, rtol=0, atol=0)
     for b, c in zip(model.buffers(), reference.buffers()):
         torch.testing.assert_close(b, c, rtol=0, atol=0)
+
+
+def test_a_call_that_runs_no_block_leaves_no_meter_running():
+    # StepMeter.open's CPU meter (a profiler session) stayed on after a call that ran none of the blocks, recording
+    # through the loop (bench/repros/rv11_diff_blocks_opened_meter_left_running.py)
+    torch.manual_seed(0)
+    y = torch.randint(0, 3, (8,))
+    w = te.auto_checkpoint(_SkipsOnData(skip=0), "100%", backend="cpu", capture="blocks")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        w(torch.randn(8, 16), y).backward()
+        w.measure_memory(1)
+        with pytest.raises(RuntimeError, match="out of order"):
+            w(100 * torch.randn(8, 16), y)
+        assert not torch._C._autograd._profiler_enabled()
+        w(torch.randn(8, 16), y).backward()
+    assert len(w.memory_report()) == 1
+
+
+class _SparseGraph(nn.Module):
+    """Graph convolutions over a sparse adjacency buffer."""
+
+    def __init__(self, n=40, d=8):
+        super().__init__()
+        dense = (torch.rand(n, n) < 0.1).float() + torch.eye(n)
+        self.register_buffer("adj", (dense / dense.sum(1, keepdim=True)).to_sparse())
+        self.lins = nn.ModuleList(nn.Linear(d, d) for _ in range(4))
+
+    def forward(self, x):
+        for lin in self.lins:
+            x = torch.relu(torch.sparse.mm(self.adj, lin(x)))
+        return x.square().mean()
+
+
+def test_a_sparse_buffer_is_profiled():
+    # Note [Buffers written behind their versions]: torch.equal raised on a sparse buffer
+    # (bench/repros/rv11_diff_sparse_buffer_profile_raises.py)
+    torch.manual_seed(0)
+    model = _SparseGraph()
+    reference = copy.deepcopy(model)
+    w = te.auto_checkpoint(model, "100%", backend="cpu")
+    x = torch.randn(40, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        w.prepare(x)
+        w.replan(w.min_budget_bytes)
+        w(x).backward()
+    reference(x).backward()
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-6, atol=1e-7)
+
+
+class _DrawsFirst(nn.Module):
+    """fairseq's LayerDropModuleList: one draw per block, all made before the first block runs."""
+
+    def __init__(self, d=16, n=4, p=0.2):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(d, d) for _ in range(n))
+        self.head = nn.Linear(d, 3)
+        self.p = p
+
+    def forward(self, x, y):
+        keep = torch.empty(len(self.layers)).uniform_()
+        for layer, u in zip(self.layers, keep):
+            if not self.training or u > self.p:
+                x = layer(x)
+        return nn.functional.cross_entropy(self.head(x), y)
+
+
+def test_a_layerdrop_that_draws_before_the_blocks_is_refused():
+    # Note [Draws between the blocks]: draws made before the first block went unseen; the list was taken and 9 of
+    # 30 steps raised (bench/repros/rv11_diff_layerdrop_drawn_before_blocks.py)
+    torch.manual_seed(0)
+    w = te.auto_checkpoint(_DrawsFirst(), "100%", backend="cpu", capture="blocks")
+    with pytest.raises(te.CaptureError, match=r"'layers': the model skips blocks at random"):
+        w(torch.randn(8, 16), torch.randint(0, 3, (8,)))

@@ -407,3 +407,19 @@ def test_the_offload_flags_errors_complete_the_users_own_command(capsys, tmp_pat
         argv = argv + ["--out", str(tmp_path / "c.png")]
     line = error_line(capsys, *argv)
     assert example in line and "resnet50_b128" not in line, line
+
+
+def test_the_offload_example_keeps_the_users_link_flags_and_quotes_the_path(capsys, tmp_path):
+    # a review (bench/repros/rv11_diff_offload_example_drops_h2d.py, rv11_diff_chain_file_empty_t_fwd.py)
+    line = error_line(capsys, "solve", "vgg16_b64", "--budget", "50%", "--h2d-bandwidth", "9GB/s")
+    assert "--offload --bandwidth 12GB/s --h2d-bandwidth 9GB/s" in line, line
+    folder = tmp_path / "my profiles"
+    folder.mkdir()
+    path = folder / "c.json"
+    path.write_text(json.dumps(Chain.load(RESNET).to_dict()))
+    line = error_line(capsys, "solve", str(path), "--budget", "50%", "--latency", "1ms")
+    assert f"gpusolve solve '{path}' --budget 50% --offload" in line, line
+    data = Chain.load(RESNET).to_dict()
+    data["t_fwd"] = []
+    path.write_text(json.dumps(data))
+    assert "field 't_fwd' has 0 values but the chain has" in error_line(capsys, "solve", str(path), "--budget", "5GiB")

@@ -188,3 +188,31 @@ def test_a_plain_step_is_recorded_whichever_output_the_loss_reads(loss_on):
             w(x)[loss_on].sum().backward()
     assert [r.step for r in w.memory_report()] == [2]
     assert not torch._C._autograd._profiler_enabled()
+
+
+def test_a_plain_step_back_propagated_head_by_head_is_measured_to_its_last_backward():
+    # the hook that ends a plain step's measurement fired at the first backward reaching an output: heads
+    # back-propagated one by one (retain_graph) were measured to the first only, 4210688 B for a 6357256 B step
+    # (bench/repros/rv11_diff_plain_step_meter_ends_at_first_backward.py)
+    from torch_exec.meter import MemoryMeter
+    torch.manual_seed(0)
+    x = torch.randn(64, 16)
+    model = _TwoPredictions()
+    model.first = nn.Sequential(nn.Linear(16, 2048), nn.Tanh(), nn.Linear(2048, 16))  # its backward is the peak
+    w = te.auto_checkpoint(model, "100%", backend="cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        w.prepare(x)
+        for p in w.parameters():
+            p.grad = torch.zeros_like(p)
+
+        def step():
+            a, b = w(x)
+            (b * b).sum().backward(retain_graph=True)
+            (a * a).sum().backward()
+        w.measure_memory(1)
+        step()
+        record = w.memory_report()[-1]
+        with MemoryMeter("cpu") as whole:
+            step()
+    assert record.measured_peak == whole.total.peak, (record, whole.total.peak)

@@ -252,9 +252,11 @@ Note [Draws between the blocks]
     block had already run in the chain; a review, 2026-11-28:
     bench/repros/rv11_hf_wav2vec2_layerdrop_wrong_cause.py). The probe that tests a list
     (:func:`_blocks_of`) now watches the random ops run outside its blocks between the first block's start
-    and the last one's end (:class:`_DrawsBetween`) and sets their results to 0, which any LayerDrop
+    and the last one's end (:class:`_DrawsBetween`) and sets their results, and those of the draws before
+    the blocks (fairseq's LayerDropModuleList draws for every block first), to 0, which any LayerDrop
     probability above 0 takes as "skip": a block that then does not run refuses the list, naming
-    LayerDrop and its remedy. Draws between blocks that skip nothing (a library that draws for a
+    LayerDrop and its remedy (a LayerDrop written the other way round, run while a draw is below 1 - p,
+    is not seen there: it raises at the first call that skips a block). Draws between blocks that skip nothing (a library that draws for a
     LayerDrop of 0) are harmless where the blocks draw nothing themselves (the draws keep their order)
     and refuse the list where they do (the blocks' dropout masks would change). A call that skips a block
     anyway raises, at the block called out of order or at the model's return, never training on a chain
@@ -1664,14 +1666,15 @@ class _BytesMade(TorchDispatchMode):
 
 
 class _DrawsBetween(TorchDispatchMode):
-    """Random ops (ATen's nondeterministic_seeded) run outside a list's blocks after the first of them started and
-    before the last one ended (``between``), their floating-point results set to 0, so that a LayerDrop with any
-    probability above 0 skips the next block; and whether the blocks draw themselves (``inside``): Note [Draws
-    between the blocks]."""
+    """Random ops (ATen's nondeterministic_seeded) run outside a list's blocks before the last one ended
+    (``forced``), their floating-point results set to 0 so that a LayerDrop with any probability above 0 skips
+    a block; those after the first block started (``between``); and whether the blocks draw themselves
+    (``inside``): Note [Draws between the blocks]."""
 
     def __init__(self, blocks: list):
         super().__init__()
         self.depth, self.started, self.ended, self.between, self.inside = 0, False, False, [], False
+        self.forced: list = []  # the draws set to 0: before the last block ended, outside the blocks
         last = len(blocks) - 1
         self.handles = [b.register_forward_pre_hook(self._enter) for b in blocks]
         self.handles += [b.register_forward_hook(lambda *_, i=i: self._leave(i == last), always_call=True)
@@ -1690,8 +1693,10 @@ class _DrawsBetween(TorchDispatchMode):
         if torch.Tag.nondeterministic_seeded in func.tags:
             if self.depth:
                 self.inside = True
-            elif self.started and not self.ended:
-                self.between.append(str(func.overloadpacket.__name__))
+            elif not self.ended:  # before the blocks too: fairseq's LayerDropModuleList draws for all of them first
+                self.forced.append(str(func.overloadpacket.__name__))
+                if self.started:
+                    self.between.append(str(func.overloadpacket.__name__))
                 for t in pytree.tree_leaves(out):
                     if isinstance(t, torch.Tensor) and t.is_floating_point():
                         t.zero_()
@@ -1784,13 +1789,14 @@ def _blocks_of(model: nn.Module, args: tuple, kwargs: dict, name: str, blocks: l
         for h in handles:
             h.remove()
         draws.remove()
-    if draws.between:  # Note [Draws between the blocks]
+    if draws.forced and any(len(calls.get(i, ())) != 1 for i in range(len(blocks))):  # Note [Draws between the blocks]
+        ops = ", ".join(sorted(set(draws.forced)))
+        return None, (f"the model skips blocks at random (LayerDrop: a draw before or between its blocks, {ops}, "
+                      f"decides whether they run), which the fallback cannot replay: it runs all the blocks at the "
+                      f"first one's call. Set the model's layerdrop to 0 (transformers: config.layerdrop=0) for "
+                      f"training under a budget, or cut the model by hand")
+    if draws.between:
         ops = ", ".join(sorted(set(draws.between)))
-        if any(len(calls.get(i, ())) != 1 for i in range(len(blocks))):
-            return None, (f"the model skips blocks at random (LayerDrop: a draw between its blocks, {ops}, decides "
-                          f"whether the next one runs), which the fallback cannot replay: it runs all the blocks at the "
-                          f"first one's call. Set the model's layerdrop to 0 (transformers: config.layerdrop=0) for "
-                          f"training under a budget, or cut the model by hand")
         if draws.inside:
             return None, (f"the model draws random numbers between its blocks ({ops}) and inside them (dropout): the "
                           f"fallback runs all the blocks at the first one's call, which would change the order of the "
@@ -2409,8 +2415,11 @@ class AutoCheckpointed(nn.Module):
             found = U.tensors(pytree.tree_leaves((args, kwargs))) or list(self._model.parameters())
             if found:
                 executor._meter.open(found[0].device, executor.step_params())
-        with _substituted(blocks, box, executor):
-            return self._model(*args, **kwargs)
+        try:
+            with _substituted(blocks, box, executor):
+                return self._model(*args, **kwargs)
+        finally:  # a call that raised before the blocks, or ran none of them, leaves no meter running
+            executor._meter.withdraw()
 
 
 

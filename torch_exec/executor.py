@@ -2458,6 +2458,8 @@ class CheckpointedSequential(_PlannedModule):
             plan.feasible = True  # judged by the measured peak of this very step
             plan.notes = [f"plain autograd fits the budget (its peak {plan.predicted_peak_bytes} B, measured when "
                           f"profiling); running the stages as plain autograd"]
+            if self._last is entry:  # the plan's least is this wrapper's, not the store-all chain's
+                plan.known_min_bytes = self.min_budget_bytes
         else:
             try:
                 plan = self._solve_above_floor(entry, chain, budget, link)

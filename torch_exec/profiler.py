@@ -431,21 +431,26 @@ def _refuse_parameter_writes(s: int, params: list, before: tuple) -> tuple:
 #     ResNet-18 then had no stage writing a buffer, its recomputations started from the scale the forward had
 #     already moved, and at its least budget conv1's gradient was 1.87 off (the largest is 2.49; QAT MobileNetV2 up
 #     to 99; a review, 2026-11-28: bench/repros/rv11_tv_qat_fused_fakequant_recompute.py). The no-grad pass now
-#     also compares the buffers' values with a copy taken before it (one copy of the buffers for the pass,
-#     refreshed where a stage changed them): a stage that changes a buffer's shape or contents writes it.
+#     also compares the values of the buffers a stage holds (the buffers of its modules, every buffer for
+#     a callable stage; dense ones: a sparse buffer is left to its counter) with copies taken before it
+#     runs: a stage that changes a buffer's shape or contents writes it. (A first version kept a copy of
+#     every buffer of the model through the pass: 32 stages with a 4 MiB buffer each read 134 MB at the
+#     pass's peak instead of 4.7 MB, and a sparse buffer raised in torch.equal: a review, 2026-11-28,
+#     bench/repros/rv11_diff_buffer_copy_profiling_memory.py, rv11_diff_sparse_buffer_profile_raises.py.)
+def _stage_buffers(fn, buffers: list) -> list:
+    """The dense buffers among ``buffers`` that stage ``fn`` holds (its modules'; all of them for a callable)."""
+    if isinstance(fn, torch.nn.Module):
+        own = {id(b) for b in buffers_of([fn])}
+        buffers = [b for b in buffers if id(b) in own]
+    return [b for b in buffers if b.layout == torch.strided]
+
+
 def _buffers_changed(buffers: list, values: list) -> bool:
-    """Whether a buffer's shape or contents differ from ``values`` (its copy), which then takes them
-    (Note [Buffers written behind their versions]). NaNs compare equal: a NaN left in place is no write."""
-    changed = False
-    for j, (b, copy) in enumerate(zip(buffers, values)):
-        if b.shape != copy.shape or b.dtype != copy.dtype:
-            values[j] = b.detach().clone()
-            changed = True
-        elif not (torch.equal(b, copy) or (b.is_floating_point() and torch.allclose(b, copy, rtol=0, atol=0,
-                                                                                     equal_nan=True))):
-            copy.copy_(b)
-            changed = True
-    return changed
+    """Whether a buffer's shape or contents differ from ``values`` (its copy taken before the stage ran;
+    Note [Buffers written behind their versions]). NaNs compare equal: a NaN left in place is no write."""
+    return any(b.shape != v.shape or b.dtype != v.dtype or not (
+        torch.equal(b, v) or (b.is_floating_point() and torch.allclose(b, v, rtol=0, atol=0, equal_nan=True)))
+        for b, v in zip(buffers, values))
 
 
 def _versions(state) -> dict:
@@ -613,7 +618,6 @@ class _Passes:
         ident = {key: i for i, key in enumerate(storages(state))}
         param_marks = _parameter_marks(self.params)  # Note [Parameters a forward writes]
         with torch.no_grad():
-            values = [b.detach().clone() for b in self.buffers]  # Note [Buffers written behind their versions]
             for s, fn in enumerate(self.fns):
                 if self.isolated:
                     self.stash.offload(s, state)
@@ -621,6 +625,8 @@ class _Passes:
                     self.in_keys.append([ident.get(storage_key(t)) for t in tensors(state)])  # across stages
                 versions = _versions(state)
                 buffer_versions = [b._version for b in self.buffers]
+                watched = _stage_buffers(fn, self.buffers)  # Note [Buffers written behind their versions]
+                values = [b.detach().clone() for b in watched]
                 rng_before = RngState.capture(devices, self.generators)
                 a = meter.mark()
                 out = fn(state)
@@ -636,8 +642,9 @@ class _Passes:
                 mem[s].update(x_nbytes=state_nbytes(out), held_nbytes=held_nbytes(out), aliases=bool(alias),
                               held_from=held_from(out, origin),
                               rng=not rng_before.equals(RngState.capture(devices, self.generators)),
-                              buffer_writes=(buffer_versions != [b._version for b in self.buffers])
-                              | _buffers_changed(self.buffers, values))
+                              buffer_writes=(buffer_versions != [b._version for b in self.buffers]
+                                             or _buffers_changed(watched, values)))
+                del values
                 if not all(copyable(t) for t in tensors(out)):  # never moved to the host (Chain.swappable)
                     mem[s]["device_only"] = True
                 if s == n - 1:  # the model's output: what the executor's byte model needs of it

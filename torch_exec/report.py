@@ -369,11 +369,18 @@ class StepMeter:
         recorded, and its CPU meter kept recording into the next step; a review, 2026-11-28:
         bench/repros/rv11_tv_plain_step_meter_first_output.py.)"""
         outputs = [t for t in outputs if t.requires_grad]
-        if not outputs:
+        if not outputs or self._pending is None:
             return
+        step = self._pending
+
+        def ended():  # each backward through the outputs (heads back-propagated one by one) moves the step's end
+            if self._pending is step:
+                self.end()
+            elif self._ended is not None and self._ended[0] is step:
+                self._ended = (step, step[0].mark(reset_peak=False), _grad_bytes(step) + step[-1].named)
 
         def hook(grads):
-            torch.autograd.Variable._execution_engine.queue_callback(self.end)
+            torch.autograd.Variable._execution_engine.queue_callback(ended)
         torch.autograd.graph.register_multi_grad_hook(outputs, hook, mode="any")
 
     def end(self) -> None:

@@ -292,10 +292,11 @@ class Chain:
                 notes.append(message)
                 stage = stages[s] = dict(stage, t_bwd=estimate)
             _check_profile_stage(stage, f"{source}: stage {s + 1} ({stage['name']})")
-            if "held_from" in stage and not _valid_held_from(stage["held_from"], s + 1):
-                raise ValueError(f"{source}: stage {s + 1} ({stage['name']}): held_from = {stage['held_from']!r} is not a "
-                                 f"list of [stage, bytes] pairs with 0 <= stage <= {s + 1} and bytes >= 0; re-profile, "
-                                 f"or drop the field")
+            for key in ("held_from", "out_saved_from", "in_dropped_from"):  # Note [Storages a stage drops]
+                if key in stage and not _valid_held_from(stage[key], s + 1):
+                    raise ValueError(f"{source}: stage {s + 1} ({stage['name']}): {key} = {stage[key]!r} is not a "
+                                     f"list of [stage, bytes] pairs with 0 <= stage <= {s + 1} and bytes >= 0; "
+                                     f"re-profile, or drop the field")
         input_bytes = data.get("input_bytes", 0)
         if not _whole(input_bytes) or not 0 <= input_bytes <= MAX_BYTES:
             raise ValueError(f"{source}: input_bytes = {input_bytes!r} is not a whole number of bytes between 0 and "
@@ -308,11 +309,15 @@ class Chain:
             stages = _with_input_clone(stages, input_bytes, granule)
         groups: list[list[dict]] = []
         joined = {"in_place": 0, "unsaved": 0}  # stages joined to the one before, by reason
+        start = 1  # the measured stage number of the last group's first member
         for stage in stages:
-            if fuse_aliasing and groups and (stage["x"] == 0 or merge_unsaved and _output_unsaved(groups[-1], stage)):
+            if fuse_aliasing and groups and (stage["x"] == 0 or merge_unsaved
+                                             and _output_unsaved(groups[-1], stage, start)):
                 joined["in_place" if stage["x"] == 0 else "unsaved"] += 1
                 groups[-1].append(stage)
             else:
+                if groups:
+                    start += len(groups[-1])
                 groups.append([stage])
         if fuse_aliasing and in_place_first:
             notes.append("stage 1 aliases the chain input: the executor clones the input before it")
@@ -636,8 +641,10 @@ def _with_input_clone(stages: list[dict], input_bytes: int, granule: int) -> lis
     out = [dict(first, x=int(first["x"]) + held, xbar=int(first["xbar"]) + held,
                 fwd_peak_nograd=int(first["fwd_peak_nograd"]) + max(held, whole),
                 fwd_peak_grad=int(first["fwd_peak_grad"]) + max(held, whole))] + stages[1:]
-    return [dict(st, held_from=[[1 if int(o) == 0 else int(o), int(b)] for o, b in st["held_from"]])
-            if "held_from" in st else st for st in out]
+    # Note [Storages a stage drops]: what a stage saved of the clone is stage 1's; where a stage drops the clone,
+    # it is not said (the profile never records the caller's input as dropped): counted held, as before
+    return [dict(st, **{key: [[1 if int(o) == 0 else int(o), int(b)] for o, b in st[key]]
+                        for key in ("held_from", "out_saved_from") if key in st}) for st in out]
 
 
 # Note [Tensors no backward saves]
@@ -655,13 +662,50 @@ def _with_input_clone(stages: list[dict], input_bytes: int, granule: int) -> lis
 #     counting would give a_s back to the sub-problem once stage s + 1 is recorded, which holds where a_s is a
 #     checkpoint or the end of a tape segment that stage s + 1 extends, not where a segment's output stays the
 #     root of its own backward: an executor change and a DP rule not made yet.
+#     With a tuple a_s the question is asked storage by storage (Note [Storages a stage drops]).
 
 
-def _output_unsaved(group: list[dict], stage: dict) -> bool:
-    """Note [Tensors no backward saves]: whether the tensor between ``group`` and the next ``stage``
-    is saved by no backward (known only from profiles that record ``out_saved_bytes`` and
-    ``in_saved_bytes``: ours). Then it is freed once ``stage`` has run in a recorded run of stages,
-    so the boundary would be counted as held where it is not: ``stage`` joins the group."""
+# Note [Storages a stage drops]
+#     Most boundaries of an encoder-decoder captured by torch.export are tuples (Note [Values read late] in
+#     torch_exec/auto.py), and their members fare differently: T5's first stage returns (dropout, pow_1); the next
+#     reads mean(pow_1), drops pow_1 (saved by no backward: autograd frees it once that stage has run) and passes
+#     dropout on, which ``pow`` saved. ``out_saved_bytes`` and ``in_saved_bytes`` are sums over every storage of
+#     the output and the input, the storages passed through included, so the rule above (both 0) never fired on
+#     such boundaries, and the sums compared storages a stage made with storages it only passed on: a linear that
+#     saved a passed-through layer norm made ``bwd_tape_bytes`` keep a projection nothing saved (a review,
+#     2026-11-28: bench/repros/rv11_hf_encdec_tuple_state_overcount.py, rv11_hf_diagnosis.md). The profiler
+#     (``note_storages`` in torch_exec/profiler.py) also records, by the measured stage that made each storage
+#     (as ``held_from``):
+#     - ``out_saved_from``: the storages of the output the stage's own backward saved;
+#     - ``in_dropped_from``: the storages of the input the stage neither passes on nor saves, and that no backward
+#       before it saved (never the chain's input, which the caller holds): in a recorded run of stages autograd
+#       frees them once the stage has run.
+#     From them:
+#     - :func:`_output_unsaved` also merges a boundary where every storage the group made that its output holds is
+#       one the next stage drops unsaved (what else the tuple holds, passed on, is held by the group's input);
+#     - :func:`_merge_group` frees, once member m + 1 has run, the storages made by members up to m that member
+#       m + 1 drops (``freed``), instead of member m's ``x`` less two sums of different storages;
+#     - ``bwd_tape_bytes`` keeps of the output only what the group made and a member's backward saved (summed
+#       over the members: more than once where two saved it, never less).
+#     Each is exact or above what runs. A storage the next stage drops unsaved where the group made other storages
+#     that are saved or passed on (a partial boundary: T5's pow_1 beside dropout) stays in the tape until the
+#     stage's backward in a tape run, as before: giving it back to the sub-problem needs the DP rule above. Profiles
+#     without the two fields are read as before.
+
+
+def _output_unsaved(group: list[dict], stage: dict, first: int = 1) -> bool:
+    """Note [Tensors no backward saves]: whether the tensor between ``group`` (its first member measured
+    stage ``first``) and the next ``stage`` is saved by no backward (known only from profiles that record
+    ``out_saved_bytes`` and ``in_saved_bytes``: ours). Then it is freed once ``stage`` has run in a
+    recorded run of stages, so the boundary would be counted as held where it is not: ``stage`` joins
+    the group. Where the profile records storage by storage (Note [Storages a stage drops]), also when
+    every storage the group made that its output holds is one ``stage`` drops and no backward saved (a
+    tuple whose other members, passed on, were saved: the sums above count them too)."""
+    numbers = range(first, first + len(group))
+    if "in_dropped_from" in stage and "held_from" in group[-1]:
+        own = _made_by(group[-1], numbers)
+        if own > 0 and _dropped(stage, numbers) >= own:
+            return True
     saved = _output_saved_bytes(group)
     return (saved == 0 and "in_saved_bytes" in stage and int(stage["in_saved_bytes"]) == 0
             and int(group[_producer(group)]["x"]) > 0)
@@ -693,6 +737,24 @@ def _held_from(stage: dict, numbers: range) -> list[tuple[int, int]]:
 def _made_by(stage: dict, numbers: range) -> int:
     """Bytes of ``stage``'s output held in storages that the measured stages ``numbers`` made."""
     return sum(nbytes for _, nbytes in _held_from(stage, numbers))
+
+
+def _dropped(stage: dict, numbers: range) -> int:
+    """Bytes of ``stage``'s input in storages the measured stages ``numbers`` made that ``stage`` neither
+    passes on nor saves, and that no backward before it saved (the profile's ``in_dropped_from``; none
+    without it): Note [Storages a stage drops]."""
+    return sum(int(nbytes) for origin, nbytes in stage.get("in_dropped_from", ()) if int(origin) in numbers)
+
+
+def _saved_own(group: list[dict], first: int) -> int | None:
+    """Bytes of the storages the members of ``group`` (the first measured stage ``first``) made that a member's
+    backward saved and that member's output holds (the profile's ``out_saved_from``), summed over the members
+    (a storage two members saved counts twice: more, never less); None when a member's profile does not say.
+    Note [Storages a stage drops]."""
+    if not all("out_saved_from" in st for st in group):
+        return None
+    numbers = range(first, first + len(group))
+    return sum(int(nbytes) for st in group for origin, nbytes in st["out_saved_from"] if int(origin) in numbers)
 
 
 def _shared_leaves(data: dict, source, group_of: dict[int, int], granule: int) -> list[dict] | None:
@@ -760,7 +822,9 @@ def _merge_group(group: list[dict], grad_in: int, notes: list[str], granule: int
     freed = [0] * len(group)  # bytes of member m's output freed once member m + 1 has run
     for m in range(len(group) - 1):
         nxt = group[m + 1]
-        if int(nxt["x"]) > 0 and "out_saved_bytes" in group[m] and "in_saved_bytes" in nxt:
+        if "in_dropped_from" in nxt:  # storage by storage (Note [Storages a stage drops])
+            freed[m] = _dropped(nxt, range(first, first + m + 1))
+        elif int(nxt["x"]) > 0 and "out_saved_bytes" in group[m] and "in_saved_bytes" in nxt:
             saved = int(group[m]["out_saved_bytes"]) + int(nxt["in_saved_bytes"])
             passed = _made_by(nxt, range(first + m, first + m + 1))  # member m's storages in nxt's output
             freed[m] = max(0, int(group[m]["x"]) - saved - passed)
@@ -810,6 +874,8 @@ def _merge_group(group: list[dict], grad_in: int, notes: list[str], granule: int
     # and the output passes on were saved by no backward: a member is joined to the one before only
     # where that one's output is unsaved (_output_unsaved).
     saved = _output_saved_bytes(group)
+    if "held_from" in group[-1] and _saved_own(group, first) is not None:
+        saved = _saved_own(group, first)  # only what the group made (Note [Storages a stage drops])
     bwd_tape = tape if saved is None else tape - own + min(own, saved)
     return dict(times, act_bytes=act, grad_bytes=grad_out, tape_bytes=tape,
                 fwd_nograd_extra=max(0, peak_nograd - act), fwd_grad_extra=max(0, peak_grad - tape),

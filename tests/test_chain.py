@@ -223,6 +223,57 @@ def test_fused_stage_whose_last_member_drops_what_an_earlier_member_made():
     assert chain.bwd_tape_bytes[0] == 1500 - 500
 
 
+def _tuple_boundary_profile():
+    """A makes h (1000 B); B returns (h, g) with g new (500 B) and saves h; C reads both, saves h, drops g (saved by
+    no backward) and returns (h, y) with y new (200 B). The sums count h, which B only passed on: saved."""
+    base = dict(t_fwd=1.0, t_fwd_nograd=1.0, t_bwd=1.0, fwd_peak_nograd=0, fwd_peak_grad=0, bwd_peak=0, bwd_delta=0)
+    a = base | dict(name="A", x=1000, x_nbytes=1000, xbar=1000, out_saved_bytes=0, in_saved_bytes=0,
+                    held_from=[[1, 1000]], out_saved_from=[], in_dropped_from=[])
+    b = base | dict(name="B", x=500, x_nbytes=1500, xbar=500, out_saved_bytes=1000, in_saved_bytes=1000,
+                    held_from=[[1, 1000], [2, 500]], out_saved_from=[[1, 1000]], in_dropped_from=[])
+    c = base | dict(name="C", x=200, x_nbytes=1200, xbar=200, out_saved_bytes=1000, in_saved_bytes=1000,
+                    held_from=[[1, 1000], [3, 200]], out_saved_from=[[1, 1000]], in_dropped_from=[[2, 500]])
+    return {"format": "measured-chain/1", "device": "cpu", "input_bytes": 100, "stages": [a, b, c]}
+
+
+def test_tuple_boundary_read_storage_by_storage():
+    """Note [Storages a stage drops], hand-computed on :func:`_tuple_boundary_profile`: the sums say B's output is
+    saved (h); by storage, all B made (g) is dropped by C unsaved: B and C are one stage, g freed once C has run,
+    and at the backward the stage keeps nothing it made. Kept apart, B's tape at its backward holds nothing it made
+    (the sums kept g: min(500, 1000)). Without the two fields, as before."""
+    data = _tuple_boundary_profile()
+    chain = Chain.from_profile(data)
+    assert chain.names == ["A", "B+C"] and chain.provenance["merged_unsaved"] == 1
+    assert chain.tape_bytes[1] == 500 + 200 - 500               # g freed once C has run
+    assert (chain.act_bytes[1], chain.made_bytes(2)) == (1200, 200)
+    assert chain.bwd_tape_bytes[1] == chain.tape_bytes[1] - 200  # y: no backward saved it
+    kept = Chain.from_profile(data, merge_unsaved=False)
+    assert kept.n == 3 and kept.bwd_tape_bytes.tolist() == [1000 - 1000, 500 - 500, 200 - 200]
+    old = {**data, "stages": [{k: v for k, v in st.items() if k not in ("out_saved_from", "in_dropped_from")}
+                              for st in data["stages"]]}
+    assert Chain.from_profile(old).n == 3                       # the sums: h saved, no merge
+    assert Chain.from_profile(old, merge_unsaved=False).bwd_tape_bytes.tolist() == [0, 500, 200]
+
+
+def test_partial_tuple_boundary_stays():
+    """Where B also makes a storage C passes on, the boundary is no longer all dropped: it stays a stage (the
+    dropped part is counted until B's backward: Note [Storages a stage drops])."""
+    data = _tuple_boundary_profile()
+    b, c = data["stages"][1], data["stages"][2]
+    b.update(x=800, xbar=800, x_nbytes=1800, held_from=[[1, 1000], [2, 800]])
+    c.update(x_nbytes=1500, held_from=[[1, 1000], [2, 300], [3, 200]])
+    chain = Chain.from_profile(data)
+    assert chain.n == 3 and chain.bwd_tape_bytes[1] == 800 - 800  # nothing B made was saved
+
+
+@pytest.mark.parametrize("key", ["out_saved_from", "in_dropped_from"])
+def test_malformed_storage_fields_are_named(key):
+    data = _tuple_boundary_profile()
+    data["stages"][1][key] = [[5, 10]]
+    with pytest.raises(ValueError, match=rf"stage 2 \(B\): {key} = .* is not a list of \[stage, bytes\] pairs"):
+        Chain.from_profile(data)
+
+
 @pytest.mark.parametrize("bad", ["oops", [[1]], [[3, 10]], [[1, -5]], [[1.5, 10]]])
 def test_malformed_held_from_is_named(bad):
     stage = dict(name="s", t_fwd=1.0, t_fwd_nograd=1.0, t_bwd=1.0, x=10, x_nbytes=10, xbar=10, fwd_peak_nograd=10,

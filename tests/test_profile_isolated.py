@@ -21,7 +21,7 @@ from torch_exec.profiler import profile_dict  # noqa: E402
 pytestmark = pytest.mark.filterwarnings("ignore::torch_exec.CPUTimingWarning", "ignore::gpusolve.FallbackWarning")
 
 FORWARD = ("x", "x_nbytes", "xbar", "fwd_peak_nograd", "fwd_peak_grad", "saved_bytes", "out_saved_bytes",
-           "in_saved_bytes", "held_nbytes", "held_from", "aliases", "rng")
+           "in_saved_bytes", "held_nbytes", "held_from", "out_saved_from", "in_dropped_from", "aliases", "rng")
 
 
 def _profiles(name):
@@ -36,8 +36,9 @@ def test_stage_by_stage_reads_what_the_whole_step_reads(name):
     """Each stage alone, from its input, its output's gradient the one the next stage's backward made:
     the forward readings equal to the whole step's; the backward peaks equal, or on a tuple state that
     passes a tensor on, above them by at most the stage's input; the backward deltas as close; and the
-    least budget equal. Measured on these six models: every backward peak equal but the pass-through
-    model's merging stages (+32 768 B), every delta within 8 B but theirs."""
+    least budget equal (the pass-through model's: at most its largest stage input above). Measured on these six
+    models: every backward peak equal but the pass-through model's merging stages (+32 768 B), every delta within
+    8 B but theirs."""
     whole, isolated = _profiles(name)
     assert whole["isolated"] is False and isolated["isolated"] is True
     assert "store_all_peak_bytes" in whole["reference"] and "store_all_peak_bytes" not in isolated["reference"]
@@ -47,7 +48,11 @@ def test_stage_by_stage_reads_what_the_whole_step_reads(name):
         slack = inputs[k] if name == "passthrough" else 0
         assert a["bwd_peak"] <= b["bwd_peak"] <= a["bwd_peak"] + slack, (a["name"], a["bwd_peak"], b["bwd_peak"])
         assert abs(b["bwd_delta"] - a["bwd_delta"]) <= max(8, slack), (a["name"], a["bwd_delta"], b["bwd_delta"])
-    assert min_feasible_bytes(Chain.from_profile(isolated)) == min_feasible_bytes(Chain.from_profile(whole))
+    # The pass-through model's Narrow and Merge stages are one stage (Note [Storages a stage drops] in
+    # gpusolve/chain.py: Merge drops what Narrow made, saved by no backward), whose backward is composed with
+    # Merge's delta, read 32 768 B higher stage by stage (above): there the least budget is that much higher.
+    least, whole_least = min_feasible_bytes(Chain.from_profile(isolated)), min_feasible_bytes(Chain.from_profile(whole))
+    assert whole_least <= least <= whole_least + (max(inputs) if name == "passthrough" else 0), (least, whole_least)
 
 
 def _deep(depth=24, width=256, batch=128):

@@ -15,7 +15,8 @@ what the allocator really held, workspace included: ``x`` (output bytes of a no-
 Parameter gradients are allocated before measuring, so no stage counts them. The storages autograd
 saved (seen through ``saved_tensors_hooks``, by identity only) are also counted: ``saved_bytes``
 per stage, a cross-check (``xbar`` is never below it), and ``out_saved_bytes``, the output storage
-the stage's own backward saved (the cost model's ``bwd_tape_bytes`` comes from it).
+the stage's own backward saved (the cost model's ``bwd_tape_bytes`` comes from it); storage by storage,
+``out_saved_from`` and ``in_dropped_from`` (Note [Storages a stage drops] in gpusolve/chain.py).
 
 Profiling leaves the model exactly as it found it: parameters, buffers, gradients, RNG state and
 training flags are restored afterwards.
@@ -126,7 +127,8 @@ from gpusolve.chain import PROFILE_FORMAT, Chain
 from gpusolve.errors import FallbackWarning, warn_once
 from gpusolve.progress import work_progress
 
-from ._util import (LeafReaders, ModelSnapshot, RngState, aliases, backward_segment, buffers_of, clone, copyable,
+from ._util import (LeafReaders, ModelSnapshot, RngState, aliases, backward_segment, block_bytes, buffers_of, clone,
+                    copyable,
                     cuda_devices, generators_of, grad_storages, held_from, held_nbytes, make_leaf, map_state,
                     output_facts, params_of, progress_setting, stage_list, stage_state, state_nbytes, storage_key,
                     storages, tensors)
@@ -263,8 +265,8 @@ def profile_dict(stages, sample_input, passes: int = 5, warmup: int = 1, network
     Extra fields beyond the shared format: ``input_requires_grad``, and per stage ``aliases``
     (the output shares all its storage with the input), ``rng`` (its forward draws random numbers),
     ``buffer_writes`` (its forward writes a buffer: BatchNorm's statistics, spectral norm's vectors),
-    ``bwd_delta``, ``saved_bytes``, ``out_saved_bytes`` and ``in_saved_bytes`` — readers that do not know
-    them ignore them.
+    ``bwd_delta``, ``saved_bytes``, ``out_saved_bytes``, ``in_saved_bytes``, ``out_saved_from`` and
+    ``in_dropped_from`` — readers that do not know them ignore them.
 
     The state profiling restores and keeps out of the measurements (parameters, their gradients,
     buffers) is that of the module stages, of ``modules``, and of the modules and tensors requiring grad
@@ -483,6 +485,11 @@ class _Passes:
         self.in_keys: list = []
         self.saved: list = []
         self.flags: list = []
+        # isolated, filled by the no-grad pass: per stage the numbers of its output's storages, and per number
+        # (bytes in the allocator's blocks, whether it is a parameter's or a buffer's) for the storage notes
+        # (Note [Storages a stage drops])
+        self.out_keys: list = []
+        self.numbered: dict = {}
         self.loss_only = loss_only  # also measure a plain step that keeps only the loss (metered_plain_step)
         # the leaves each stage's graph reaches in the memory pass's forward (a second pass finds the same)
         self.readers = LeafReaders()
@@ -611,11 +618,14 @@ class _Passes:
         if self.isolated:
             self.stash = HostCopies(self.device, pinned=False).step()
             self.in_keys = []  # shared through the stages: a storage passed on keeps its number
+            self.out_keys, self.numbered = [], {}
         state = clone(make_leaf(self.sample, False))  # an in-place first stage must not touch the sample
         devices = cuda_devices(state)
         origin = dict.fromkeys(storages(state), 0)  # storage -> the stage that made it (0: the input)
         # storage -> a number for it while it lives: storage keys of freed storages come back (addresses)
         ident = {key: i for i, key in enumerate(storages(state))}
+        if self.isolated:
+            self.numbered.update({i: (block_bytes(key), key in self.excluded) for key, i in ident.items()})
         param_marks = _parameter_marks(self.params)  # Note [Parameters a forward writes]
         with torch.no_grad():
             for s, fn in enumerate(self.fns):
@@ -639,6 +649,10 @@ class _Passes:
                 # held_from: those storages by the stage that made them (Note [Outputs passed through])
                 origin = {key: origin.get(key, s + 1) for key in storages(out)}
                 ident = {key: ident.get(key, (s + 1, i)) for i, key in enumerate(storages(out))}
+                if self.isolated:  # Note [Storages a stage drops]
+                    self.out_keys.append([ident.get(storage_key(t)) for t in tensors(out)])
+                    for key, number in ident.items():
+                        self.numbered.setdefault(number, (block_bytes(key), key in self.excluded))
                 mem[s].update(x_nbytes=state_nbytes(out), held_nbytes=held_nbytes(out), aliases=bool(alias),
                               held_from=held_from(out, origin),
                               rng=not rng_before.equals(RngState.capture(devices, self.generators)),
@@ -669,6 +683,8 @@ class _Passes:
         with torch.enable_grad(), _closed_on_error(bounds):
             held_input = state = clone(a0)  # held as the caller holds its input
             self.readers.enter(state)
+            # Note [Storages a stage drops]: storage -> the stage that made it (0: the input); what a backward saved
+            origin, ever_saved = dict.fromkeys(storages(state), 0), set()
             for s, fn in enumerate(self.fns):
                 versions = _versions(state)
                 with self.saved_hooks() as saved:
@@ -676,6 +692,7 @@ class _Passes:
                     out = fn(state)
                     g_marks.append((a, meter.mark()))
                 self.note_saved(mem[s], out, state, saved)
+                self.note_storages(mem[s], out, state, saved, origin, ever_saved, s + 1)
                 # what the stage saved of its input stays until the input's gradient is ready (Note [Inputs
                 # held through a backward]; the caller's input is held anyway)
                 kept = set(saved)
@@ -731,6 +748,7 @@ class _Passes:
         marks = []
         self.flags = [self.rg]
         self.saved = []
+        ever_saved: set = set()  # numbers of the storages a backward saved so far
         n = self.n
         for s, fn in enumerate(self.fns):
             leaf, state = self._stage_input(s)
@@ -749,6 +767,15 @@ class _Passes:
                                  and i < len(out_keys)})
             self.flags.append([t.requires_grad for t in tensors(out)])
             mem[s]["out_requires_grad"] = self.flags[-1]  # Note [Segment inputs] in the executor
+            # Note [Storages a stage drops], by the no-grad pass's numbers (each stage runs on copies here)
+            number = {storage_key(t): self.in_keys[s][i] for i, t in enumerate(tensors(state))}
+            number.update({storage_key(t): self.out_keys[s][i] for i, t in enumerate(tensors(out))
+                           if i < len(self.out_keys[s])})
+            number.pop(None, None)
+            ever_saved |= {number[key] for key in keys if key in number}
+            self.note_numbered(mem[s], {number.get(key) for key in storages(out)},
+                               {number.get(key) for key in storages(state)},
+                               {number[key] for key in keys if key in number}, ever_saved)
             del saved, state, out, leaf
             marks.append((a, b))
         self.stash.restart(frozenset(range(n)))  # the host copies serve the next pass again
@@ -862,6 +889,50 @@ class _Passes:
         mem["saved_bytes"] = int(sum(held.values()))
         mem["out_saved_bytes"] = int(sum(nbytes for key, nbytes in storages(out).items() if key in saved))
         mem["in_saved_bytes"] = int(sum(nbytes for key, nbytes in storages(inp).items() if key in saved))
+
+    def note_storages(self, mem: dict, out, inp, saved_keys, origin: dict, ever_saved: set, number: int) -> None:
+        """``out_saved_from`` and ``in_dropped_from`` of measured stage ``number`` (Note [Storages a stage
+        drops]), from a pass holding every stage's output: ``origin`` maps each storage to the stage that
+        made it (the chain's input: 0) and gets this stage's new ones; ``ever_saved`` holds the storages any
+        backward so far saved and gets this stage's."""
+        ever_saved.update(key for key in saved_keys if key is not None)
+        outs = storages(out)
+        for key in outs:
+            origin.setdefault(key, number)
+        saved = set(saved_keys)
+        out_saved: dict[int, int] = {}
+        dropped: dict[int, int] = {}
+        for key in outs:
+            if key in saved and key not in self.excluded:
+                out_saved[origin[key]] = out_saved.get(origin[key], 0) + block_bytes(key)
+        for key in storages(inp):
+            made = origin.get(key)
+            if made and key not in outs and key not in ever_saved and key not in self.excluded:
+                dropped[made] = dropped.get(made, 0) + block_bytes(key)
+        mem["out_saved_from"] = [[o, b] for o, b in sorted(out_saved.items())]
+        mem["in_dropped_from"] = [[o, b] for o, b in sorted(dropped.items())]
+
+    def note_numbered(self, mem: dict, outs: set, ins: set, saved: set, ever_saved: set) -> None:
+        """:meth:`note_storages` stage by stage (Note [Profiling stage by stage]): storages by their numbers in
+        the no-grad pass (``outs``, ``ins``: the output's and the input's; ``saved``: what this stage's
+        backward saved; ``ever_saved``: what any backward so far saved), their bytes that pass's."""
+        outs, ins = outs - {None}, ins - {None}
+
+        def origin(num) -> int:  # the input's storages are numbered by ints, a stage's by (stage, index)
+            return num[0] if isinstance(num, tuple) else 0
+
+        out_saved: dict[int, int] = {}
+        dropped: dict[int, int] = {}
+        for num in outs & saved:
+            nbytes, excluded = self.numbered[num]
+            if not excluded:
+                out_saved[origin(num)] = out_saved.get(origin(num), 0) + nbytes
+        for num in ins - outs - ever_saved:
+            nbytes, excluded = self.numbered[num]
+            if origin(num) and not excluded:
+                dropped[origin(num)] = dropped.get(origin(num), 0) + nbytes
+        mem["out_saved_from"] = [[o, b] for o, b in sorted(out_saved.items())]
+        mem["in_dropped_from"] = [[o, b] for o, b in sorted(dropped.items())]
 
     # timing passes ----------------------------------------------------------
     def nograd_pass(self):

@@ -431,14 +431,15 @@ def _refuse_parameter_writes(s: int, params: list, before: tuple) -> tuple:
 #     fake-quantiser of quantization-aware training (``aten.fused_moving_avg_obs_fake_quant`` updates its running
 #     min/max, scale and zero point), and ``aten.batch_norm``'s statistics in an exported graph. torchvision's QAT
 #     ResNet-18 then had no stage writing a buffer, its recomputations started from the scale the forward had
-#     already moved, and at its least budget conv1's gradient was 1.87 off (the largest is 2.49; QAT MobileNetV2 up
-#     to 99; a review, 2026-11-28: bench/repros/rv11_tv_qat_fused_fakequant_recompute.py). The no-grad pass now
-#     also compares the values of the buffers a stage holds (the buffers of its modules, every buffer for
-#     a callable stage; dense ones: a sparse buffer is left to its counter) with copies taken before it
-#     runs: a stage that changes a buffer's shape or contents writes it. (A first version kept a copy of
-#     every buffer of the model through the pass: 32 stages with a 4 MiB buffer each read 134 MB at the
-#     pass's peak instead of 4.7 MB, and a sparse buffer raised in torch.equal: a review, 2026-11-28,
-#     bench/repros/rv11_diff_buffer_copy_profiling_memory.py, rv11_diff_sparse_buffer_profile_raises.py.)
+#     already moved, and at its least budget conv1's gradient was 1.87 off (the largest is 2.49; a review,
+#     2026-11-28: bench/repros/rv11_tv_qat_fused_fakequant_recompute.py, bench/results/repros_session11_cpu_before.md).
+#     The no-grad pass now also compares the values of the buffers a stage holds (the buffers of its modules,
+#     every buffer for a callable stage; dense ones: a sparse buffer is left to its counter) with copies taken
+#     before it runs: a stage that changes a buffer's shape or contents writes it. (A first version kept a copy
+#     of every buffer of the model through the pass: 32 stages with a 4 MiB buffer each read 134419392 B at the
+#     pass's peak, 4654080 B now, and a sparse buffer raised in torch.equal: a review, 2026-11-28,
+#     bench/repros/rv11_diff_buffer_copy_profiling_memory.py, rv11_diff_sparse_buffer_profile_raises.py,
+#     bench/results/repros_session11_review_cpu{_before,}.md.)
 def _stage_buffers(fn, buffers: list) -> list:
     """The dense buffers among ``buffers`` that stage ``fn`` holds (its modules'; all of them for a callable)."""
     if isinstance(fn, torch.nn.Module):

@@ -490,13 +490,18 @@ def held_nbytes(state) -> int:
     return sum(map(block_bytes, storages(state)))
 
 
-def held_from(state, origin: dict) -> list[list[int]]:
-    """:func:`held_nbytes` of ``state`` split by where each storage was made: ``[[stage, bytes], ...]``
-    in stage order, ``origin`` mapping a storage key to its stage (0 for the chain's input)."""
+def by_origin(pairs) -> list[list[int]]:
+    """``(stage, bytes)`` pairs summed per stage, as a profile lists them: ``[[stage, bytes], ...]`` in stage order."""
     by_stage: dict[int, int] = {}
-    for key in storages(state):
-        by_stage[origin[key]] = by_stage.get(origin[key], 0) + block_bytes(key)
+    for stage, nbytes in pairs:
+        by_stage[stage] = by_stage.get(stage, 0) + nbytes
     return [[stage, nbytes] for stage, nbytes in sorted(by_stage.items())]
+
+
+def held_from(state, origin: dict) -> list[list[int]]:
+    """:func:`held_nbytes` of ``state`` split by where each storage was made (:func:`by_origin`), ``origin``
+    mapping a storage key to its stage (0 for the chain's input)."""
+    return by_origin((origin[key], block_bytes(key)) for key in storages(state))
 
 
 def grad_nbytes(state) -> int:

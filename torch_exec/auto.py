@@ -1665,6 +1665,11 @@ class _BytesMade(TorchDispatchMode):
         return out
 
 
+# what a model whose LayerDrop skips blocks does to train under a budget (Note [Draws between the blocks])
+_LAYERDROP_REMEDY = ("set the model's layerdrop to 0 (transformers: config.layerdrop=0) for training under a budget, "
+                     "or cut the model by hand")
+
+
 class _DrawsBetween(TorchDispatchMode):
     """Random ops (ATen's nondeterministic_seeded) run outside a list's blocks before the last one ended
     (``forced``), their floating-point results set to 0 so that a LayerDrop with any probability above 0 skips
@@ -1793,8 +1798,7 @@ def _blocks_of(model: nn.Module, args: tuple, kwargs: dict, name: str, blocks: l
         ops = ", ".join(sorted(set(draws.forced)))
         return None, (f"the model skips blocks at random (LayerDrop: a draw before or between its blocks, {ops}, "
                       f"decides whether they run), which the fallback cannot replay: it runs all the blocks at the "
-                      f"first one's call. Set the model's layerdrop to 0 (transformers: config.layerdrop=0) for "
-                      f"training under a budget, or cut the model by hand")
+                      f"first one's call; {_LAYERDROP_REMEDY}")
     if draws.between:
         ops = ", ".join(sorted(set(draws.between)))
         if draws.inside:
@@ -2424,8 +2428,7 @@ class AutoCheckpointed(nn.Module):
 
 
 _SKIPPED_HINT = ("the block fallback needs every block called once, in order (Note [Draws between the blocks] in "
-                 "torch_exec/auto.py): a model that skips blocks (LayerDrop) is not a chain; set its layerdrop to 0 "
-                 "(transformers: config.layerdrop=0) for training under a budget, or cut the model by hand")
+                 f"torch_exec/auto.py): a model that skips blocks (LayerDrop) is not a chain; {_LAYERDROP_REMEDY}")
 
 
 @contextlib.contextmanager

@@ -127,9 +127,8 @@ from gpusolve.chain import PROFILE_FORMAT, Chain
 from gpusolve.errors import FallbackWarning, warn_once
 from gpusolve.progress import work_progress
 
-from ._util import (LeafReaders, ModelSnapshot, RngState, aliases, backward_segment, block_bytes, buffers_of, clone,
-                    copyable,
-                    cuda_devices, generators_of, grad_storages, held_from, held_nbytes, make_leaf, map_state,
+from ._util import (LeafReaders, ModelSnapshot, RngState, aliases, backward_segment, block_bytes, buffers_of,
+                    by_origin, clone, copyable, cuda_devices, generators_of, grad_storages, held_from, held_nbytes, make_leaf, map_state,
                     output_facts, params_of, progress_setting, stage_list, stage_state, state_nbytes, storage_key,
                     storages, tensors)
 from .meter import MemoryMeter, room_for_a_cpu_meter
@@ -901,17 +900,11 @@ class _Passes:
         for key in outs:
             origin.setdefault(key, number)
         saved = set(saved_keys)
-        out_saved: dict[int, int] = {}
-        dropped: dict[int, int] = {}
-        for key in outs:
-            if key in saved and key not in self.excluded:
-                out_saved[origin[key]] = out_saved.get(origin[key], 0) + block_bytes(key)
-        for key in storages(inp):
-            made = origin.get(key)
-            if made and key not in outs and key not in ever_saved and key not in self.excluded:
-                dropped[made] = dropped.get(made, 0) + block_bytes(key)
-        mem["out_saved_from"] = [[o, b] for o, b in sorted(out_saved.items())]
-        mem["in_dropped_from"] = [[o, b] for o, b in sorted(dropped.items())]
+        mem["out_saved_from"] = by_origin((origin[key], block_bytes(key)) for key in outs
+                                          if key in saved and key not in self.excluded)
+        mem["in_dropped_from"] = by_origin((origin[key], block_bytes(key)) for key in storages(inp)
+                                           if origin.get(key) and key not in outs and key not in ever_saved
+                                           and key not in self.excluded)
 
     def note_numbered(self, mem: dict, outs: set, ins: set, saved: set, ever_saved: set) -> None:
         """:meth:`note_storages` stage by stage (Note [Profiling stage by stage]): storages by their numbers in
@@ -922,18 +915,11 @@ class _Passes:
         def origin(num) -> int:  # the input's storages are numbered by ints, a stage's by (stage, index)
             return num[0] if isinstance(num, tuple) else 0
 
-        out_saved: dict[int, int] = {}
-        dropped: dict[int, int] = {}
-        for num in outs & saved:
-            nbytes, excluded = self.numbered[num]
-            if not excluded:
-                out_saved[origin(num)] = out_saved.get(origin(num), 0) + nbytes
-        for num in ins - outs - ever_saved:
-            nbytes, excluded = self.numbered[num]
-            if origin(num) and not excluded:
-                dropped[origin(num)] = dropped.get(origin(num), 0) + nbytes
-        mem["out_saved_from"] = [[o, b] for o, b in sorted(out_saved.items())]
-        mem["in_dropped_from"] = [[o, b] for o, b in sorted(dropped.items())]
+        def pairs(numbers):  # (origin, bytes) of the storages not excluded (parameters, buffers)
+            return [(origin(num), self.numbered[num][0]) for num in numbers if not self.numbered[num][1]]
+
+        mem["out_saved_from"] = by_origin(pairs(outs & saved))
+        mem["in_dropped_from"] = by_origin((o, b) for o, b in pairs(ins - outs - ever_saved) if o)
 
     # timing passes ----------------------------------------------------------
     def nograd_pass(self):

@@ -327,17 +327,24 @@ def test_curve_with_a_users_bucket_leaves_out_what_its_rounding_fits_not():
         assert data["combined"]["budget_bytes"] and data["combined"]["budget_bytes"][-1] == data["max_budget_bytes"]
 
 
-def test_a_lower_budget_the_bucket_rounds_out_says_so():
-    # a lower budget at the exact combined minimum that a 2 B bucket rounds out: its plan says "use a finer
-    # bucket" (the note _infeasible writes is its message), not that the budget is below the minimum
+def test_a_budget_the_bucket_rounds_out_gets_the_least_peak_plan():
+    # a budget at the exact combined minimum that the bucket rounds out, below recompute only's least: it raised
+    # "use a finer bucket", also with the bucket left to the solver (bench/tuple_fuzz.py --offload, seed 250 at
+    # 6adbcd3), and a curve's lower budget was infeasible. Now the least-peak policy, a note naming a finer bucket
     from gpusolve.offload.solver import min_budget_bytes, solve_offload_budgets
-    chain = Chain.from_dict(json.loads((Path(__file__).parent / "data" / "offload_gap_chain.json").read_text()))
+    data = Path(__file__).parent / "data"
+    fuzz = json.loads((data / "offload_rounded_auto_chain.json").read_text())
+    chain, link = Chain.from_dict(fuzz["chain"]), Link.from_dict(fuzz["link"])
+    plan = solve_offload(chain, fuzz["budget_bytes"], link, backend="cpu")
+    assert plan.bucket_bytes > 1 and plan.feasible and plan.predicted_peak_bytes <= fuzz["budget_bytes"]
+    assert sum("least-peak combined" in n and "finer bucket" in n for n in plan.notes) == 1, plan.notes
+    assert plan.predicted_time_ms >= solve_offload(chain, fuzz["budget_bytes"], link, bucket=1,
+                                                   backend="cpu").predicted_time_ms - 1e-9
+    chain = Chain.from_dict(json.loads((data / "offload_gap_chain.json").read_text()))
     link = Link.parse("inf")
     least = min_budget_bytes(chain, link)
     top = least + 1000
-    rounded_out = [p for p in solve_offload_budgets(chain, top, link, [least, least + 1], bucket=2, backend="cpu")[1]
-                   if not p.feasible]
-    assert rounded_out, "the 2 B bucket rounds out no lower budget: the case is not exercised"
-    for plan in rounded_out:
-        assert "use a finer bucket" in plan.notes[-1] and "below" not in plan.notes[-1], plan.notes
-        assert sum("use a finer bucket" in n for n in plan.notes) == 1, plan.notes
+    for plan in solve_offload_budgets(chain, top, link, [least, least + 1], bucket=2, backend="cpu")[1]:
+        assert plan.feasible and plan.predicted_peak_bytes <= plan.budget_bytes
+    rounded = solve_offload_budgets(chain, top, link, [least], bucket=2, backend="cpu")[1][0]
+    assert any("least-peak" in n and "finer bucket" in n for n in rounded.notes), rounded.notes

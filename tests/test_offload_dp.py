@@ -15,7 +15,8 @@ from gpusolve import Chain, Checkpoint, InfeasibleBudgetError, Op, OpKind, Sched
 from gpusolve.dp import cpu
 from gpusolve.dp.minpeak import min_feasible_bytes
 from gpusolve.dp.problem import Problem
-from gpusolve.offload.dp import SWAP, SwapArrays, choose, fill, min_offload_bytes, solve_tables, window_bound
+from gpusolve.offload.dp import (SWAP, SwapArrays, choose, fill, least_peak_tables, min_offload_bytes, min_offload_policy,
+                                 solve_tables, window_bound)
 from gpusolve.offload.link import Link, parse_rate
 from gpusolve.offload.solver import solve_offload
 from gpusolve.schedule import Swap, policy_to_schedule, schedule_from_json, schedule_to_json
@@ -211,6 +212,31 @@ def test_dp_equals_exhaustive_search_over_the_schedule_class(seed):
         else:
             assert table.curve[m] == pytest.approx(min(fitting), rel=1e-12, abs=1e-12), m
     assert min_offload_bytes(chain) == min(peak for _, peak in results)
+
+
+@pytest.mark.parametrize("seed", range(14))
+def test_least_peak_policy_runs_at_the_exhaustive_least(seed):
+    # the policy the front end falls back to where bucket rounding leaves no plan: its simulated peak is the
+    # least over every policy of the class (exhaustive search), its simulated time the table's (the overlapping
+    # swaps' condition included), and it is not faster than the fastest policy at that peak
+    rng = np.random.default_rng(900 + seed)
+    n = 2 + seed % 5
+    chain = random_chain(rng, n, multi_tape=bool(seed % 3))
+    link = Link(float(rng.uniform(2, 60)), float(rng.uniform(2, 60)), float(rng.choice([0.0, 0.2])))
+    results = []
+    for policy in all_policies(0, n, chain.multi_tape, swaps=True):
+        try:
+            sim = simulate(chain, policy_to_schedule(policy, 0, n), link=link)
+        except ScheduleError:
+            continue
+        results.append((sim.peak_bytes, sim.time_ms))
+    least = min(peak for peak, _ in results)
+    policy = min_offload_policy(chain, link)
+    sim = simulate(chain, policy_to_schedule(policy, 0, n), link=link)
+    _peak, cost, _kind, _k = least_peak_tables(chain, link)
+    assert sim.peak_bytes == least == min_offload_bytes(chain)
+    assert sim.time_ms == pytest.approx(cost[0, 0, n], rel=1e-12)
+    assert sim.time_ms >= min(t for peak, t in results if peak == least) - 1e-12
 
 
 # ------------------------------------------------------------------------- the spec, by hand

@@ -103,7 +103,9 @@ SCRIPTS = ("grad_hooks", "autograd_grad_measured", "returned_input", "measure_be
            "rv11_diff_chain_file_empty_t_fwd", "rv11_diff_layerdrop_drawn_before_blocks",
            # open (not fixed): exits nonzero (encoder-decoders' tuple boundaries over-counted: budget held, loose;
            # improved storage by storage, the rest needs a DP rule)
-           "rv11_hf_encdec_tuple_state_overcount")
+           "rv11_hf_encdec_tuple_state_overcount",
+           # the twelfth session (2026-11-28, evening)
+           "rv12_offload_rounded_out_auto_bucket")
 
 
 def main(argv=None) -> int:

@@ -120,10 +120,9 @@ class SwapArrays:
         t_bwd_next = np.zeros(n + 1)
         t_bwd_next[:n] = a["t_bwd"][1:]  # t_bwd[k+1] at index k
         e_overlap = np.maximum(0.0, tau_h2d[:, None] - t_bwd_next[None, :]).astype(dtype)
-        pre = np.zeros(n + 1, dtype=np.int64)
-        pre[1:] = np.maximum(problem.tape_need[1:], a["tape_bytes"][1:] + a["grad_bytes"][1:] + chain.reserved_bytes)
-        pre_b = np.zeros(n + 2, dtype=np.int64)
-        pre_b[:n + 1] = ceil_div(pre, problem.bucket_bytes)
+        pre = _prefetch_bytes(chain, problem)
+        pre_b = ceil_div(pre, problem.bucket_bytes)
+        pre = pre[:n + 1]
         return cls(w_off=w_off, e_overlap=e_overlap, e_full=tau_h2d.astype(dtype), pre_b=pre_b, pre_bytes=pre,
                    tau_both=tau_both.astype(dtype))
 
@@ -339,31 +338,101 @@ def host_bytes(problem: Problem) -> int:
 def min_offload_bytes(chain: Chain) -> int:
     """Least budget (exact bytes, beyond a_0) under which some policy of the combined class runs the
     chain over a link that can move data (any finite tau; a useless link is
-    :func:`gpusolve.dp.minpeak.min_feasible_bytes`). P(i, j, s) = least peak in the frame of (i, j):
-    Tape max(thr_tape, tape[i+1] + P(i+1, j, 0)); Checkpoint max(thr_ckpt, act[k] + P(k, j, 1),
-    P(i, k, s)); Swap (s = 1, the no-overlap variant holds least) max(thr_ckpt, act[k] - act[i] +
-    P(k, j, 1), P(i, k, 1))."""
-    problem = Problem.build(chain, bucket_bytes=1, buckets=0)
+    :func:`gpusolve.dp.minpeak.min_feasible_bytes`): :func:`least_peak_tables`'s P(0, N, 0)."""
+    return int(least_peak_tables(chain)[0][0, 0, chain.n])
+
+
+def least_peak_tables(chain: Chain, link: Link | None = None):
+    """(peak, time, kind, k) tables [2, N+1, N+1] of the combined class's least peak, in exact bytes
+    (no buckets). P(i, j, s) = least peak in the frame of (i, j) (s as the table's sigma):
+
+      Tape          max(thr_tape, tape[i+1] + P(i+1, j, 0))
+      Checkpoint k  max(thr_ckpt, act[k] + P(k, j, 1), P(i, k, s))
+      Swap k        max(thr_ckpt, act[k] - act[i] + P(k, j, 1), P(i, k, 1))          s = 1, a_i swappable
+                    (the variant without overlap; with overlap, also act[k] + pre[k+1]: a_i is back
+                    during bwd(k+1), :class:`SwapArrays`)
+
+    As :func:`gpusolve.dp.minpeak.min_peak_tables` does for recompute only, beside each least peak the
+    time of the action picked is kept (least peak first, then least time; Tape, then the smallest
+    checkpoint k, then the smallest swap k, the overlapping variant first), over ``link`` (None: the
+    swaps' times are not known, every tie goes to the first action): :func:`min_offload_policy` runs
+    within exactly the least budget, the fastest such policy the recurrences meet."""
+    problem = Problem.build(chain, bucket_bytes=1, buckets=0, dtype=np.float64)
     n = problem.n
     a = chain.padded()
-    act, tape = a["act_bytes"], a["tape_bytes"]
+    act, tape = a["act_bytes"].astype(np.int64), a["tape_bytes"]
+    t_tape = (a["t_fwd"] + a["t_bwd"]).astype(np.float64)
     swappable = chain.swappable()
+    swap = None if link is None else SwapArrays.build(problem, chain, link)
+    pre = _prefetch_bytes(chain, problem)
     big = np.iinfo(np.int64).max // 4
     peak = np.full((2, n + 1, n + 1), big, dtype=np.int64)
-    for d in range(1, n + 1):
-        for i in range(0, n + 1 - d):
-            j = i + d
-            thr = int(problem.thr_tape_bytes(i, j))
-            tape_p = thr if d == 1 else max(thr, int(tape[i + 1]) + int(peak[0, i + 1, j])) if chain.multi_tape else big
-            ks = np.arange(i + 1, j, dtype=np.int64)
-            for s in (0, 1):
-                best = tape_p
-                if len(ks):
-                    thr_k = problem.thr_ckpt_bytes(i, j, ks)
-                    ck = np.maximum(thr_k, np.maximum(act[ks] + peak[1, ks, j], peak[s, i, ks]))
-                    best = min(best, int(ck.min()))
-                    if s and swappable[i]:
-                        sw = np.maximum(thr_k, np.maximum(act[ks] - act[i] + peak[1, ks, j], peak[1, i, ks]))
-                        best = min(best, int(sw.min()))
-                peak[s, i, j] = best
-    return int(peak[0, 0, n])
+    cost = np.full((2, n + 1, n + 1), np.inf)
+    kind = np.zeros((2, n + 1, n + 1), dtype=np.int8)  # TAPE, CHECKPOINT, SWAP (SWAP + 1: without overlap)
+    choice = np.zeros((2, n + 1, n + 1), dtype=np.int64)
+    for d in range(1, n + 1):  # one diagonal at a time, vectorised over i and k
+        i = np.arange(0, n + 1 - d, dtype=np.int64)
+        j = i + d
+        thr = problem.thr_tape_bytes(i, j)
+        if d == 1:
+            tape_p, tape_t = thr, t_tape[i + 1]
+        elif chain.multi_tape:
+            tape_p, tape_t = np.maximum(thr, tape[i + 1] + peak[0, i + 1, j]), t_tape[i + 1] + cost[0, i + 1, j]
+        else:
+            tape_p, tape_t = np.full(len(i), big), np.full(len(i), np.inf)
+        ii, jj = i[:, None], j[:, None]
+        k = ii + np.arange(1, d, dtype=np.int64)[None, :]  # [pairs, d - 1]
+        thr_k = problem.thr_ckpt_bytes(ii, jj, k)
+        sfn = problem.fwd_prefix[k] - problem.fwd_prefix[ii]
+        moved = act[k] - act[ii] + peak[1, k, jj]
+        plain = np.maximum(thr_k, np.maximum(moved, peak[1, ii, k]))
+        plain[~swappable[i]] = big
+        swap_t = cost[1, k, jj] + cost[1, ii, k] + (0.0 if swap is None else swap.w_off[ii, k])
+        for s in (0, 1):
+            # candidates in tie order: Tape, Checkpoint k, Swap k with overlap, Swap k without (s = 1 only)
+            groups_p = [tape_p[:, None], np.maximum(thr_k, np.maximum(act[k] + peak[1, k, jj], peak[s, ii, k]))]
+            groups_t = [tape_t[:, None], sfn + cost[1, k, jj] + cost[s, ii, k]]
+            if s:
+                groups_p += [np.maximum(plain, act[k] + pre[k + 1]), plain]
+                groups_t += [swap_t + (0.0 if swap is None else swap.e_overlap[ii, k]),
+                             swap_t + (0.0 if swap is None else swap.e_full[ii])]
+            all_p, all_t = np.concatenate(groups_p, axis=1), np.concatenate(groups_t, axis=1)
+            least = all_p.min(axis=1)
+            at = np.argmin(np.where(all_p == least[:, None], all_t, np.inf), axis=1)
+            rows = np.arange(len(i))
+            peak[s, i, j] = np.minimum(least, big)
+            cost[s, i, j] = np.where(least < big, all_t[rows, at], np.inf)
+            group = np.where(at == 0, 0, (at - 1) // max(d - 1, 1) + 1)  # TAPE, CHECKPOINT, SWAP, SWAP + 1
+            kind[s, i, j] = group
+            choice[s, i, j] = np.where(at == 0, 0, i + 1 + (at - 1) % max(d - 1, 1))
+    return peak, cost, kind, choice
+
+
+def min_offload_policy(chain: Chain, link: Link) -> Policy:
+    """A policy of the combined class whose peak is exactly :func:`min_offload_bytes` over ``link``, the
+    fastest :func:`least_peak_tables` meets: the plan :func:`gpusolve.offload.solve_offload` falls back to
+    where bucket rounding leaves no plan at a budget the class fits (as :func:`gpusolve.dp.minpeak.min_peak_policy`
+    is recompute only's)."""
+    _peak, _cost, kind, choice = least_peak_tables(chain, link)
+
+    def expand(state):
+        i, j, s = state
+        what, k = int(kind[s, i, j]), int(choice[s, i, j])
+        if what == TAPE:
+            if j == i + 1:
+                return [], lambda: Tape(None)
+            return [(i + 1, j, 0)], lambda right: Tape(right)
+        if what == CHECKPOINT:
+            return [(k, j, 1), (i, k, s)], lambda right, left: Checkpoint(k, right=right, left=left)
+        return [(k, j, 1), (i, k, 1)], lambda right, left: Swap(k, right=right, left=left, overlap=what == SWAP)
+
+    return walk_states((0, chain.n, 0), expand)
+
+
+def _prefetch_bytes(chain: Chain, problem: Problem) -> np.ndarray:
+    """int64[N+2]: bytes the right part of ``Swap k`` holds at bwd(s) with a_i prefetched (pre[k+1]; 0 past N)."""
+    a = chain.padded()
+    pre = np.zeros(problem.n + 2, dtype=np.int64)
+    pre[1:problem.n + 1] = np.maximum(problem.tape_need[1:], a["tape_bytes"][1:] + a["grad_bytes"][1:]
+                                      + chain.reserved_bytes)
+    return pre

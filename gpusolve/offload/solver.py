@@ -21,6 +21,7 @@ from ..solve import (Curve, Plan, _infeasible, _zero_budget_bucket, auto_is_exac
                      table_progress)
 from ..units import format_bytes
 from . import dp as offload_dp
+from .dp import min_offload_policy
 from .link import Link
 
 # Note [Never slower than recompute only]
@@ -179,8 +180,7 @@ def _solve_offload(chain: Chain, budget, link, bucket, backend: str, strict: boo
     with below_progress(below, f"offload DP, {name}", progress) as update:
         for b, recompute in zip(below, references[1:], strict=True):
             plans.append(_table_plan(chain, link, problem, table, full_curve, b, name, recompute, strict,
-                                     time.perf_counter(), {"setup": 0.0, "dp": 0.0}, list(shared), minimum,
-                                     rounded_out_ok=True))
+                                     time.perf_counter(), {"setup": 0.0, "dp": 0.0}, list(shared), minimum))
             if update is not None:
                 update(1)
     return plans
@@ -188,12 +188,11 @@ def _solve_offload(chain: Chain, budget, link, bucket, backend: str, strict: boo
 
 def _table_plan(chain: Chain, link: Link, problem: Problem, table, full_curve: np.ndarray, budget_bytes: int,
                 name: str, recompute: Plan | None, strict: bool, started: float, timings: dict, notes: list[str],
-                minimum, rounded_out_ok: bool = False) -> OffloadPlan:
+                minimum) -> OffloadPlan:
     """The plan at ``budget_bytes`` from a filled combined table, against ``recompute`` (gpusolve.solve's
     plan there, or None: Note [Never slower than recompute only]). A feasible budget the table's rounded sizes
-    fit no plan for raises, naming a finer bucket; with ``rounded_out_ok`` (a lower budget of
-    :func:`solve_offload_budgets`) it has a plan with ``feasible=False`` saying so instead (a curve then solves
-    it alone, at its own bucket, or leaves the point out)."""
+    fit no plan for gets a least-peak policy (:func:`_least_peak_plan`), with a note naming a finer bucket (a
+    curve solves such a budget again alone, at its own bucket: :func:`gpusolve.plot.ladder_plans`)."""
     bucket_bytes = problem.bucket_bytes
     buckets = budget_bytes // bucket_bytes
     curve = Curve(np.arange(buckets + 1, dtype=np.int64) * bucket_bytes, full_curve[:buckets + 1].copy())
@@ -215,18 +214,7 @@ def _table_plan(chain: Chain, link: Link, problem: Problem, table, full_curve: n
         if budget_bytes < least:
             return _as_offload(_infeasible(chain, budget_bytes, bucket_bytes, name, started, timings, notes, strict,
                                            least), link)
-        if budget_bytes < min_feasible_bytes(chain):
-            message = (f"at bucket {format_bytes(bucket_bytes)} the rounded sizes fit no plan, although the budget is "
-                       f"at least the exact minimum with offloading ({least} B): use a finer bucket")
-            if not rounded_out_ok:
-                raise ValueError(message)
-            plan = _as_offload(_infeasible(chain, budget_bytes, bucket_bytes, name, started, timings, notes, False,
-                                           least, message=message), link)
-            plan.curve = curve
-            return plan
-        best = (float("nan"), None, min_peak_policy(chain),
-                f"at bucket {format_bytes(bucket_bytes)} the rounded sizes fit no plan; the plan is the "
-                f"least-peak recompute policy (a finer bucket may find a faster one)")
+        best = _least_peak_plan(chain, link, budget_bytes, bucket_bytes, least)
     dp_time, _, policy, note = best
     clock = time.perf_counter()
     schedule = policy_to_schedule(policy, 0, chain.n)
@@ -260,6 +248,25 @@ def _table_plan(chain: Chain, link: Link, problem: Problem, table, full_curve: n
                        bytes_per_state=4 * (offload_dp.TABLES if name == "cpu" else 2),
                        notes=notes, timings=timings, chain=chain, link=link, dp_time_ms=dp_time, swaps=swaps,
                        recompute_only=recompute, known_min_bytes=minimum())
+
+
+def _least_peak_plan(chain: Chain, link: Link, budget_bytes: int, bucket_bytes: int, least: int) -> tuple:
+    """Note [Exact candidates] (4) of gpusolve/solve.py with a link: the budget fits the combined class, the
+    bucket rounding fits no plan. The plan is the faster of the least-peak policies that fit: the combined
+    class's (:func:`gpusolve.offload.dp.min_offload_policy`, peak ``least``) and recompute only's
+    (:func:`gpusolve.dp.minpeak.min_peak_policy`) where the budget holds it. Before, a budget between the two
+    least budgets raised "use a finer bucket", also where the user had left the bucket to the solver
+    (bench/repros/rv12_offload_rounded_out_auto_bucket.py)."""
+    candidates = [(min_offload_policy(chain, link), "combined (offloading)")]
+    if budget_bytes >= min_feasible_bytes(chain):
+        candidates.append((min_peak_policy(chain), "recompute-only"))
+    timed = [(simulate(chain, policy_to_schedule(policy, 0, chain.n), link=link), policy, what)
+             for policy, what in candidates]
+    sim, policy, what = min(timed, key=lambda item: item[0].time_ms)
+    return (float("nan"), None, policy,
+            f"at bucket {format_bytes(bucket_bytes)} the rounded sizes fit no plan; the plan is the least-peak "
+            f"{what} policy (peak {sim.peak_bytes} B; the least with offloading is {least} B): a finer bucket "
+            f"may find a faster one")
 
 
 def _check_link_range(chain: Chain, link: Link) -> None:

@@ -398,8 +398,12 @@ def least_peak_tables(chain: Chain, link: Link | None = None):
                              swap_t + (0.0 if swap is None else swap.e_full[ii])]
             all_p, all_t = np.concatenate(groups_p, axis=1), np.concatenate(groups_t, axis=1)
             least = all_p.min(axis=1)
-            at = np.argmin(np.where(all_p == least[:, None], all_t, np.inf), axis=1)
+            reaching = all_p == least[:, None]
+            timed = np.where(reaching, all_t, np.inf)
+            at = np.argmin(timed, axis=1)
             rows = np.arange(len(i))
+            timeless = ~np.isfinite(timed[rows, at])  # no finite time at the least peak (a useless link's swaps)
+            at[timeless] = np.argmax(reaching[timeless], axis=1)
             peak[s, i, j] = np.minimum(least, big)
             cost[s, i, j] = np.where(least < big, all_t[rows, at], np.inf)
             group = np.where(at == 0, 0, (at - 1) // max(d - 1, 1) + 1)  # TAPE, CHECKPOINT, SWAP, SWAP + 1

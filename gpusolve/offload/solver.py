@@ -257,7 +257,7 @@ def _least_peak_plan(chain: Chain, link: Link, budget_bytes: int, bucket_bytes: 
     (:func:`gpusolve.dp.minpeak.min_peak_policy`) where the budget holds it. Before, a budget between the two
     least budgets raised "use a finer bucket", also where the user had left the bucket to the solver
     (bench/repros/rv12_offload_rounded_out_auto_bucket.py)."""
-    candidates = [(min_offload_policy(chain, link), "combined (offloading)")]
+    candidates = [] if link.is_useless else [(min_offload_policy(chain, link), "combined (offloading)")]
     if budget_bytes >= min_feasible_bytes(chain):
         candidates.append((min_peak_policy(chain), "recompute-only"))
     timed = [(simulate(chain, policy_to_schedule(policy, 0, chain.n), link=link), policy, what)

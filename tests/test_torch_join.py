@@ -537,3 +537,37 @@ def test_plain_autograd_runs_when_its_measured_step_fits():
     assert record.plan == "store-all (plain autograd)" and record.within_budget, record
     join.replan(budget=peak - 1)  # below it, the join DP's plan
     assert join.plan.decided_by != "plain autograd" and not join._last.plain
+
+
+def test_one_tensor_fed_to_a_branch_that_writes_it_in_place_is_refused():
+    # a review: join(h, h, h) with an in-place first stage in branch 0. Plain autograd lets branch 1 and the head
+    # read what that stage wrote; a branch under a plan works on a copy of its input, so the join trained another
+    # function (loss 3.962 against 4.044), silently. Refused now; with branch 0's own copy it is plain autograd's
+    def stages(seed, inplace):
+        torch.manual_seed(seed)
+        first = [nn.ReLU(inplace=True)] if inplace else []
+        return first + [m for _ in range(4) for m in (nn.Linear(16, 16).to(DT), nn.Tanh())]
+
+    def head(a, b, c):
+        return (a * b).sum() + (c * a).mean()
+
+    branches = [stages(0, True), stages(1, False), None]
+    reference = copy.deepcopy(branches)
+    join = te.CheckpointedJoin(branches, head, budget="1GiB", backend="cpu", **OPTS)
+    x = torch.randn(8, 16, dtype=DT)
+    h = x.clone().requires_grad_() * 1
+    join.prepare(h, h, h)
+    join.replan(budget=join.min_budget_bytes)
+    with pytest.raises(ValueError, match=r"branch 0's first stage writes its input in place.*branch\(es\) \[1, 2\]"):
+        join(h, h, h)
+    leaf = x.clone().requires_grad_()
+    h = leaf * 1
+    join(h.clone(), h, h).backward()  # the remedy the message names: branch 0 its own copy
+    ref_leaf = x.clone().requires_grad_()
+    g = ref_leaf * 1
+    plain = [nn.Sequential(*b) for b in reference[:2]]
+    head(plain[0](g.clone()), plain[1](g), g).backward()
+    assert torch.equal(leaf.grad, ref_leaf.grad)
+    for mine, theirs in zip(branches[:2], reference[:2], strict=True):
+        for p, q in zip(nn.Sequential(*mine).parameters(), nn.Sequential(*theirs).parameters(), strict=True):
+            assert torch.equal(p.grad, q.grad)

@@ -290,6 +290,32 @@ def _device_type(inputs) -> str:
     return next(t for x in inputs for t in U.tensors(x)).device.type
 
 
+def _refuse_shared_input_written(entry: JoinEntry, inputs) -> None:
+    """One tensor fed to several branches (``join(h, h)``, or to an empty branch the head reads) where a branch's
+    first stage writes its input in place (``nn.ReLU(inplace=True)``): plain autograd lets the other branches and
+    the head read what that stage wrote, while a branch under a plan works on a copy of its input (the executor's
+    ``clone_input``: a recomputation must start from the input as it was), so the join would train another
+    function than plain autograd, silently (a review: bench/repros/rv12_join_shared_input_inplace_first_stage.py,
+    loss 3.962 against 4.044). Refused before the step runs, naming the branches and the remedy."""
+    writers = [beta for beta, b in enumerate(entry.branches) if getattr(b, "clone_input", False)]
+    if not writers:
+        return
+    owners: dict = {}
+    for beta, x in enumerate(inputs):
+        for key in {U.storage_key(t) for t in U.tensors(x)} - {None}:
+            owners.setdefault(key, []).append(beta)
+    for beta in writers:
+        for key in {U.storage_key(t) for t in U.tensors(inputs[beta])} - {None}:
+            others = [o for o in owners[key] if o != beta]
+            if others:
+                raise ValueError(
+                    f"CheckpointedJoin: branch {beta}'s first stage writes its input in place, and the same tensor "
+                    f"is the input of branch(es) {others} too: plain autograd would let them read what it wrote, "
+                    f"a branch under a plan works on a copy of its input. Make that stage out of place (e.g. "
+                    f"nn.ReLU(inplace=False)), or give branch {beta} its own copy (join(h.clone(), h, ...)), which "
+                    f"is what the plan computes")
+
+
 def _structure(x, beta: int):
     if isinstance(x, torch.Tensor):
         return ("tensor", 1)
@@ -678,6 +704,8 @@ class CheckpointedJoin(_PlannedModule):
         """A step under a plan (never traced by torch.compile: Note [torch.compile] in the executor)."""
         entry = self._entry(inputs)
         refuse_shared_hazards(() if entry.plain else entry.shared_params, "CheckpointedJoin")
+        if not entry.plain:
+            _refuse_shared_input_written(entry, inputs)
         U.settle_deferred_hooks()  # a backward that raised left hooks suspended
         self._last = entry
         flat = [t for x in inputs for t in U.tensors(x)]

@@ -188,20 +188,27 @@ def test_minimum_budget_can_only_drop_with_a_free_link():
 
 
 # ---------------------------------------------------------------------------- exhaustive search
+def exhaustive(chain: Chain, link: Link) -> tuple[list[tuple[float, int]], int]:
+    """(time, peak) of every policy of the class over ``link``, simulated, and how many the simulator
+    rejected (a swap of a tape output)."""
+    results, rejected = [], 0
+    for policy in all_policies(0, chain.n, chain.multi_tape, swaps=True):
+        try:
+            sim = simulate(chain, policy_to_schedule(policy, 0, chain.n), link=link)
+        except ScheduleError:
+            rejected += 1
+            continue
+        results.append((sim.time_ms, sim.peak_bytes))
+    return results, rejected
+
+
 @pytest.mark.parametrize("seed", range(14))
 def test_dp_equals_exhaustive_search_over_the_schedule_class(seed):
     rng = np.random.default_rng(400 + seed)
     n = 2 + seed % 4
     chain = random_chain(rng, n, multi_tape=bool(seed % 3))
     link = Link(float(rng.uniform(2, 60)), float(rng.uniform(2, 60)), float(rng.choice([0.0, 0.2])))
-    results, rejected = [], 0
-    for policy in all_policies(0, n, chain.multi_tape, swaps=True):
-        try:
-            sim = simulate(chain, policy_to_schedule(policy, 0, n), link=link)
-        except ScheduleError:
-            rejected += 1  # a swap of a tape output
-            continue
-        results.append((sim.time_ms, sim.peak_bytes))
+    results, rejected = exhaustive(chain, link)
     assert n < 3 or rejected or not chain.multi_tape
     top = max(peak for _, peak in results) + 2
     table = fill(Problem.build(chain, 1, top, dtype=np.float64), chain, link)
@@ -223,13 +230,7 @@ def test_least_peak_policy_runs_at_the_exhaustive_least(seed):
     n = 2 + seed % 5
     chain = random_chain(rng, n, multi_tape=bool(seed % 3))
     link = Link(float(rng.uniform(2, 60)), float(rng.uniform(2, 60)), float(rng.choice([0.0, 0.2])))
-    results = []
-    for policy in all_policies(0, n, chain.multi_tape, swaps=True):
-        try:
-            sim = simulate(chain, policy_to_schedule(policy, 0, n), link=link)
-        except ScheduleError:
-            continue
-        results.append((sim.peak_bytes, sim.time_ms))
+    results = [(peak, t) for t, peak in exhaustive(chain, link)[0]]
     least = min(peak for peak, _ in results)
     policy = min_offload_policy(chain, link)
     sim = simulate(chain, policy_to_schedule(policy, 0, n), link=link)

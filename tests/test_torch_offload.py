@@ -761,3 +761,45 @@ def test_auto_replan_of_the_link_reaches_the_signatures_captured_later_and_a_joi
         pytest.skip("not captured as a join here")
     with pytest.raises(ValueError, match="captured as a join network.*offload="):
         towers.replan(offload="12GB/s")
+
+
+def test_namedtuple_states_run_and_keep_their_type():
+    # a review: stages passing a namedtuple crashed the first call ("S.__new__() missing 1 required positional
+    # argument"), recompute only (U.map_state) and, that mended, an offloading plan at its first prefetch (_fill)
+    from collections import namedtuple
+    state = namedtuple("State", "h aux")
+
+    class First(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(16, 16).to(DT)
+
+        def forward(self, x):
+            return state(torch.tanh(self.lin(x)), x[:, :2] * 2)
+
+    class Mid(First):
+        def forward(self, st):
+            assert isinstance(st, state), type(st)
+            h = torch.tanh(self.lin(st.h)) + st.aux[:, :1]
+            return state(h, h[:, :2] * 3)
+
+    class Last(First):
+        def forward(self, st):
+            return self.lin(st.h).sum(dim=1)
+
+    torch.manual_seed(0)
+    stages = [First(), *[Mid() for _ in range(6)], Last()]
+    x = torch.randn(8, 16, dtype=DT, requires_grad=True)
+    reference = copy.deepcopy(stages)
+    expected = step(nn.Sequential(*reference), x)
+    for offload in (None, "inf"):
+        mine = copy.deepcopy(stages)
+        net = te.CheckpointedSequential(mine, budget="1GiB", backend="cpu", offload=offload, profile_passes=1,
+                                        profile_warmup=0)
+        net.prepare(x)
+        net.replan(budget=net.min_budget_bytes)
+        loss, grad = step(net, x)
+        assert offload is None or net.plan.swaps > 0, "the least budget with a free link moves nothing"
+        assert torch.equal(loss, expected[0]) and torch.equal(grad, expected[1])
+        for p, q in zip(nn.Sequential(*mine).parameters(), nn.Sequential(*reference).parameters(), strict=True):
+            assert torch.equal(p.grad, q.grad)

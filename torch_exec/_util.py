@@ -213,8 +213,17 @@ def map_state(fn, state):
     if isinstance(state, torch.Tensor):
         return fn(state)
     if isinstance(state, (tuple, list)):
-        return type(state)(fn(t) if isinstance(t, torch.Tensor) else t for t in state)
+        return rebuilt(state, [fn(t) if isinstance(t, torch.Tensor) else t for t in state])
     return state
+
+
+def rebuilt(sequence, items: list):
+    """A tuple or list of ``sequence``'s type holding ``items``: a namedtuple's constructor takes its fields one
+    by one (``type(s)(iterable)`` raised "missing 1 required positional argument" for a namedtuple state, a
+    review: bench/repros/rv12_offload_namedtuple_state.py)."""
+    if isinstance(sequence, tuple) and hasattr(type(sequence), "_fields"):
+        return type(sequence)(*items)
+    return type(sequence)(items)
 
 
 def detach(state):

@@ -330,7 +330,7 @@ def _fill(template, tensors: list):
     if template is _HOLE:
         return tensors[0]
     it = iter(tensors)
-    return type(template)(next(it) if item is _HOLE else item for item in template)
+    return U.rebuilt(template, [next(it) if item is _HOLE else item for item in template])
 
 
 # ---------------------------------------------------------------------------- the link

@@ -232,6 +232,27 @@ Note [The caller holds a_N]
     default (``caller_keeps="output"``) the whole of a_N stays reserved. An infeasible budget's error
     says when ``caller_keeps="loss"`` would make it feasible.
 
+Note [The caller's turn]
+    Between the wrapper's forward and its backward the caller's own code runs: the loss, from the model's
+    output. The plans count a_N and its gradients for the whole step (Note [The caller holds a_N]), not what
+    that code makes beyond them: a target made with ``ones_like``, a softmax it saves, the loss scalar. Measured
+    steps showed it go over: ``mse_loss(y, ones_like(y))`` 4 B over at the least budget,
+    ``y.softmax(-1).square().sum()`` 115 816 B, at every step, with a warning that named no remedy but to lower
+    the budget (a review, 2026-11-28: bench/repros/rv12_train_caller_loss_over_budget.py). A measured step now
+    marks the forward's return and the backward's start (``StepMeter.turn_start``/``turn_end``): the peak
+    between them above the first mark, and what is still held at the second beyond a_N's gradients, is what that
+    code used beyond the plan's reserve of a_N's gradients. Where the step went over its budget, as much of the
+    excess as that accounts for is reserved for the whole step from the next call on (:func:`learn_caller_turn`,
+    ``Entry.caller_reserve``, a re-plan as for Note [Outputs without a gradient]; the step is recorded at the
+    start of the next call, ``StepMeter.record_ended``, so that call plans with it). Where the budget then fits
+    no plan, that call raises, naming what was learned. A step within its budget teaches nothing: the plans'
+    other margins (a_N's gradient reserved before it exists) held the caller's code; reserving all of it from
+    the first step would have raised the least budget by a whole target tensor for a loss 4 B over. Only
+    measured steps learn (on CUDA the first steps, on the CPU those after ``measure_memory()``), and only steps
+    of one call and one backward. On CUDA, where the meter's marks between the two leave the peak counter alone,
+    the peak between them is known only where it rose above the step's peak so far
+    (``MemoryMeter.rose_between``); otherwise what is held at the backward's start is taken.
+
 Note [Autograd calls that name tensors]
     The segment backwards are nested engine calls. In a plain ``backward()`` (no tensor named:
     ``torch.autograd._is_checkpoint_valid()``) they accumulate into every ``.grad``, as plain
@@ -745,12 +766,40 @@ def learn_output_holds(entry: Entry, refs: list) -> None:
     _share_learned(entry)
 
 
+def learn_caller_turn(entry: Entry, peak: int, kept: int, grads: int, excess: int) -> None:
+    """Note [The caller's turn]: a measured step ``excess`` bytes over its budget, and its reading from the
+    forward's return to the backward's start (``peak`` above the moment the forward returned, ``kept`` still held
+    at the backward's start, of which ``grads`` are a_N's gradients). As much of the excess as the caller's code
+    used beyond a_N and its gradients' reserve is reserved from the next step on (``entry.replan_due``)."""
+    beyond = max(0, int(kept) - int(grads)) + max(0, int(peak) - max(0, int(kept) - int(grads)) - int(entry.grad_reserve))
+    more = min(int(excess), beyond)
+    if more <= 0:
+        return
+    entry.caller_reserve += more
+    warnings.warn(f"CheckpointedSequential: the code between the model's forward and its backward (the loss) used "
+                  f"{beyond} B beyond the model's output and its gradient, which the plan did not count, and the step "
+                  f"went {excess} B over its budget: the next steps reserve {entry.caller_reserve} B for it (Note "
+                  f"[The caller's turn] in torch_exec/executor.py)", MemoryBudgetWarning, stacklevel=3)
+    entry.replan_due = True
+    _share_learned(entry)
+
+
+def caller_turn_note(entry: Entry) -> str | None:
+    """The plan's note when it reserves for the caller's turn (Note [The caller's turn]), else None."""
+    if not entry.caller_reserve:
+        return None
+    return (f"the plan reserves {entry.caller_reserve} B for the caller's code between the model's forward and its "
+            f"backward, which measured steps showed over the budget by that (Note [The caller's turn] in "
+            f"torch_exec/executor.py)")
+
+
 def _share_learned(entry: Entry) -> None:
     """What a backward showed of a_N holds for both faces of the signature (Note [Two groupings of unsaved
     boundaries]): a step in flight learns on the face its forward ran, which a re-plan may have replaced."""
     other = getattr(entry, "regrouped", None)
     if other is not None:
         other.out_grads, other.out_dropped = entry.out_grads, entry.out_dropped
+        other.caller_reserve = entry.caller_reserve
         other.replan_due = other.replan_due or entry.replan_due
 
 
@@ -789,6 +838,7 @@ def learned_chain(entry: Entry, grads: frozenset | None, dropped: frozenset | No
     tape, bwd_tape = chain.tape_bytes.copy(), chain.bwd_tape_bytes.copy()
     tape[-1], bwd_tape[-1] = tape_n + scratch, bwd_n + scratch
     reserved = chain.reserved_bytes - entry.grad_reserve - entry.out_reserve + grad_reserve + output
+    reserved += entry.caller_reserve - entry.caller_applied  # Note [The caller's turn]
     return replace(chain, reserved_bytes=reserved, tape_bytes=tape, bwd_tape_bytes=bwd_tape), grad_reserve, output
 
 
@@ -796,6 +846,7 @@ def with_learned_outputs(entry: Entry) -> Chain:
     """:func:`learned_chain` for what the backwards so far showed (``entry.out_grads``,
     ``entry.out_dropped``); updates the entry's two reserves."""
     chain, entry.grad_reserve, entry.out_reserve = learned_chain(entry, entry.out_grads, entry.out_dropped)
+    entry.caller_applied = entry.caller_reserve
     return chain
 
 
@@ -1010,6 +1061,10 @@ class Entry(ProgramSplit):
     out_reserve: int = 0
     loss_only: bool = False           # caller_keeps="loss"
     replan_due: bool = False          # a backward showed other gradients of a_N, or other holds, than planned
+    # Note [The caller's turn]: bytes reserved for the caller's code between the forward and the backward, learned
+    # from measured steps over their budget; and as exec_chain reserves them now
+    caller_reserve: int = 0
+    caller_applied: int = 0
     # the same signature over the other grouping of the stages at boundaries no backward saves (None: the profile
     # has none): Note [Two groupings of unsaved boundaries]
     regrouped: "Entry | None" = None
@@ -1668,6 +1723,8 @@ class _ScheduleFunction(torch.autograd.Function):
         ctx.out_is_tensor = isinstance(out, torch.Tensor)
         results = _detached_results(ctx, outs)
         ctx.out_refs = output_storages(entry, outs) if entry.loss_only else []  # Note [The caller holds a_N]
+        if meter is not None:  # Note [The caller's turn]
+            meter.turn_start(lambda *reading: learn_caller_turn(entry, *reading))
         return results[0] if ctx.out_is_tensor else results
 
     @staticmethod
@@ -1675,6 +1732,8 @@ class _ScheduleFunction(torch.autograd.Function):
         # Every refusal comes first, before any state is consumed or any .grad touched.
         rt = _backward_runtime(ctx, _DOUBLE_BACKWARD_ERROR, _TWICE_ERROR)
         ctx.saved_tensors  # noqa: B018 - raises if the caller modified an input in place since forward
+        if ctx.meter is not None:  # Note [The caller's turn]
+            ctx.meter.turn_end(sum(U.grad_storages(grad_outputs).values()))
         named = not torch.autograd._is_checkpoint_valid()  # autograd.grad or backward(inputs=...)
         kept = kept_graph_leaves(ctx, rt)
         keep = kept is not None
@@ -2489,7 +2548,8 @@ class CheckpointedSequential(_PlannedModule):
             plan.notes = [f"budget {self.budget} of plain autograd's peak {reference} B ({what}): {resolved} B"
                           ] + list(plan.notes)
         # the notes of a plan that counts less of a_N or its gradients than all of them
-        learned = [n for n in (output_grads_note(entry), output_holds_note(entry)) if n] if chain is not plain else []
+        learned = ([n for n in (output_grads_note(entry), output_holds_note(entry), caller_turn_note(entry)) if n]
+                   if chain is not plain else [])
         plan.notes = list(plan.notes) + learned
         entry.chain = chain
         entry.split = split_schedule(plan.schedule, chain.n)
@@ -2573,7 +2633,8 @@ class CheckpointedSequential(_PlannedModule):
         entry = self._entry(state)
         refuse_shared_hazards(() if entry.plain else entry.shared_params, "CheckpointedSequential")
         U.settle_deferred_hooks()  # a backward that raised left hooks suspended
-        if entry.replan_due:  # Note [Outputs without a gradient], Note [The caller holds a_N]
+        self._meter.record_ended()  # what the last measured step showed plans this one (Note [The caller's turn])
+        if entry.replan_due:  # Note [Outputs without a gradient], Note [The caller holds a_N], [The caller's turn]
             entry = self._entries[self._key(state)] = self._replan_learned(entry)
         self._last = entry
         if self._begin_step(entry, flat[0].device):
@@ -2587,22 +2648,24 @@ class CheckpointedSequential(_PlannedModule):
         """The entry re-planned for what its backwards showed of a_N (``replan_due``: Note [Outputs without a
         gradient], Note [The caller holds a_N]). Where the budget no longer fits, the error says what was
         learned and the remedies, and the re-plan stays due (the next call tries again, never the old plan)."""
-        was = entry.exec_chain, entry.grad_reserve, entry.out_reserve  # learned_chain is relative to these
+        was = entry.exec_chain, entry.grad_reserve, entry.out_reserve, entry.caller_applied  # learned_chain's base
         entry.exec_chain, entry.replan_due = with_learned_outputs(entry), False
         try:
             return self._plan_entry(entry)
         except InfeasibleBudgetError as err:
-            (entry.exec_chain, entry.grad_reserve, entry.out_reserve), entry.replan_due = was, True
+            (entry.exec_chain, entry.grad_reserve, entry.out_reserve, entry.caller_applied), entry.replan_due = was, True
             grads = sorted((entry.out_grads or frozenset()) - {i for i, scalar in enumerate(entry.out_scalar) if scalar})
             held = sorted(loss_only_uses(entry)[1] - entry.out_dropped) if entry.loss_only else []
             shown = "; ".join(x for x in (
                 f"output(s) {grads} of the model get a gradient" if grads else "",
-                f"the caller holds output storage(s) {held} through the backward" if held else "") if x)
+                f"the caller holds output storage(s) {held} through the backward" if held else "",
+                f"the code between the forward and the backward needs {entry.caller_reserve} B the plan did not count"
+                if entry.caller_reserve else "") if x)
             remedy = (" or drop the output before the backward (keep only the loss), or pass caller_keeps='output'"
                       if entry.loss_only else "")
             raise InfeasibleBudgetError(
                 f"{type(self).__name__}: the budget was feasible for the plan made before the first backward, but the "
-                f"backwards since showed more of the model's output to count ({shown or 'other gradients of it'}; "
+                f"backwards since showed more to count ({shown or 'other gradients of the output'}; "
                 f"Note [The caller holds a_N] in torch_exec/executor.py): {err}{remedy}", err.min_bytes) from None
 
     def extra_repr(self) -> str:

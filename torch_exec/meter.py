@@ -227,6 +227,15 @@ class MemoryMeter:
         peak = max([start] + self._peaks[a + 1:b + 1])
         return Reading(peak=int(peak - start), delta=int(self._levels[b] - start), start=int(start))
 
+    def rose_between(self, a: int, b: int) -> bool:
+        """Whether :meth:`between` ``(a, b)``'s peak was reached after mark ``a`` (after the meter stopped): always on
+        the CPU, whose marks split the peaks exactly; on CUDA a mark that leaves the peak counter alone
+        (``reset_peak=False``) carries the peak since the last reset, reached after ``a`` only where it rose above
+        the one at ``a``."""
+        if self._levels is None:
+            raise RuntimeError("readings are available once the meter's `with` block has ended")
+        return self.device.type == "cpu" or max(self._peaks[a + 1:b + 1], default=0) > self._peaks[a]
+
     # ------------------------------------------------------------ post-processing
     def _finish(self) -> None:
         if self.device.type == "cuda":

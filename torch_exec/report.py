@@ -236,6 +236,8 @@ class StepMeter:
         self._ended_calls = 0
         self._warned = False
         self._before_peak = 0           # the next step's code before its meter starts (note_before_peak)
+        self._turn = None               # Note [The caller's turn]: [step, mark at the forward's return, (mark, grads)
+        #                                 at the backward's start, what learns from them]
 
     def due(self, device: torch.device) -> bool:
         """Whether the next step on ``device`` is measured."""
@@ -265,6 +267,33 @@ class StepMeter:
             nbytes = grad.numel() * grad.element_size()
             sets.marks.append((sets.meter.mark(reset_peak=False), nbytes))
             sets.named += nbytes
+
+    def turn_start(self, learn) -> None:
+        """At the return of the wrapper's forward in a measured step of one call: mark it (Note [The caller's
+        turn] in torch_exec/executor.py); ``learn(peak, kept, grads, excess)`` gets the reading when the step is
+        recorded over its budget."""
+        if self._pending is not None and self._calls == 1:
+            self._turn = [self._pending, self._pending[0].mark(reset_peak=False), None, learn]
+
+    def turn_end(self, grads: int) -> None:
+        """At the start of the wrapper's backward (``grads``: the bytes of a_N's gradients it got): the turn's
+        closing mark."""
+        turn = self._turn
+        if turn is not None and turn[0] is self._pending and turn[2] is None and self._calls == 1:
+            turn[2] = (self._pending[0].mark(reset_peak=False), int(grads))
+
+    def _learn_turn(self, step, meter: MemoryMeter, excess: int) -> None:
+        """Hand the recorded step's turn reading to its learner where the step went ``excess`` bytes over its
+        budget (within it, the plan's margins held the caller's code): the peak above the forward's return (where
+        the meter knows it: :meth:`MemoryMeter.rose_between`), what was still held at the backward's start, a_N's
+        gradients among it, and the excess."""
+        turn, self._turn = self._turn, None
+        if turn is None or turn[0] is not step or turn[2] is None or excess <= 0:
+            return
+        (closing, grads), start = turn[2], turn[1]
+        reading = meter.between(start, closing)
+        peak = reading.peak if meter.rose_between(start, closing) else max(reading.delta, 0)
+        turn[3](peak, reading.delta, grads, excess)
 
     def note_before_peak(self, peak: int) -> None:
         """The peak the next step reaches before its meter starts (auto_checkpoint's prologue, measured by
@@ -416,8 +445,15 @@ class StepMeter:
             pending, self._pending = self._pending, None
             pending[-1].remove()
             self._undo_start(pending[0], pending[4].type, self._pending_armed)
+        self.record_ended()
+
+    def record_ended(self) -> None:
+        """Stop an ended measurement and record its step (a measurement still waiting for its backward waits on):
+        at the start of a call, so that what the step showed (Note [The caller's turn] in torch_exec/executor.py)
+        plans this call, not the one after."""
         if self._ended is None:
             return
+        ended_step = self._ended[0]
         (meter, without_grad, plan, budget, device, step, kind, (held, before), sets), closing, grads = self._ended
         self._ended = None
         try:
@@ -449,6 +485,8 @@ class StepMeter:
                 f"({record.beyond_param_grads} B, beyond parameter gradients) exceeds the budget "
                 f"{exact_bytes(budget)} by {over} B; the plan predicted "
                 f"{format_bytes(record.predicted_peak)}. What the caller computes from the model's output (its loss) "
-                f"is measured too but not planned for; beyond that, the profile under-estimated a stage's memory: re-profile "
+                f"is measured and counted from the next step on (Note [The caller's turn] in torch_exec/executor.py); "
+                f"beyond that, the profile under-estimated a stage's memory: re-profile "
                 f"(model.replan(profile=True)) or lower the budget by the excess; model.memory_report() has every "
                 f"measured step{blocks}{_calls_hint(record)}", MemoryBudgetWarning, stacklevel=4)
+        self._learn_turn(ended_step, meter, record.beyond_param_grads - budget if budget is not None else 0)

@@ -106,7 +106,7 @@ SCRIPTS = ("grad_hooks", "autograd_grad_measured", "returned_input", "measure_be
            "rv11_hf_encdec_tuple_state_overcount",
            # the twelfth session (2026-11-28, evening)
            "rv12_offload_rounded_out_auto_bucket", "rv12_join_shared_input_inplace_first_stage",
-           "rv12_offload_namedtuple_state")
+           "rv12_offload_namedtuple_state", "rv12_train_caller_loss_over_budget")
 
 
 def main(argv=None) -> int:

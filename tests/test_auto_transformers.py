@@ -94,3 +94,27 @@ def test_a_frozen_encoders_least_budget_is_plain_autograds_peak(keeps):
     with pytest.raises(InfeasibleBudgetError, match=r"below the \d+ B the step reaches outside the stages.*frozen "
                                                      r"encoder.*needs at least 100%"):
         wrapped.replan("99%")
+
+
+def test_a_dropped_output_is_not_held_by_a_planning_error():
+    # a review: GPT-J at 60 % with caller_keeps="loss" and `del out` before the backward. One grouping's
+    # InfeasibleBudgetError, kept in a local of CheckpointedSequential._plan_entry, held that frame and its callers
+    # (with the model's outputs) in a reference cycle: the logits outlived `del out`, the first backward blamed the
+    # caller for holding them, and the second call raised telling the user to drop the output
+    import weakref
+
+    import transformers
+    torch.manual_seed(0)
+    model = transformers.GPTJForCausalLM(transformers.GPTJConfig(
+        vocab_size=97, n_embd=32, n_layer=2, n_head=4, rotary_dim=4, n_positions=64, bos_token_id=1,
+        eos_token_id=2)).train()
+    ids = torch.randint(3, 97, (2, 16), generator=torch.Generator().manual_seed(5))
+    wrapped = te.auto_checkpoint(model, "60%", backend="cpu", caller_keeps="loss")
+    for _ in range(2):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", MemoryBudgetWarning)
+            out = wrapped(input_ids=ids, labels=ids, use_cache=False)
+            loss, logits = out.loss, weakref.ref(out.logits)
+            del out
+            assert logits() is None, "the dropped logits are still alive"
+            loss.backward()

@@ -595,6 +595,19 @@ def _running_concatenation(gm: fx.GraphModule) -> int:
     return rewritten
 
 
+# Note [Side values the chain writes]
+#     A side node runs once per step, in the prologue, and its value is held for the stages that read it. A
+#     carrying node that writes into such a value in place would write into it at every run of its stage: each
+#     profiling pass, and the no-grad forward and the recomputation of a checkpointing plan. Mixture-of-experts
+#     routers count tokens per expert with ``torch.zeros(E).scatter_add_(0, selected_experts, mask)`` (transformers'
+#     load_balancing_loss_func with an attention mask; about 30 families): the counts piled up, aux_loss 38.0 where
+#     plain autograd gives 2.0, and the same pattern inside the layers gave gradients 0.07-0.14 off at every step that
+#     recomputed, silently (a review, 2026-11-28: bench/repros/rv12_hf_moe_inplace_write_into_side_value.py). Such a
+#     value (the written view's base and its views) carries: it is made again in the stage that writes it, and no
+#     cut separates the two (:func:`_cuts` never cuts a value written after the cut). Its readers follow it into the
+#     chain, and what they write is looked at again, to a fixed point.
+
+
 class _Graph:
     """Classification of a captured graph's nodes (Note [Cut points])."""
 
@@ -616,6 +629,18 @@ class _Graph:
         grad_inputs = {n for n, v in zip(self.placeholders, flat_inputs)
                        if isinstance(v, torch.Tensor) and v.requires_grad}
         self.grad_inputs = [n for n in self.placeholders if n in grad_inputs]
+        forced: set = set()
+        while True:  # Note [Side values the chain writes]
+            self._classify(nodes, grad_inputs, forced)
+            written = self._side_written_by_chain()
+            if written <= forced:
+                break
+            forced |= written
+        self._check_side_effects()
+
+    def _classify(self, nodes: list, grad_inputs: set, forced: set) -> None:
+        """Split the nodes into carrying (``main``, ``carry``) and side ones; ``forced``: side-looking nodes that
+        carry (Note [Side values the chain writes])."""
         self.carry: set = set(grad_inputs)
         self.side: list = []
         self.main: list = []
@@ -625,13 +650,21 @@ class _Graph:
                 continue
             # A side node that draws after a carrying node did stays in the chain: run in the prologue,
             # it would draw before that node and change plain autograd's random numbers.
-            if any(a in self.carry or a in self.params for a in _node_inputs(n)) or (drawn and _draws(n)):
+            if (n in forced or any(a in self.carry or a in self.params for a in _node_inputs(n))
+                    or (drawn and _draws(n))):
                 self.carry.add(n)
                 self.main.append(n)
                 drawn = drawn or _draws(n)
             else:
                 self.side.append(n)
-        self._check_side_effects()
+
+    def _side_written_by_chain(self) -> set:
+        """The side nodes a carrying node writes into, through views (the written view's base and every side
+        view of it): Note [Side values the chain writes]."""
+        side = set(self.side)
+        base = _view_bases(self.side, among=side)
+        hit = {base[t] for n in self.main for t in _written_args(n, opaque=True) if t in side}
+        return {n for n in self.side if base[n] in hit}
 
     def _check_side_effects(self) -> None:
         """A side node runs before the chain: it must not write into a value a carrying node reads

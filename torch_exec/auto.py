@@ -2240,7 +2240,18 @@ class AutoCheckpointed(nn.Module):
                               + (f" (lists tried: {U.first_few(refused, '; ')})"
                                  if refused else ""))
             else:
-                cap = self._blocks_capture(blocks, args, kwargs)
+                if kwargs.get("use_cache") is True:
+                    raise CaptureError(
+                        f"auto_checkpoint cannot train {type(self._model).__name__} with use_cache=True: "
+                        f"{errors[0] if errors else 'the graph was not captured'}, and under the block fallback every "
+                        f"run of a block (profiling, recomputation) appends its keys and values to the call's one "
+                        f"key/value cache; pass use_cache=False (a cache is for generation, not training)")
+                try:
+                    cap = self._blocks_capture(blocks, args, kwargs)
+                except CaptureError as exc:  # what made the fallback needed, beside why it cannot run
+                    if not errors:
+                        raise
+                    raise CaptureError(f"{exc}. (The block fallback was tried because {errors[0]})") from None
                 if errors:
                     passed = f" ranked above it: {refused[0]}" if refused else ""
                     warnings.warn(f"auto_checkpoint: {errors[0]}; using the model's blocks "
@@ -2429,8 +2440,11 @@ class AutoCheckpointed(nn.Module):
         if "use_cache" in kwargs or not getattr(config, "use_cache", False):
             return kwargs
         if self._forward_takes_use_cache is None:  # read once, not on every step
-            try:
-                self._forward_takes_use_cache = "use_cache" in inspect.signature(self._model.forward).parameters
+            try:  # by name, or through **kwargs (GraniteMoE, Llava, Qwen3-VL, OpenAIGPT, ... pass it on: a review,
+                # bench/repros/rv12_hf_kv_cache_blocks_backward_twice.py)
+                parameters = inspect.signature(self._model.forward).parameters
+                self._forward_takes_use_cache = "use_cache" in parameters or any(
+                    p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
             except (TypeError, ValueError):
                 self._forward_takes_use_cache = False
         if not self._forward_takes_use_cache:

@@ -2289,3 +2289,36 @@ def test_use_cache_taken_through_kwargs_is_turned_off_and_an_explicit_one_refuse
     assert model.asked and not any(model.asked), model.asked
     with pytest.raises(te.CaptureError, match=r"use_cache=True.*pass use_cache=False"):
         te.auto_checkpoint(_CachedDecoder(), "80%", backend="cpu")(x, use_cache=True)
+
+
+class _HooksAtFirstForward(nn.Module):
+    """Installs a forward hook on its layers at its first forward, as transformers' output recorders do."""
+
+    def __init__(self, width=32, depth=4):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Sequential(nn.Linear(width, width), nn.Tanh()) for _ in range(depth))
+        self.installed = False
+
+    def forward(self, x):
+        if not self.installed:
+            self.installed = True
+            for layer in self.layers:
+                layer.register_forward_hook(lambda module, args, out: None)
+        for layer in self.layers:
+            x = layer(x)
+        return x.square().mean()
+
+
+def test_a_model_that_hooks_itself_at_its_first_forward_is_captured_once():
+    # the signature's key was taken before the probe run, the model's first forward, which installed the hooks: the
+    # next call's key differed, and each signature was captured, profiled and solved twice (a review, transformers'
+    # output_hidden_states)
+    torch.manual_seed(0)
+    x = torch.randn(16, 32)
+    wrapped = te.auto_checkpoint(_HooksAtFirstForward(), "80%", backend="cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        wrapped.prepare(x)
+        for _ in range(2):
+            wrapped(x).backward()
+    assert len(wrapped._captures) == 1

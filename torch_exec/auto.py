@@ -660,10 +660,12 @@ class _Graph:
 
     def _side_written_by_chain(self) -> set:
         """The side nodes a carrying node writes into, through views (the written view's base and every side
-        view of it): Note [Side values the chain writes]."""
+        view of it), where that base is made in the step: a view of a module's buffer (an observer's ``resize_``)
+        is the buffer's, whose writes Note [Recomputing from the step's buffers] in torch_exec/executor.py
+        handles. Note [Side values the chain writes]."""
         side = set(self.side)
-        base = _view_bases(self.side, among=side)
-        hit = {base[t] for n in self.main for t in _written_args(n, opaque=True) if t in side}
+        base = _view_bases([n for n in self.gm.graph.nodes if n.op != "output"])
+        hit = {base[t] for n in self.main for t in _written_args(n, opaque=True) if t in side and base[t] in side}
         return {n for n in self.side if base[n] in hit}
 
     def _check_side_effects(self) -> None:
@@ -1513,6 +1515,13 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else ""
 
 
+def _users_hooks(hooks: dict) -> list:
+    """The hooks of ``hooks`` that are not transformers' own output recorders (installed at the first forward asking
+    for hidden states, attentions or router logits: what they collect is among the graph's outputs)."""
+    return [h for h in hooks.values()
+            if not str(getattr(h, "__module__", "") or "").startswith("transformers.utils.output_capturing")]
+
+
 def _capture_export(model: nn.Module, args: tuple, kwargs: dict, max_stages: int, join=True,
                     backend: str = "auto", probe: _Probe | None = None) -> Capture:
     """The model's graph cut into a chain, or into a join network's branches and head (Note [Join
@@ -1526,7 +1535,7 @@ def _capture_export(model: nn.Module, args: tuple, kwargs: dict, max_stages: int
                               "torch.utils.checkpoint (transformers: model.gradient_checkpointing_disable())"
                               if any(f.startswith(CHECKPOINT_FUNCTION + ":") for f in functions) else ""))
     hooked = [name or type(model).__name__ for name, m in model.named_modules()
-              if m._forward_hooks or m._forward_pre_hooks]
+              if _users_hooks(m._forward_hooks) or _users_hooks(m._forward_pre_hooks)]
     if hooked or any(U.global_forward_hooks()):
         warn_once(f"auto_checkpoint: the forward hooks of {', '.join(hooked[:3]) or 'the global registry'}"
                   f"{' and more' if len(hooked) > 3 else ''} run while the graph is captured (on FakeTensors too) and "
@@ -2336,7 +2345,15 @@ class AutoCheckpointed(nn.Module):
                 # a wrapper inside the model is one of its stages here too: it runs plainly (Note [A wrapper
                 # inside another's step] in torch_exec/profiler.py; it profiled itself in the probe before)
                 with a_wrapper_step():  # (the blocks run as _run_plain here, never through the executor)
-                    cap = self._build(args, kwargs, _probe_model(self._model, args, kwargs))
+                    probe = _probe_model(self._model, args, kwargs)
+                    # the key the model has after its first forward, which later calls see: transformers installs
+                    # its output recorders (forward hooks) at the first forward asking for hidden states, so the
+                    # key taken before the probe never matched again and each signature was captured twice (a
+                    # review: bench/repros/rv12_hf_output_hooks_capture_twice.py)
+                    after: list = []
+                    key = self._key(args, kwargs, after)
+                    ids = tuple(after)
+                    cap = self._build(args, kwargs, probe)
                     if cap.method == "blocks":
                         _check_blocks(self, cap, args, kwargs)
                         # Note [The rest of the model]; its backward on stand-ins for the parameters, whose

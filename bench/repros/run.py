@@ -106,7 +106,9 @@ SCRIPTS = ("grad_hooks", "autograd_grad_measured", "returned_input", "measure_be
            "rv11_hf_encdec_tuple_state_overcount",
            # the twelfth session (2026-11-28, evening)
            "rv12_offload_rounded_out_auto_bucket", "rv12_join_shared_input_inplace_first_stage",
-           "rv12_offload_namedtuple_state", "rv12_train_caller_loss_over_budget")
+           "rv12_offload_namedtuple_state", "rv12_train_caller_loss_over_budget",
+           "rv12_hf_moe_inplace_write_into_side_value", "rv12_hf_kv_cache_blocks_backward_twice",
+           "rv12_hf_gptj_output_held_by_error_cycle", "rv12_hf_output_hooks_capture_twice")
 
 
 def main(argv=None) -> int:

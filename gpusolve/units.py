@@ -164,8 +164,8 @@ def percent_hint(budget, min_bytes: int, reference_bytes, of: str = "the store-a
 
 # microseconds: "us", the micro sign (U+00B5) or the Greek mu (U+03BC, what keyboards type); matched without
 # case folding beyond ASCII (re.ASCII) and looked up lower-cased, so every spelling the pattern takes is a key
-_TIME_UNITS = {"": 1.0, "ms": 1.0, "s": 1000.0, "us": 1e-3, "\u00b5s": 1e-3, "\u03bcs": 1e-3, "ns": 1e-6}
-_TIME = re.compile(r"^\s*([+-]?[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(ms|s|us|\u00b5s|\u03bcs|\u039cs|ns|)\s*$",
+_TIME_UNITS = {"": 1.0, "ms": 1.0, "s": 1000.0, "sec": 1000.0, "us": 1e-3, "\u00b5s": 1e-3, "\u03bcs": 1e-3, "ns": 1e-6}
+_TIME = re.compile(r"^\s*([+-]?[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(ms|sec|s|us|\u00b5s|\u03bcs|\u039cs|ns|)\s*$",
                    re.IGNORECASE | re.ASCII)
 
 

@@ -98,6 +98,8 @@ def test_microseconds_in_every_spelling_and_no_unicode_case_folding():
         parse_rate("12GB/\u017f")
     with pytest.raises(ValueError, match="is not a duration"):
         parse_duration_ms("10\u017f")
+    # a rate per "sec" was read, a latency in "sec" refused: one spelling for both (a review)
+    assert parse_duration_ms("1sec") == parse_duration_ms("1 SEC") == 1000.0 and parse_rate("12GB/sec") == 12e6
 
 
 # ------------------------------------------------------------------ useless link = today's chain DP

@@ -575,7 +575,7 @@ def _whole(value) -> bool:
 # whether null is allowed). Sizes are whole bytes; ``bwd_delta`` is a change, so it may be negative.
 _OPTIONAL_STAGE_BYTES = {"held_nbytes": (0, False), "saved_bytes": (0, False), "out_saved_bytes": (0, False),
                          "in_saved_bytes": (0, False), "grad_held_bytes": (0, False), "bwd_delta": (-MAX_BYTES, True)}
-_STAGE_FLAGS = ("aliases", "rng", "device_only")
+_STAGE_FLAGS = ("aliases", "rng", "device_only", "writes_input")
 
 
 def _check_profile_stage(stage: dict, where: str) -> None:

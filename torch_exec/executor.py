@@ -241,17 +241,20 @@ Note [The caller's turn]
     the budget (a review, 2026-11-28: bench/repros/rv12_train_caller_loss_over_budget.py). A measured step now
     marks the forward's return and the backward's start (``StepMeter.turn_start``/``turn_end``): the peak
     between them above the first mark, and what is still held at the second beyond a_N's gradients, is what that
-    code used beyond the plan's reserve of a_N's gradients. Where the step went over its budget, as much of the
-    excess as that accounts for is reserved for the whole step from the next call on (:func:`learn_caller_turn`,
-    ``Entry.caller_reserve``, a re-plan as for Note [Outputs without a gradient]; the step is recorded at the
-    start of the next call, ``StepMeter.record_ended``, so that call plans with it). Where the budget then fits
-    no plan, that call raises, naming what was learned. A step within its budget teaches nothing: the plans'
-    other margins (a_N's gradient reserved before it exists) held the caller's code; reserving all of it from
-    the first step would have raised the least budget by a whole target tensor for a loss 4 B over. Only
-    measured steps learn (on CUDA the first steps, on the CPU those after ``measure_memory()``), and only steps
-    of one call and one backward. On CUDA, where the meter's marks between the two leave the peak counter alone,
-    the peak between them is known only where it rose above the step's peak so far
-    (``MemoryMeter.rose_between``); otherwise what is held at the backward's start is taken.
+    code used beyond the plan's reserve of a_N's gradients. Where that code's own peak went over the budget (or
+    the step did while that code held bytes through the backward), the reserve grows by that excess, to at most
+    what that code used, for the whole step from the next call on
+    (:func:`learn_caller_turn`, ``Entry.caller_reserve``, a re-plan as for Note [Outputs without a gradient];
+    the step is recorded at the start of the next call, ``StepMeter.record_ended``, so that call plans with it).
+    Where the budget then fits no plan, that call raises, naming what was learned. A step over its budget
+    elsewhere teaches nothing here (a stage's workspace the profile missed was blamed on the caller's code, and
+    the reserve grew at every step: a review, bench/repros/rv12_diff_caller_turn_blamed_for_chain_excess.py),
+    nor one within it: the plans' other margins (a_N's gradient reserved before it exists) held the caller's
+    code; reserving all of it from the first step would have raised the least budget by a whole target tensor
+    for a loss 4 B over. Only measured steps learn (on CUDA the first steps, on the CPU those after
+    ``measure_memory()``), and only steps of one call and one backward. On CUDA, where the meter's marks between
+    the two leave the peak counter alone, the peak between them is known only where it rose above the step's
+    peak so far (``MemoryMeter.rose_between``); otherwise what is held at the backward's start is taken.
 
 Note [Autograd calls that name tensors]
     The segment backwards are nested engine calls. In a plain ``backward()`` (no tensor named:
@@ -766,20 +769,24 @@ def learn_output_holds(entry: Entry, refs: list) -> None:
     _share_learned(entry)
 
 
-def learn_caller_turn(entry: Entry, peak: int, kept: int, grads: int, excess: int) -> None:
-    """Note [The caller's turn]: a measured step ``excess`` bytes over its budget, and its reading from the
-    forward's return to the backward's start (``peak`` above the moment the forward returned, ``kept`` still held
-    at the backward's start, of which ``grads`` are a_N's gradients). As much of the excess as the caller's code
-    used beyond a_N and its gradients' reserve is reserved from the next step on (``entry.replan_due``)."""
-    beyond = max(0, int(kept) - int(grads)) + max(0, int(peak) - max(0, int(kept) - int(grads)) - int(entry.grad_reserve))
-    more = min(int(excess), beyond)
-    if more <= 0:
+def learn_caller_turn(entry: Entry, peak: int, kept: int, grads: int, over: int, excess: int) -> None:
+    """Note [The caller's turn]: a measured step's reading from the forward's return to the backward's start
+    (``peak`` above the moment the forward returned, ``kept`` still held at the backward's start, of which ``grads``
+    are a_N's gradients), how far that code's own peak went ``over`` the budget, and the step's ``excess`` over it.
+    What the caller's code is seen to cost the budget (its own peak's excess, or as much of the step's excess as the
+    bytes it holds through the backward) is added to the reserve, which never exceeds what that code used beyond
+    a_N and its gradients' reserve; the next call re-plans (``entry.replan_due``)."""
+    kept_more = max(0, int(kept) - int(grads))
+    beyond = kept_more + max(0, int(peak) - kept_more - int(entry.grad_reserve))
+    blamed = max(int(over), min(int(excess), kept_more))
+    reserve = min(entry.caller_reserve + max(blamed, 0), max(entry.caller_reserve, beyond))
+    if reserve <= entry.caller_reserve:
         return
-    entry.caller_reserve += more
+    entry.caller_reserve = reserve
     warnings.warn(f"CheckpointedSequential: the code between the model's forward and its backward (the loss) used "
                   f"{beyond} B beyond the model's output and its gradient, which the plan did not count, and the step "
-                  f"went {excess} B over its budget: the next steps reserve {entry.caller_reserve} B for it (Note "
-                  f"[The caller's turn] in torch_exec/executor.py)", MemoryBudgetWarning, stacklevel=3)
+                  f"went {max(int(over), int(excess))} B over the budget: the next steps reserve {entry.caller_reserve} "
+                  f"B for it (Note [The caller's turn] in torch_exec/executor.py)", MemoryBudgetWarning, stacklevel=3)
     entry.replan_due = True
     _share_learned(entry)
 
@@ -2656,14 +2663,19 @@ class CheckpointedSequential(_PlannedModule):
         try:
             return self._plan_entry(entry)
         except InfeasibleBudgetError as err:
+            # what this re-plan counts anew (a review: output gradients planned from the start were named beside
+            # the caller's turn that made the re-plan)
+            moved = [now != before for now, before in zip((entry.grad_reserve, entry.out_reserve, entry.caller_applied),
+                                                            was[1:], strict=True)]
             (entry.exec_chain, entry.grad_reserve, entry.out_reserve, entry.caller_applied), entry.replan_due = was, True
             grads = sorted((entry.out_grads or frozenset()) - {i for i, scalar in enumerate(entry.out_scalar) if scalar})
-            held = sorted(loss_only_uses(entry)[1] - entry.out_dropped) if entry.loss_only else []
+            grads = grads if moved[0] else []
+            held = sorted(loss_only_uses(entry)[1] - entry.out_dropped) if entry.loss_only and moved[1] else []
             shown = "; ".join(x for x in (
                 f"output(s) {grads} of the model get a gradient" if grads else "",
                 f"the caller holds output storage(s) {held} through the backward" if held else "",
                 f"the code between the forward and the backward needs {entry.caller_reserve} B the plan did not count"
-                if entry.caller_reserve else "") if x)
+                if moved[2] else "") if x)
             remedy = (" or drop the output before the backward (keep only the loss), or pass caller_keeps='output'"
                       if entry.loss_only else "")
             raise InfeasibleBudgetError(

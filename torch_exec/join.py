@@ -290,6 +290,16 @@ def _device_type(inputs) -> str:
     return next(t for x in inputs for t in U.tensors(x)).device.type
 
 
+def _writes_its_input(branch) -> bool:
+    """Whether a branch's first stage wrote its input in place when profiled (the profile's ``writes_input``; a
+    profile without it: whenever the executor clones the input, views included). A view (``nn.Flatten``) writes
+    nothing: refused before as well (a review: bench/repros/rv12_diff_join_view_first_stage_refused.py)."""
+    if not getattr(branch, "clone_input", False):
+        return False
+    first = branch.profile["stages"][0]
+    return bool(first.get("writes_input", True))
+
+
 def _refuse_shared_input_written(entry: JoinEntry, inputs) -> None:
     """One tensor fed to several branches (``join(h, h)``, or to an empty branch the head reads) where a branch's
     first stage writes its input in place (``nn.ReLU(inplace=True)``): plain autograd lets the other branches and
@@ -297,7 +307,7 @@ def _refuse_shared_input_written(entry: JoinEntry, inputs) -> None:
     ``clone_input``: a recomputation must start from the input as it was), so the join would train another
     function than plain autograd, silently (a review: bench/repros/rv12_join_shared_input_inplace_first_stage.py,
     loss 3.962 against 4.044). Refused before the step runs, naming the branches and the remedy."""
-    writers = [beta for beta, b in enumerate(entry.branches) if getattr(b, "clone_input", False)]
+    writers = [beta for beta, b in enumerate(entry.branches) if _writes_its_input(b)]
     if not writers:
         return
     owners: dict = {}

@@ -665,7 +665,10 @@ class _Passes:
                     external = self.excluded | {key for key, stage in origin.items() if stage == 0}
                     mem[s]["outputs"] = output_facts(out, external)
                 del rng_before
-                if versions != _versions(state) and not alias:
+                # in place, aliased or not (a view alone writes nothing): False said too, so that a profile without
+                # the field is known to be older (torch_exec.join._writes_its_input)
+                mem[s]["writes_input"] = versions != _versions(state)
+                if mem[s]["writes_input"] and not alias:
                     mem[s]["mutates_input"] = True
                 state = out
             del state, out

@@ -282,18 +282,27 @@ class StepMeter:
         if turn is not None and turn[0] is self._pending and turn[2] is None and self._calls == 1:
             turn[2] = (self._pending[0].mark(reset_peak=False), int(grads))
 
-    def _learn_turn(self, step, meter: MemoryMeter, excess: int) -> None:
-        """Hand the recorded step's turn reading to its learner where the step went ``excess`` bytes over its
-        budget (within it, the plan's margins held the caller's code): the peak above the forward's return (where
-        the meter knows it: :meth:`MemoryMeter.rose_between`), what was still held at the backward's start, a_N's
-        gradients among it, and the excess."""
+    def _learn_turn(self, step, meter: MemoryMeter, room: int | None, excess: int) -> None:
+        """Hand the recorded step's turn reading to its learner where the caller's code itself went over the
+        budget (``room``: the budget less what was held before the meter started; None: no budget): the peak
+        above the forward's return (where the meter knows it: :meth:`MemoryMeter.rose_between`), what was still
+        held at the backward's start, a_N's gradients among it, how far the turn's own peak went over, and the
+        step's ``excess`` over the budget (what that code still holds at the backward's start is held through the
+        backward, where the step's peak may be)."""
         turn, self._turn = self._turn, None
-        if turn is None or turn[0] is not step or turn[2] is None or excess <= 0:
+        if turn is None or turn[0] is not step or turn[2] is None or room is None:
             return
         (closing, grads), start = turn[2], turn[1]
         reading = meter.between(start, closing)
         peak = reading.peak if meter.rose_between(start, closing) else max(reading.delta, 0)
-        turn[3](peak, reading.delta, grads, excess)
+        over = reading.start + peak - room  # the turn's own level against the budget
+        if over > 0 or excess > 0:
+            turn[3](peak, reading.delta, grads, over, excess)
+
+    def _learns_turn(self, step) -> bool:
+        """Whether the recorded ``step`` has a turn reading (the wrappers that mark it: Note [The caller's turn])."""
+        turn = self._turn
+        return turn is not None and turn[0] is step and turn[2] is not None
 
     def note_before_peak(self, peak: int) -> None:
         """The peak the next step reaches before its meter starts (auto_checkpoint's prologue, measured by
@@ -474,6 +483,9 @@ class StepMeter:
         if not record.within_budget and not self._warned:
             self._warned = True
             over = record.beyond_param_grads - budget
+            learns = (" and, where its peak goes over the budget, counted from the next step on (Note [The caller's "
+                      "turn] in torch_exec/executor.py)" if self._learns_turn(ended_step) else
+                      " but not planned for")
             blocks = ""
             if allocator_reserve_bytes(device.type):  # the rule of Note [Allocator blocks]
                 blocks = ("; on CUDA, cached blocks the allocator hands over unsplit hold up to 1 MiB more than asked "
@@ -485,8 +497,8 @@ class StepMeter:
                 f"({record.beyond_param_grads} B, beyond parameter gradients) exceeds the budget "
                 f"{exact_bytes(budget)} by {over} B; the plan predicted "
                 f"{format_bytes(record.predicted_peak)}. What the caller computes from the model's output (its loss) "
-                f"is measured and counted from the next step on (Note [The caller's turn] in torch_exec/executor.py); "
-                f"beyond that, the profile under-estimated a stage's memory: re-profile "
+                f"is measured too{learns}; beyond that, the profile under-estimated a stage's memory: re-profile "
                 f"(model.replan(profile=True)) or lower the budget by the excess; model.memory_report() has every "
                 f"measured step{blocks}{_calls_hint(record)}", MemoryBudgetWarning, stacklevel=4)
-        self._learn_turn(ended_step, meter, record.beyond_param_grads - budget if budget is not None else 0)
+        self._learn_turn(ended_step, meter, None if budget is None else budget - int(held),
+                         0 if budget is None else record.beyond_param_grads - budget)

@@ -108,7 +108,10 @@ SCRIPTS = ("grad_hooks", "autograd_grad_measured", "returned_input", "measure_be
            "rv12_offload_rounded_out_auto_bucket", "rv12_join_shared_input_inplace_first_stage",
            "rv12_offload_namedtuple_state", "rv12_train_caller_loss_over_budget",
            "rv12_hf_moe_inplace_write_into_side_value", "rv12_hf_kv_cache_blocks_backward_twice",
-           "rv12_hf_gptj_output_held_by_error_cycle", "rv12_hf_output_hooks_capture_twice")
+           "rv12_hf_gptj_output_held_by_error_cycle", "rv12_hf_output_hooks_capture_twice",
+           # the twelfth session's review of its own diff
+           "rv12_diff_caller_turn_blamed_for_chain_excess", "rv12_diff_join_view_first_stage_refused",
+           "rv12_diff_join_warning_claims_caller_turn_counted")
 
 
 def main(argv=None) -> int:

@@ -354,8 +354,9 @@ def least_peak_tables(chain: Chain, link: Link | None = None):
 
     As :func:`gpusolve.dp.minpeak.min_peak_tables` does for recompute only, beside each least peak the
     time of the action picked is kept (least peak first, then least time; Tape, then the smallest
-    checkpoint k, then the smallest swap k, the overlapping variant first), over ``link`` (None: the
-    swaps' times are not known, every tie goes to the first action): :func:`min_offload_policy` runs
+    checkpoint k, then the smallest swap k, the overlapping variant first), over ``link`` (None: the swaps'
+    copies count 0 ms; a least peak that only swaps priced at infinity reach goes to the first of them):
+    :func:`min_offload_policy` runs
     within exactly the least budget, the fastest such policy the recurrences meet."""
     problem = Problem.build(chain, bucket_bytes=1, buckets=0, dtype=np.float64)
     n = problem.n

@@ -450,7 +450,7 @@ def main(argv=None):
     if args.device.startswith("cuda"):
         torch.backends.cudnn.benchmark = False
     meter = Meter(args.device)
-    records, errors = [], []
+    records, errors, failed = [], [], []
     for name in args.networks:
         try:
             bench_network(name, args, meter, records, errors)
@@ -459,9 +459,13 @@ def main(argv=None):
         except Exception as err:
             print(f"== {name} failed: {type(err).__name__}: {err}", flush=True)
             traceback.print_exc()
+            failed.append(name)
         _free()
     write_report(records, errors, args, command_line("executor.py", argv))
+    # nonzero where a network failed: bench/gpu_session.py counts a step done by its exit status (a review:
+    # bench/repros/rv12_gpu_executor_failed_network_exit_zero.py)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

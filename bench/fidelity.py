@@ -26,6 +26,7 @@ import math
 import statistics
 import sys
 import time
+import traceback
 import warnings
 from pathlib import Path
 
@@ -376,16 +377,22 @@ def chosen_models(parser, text: str) -> list[str]:
     return names
 
 
-def run_models(names: list[str], run) -> list[dict]:
-    """The rows of ``run(name)`` for each model; one whose library is missing (ImportError) is skipped,
-    saying so."""
-    rows = []
+def run_models(names: list[str], run) -> tuple[list[dict], list[str]]:
+    """(the rows of ``run(name)`` for each model, the models that failed). One whose library is missing
+    (ImportError) is skipped, saying so; one that raises anything else is reported with its traceback and the
+    others still run, so that their rows are written (on the H100 the first model's error lost every row of the
+    step: a review, bench/repros/rv12_gpu_fidelity_one_model_loses_all_rows.py); the caller exits nonzero."""
+    rows, failures = [], []
     for name in names:
         try:
             rows += run(name)
         except ImportError as err:
             print(f"{name}: skipped ({err})")
-    return rows
+        except Exception as err:  # noqa: BLE001 - reported, and the exit status says so
+            print(f"{name}: FAILED ({type(err).__name__}: {err})", flush=True)
+            traceback.print_exc()
+            failures.append(name)
+    return rows, failures
 
 
 def main(argv=None) -> int:
@@ -408,9 +415,9 @@ def main(argv=None) -> int:
     if device.type == "cpu":
         torch.set_num_threads(args.threads)
     warnings.simplefilter("ignore", te.CPUTimingWarning)
-    rows = run_models(chosen_models(parser, args.models), lambda name: run_model(name, args, device))
+    rows, failures = run_models(chosen_models(parser, args.models), lambda name: run_model(name, args, device))
     print(f"wrote {write(rows, args, device)}")
-    return 0
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

@@ -90,7 +90,8 @@ def main(argv=None) -> int:
 
 def _gpu_name() -> str:
     import cupy
-    return cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"].decode()
+    name = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
+    return name.decode() if isinstance(name, bytes) else str(name)  # bytes or str by CuPy's version, as elsewhere
 
 
 if __name__ == "__main__":

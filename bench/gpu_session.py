@@ -20,7 +20,8 @@ A call leaves under ``--out`` (the device tool's ``$OUT``, at most 8 files come 
 
 - ``run.log``: every step's output as it runs (it comes back even if the call is killed);
 - ``run_summary.json``: the device, per step its command, exit code and seconds, or why it was skipped;
-- ``run_results.tar.gz``: the result files (JSON, Markdown, ncu reports, plots, profiles).
+- ``run_results.tar.gz``: the result files (JSON, Markdown, ncu reports, plots, profiles), archived again after
+  each step with the summary, so that a call killed mid-run brings back what it finished.
 
 Rotor's C DP (``solver-speed-baselines``'s rotor-c column) needs the ``rockmate==2.0.0`` sdist, which the device
 cannot download: fetch it here into the git-ignored ``.whl/`` and carry that folder::
@@ -46,6 +47,7 @@ import signal
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -216,7 +218,7 @@ def record(folder: Path, ledger_path: Path = LEDGER, runs: Path = RUNS) -> Path:
         if (folder / name).exists():
             shutil.copy(folder / name, target / name)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
-    ledger["runs"].append({key: summary[key] for key in ("started", "device", "seconds_allowed", "seconds")}
+    ledger["runs"].append({key: summary.get(key) for key in ("started", "device", "seconds_allowed", "seconds")}
                           | {"commit": commit.strip() or None, "results": str(target.relative_to(ROOT))
                              if target.is_relative_to(ROOT) else str(target),
                              "steps": [{k: s[k] for k in ("name", "item", "rc", "seconds", "skipped") if k in s}
@@ -248,7 +250,12 @@ def prepare_rotor(env: dict) -> str:
 def run_steps(steps: list[Step], out: Path, seconds: float, dry_run: bool) -> int:
     """Run the setup steps, then ``steps`` in order, within ``seconds``; 1 if any step failed."""
     started = time.monotonic()
-    results = out / "run_results"
+    # the results are written outside $OUT and archived into it after each step: a call killed mid-run then brings
+    # back the log, the summary and the archive so far, not a folder of files past the device tool's limit of 8,
+    # which could leave run.log behind (a review of this script, 2026-11-28)
+    out.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="gpu_session_"))
+    results = scratch / "run_results"
     results.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONUNBUFFERED="1", XDG_CACHE_HOME="/tmp/gpu_session_cache")
     baselines = prepare_rotor(env)
@@ -260,6 +267,12 @@ def run_steps(steps: list[Step], out: Path, seconds: float, dry_run: bool) -> in
         def say(text: str) -> None:
             print(text, flush=True)
             log.write(text + "\n")
+
+        def flush() -> None:  # the summary and the archive as they stand (after every step)
+            summary["seconds"] = round(time.monotonic() - started, 1)
+            (out / "run_summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+            with tarfile.open(out / "run_results.tar.gz", "w:gz") as tar:
+                tar.add(results, arcname=results.name)
 
         if baselines == "cpu" and any(s.name == "solver-speed-baselines" for s in steps):
             say(f"note: {ROCKMATE_SDIST.relative_to(ROOT)} not carried: solver-speed-baselines runs without rotor-c "
@@ -293,12 +306,11 @@ def run_steps(steps: list[Step], out: Path, seconds: float, dry_run: bool) -> in
             failed += rc != 0
             say(f"=== {step.name}: rc {rc} in {entry['seconds']} s")
             summary["steps"].append(entry)
-        summary["seconds"] = round(time.monotonic() - started, 1)
-        (out / "run_summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+            flush()
+        summary["complete"] = True
+        flush()
         archive = out / "run_results.tar.gz"
-        with tarfile.open(archive, "w:gz") as tar:
-            tar.add(results, arcname=results.name)
-        shutil.rmtree(results)  # only the archive travels back (the tool returns at most 8 files)
+        shutil.rmtree(scratch)  # only the archive travels back (the tool returns at most 8 files)
         say(f"=== {failed} step(s) failed; {archive.name}, {log_path.name}, run_summary.json written in "
             f"{summary['seconds']} s")
     return 1 if failed else 0

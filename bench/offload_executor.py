@@ -331,7 +331,7 @@ def main(argv=None):
     print(f"link: d2h {link.d2h_bytes_per_ms * 1e3 / 1e9:.2f} GB/s, h2d {link.h2d_bytes_per_ms * 1e3 / 1e9:.2f} GB/s, "
           f"latency {link.latency_ms * 1e3:.1f} us", flush=True)
     meter = chain_bench.Meter(args.device)
-    records, errors = [], []
+    records, errors, failed = [], [], []
     for name in args.networks:
         try:
             bench_network(name, args, link, meter, records, errors)
@@ -341,10 +341,14 @@ def main(argv=None):
             errors.append(f"{name}: {_error(err)}")
             print(f"== {name} failed: {_error(err)}", flush=True)
             traceback.print_exc()
+            failed.append(name)
         chain_bench._free()
         # after every network: a run killed at its time limit keeps what it measured
         write_report(link_data, records, errors, args, command_line("offload_executor.py", argv))
+    # nonzero where a network failed as a whole (a row's own error is in the report): bench/gpu_session.py counts a
+    # step done by its exit status (a review: bench/repros/rv12_gpu_offload_executor_failed_network_exit_zero.py)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -178,9 +178,9 @@ def main(argv=None) -> int:
     if device.type == "cpu":
         torch.set_num_threads(args.threads)
     warnings.simplefilter("ignore", te.CPUTimingWarning)
-    rows = run_models(names, lambda name: run_model(name, args, device, link))
+    rows, failures = run_models(names, lambda name: run_model(name, args, device, link))
     print(f"wrote {write(rows, args, device, link, command_line('paper_fidelity.py', argv))}")
-    return 0
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

@@ -126,3 +126,20 @@ def test_bench_commands_match_the_scripts(name, script, flags):
                                cwd=ROOT, timeout=120).stdout
     for flag in flags:
         assert flag in help_text, f"step {name}: bench/{script} has no {flag}"
+
+
+def test_a_call_killed_mid_run_brings_back_what_its_finished_steps_made(tmp_path, monkeypatch):
+    # a review: the results were written under $OUT and archived at the end only: a call the device tool killed
+    # left a folder of files past its limit of 8 (run.log among those it may drop), and --record found no summary.
+    # Now the results live outside $OUT and the summary and archive are written after every step
+    out = tmp_path / "out"
+    seen = tmp_path / "seen"
+    steps = [Step("a", "9.1", 20, 1, "echo A > {R}/a.json"),
+             Step("b", "9.1", 20, 1, f"ls {out} > {seen} && tar -tzf {out}/run_results.tar.gz >> {seen}")]
+    monkeypatch.setattr(gpu_session, "STEPS", steps)
+    gpu_session.run_steps(steps, out, seconds=60, dry_run=False)
+    listed = seen.read_text().split()
+    assert "run_summary.json" in listed and "run_results.tar.gz" in listed and "run_results" not in listed
+    assert "run_results/a.json" in listed  # step a's file, archived before step b ran
+    assert sorted(p.name for p in out.iterdir()) == ["run.log", "run_results.tar.gz", "run_summary.json"]
+    assert json.loads((out / "run_summary.json").read_text())["complete"] is True

@@ -111,7 +111,10 @@ SCRIPTS = ("grad_hooks", "autograd_grad_measured", "returned_input", "measure_be
            "rv12_hf_gptj_output_held_by_error_cycle", "rv12_hf_output_hooks_capture_twice",
            # the twelfth session's review of its own diff
            "rv12_diff_caller_turn_blamed_for_chain_excess", "rv12_diff_join_view_first_stage_refused",
-           "rv12_diff_join_warning_claims_caller_turn_counted")
+           "rv12_diff_join_warning_claims_caller_turn_counted",
+           # the twelfth session's review of the GPU session's scripts (CPU stand-ins)
+           "rv12_gpu_executor_failed_network_exit_zero", "rv12_gpu_offload_executor_failed_network_exit_zero",
+           "rv12_gpu_fidelity_one_model_loses_all_rows")
 
 
 def main(argv=None) -> int:

@@ -1708,6 +1708,7 @@ class _BytesMade(TorchDispatchMode):
 
 
 # what a model whose LayerDrop skips blocks does to train under a budget (Note [Draws between the blocks])
+_SKIPS_AT_RANDOM = "the model skips blocks at random (LayerDrop"
 _LAYERDROP_REMEDY = ("set the model's layerdrop to 0 (transformers: config.layerdrop=0) for training under a budget, "
                      "or cut the model by hand")
 
@@ -1800,12 +1801,22 @@ def _find_blocks(model: nn.Module, args: tuple, kwargs: dict) -> tuple[_Blocks |
     # The list whose blocks make the most bytes first (what checkpointing can free), then the one
     # holding most of the model's parameters, then the longest.
     order = sorted(range(len(candidates)), key=lambda c: (-made[c], -params[c], -len(candidates[c][1])))
-    refused = []
+    refused, skipping = [], []
     for c in order:
         name, blocks = candidates[c]
         found, why = _blocks_of(model, args, kwargs, name, blocks)
         if found is None:
             refused.append(f"'{name}': {why}")
+            if why.startswith(_SKIPS_AT_RANDOM):
+                skipping.append((name, blocks))
+            continue
+        inside = {id(m) for b in blocks for m in b.modules()}
+        around = [n for n, skipped in skipping if not all(id(b) in inside for b in skipped)]
+        if around:  # Note [Draws between the blocks]: LayerDrop left in the rest of the model
+            refused.append(f"'{name}': the blocks of {U.first_few(around)} would run beside it, in the rest of the "
+                           f"model, whose memory is measured once, while LayerDrop runs more or fewer of them at "
+                           f"each step (a step over its budget by 25-48 %: bench/repros/"
+                           f"rv12b_hf_layerdrop_rest_over_budget.py); {_LAYERDROP_REMEDY}")
             continue
         found.chosen = (f"the lists of blocks ranked by parameters, since the forward that measures the bytes "
                         f"each list's blocks make raised {failed}" if failed else
@@ -1838,7 +1849,7 @@ def _blocks_of(model: nn.Module, args: tuple, kwargs: dict, name: str, blocks: l
         draws.remove()
     if draws.forced and any(len(calls.get(i, ())) != 1 for i in range(len(blocks))):  # Note [Draws between the blocks]
         ops = ", ".join(sorted(set(draws.forced)))
-        return None, (f"the model skips blocks at random (LayerDrop: a draw before or between its blocks, {ops}, "
+        return None, (f"{_SKIPS_AT_RANDOM}: a draw before or between its blocks, {ops}, "
                       f"decides whether they run), which the fallback cannot replay: it runs all the blocks at the "
                       f"first one's call; {_LAYERDROP_REMEDY}")
     if draws.between:
@@ -1969,7 +1980,14 @@ def _refuse_block_hooks(blocks: _Blocks) -> None:
     except ImportError:  # pragma: no cover - torch without distributed
         FSDPModule = ()  # noqa: N806
     hooked = [f"{blocks.name}.{i}" for i, b in enumerate(blocks.blocks)
-              if not isinstance(b, FSDPModule) and (b._forward_hooks or b._forward_pre_hooks)]
+              if not isinstance(b, FSDPModule) and (_users_hooks(b._forward_hooks) or _users_hooks(b._forward_pre_hooks))]
+    recorded = [f"{blocks.name}.{i}" for i, b in enumerate(blocks.blocks) if b._forward_hooks or b._forward_pre_hooks]
+    if recorded and not hooked:  # transformers' own output recorders (a review: rv12b_hf_recorder_hooks_blamed_on_user)
+        raise CaptureError(f"auto_checkpoint: transformers records the outputs of the blocks {U.first_few(recorded)} "
+                           f"(output_hidden_states, output_attentions or output_router_logits asked for them), which "
+                           f"the block fallback cannot give it: the model's own call of a block returns the chain's "
+                           f"result. Turn those outputs off for training under a budget (a router's auxiliary loss "
+                           f"needs output_router_logits: then cut the model by hand, torch_exec.CheckpointedSequential)")
     if hooked:
         raise CaptureError(f"auto_checkpoint: forward hooks on the blocks {U.first_few(hooked)} cannot run as in "
                            f"plain autograd under the block fallback: the model's own call of a block returns the "
@@ -2245,9 +2263,9 @@ class AutoCheckpointed(nn.Module):
         if cap is None and self.capture_method in ("auto", "blocks"):
             blocks, refused = _find_blocks(self._model, args, kwargs)
             if blocks is None:
-                errors.append("no nn.ModuleList/nn.Sequential of blocks whose outputs feed the next block was found"
-                              + (f" (lists tried: {U.first_few(refused, '; ')})"
-                                 if refused else ""))
+                errors.append(f"no nn.ModuleList/nn.Sequential of blocks could be the chain (lists tried: "
+                              f"{U.first_few(refused, '; ')})" if refused else
+                              "no nn.ModuleList/nn.Sequential of blocks whose outputs feed the next block was found")
             else:
                 if kwargs.get("use_cache") is True:
                     raise CaptureError(

@@ -114,7 +114,9 @@ SCRIPTS = ("grad_hooks", "autograd_grad_measured", "returned_input", "measure_be
            "rv12_diff_join_warning_claims_caller_turn_counted",
            # the twelfth session's review of the GPU session's scripts (CPU stand-ins)
            "rv12_gpu_executor_failed_network_exit_zero", "rv12_gpu_offload_executor_failed_network_exit_zero",
-           "rv12_gpu_fidelity_one_model_loses_all_rows")
+           "rv12_gpu_fidelity_one_model_loses_all_rows",
+           # the twelfth session's second transformers review
+           "rv12b_hf_layerdrop_rest_over_budget", "rv12b_hf_recorder_hooks_blamed_on_user")
 
 
 def main(argv=None) -> int:

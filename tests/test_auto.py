@@ -2348,3 +2348,15 @@ def test_layerdrop_layers_left_beside_the_chain_are_refused():
     w = te.auto_checkpoint(_LayerDropBesideAStem(layerdrop=0.0), "100%", backend="cpu", capture="blocks")
     w(x, y).backward()  # the remedy: then the layers are the chain (they make the most)
     assert w.capture.method == "blocks"
+
+
+def test_layerdrop_layers_ranked_below_the_chain_are_refused_too():
+    # a review: the check above saw only lists ranked above the one taken; a stem that makes more than the LayerDrop
+    # layers (wav2vec2's convolutional encoder on long audio) was taken with nothing refused, and steps went over
+    torch.manual_seed(0)
+    model = _LayerDropBesideAStem()
+    model.stem = nn.Sequential(*[nn.Sequential(nn.Linear(8, 512), nn.Tanh(), nn.Linear(512, 8)) for _ in range(4)])
+    x, y = torch.randn(64, 8), torch.randint(0, 3, (64,))
+    w = te.auto_checkpoint(model, "100%", backend="cpu", capture="blocks")
+    with pytest.raises(te.CaptureError, match=r"'stem': the blocks of layers would run beside it.*layerdrop=0"):
+        w(x, y)

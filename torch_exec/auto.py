@@ -1811,6 +1811,16 @@ def _find_blocks(model: nn.Module, args: tuple, kwargs: dict) -> tuple[_Blocks |
                 skipping.append((name, blocks))
             continue
         inside = {id(m) for b in blocks for m in b.modules()}
+        # lists ranked below it too, where they lie outside its blocks: one forward each (wav2vec2 on long audio,
+        # whose convolutional feature encoder makes the most and ranks above its LayerDrop layers: a review,
+        # bench/repros/rv12c_diff_layerdrop_beside_higher_ranked_list.py)
+        for d in order[order.index(c) + 1:]:
+            other_name, other = candidates[d]
+            if {id(m) for b in other for m in b.modules()} & inside:  # inside its blocks, or around them
+                continue
+            _, why_other = _blocks_of(model, args, kwargs, other_name, other)
+            if why_other.startswith(_SKIPS_AT_RANDOM):
+                skipping.append((other_name, other))
         around = [n for n, skipped in skipping if not all(id(b) in inside for b in skipped)]
         if around:  # Note [Draws between the blocks]: LayerDrop left in the rest of the model
             refused.append(f"'{name}': the blocks of {U.first_few(around)} would run beside it, in the rest of the "
@@ -1981,7 +1991,8 @@ def _refuse_block_hooks(blocks: _Blocks) -> None:
         FSDPModule = ()  # noqa: N806
     hooked = [f"{blocks.name}.{i}" for i, b in enumerate(blocks.blocks)
               if not isinstance(b, FSDPModule) and (_users_hooks(b._forward_hooks) or _users_hooks(b._forward_pre_hooks))]
-    recorded = [f"{blocks.name}.{i}" for i, b in enumerate(blocks.blocks) if b._forward_hooks or b._forward_pre_hooks]
+    recorded = [f"{blocks.name}.{i}" for i, b in enumerate(blocks.blocks)  # FSDP2's own hooks are kept (a review)
+                if not isinstance(b, FSDPModule) and len(_users_hooks(b._forward_hooks)) < len(b._forward_hooks)]
     if recorded and not hooked:  # transformers' own output recorders (a review: rv12b_hf_recorder_hooks_blamed_on_user)
         raise CaptureError(f"auto_checkpoint: transformers records the outputs of the blocks {U.first_few(recorded)} "
                            f"(output_hidden_states, output_attentions or output_router_logits asked for them), which "

@@ -773,19 +773,19 @@ def learn_caller_turn(entry: Entry, peak: int, kept: int, grads: int, over: int,
     """Note [The caller's turn]: a measured step's reading from the forward's return to the backward's start
     (``peak`` above the moment the forward returned, ``kept`` still held at the backward's start, of which ``grads``
     are a_N's gradients), how far that code's own peak went ``over`` the budget, and the step's ``excess`` over it.
-    What the caller's code is seen to cost the budget (its own peak's excess, or as much of the step's excess as the
-    bytes it holds through the backward) is added to the reserve, which never exceeds what that code used beyond
+    What the caller's code is seen to cost the budget (its own peak's excess, or the bytes it holds through the
+    backward), at most the step's excess, is added to the reserve, which never exceeds what that code used beyond
     a_N and its gradients' reserve; the next call re-plans (``entry.replan_due``)."""
     kept_more = max(0, int(kept) - int(grads))
     beyond = kept_more + max(0, int(peak) - kept_more - int(entry.grad_reserve))
-    blamed = max(int(over), min(int(excess), kept_more))
+    blamed = min(int(excess), max(int(over), kept_more))  # never more than the step's own excess
     reserve = min(entry.caller_reserve + max(blamed, 0), max(entry.caller_reserve, beyond))
     if reserve <= entry.caller_reserve:
         return
     entry.caller_reserve = reserve
     warnings.warn(f"CheckpointedSequential: the code between the model's forward and its backward (the loss) used "
                   f"{beyond} B beyond the model's output and its gradient, which the plan did not count, and the step "
-                  f"went {max(int(over), int(excess))} B over the budget: the next steps reserve {entry.caller_reserve} "
+                  f"went {int(excess)} B over the budget: the next steps reserve {entry.caller_reserve} "
                   f"B for it (Note [The caller's turn] in torch_exec/executor.py)", MemoryBudgetWarning, stacklevel=3)
     entry.replan_due = True
     _share_learned(entry)

@@ -291,13 +291,18 @@ def _device_type(inputs) -> str:
 
 
 def _writes_its_input(branch) -> bool:
-    """Whether a branch's first stage wrote its input in place when profiled (the profile's ``writes_input``; a
-    profile without it: whenever the executor clones the input, views included). A view (``nn.Flatten``) writes
-    nothing: refused before as well (a review: bench/repros/rv12_diff_join_view_first_stage_refused.py)."""
+    """Whether a branch's first stages wrote its input in place when profiled: the first stage, or a later one
+    through the views of it the stages before passed on (the profile's ``writes_input``; a profile without it:
+    whenever the executor clones the input, views included). A view alone (``nn.Flatten``) writes nothing: it was
+    refused too (a review: bench/repros/rv12_diff_join_view_first_stage_refused.py)."""
     if not getattr(branch, "clone_input", False):
         return False
-    first = branch.profile["stages"][0]
-    return bool(first.get("writes_input", True))
+    for stage in branch.profile["stages"]:  # a view, then a stage writing through it (a review: rv12c_diff_*)
+        if stage.get("writes_input", True):
+            return True
+        if not (stage.get("aliases") or stage["x"] == 0):  # new storage: what follows writes no longer the input
+            return False
+    return False
 
 
 def _refuse_shared_input_written(entry: JoinEntry, inputs) -> None:

@@ -290,14 +290,14 @@ class StepMeter:
         step's ``excess`` over the budget (what that code still holds at the backward's start is held through the
         backward, where the step's peak may be)."""
         turn, self._turn = self._turn, None
-        if turn is None or turn[0] is not step or turn[2] is None or room is None:
-            return
+        if turn is None or turn[0] is not step or turn[2] is None or room is None or excess <= 0:
+            return  # a step within its budget teaches nothing: its record counts host buffers and gradients set,
+            # which the raw levels below do not take off (a review: rv12c_diff_caller_turn_cpu_host_buffers)
         (closing, grads), start = turn[2], turn[1]
         reading = meter.between(start, closing)
         peak = reading.peak if meter.rose_between(start, closing) else max(reading.delta, 0)
-        over = reading.start + peak - room  # the turn's own level against the budget
-        if over > 0 or excess > 0:
-            turn[3](peak, reading.delta, grads, over, excess)
+        over = reading.start + peak - room  # the turn's own level against the budget (raw: an upper bound)
+        turn[3](peak, reading.delta, grads, over, excess)
 
     def _learns_turn(self, step) -> bool:
         """Whether the recorded ``step`` has a turn reading (the wrappers that mark it: Note [The caller's turn])."""

@@ -116,7 +116,10 @@ SCRIPTS = ("grad_hooks", "autograd_grad_measured", "returned_input", "measure_be
            "rv12_gpu_executor_failed_network_exit_zero", "rv12_gpu_offload_executor_failed_network_exit_zero",
            "rv12_gpu_fidelity_one_model_loses_all_rows",
            # the twelfth session's second transformers review
-           "rv12b_hf_layerdrop_rest_over_budget", "rv12b_hf_recorder_hooks_blamed_on_user")
+           "rv12b_hf_layerdrop_rest_over_budget", "rv12b_hf_recorder_hooks_blamed_on_user",
+           # the twelfth session's second review of its own diff
+           "rv12c_diff_join_view_then_inplace_unrefused", "rv12c_diff_caller_turn_cpu_host_buffers",
+           "rv12c_diff_fsdp_blocks_blamed_on_transformers", "rv12c_diff_layerdrop_beside_higher_ranked_list")
 
 
 def main(argv=None) -> int:

@@ -190,6 +190,13 @@ def test_minimum_budget_can_only_drop_with_a_free_link():
 
 
 # ---------------------------------------------------------------------------- exhaustive search
+def tiny_case(seed: int, n: int, multi_tape: bool) -> tuple[int, Chain, Link]:
+    """(n, a random chain of n stages, a random link with or without latency) for the exhaustive searches."""
+    rng = np.random.default_rng(seed)
+    chain = random_chain(rng, n, multi_tape=multi_tape)
+    return n, chain, Link(float(rng.uniform(2, 60)), float(rng.uniform(2, 60)), float(rng.choice([0.0, 0.2])))
+
+
 def exhaustive(chain: Chain, link: Link) -> tuple[list[tuple[float, int]], int]:
     """(time, peak) of every policy of the class over ``link``, simulated, and how many the simulator
     rejected (a swap of a tape output)."""
@@ -206,10 +213,7 @@ def exhaustive(chain: Chain, link: Link) -> tuple[list[tuple[float, int]], int]:
 
 @pytest.mark.parametrize("seed", range(14))
 def test_dp_equals_exhaustive_search_over_the_schedule_class(seed):
-    rng = np.random.default_rng(400 + seed)
-    n = 2 + seed % 4
-    chain = random_chain(rng, n, multi_tape=bool(seed % 3))
-    link = Link(float(rng.uniform(2, 60)), float(rng.uniform(2, 60)), float(rng.choice([0.0, 0.2])))
+    n, chain, link = tiny_case(400 + seed, 2 + seed % 4, bool(seed % 3))
     results, rejected = exhaustive(chain, link)
     assert n < 3 or rejected or not chain.multi_tape
     top = max(peak for _, peak in results) + 2
@@ -228,10 +232,7 @@ def test_least_peak_policy_runs_at_the_exhaustive_least(seed):
     # the policy the front end falls back to where bucket rounding leaves no plan: its simulated peak is the
     # least over every policy of the class (exhaustive search), its simulated time the table's (the overlapping
     # swaps' condition included), and it is not faster than the fastest policy at that peak
-    rng = np.random.default_rng(900 + seed)
-    n = 2 + seed % 5
-    chain = random_chain(rng, n, multi_tape=bool(seed % 3))
-    link = Link(float(rng.uniform(2, 60)), float(rng.uniform(2, 60)), float(rng.choice([0.0, 0.2])))
+    n, chain, link = tiny_case(900 + seed, 2 + seed % 5, bool(seed % 3))
     results = [(peak, t) for t, peak in exhaustive(chain, link)[0]]
     least = min(peak for peak, _ in results)
     policy = min_offload_policy(chain, link)

@@ -1825,7 +1825,7 @@ def _find_blocks(model: nn.Module, args: tuple, kwargs: dict) -> tuple[_Blocks |
         if around:  # Note [Draws between the blocks]: LayerDrop left in the rest of the model
             refused.append(f"'{name}': the blocks of {U.first_few(around)} would run beside it, in the rest of the "
                            f"model, whose memory is measured once, while LayerDrop runs more or fewer of them at "
-                           f"each step (a step over its budget by 25-48 %: bench/repros/"
+                           f"each step (a Wav2Vec2 step measured 1.51x its least budget: bench/repros/"
                            f"rv12b_hf_layerdrop_rest_over_budget.py); {_LAYERDROP_REMEDY}")
             continue
         found.chosen = (f"the lists of blocks ranked by parameters, since the forward that measures the bytes "

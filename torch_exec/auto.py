@@ -630,9 +630,10 @@ class _Graph:
                        if isinstance(v, torch.Tensor) and v.requires_grad}
         self.grad_inputs = [n for n in self.placeholders if n in grad_inputs]
         forced: set = set()
+        bases = _view_bases([n for n in nodes if n.op != "output"])  # what each value aliases: fixed by the graph
         while True:  # Note [Side values the chain writes]
             self._classify(nodes, grad_inputs, forced)
-            written = self._side_written_by_chain()
+            written = self._side_written_by_chain(bases)
             if written <= forced:
                 break
             forced |= written
@@ -658,13 +659,12 @@ class _Graph:
             else:
                 self.side.append(n)
 
-    def _side_written_by_chain(self) -> set:
-        """The side nodes a carrying node writes into, through views (the written view's base and every side
-        view of it), where that base is made in the step: a view of a module's buffer (an observer's ``resize_``)
-        is the buffer's, whose writes Note [Recomputing from the step's buffers] in torch_exec/executor.py
-        handles. Note [Side values the chain writes]."""
+    def _side_written_by_chain(self, base: dict) -> set:
+        """The side nodes a carrying node writes into, through views (the written view's base, from ``base``, and
+        every side view of it), where that base is made in the step: a view of a module's buffer (an observer's
+        ``resize_``) is the buffer's, whose writes Note [Recomputing from the step's buffers] in
+        torch_exec/executor.py handles. Note [Side values the chain writes]."""
         side = set(self.side)
-        base = _view_bases([n for n in self.gm.graph.nodes if n.op != "output"])
         hit = {base[t] for n in self.main for t in _written_args(n, opaque=True) if t in side and base[t] in side}
         return {n for n in self.side if base[n] in hit}
 
@@ -1801,14 +1801,21 @@ def _find_blocks(model: nn.Module, args: tuple, kwargs: dict) -> tuple[_Blocks |
     # The list whose blocks make the most bytes first (what checkpointing can free), then the one
     # holding most of the model's parameters, then the longest.
     order = sorted(range(len(candidates)), key=lambda c: (-made[c], -params[c], -len(candidates[c][1])))
-    refused, skipping = [], []
+    probed: dict = {}  # candidate -> _blocks_of's answer: each list's probe is a forward of the model, run once
+
+    def probe(c: int):
+        if c not in probed:
+            probed[c] = _blocks_of(model, args, kwargs, *candidates[c])
+        return probed[c]
+
+    refused, skipping = [], {}  # the lists LayerDrop skips: name -> blocks
     for c in order:
         name, blocks = candidates[c]
-        found, why = _blocks_of(model, args, kwargs, name, blocks)
+        found, why = probe(c)
         if found is None:
             refused.append(f"'{name}': {why}")
             if why.startswith(_SKIPS_AT_RANDOM):
-                skipping.append((name, blocks))
+                skipping[name] = blocks
             continue
         inside = {id(m) for b in blocks for m in b.modules()}
         # lists ranked below it too, where they lie outside its blocks: one forward each (wav2vec2 on long audio,
@@ -1818,10 +1825,9 @@ def _find_blocks(model: nn.Module, args: tuple, kwargs: dict) -> tuple[_Blocks |
             other_name, other = candidates[d]
             if {id(m) for b in other for m in b.modules()} & inside:  # inside its blocks, or around them
                 continue
-            _, why_other = _blocks_of(model, args, kwargs, other_name, other)
-            if why_other.startswith(_SKIPS_AT_RANDOM):
-                skipping.append((other_name, other))
-        around = [n for n, skipped in skipping if not all(id(b) in inside for b in skipped)]
+            if probe(d)[1].startswith(_SKIPS_AT_RANDOM):
+                skipping[other_name] = other
+        around = [n for n, skipped in skipping.items() if not all(id(b) in inside for b in skipped)]
         if around:  # Note [Draws between the blocks]: LayerDrop left in the rest of the model
             refused.append(f"'{name}': the blocks of {U.first_few(around)} would run beside it, in the rest of the "
                            f"model, whose memory is measured once, while LayerDrop runs more or fewer of them at "

@@ -1740,7 +1740,7 @@ class _ScheduleFunction(torch.autograd.Function):
         rt = _backward_runtime(ctx, _DOUBLE_BACKWARD_ERROR, _TWICE_ERROR)
         ctx.saved_tensors  # noqa: B018 - raises if the caller modified an input in place since forward
         if ctx.meter is not None:  # Note [The caller's turn]
-            ctx.meter.turn_end(sum(U.grad_storages(grad_outputs).values()))
+            ctx.meter.turn_end(grad_outputs)
         named = not torch.autograd._is_checkpoint_valid()  # autograd.grad or backward(inputs=...)
         kept = kept_graph_leaves(ctx, rt)
         keep = kept is not None

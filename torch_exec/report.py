@@ -50,7 +50,7 @@ import torch
 from gpusolve.errors import warn_once
 from gpusolve.units import exact_bytes, format_bytes
 
-from ._util import allocator_reserve_bytes
+from ._util import allocator_reserve_bytes, grad_storages
 from . import meter as _meter_module
 from .meter import MarksLostError, MemoryMeter, ProfilerBusyError
 
@@ -275,12 +275,12 @@ class StepMeter:
         if self._pending is not None and self._calls == 1:
             self._turn = [self._pending, self._pending[0].mark(reset_peak=False), None, learn]
 
-    def turn_end(self, grads: int) -> None:
-        """At the start of the wrapper's backward (``grads``: the bytes of a_N's gradients it got): the turn's
-        closing mark."""
+    def turn_end(self, grads) -> None:
+        """At the start of the wrapper's backward (``grads``: a_N's gradients it got, their bytes read only where a
+        turn is being measured): the turn's closing mark."""
         turn = self._turn
         if turn is not None and turn[0] is self._pending and turn[2] is None and self._calls == 1:
-            turn[2] = (self._pending[0].mark(reset_peak=False), int(grads))
+            turn[2] = (self._pending[0].mark(reset_peak=False), sum(grad_storages(grads).values()))
 
     def _learn_turn(self, step, meter: MemoryMeter, room: int | None, excess: int) -> None:
         """Hand the recorded step's turn reading to its learner where the caller's code itself went over the
@@ -289,8 +289,8 @@ class StepMeter:
         held at the backward's start, a_N's gradients among it, how far the turn's own peak went over, and the
         step's ``excess`` over the budget (what that code still holds at the backward's start is held through the
         backward, where the step's peak may be)."""
-        turn, self._turn = self._turn, None
-        if turn is None or turn[0] is not step or turn[2] is None or room is None or excess <= 0:
+        turn, learns, self._turn = self._turn, self._learns_turn(step), None
+        if not learns or room is None or excess <= 0:
             return  # a step within its budget teaches nothing: its record counts host buffers and gradients set,
             # which the raw levels below do not take off (a review: rv12c_diff_caller_turn_cpu_host_buffers)
         (closing, grads), start = turn[2], turn[1]

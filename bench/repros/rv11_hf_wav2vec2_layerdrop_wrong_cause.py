@@ -111,6 +111,8 @@ for i, layer in enumerate(ref.wav2vec2.encoder.layers):
     layer.register_forward_hook(lambda *_, i=i: ran.append(i))
 w = te.auto_checkpoint(model, "100%", backend="cpu", caller_keeps="loss")
 raised = differed = 0
+refused = ""  # refused at the capture naming LayerDrop (since session 12: no list is the chain, the one beside it
+# neither, bench/repros/rv12b_hf_layerdrop_rest_over_budget.py): what this case asks for, never a wrong loss
 for step in range(12):
     state = torch.get_rng_state()
     ran.clear()
@@ -119,6 +121,12 @@ for step in range(12):
     try:
         loss = w(**kw).loss
         loss.backward()
+    except te.CaptureError as err:
+        if "layerdrop" not in str(err).lower():
+            raise
+        refused = str(err)
+        print(f"step {step}: refused at the capture: {refused[:200]}")
+        break
     except RuntimeError as err:
         raised += 1
         print(f"step {step}: plain autograd ran blocks {ran}; wrapper raised {type(err).__name__}: {str(err)[:100]}")
@@ -127,7 +135,8 @@ for step in range(12):
     differed += not same
     print(f"step {step}: plain autograd ran blocks {ran}, loss {plain:.6f}; wrapper {loss.item():.6f}"
           f"{'' if same else '  DIFFERENT'}")
-print(f"case 2 ({w.capture.method}): {raised} steps raised in the middle, {differed} losses differ from plain autograd")
+print(f"case 2 ({'refused, naming LayerDrop' if refused else w.capture.method}): {raised} steps raised in the middle, "
+      f"{differed} losses differ from plain autograd")
 bug = wrong_cause or raised or differed
 print("BUG: LayerDrop is refused with another cause, or trains wrong through the block fallback" if bug else "ok")
 sys.exit(1 if bug else 0)

@@ -178,7 +178,9 @@ def test_a_two_tower_model_holds_its_budget_on_cuda():
     model = model.cuda()
     args = tuple(a.cuda() for a in args)
     reference = copy.deepcopy(model)
-    wrapped = te.auto_checkpoint(model, "50%", backend="cpu")
+    # 60 %: on the H200 (2026-11-28) this join's least budget was 53.6 % of plain autograd's measured peak (its
+    # small tensors in the allocator's 512-byte blocks), and 50 % was refused naming it
+    wrapped = te.auto_checkpoint(model, "60%", backend="cpu")
     wrapped.prepare(*args)
     assert isinstance(wrapped.executor, CheckpointedJoin)
     expected = _step(reference, args, loss_of)

@@ -32,6 +32,7 @@ from _torch_helpers import measure_cuda_step as measure_step  # noqa: E402
 
 # A request can hold up to this much more than it asked for, depending on the cache (Note [Allocator blocks])
 from torch_exec._util import ALLOCATOR_REMAINDER as BLOCK_REMAINDER  # noqa: E402
+from gpusolve.errors import InfeasibleBudgetError  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -173,16 +174,19 @@ def test_stage_by_stage_profile_reads_what_the_whole_step_reads_on_cuda(setup):
     whole = profile_dict(fns, x, passes=1, warmup=1, isolated=False)
     isolated = profile_dict(fns, x, passes=1, warmup=1, isolated=True)
     for a, b in zip(whole["stages"], isolated["stages"], strict=True):
-        for key in ("x", "xbar", "fwd_peak_nograd", "fwd_peak_grad", "bwd_peak"):
+        for key in ("x", "xbar"):
             assert a[key] == b[key], (a["name"], key, a[key], b[key])
         # the caching allocator hands a request of over 1 MiB a cached block whole where at most 1 MiB
-        # would remain (it splits only above that): what a backward frees depends on the cache's blocks
-        # (on the H100 a Conv2d's read -17 MiB against -16 MiB, pytest_gpu.txt of
-        # bench/results/gpu_runs/2026-11-26_nvidia_h100_80gb_hbm3/)
-        assert abs(a["bwd_delta"] - b["bwd_delta"]) <= BLOCK_REMAINDER, a["name"]
+        # would remain (it splits only above that, Note [Allocator blocks] in torch_exec/_util.py): what a
+        # backward frees and what a forward's peak reads depend on the cache's blocks (on the H100 a Conv2d's
+        # backward read -17 MiB against -16 MiB; on the H200 a Conv2d's forward peak 25 756 160 B against
+        # 26 214 400 B: pytest_gpu.txt of bench/results/gpu_runs/2026-11-2{6_nvidia_h100_80gb_hbm3,8_nvidia_h200}/)
+        for key in ("fwd_peak_nograd", "fwd_peak_grad", "bwd_peak", "bwd_delta"):
+            assert abs(a[key] - b[key]) <= BLOCK_REMAINDER, (a["name"], key, a[key], b[key])
     assert isolated["reference"]["memory_pass_peak_bytes"] < whole["reference"]["memory_pass_peak_bytes"]
     from gpusolve import Chain
-    assert min_feasible_bytes(Chain.from_profile(isolated)) == min_feasible_bytes(Chain.from_profile(whole))
+    least = [min_feasible_bytes(Chain.from_profile(p)) for p in (isolated, whole)]
+    assert abs(least[0] - least[1]) <= BLOCK_REMAINDER, least
     model = te.CheckpointedSequential(net(targets), budget=budget_between(chain, 0.5), profile_isolated=True)
     model.prepare(x)
     measure_step(model, x)
@@ -287,6 +291,15 @@ def test_tuple_states_hold_the_budget_on_cuda(case, monkeypatch):
     for fraction in (0.0, 0.5):
         wrapped.replan(int(lo + fraction * (hi - lo)))
         loss_of(wrapped(*args, **kwargs)).backward()  # warm
+        # the warm step measures the caller's loss (Note [The caller's turn] in torch_exec/executor.py): at the
+        # least budget the H200 (2026-11-28) learned 1 024 B (the loss and its gradient, a 512-byte block each),
+        # and the next call refused the budget, naming the least that holds them: take it
+        try:
+            loss_of(wrapped(*args, **kwargs)).backward()
+        except InfeasibleBudgetError as err:
+            assert fraction == 0.0 and "the code between the forward and the backward" in str(err), err
+            wrapped.replan(err.min_bytes)
+            loss_of(wrapped(*args, **kwargs)).backward()
         torch.cuda.synchronize()
         before = torch.cuda.memory_allocated()
         requested_before = torch.cuda.memory_stats().get("requested_bytes.all.current", 0)

@@ -426,7 +426,8 @@ def device_block_bytes(device, nbytes: int) -> int:
 #     block, plus the 512-byte block of the caller's loss, which no plan counts (not yet confirmed on a
 #     GPU: the test now records the requested bytes beside). So every plan on a CUDA device reserves one
 #     remainder for the step (ALLOCATOR_REMAINDER); more than one at the peak is possible, and the
-#     wrapper's step meter warns when a measured step goes over. With
+#     wrapper's step meter warns when a measured step goes over, and the next steps reserve what it showed
+#     (Note [Allocator blocks learned] in torch_exec/executor.py). With
 #     ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` (``PYTORCH_ALLOC_CONF`` in newer torch) the
 #     allocator splits every block at 512 B and nothing is reserved (:func:`expandable_segments` asks
 #     torch what it parsed).

@@ -256,6 +256,24 @@ Note [The caller's turn]
     the two leave the peak counter alone, the peak between them is known only where it rose above the step's
     peak so far (``MemoryMeter.rose_between``); otherwise what is held at the backward's start is taken.
 
+Note [Allocator blocks learned]
+    On CUDA every plan reserves one block the caching allocator may hand over unsplit (Note [Allocator blocks] in
+    torch_exec/_util.py); more at the peak are possible, and which depends on what the process did before, not on
+    the plan. On an H200 (2026-11-28) ``auto_checkpoint`` on DenseNet-121 (batch 16, 50 %) measured 1 049 170 432 B
+    against a budget of 1 046 950 912 B in a process that had run ~60 other tests, and held it in a fresh one,
+    whose allocator counter peaked 18.9 MB above the bytes asked for (23 800 B with expandable segments;
+    bench/results/gpu_runs/2026-11-28_nvidia_h200_202252/README.md). A measured step's closing mark reads how far
+    the allocator's peak was above the requested bytes' peak (``torch_exec.meter.unsplit_bytes``: a lower bound of
+    its rounding there). Where the step went over its budget, what the caller's turn does not take (Note [The
+    caller's turn], learned first) is added to ``Entry.blocks_reserve``, which never exceeds the largest rounding
+    a step showed: the next call re-plans with it, as for the caller's turn, and raises naming it where the budget
+    then fits no plan. A step whose excess is beyond the allocator's rounding learns only the rounding: the rest is
+    the profile's, and the warning names re-profiling (later steps over by that rest learn nothing more). The first measured step may still go over; the next ones plan for what it showed
+    (the steps of a training loop repeat their allocations, and read alike: 4 of 4 in that fresh process). With
+    ``expandable_segments:True`` the rounding is the 512-byte granule the byte model counts, and nothing is learned
+    beyond a step's own excess. The same steps learn this as learn the caller's turn (CheckpointedSequential's
+    measured steps of one call and one backward).
+
 Note [Autograd calls that name tensors]
     The segment backwards are nested engine calls. In a plain ``backward()`` (no tensor named:
     ``torch.autograd._is_checkpoint_valid()``) they accumulate into every ``.grad``, as plain
@@ -779,7 +797,7 @@ def learn_caller_turn(entry: Entry, peak: int, kept: int, grads: int, over: int,
     kept_more = max(0, int(kept) - int(grads))
     beyond = kept_more + max(0, int(peak) - kept_more - int(entry.grad_reserve))
     blamed = min(int(excess), max(int(over), kept_more))  # never more than the step's own excess
-    reserve = min(entry.caller_reserve + max(blamed, 0), max(entry.caller_reserve, beyond))
+    reserve = _grown(entry.caller_reserve, blamed, beyond)
     if reserve <= entry.caller_reserve:
         return
     entry.caller_reserve = reserve
@@ -791,13 +809,49 @@ def learn_caller_turn(entry: Entry, peak: int, kept: int, grads: int, over: int,
     _share_learned(entry)
 
 
-def caller_turn_note(entry: Entry) -> str | None:
-    """The plan's note when it reserves for the caller's turn (Note [The caller's turn]), else None."""
-    if not entry.caller_reserve:
-        return None
-    return (f"the plan reserves {entry.caller_reserve} B for the caller's code between the model's forward and its "
-            f"backward, which measured steps showed over the budget by that (Note [The caller's turn] in "
-            f"torch_exec/executor.py)")
+def learn_from_step(entry: Entry, peak: int, kept: int, grads: int, over: int, excess: int, unsplit: int) -> None:
+    """What a measured step over its budget teaches (``StepMeter._learn_turn``): the caller's turn first (Note [The
+    caller's turn]), then, from what it left of the excess, the allocator's blocks (Note [Allocator blocks
+    learned])."""
+    before = entry.caller_reserve
+    learn_caller_turn(entry, peak, kept, grads, over, excess)
+    learn_allocator_blocks(entry, int(excess) - (entry.caller_reserve - before), unsplit)
+
+
+def learn_allocator_blocks(entry: Entry, excess: int, unsplit: int) -> None:
+    """Note [Allocator blocks learned]: a measured step went ``excess`` B over its budget beyond what the caller's
+    turn took, while the allocator's blocks held at least ``unsplit`` B beyond the bytes asked for at its peak: the
+    smaller of the two is added to the reserve, which never exceeds the most such a step showed (a profile's
+    shortfall is not taken, step by step, for the allocator's), and the next call re-plans (``entry.replan_due``)."""
+    reserve = _grown(entry.blocks_reserve, min(int(excess), int(unsplit)), unsplit)
+    if reserve <= entry.blocks_reserve:
+        return
+    blamed, entry.blocks_reserve = reserve - entry.blocks_reserve, reserve
+    rest = (f"; the other {int(excess) - blamed} B are the profile's: re-profile (model.replan(profile=True))"
+            if excess > blamed else "")
+    warnings.warn(f"CheckpointedSequential: at the step's peak the CUDA caching allocator held at least {int(unsplit)} "
+                  f"B beyond the bytes asked for (cached blocks handed over unsplit), and the step went {int(excess)} B "
+                  f"over the budget: the next steps reserve {entry.blocks_reserve} B for them{rest} (Note [Allocator "
+                  f"blocks learned] in torch_exec/executor.py; expandable_segments:True in PYTORCH_ALLOC_CONF, set "
+                  f"before CUDA starts, makes the allocator split every block)", MemoryBudgetWarning, stacklevel=3)
+    entry.replan_due = True
+    _share_learned(entry)
+
+
+def learned_reserve_notes(entry: Entry) -> list[str]:
+    """The plan's notes for what measured steps over their budget made it reserve (Note [The caller's turn], Note
+    [Allocator blocks learned])."""
+    reserves = ((entry.caller_reserve, "the caller's code between the model's forward and its backward",
+                 "The caller's turn"),
+                (entry.blocks_reserve, "cached blocks the CUDA allocator handed over unsplit", "Allocator blocks learned"))
+    return [f"the plan reserves {nbytes} B for {what}, which measured steps showed over the budget by that (Note "
+            f"[{note}] in torch_exec/executor.py)" for nbytes, what, note in reserves if nbytes]
+
+
+def _grown(reserve: int, blamed: int, cap: int) -> int:
+    """A learned reserve grown by ``blamed`` bytes, never above ``cap`` (what the step showed the cause used) unless
+    it was already (Note [The caller's turn], Note [Allocator blocks learned])."""
+    return min(reserve + max(int(blamed), 0), max(reserve, int(cap)))
 
 
 def _share_learned(entry: Entry) -> None:
@@ -806,7 +860,7 @@ def _share_learned(entry: Entry) -> None:
     other = getattr(entry, "regrouped", None)
     if other is not None:
         other.out_grads, other.out_dropped = entry.out_grads, entry.out_dropped
-        other.caller_reserve = entry.caller_reserve
+        other.caller_reserve, other.blocks_reserve = entry.caller_reserve, entry.blocks_reserve
         other.replan_due = other.replan_due or entry.replan_due
 
 
@@ -846,6 +900,7 @@ def learned_chain(entry: Entry, grads: frozenset | None, dropped: frozenset | No
     tape[-1], bwd_tape[-1] = tape_n + scratch, bwd_n + scratch
     reserved = chain.reserved_bytes - entry.grad_reserve - entry.out_reserve + grad_reserve + output
     reserved += entry.caller_reserve - entry.caller_applied  # Note [The caller's turn]
+    reserved += entry.blocks_reserve - entry.blocks_applied  # Note [Allocator blocks learned]
     return replace(chain, reserved_bytes=reserved, tape_bytes=tape, bwd_tape_bytes=bwd_tape), grad_reserve, output
 
 
@@ -853,7 +908,7 @@ def with_learned_outputs(entry: Entry) -> Chain:
     """:func:`learned_chain` for what the backwards so far showed (``entry.out_grads``,
     ``entry.out_dropped``); updates the entry's two reserves."""
     chain, entry.grad_reserve, entry.out_reserve = learned_chain(entry, entry.out_grads, entry.out_dropped)
-    entry.caller_applied = entry.caller_reserve
+    entry.caller_applied, entry.blocks_applied = entry.caller_reserve, entry.blocks_reserve
     return chain
 
 
@@ -1072,6 +1127,10 @@ class Entry(ProgramSplit):
     # from measured steps over their budget; and as exec_chain reserves them now
     caller_reserve: int = 0
     caller_applied: int = 0
+    # Note [Allocator blocks learned]: bytes the allocator's blocks held beyond the plan in measured steps over their
+    # budget; and as exec_chain reserves them now
+    blocks_reserve: int = 0
+    blocks_applied: int = 0
     # the same signature over the other grouping of the stages at boundaries no backward saves (None: the profile
     # has none): Note [Two groupings of unsaved boundaries]
     regrouped: "Entry | None" = None
@@ -1731,7 +1790,7 @@ class _ScheduleFunction(torch.autograd.Function):
         results = _detached_results(ctx, outs)
         ctx.out_refs = output_storages(entry, outs) if entry.loss_only else []  # Note [The caller holds a_N]
         if meter is not None:  # Note [The caller's turn]
-            meter.turn_start(lambda *reading: learn_caller_turn(entry, *reading))
+            meter.turn_start(lambda *reading: learn_from_step(entry, *reading))
         return results[0] if ctx.out_is_tensor else results
 
     @staticmethod
@@ -2558,7 +2617,7 @@ class CheckpointedSequential(_PlannedModule):
             plan.notes = [f"budget {self.budget} of plain autograd's peak {reference} B ({what}): {resolved} B"
                           ] + list(plan.notes)
         # the notes of a plan that counts less of a_N or its gradients than all of them
-        learned = ([n for n in (output_grads_note(entry), output_holds_note(entry), caller_turn_note(entry)) if n]
+        learned = ([n for n in (output_grads_note(entry), output_holds_note(entry)) if n] + learned_reserve_notes(entry)
                    if chain is not plain else [])
         plan.notes = list(plan.notes) + learned
         entry.chain = chain
@@ -2658,16 +2717,18 @@ class CheckpointedSequential(_PlannedModule):
         """The entry re-planned for what its backwards showed of a_N (``replan_due``: Note [Outputs without a
         gradient], Note [The caller holds a_N]). Where the budget no longer fits, the error says what was
         learned and the remedies, and the re-plan stays due (the next call tries again, never the old plan)."""
-        was = entry.exec_chain, entry.grad_reserve, entry.out_reserve, entry.caller_applied  # learned_chain's base
+        was = (entry.exec_chain, entry.grad_reserve, entry.out_reserve, entry.caller_applied,  # learned_chain's base
+               entry.blocks_applied)
         entry.exec_chain, entry.replan_due = with_learned_outputs(entry), False
         try:
             return self._plan_entry(entry)
         except InfeasibleBudgetError as err:
             # what this re-plan counts anew (a review: output gradients planned from the start were named beside
             # the caller's turn that made the re-plan)
-            moved = [now != before for now, before in zip((entry.grad_reserve, entry.out_reserve, entry.caller_applied),
-                                                            was[1:], strict=True)]
-            (entry.exec_chain, entry.grad_reserve, entry.out_reserve, entry.caller_applied), entry.replan_due = was, True
+            moved = [now != before for now, before in zip((entry.grad_reserve, entry.out_reserve, entry.caller_applied,
+                                                             entry.blocks_applied), was[1:], strict=True)]
+            (entry.exec_chain, entry.grad_reserve, entry.out_reserve, entry.caller_applied,
+             entry.blocks_applied), entry.replan_due = was, True
             grads = sorted((entry.out_grads or frozenset()) - {i for i, scalar in enumerate(entry.out_scalar) if scalar})
             grads = grads if moved[0] else []
             held = sorted(loss_only_uses(entry)[1] - entry.out_dropped) if entry.loss_only and moved[1] else []
@@ -2675,7 +2736,9 @@ class CheckpointedSequential(_PlannedModule):
                 f"output(s) {grads} of the model get a gradient" if grads else "",
                 f"the caller holds output storage(s) {held} through the backward" if held else "",
                 f"the code between the forward and the backward needs {entry.caller_reserve} B the plan did not count"
-                if moved[2] else "") if x)
+                if moved[2] else "",
+                f"the CUDA allocator's blocks held {entry.blocks_reserve} B beyond the plan (Note [Allocator blocks "
+                f"learned])" if moved[3] else "") if x)
             remedy = (" or drop the output before the backward (keep only the loss), or pass caller_keeps='output'"
                       if entry.loss_only else "")
             raise InfeasibleBudgetError(

@@ -108,6 +108,16 @@ def _stop_abandoned() -> None:
                 pass
 
 
+def unsplit_bytes(device) -> int:
+    """How far the CUDA caching allocator's peak of allocated bytes since its last reset is above the peak of the
+    bytes asked for (``requested_bytes``), at least: what the blocks it handed over held beyond the requests at the
+    allocated peak, blocks served unsplit among it (Note [Allocator blocks learned] in torch_exec/executor.py). The
+    two peaks may fall at different moments; allocated bytes are never below requested ones, so the difference is
+    a lower bound of the allocator's rounding at the allocated peak."""
+    stats = torch.cuda.memory_stats(device)
+    return max(0, int(stats.get("allocated_bytes.all.peak", 0)) - int(stats.get("requested_bytes.all.peak", 0)))
+
+
 @dataclass
 class Reading:
     """Bytes between two marks: ``peak`` above ``start`` (bytes allocated at the first mark, relative
@@ -135,6 +145,7 @@ class MemoryMeter:
         self._levels: list[int] | None = None   # allocated bytes at each mark
         self._peaks: list[int] | None = None    # peak between mark i-1 and mark i (index 0: = level 0)
         self._cuda_marks: list[tuple[int, int]] = []
+        self._unsplit: dict[int, int] = {}     # CUDA marks that leave the peak counter alone: unsplit_bytes() there
         self._prof = None
         self._active = False
         self._count = 0
@@ -201,6 +212,8 @@ class MemoryMeter:
             peak = torch.cuda.max_memory_allocated(self.device)
             if reset:
                 torch.cuda.reset_peak_memory_stats(self.device)
+            else:
+                self._unsplit[index] = unsplit_bytes(self.device)
             self._cuda_marks.append((now, max(peak, now)))
         else:
             with torch.profiler.record_function(_MARK):
@@ -226,6 +239,10 @@ class MemoryMeter:
         start = self._levels[a]
         peak = max([start] + self._peaks[a + 1:b + 1])
         return Reading(peak=int(peak - start), delta=int(self._levels[b] - start), start=int(start))
+
+    def unsplit_at(self, mark: int) -> int:
+        """:func:`unsplit_bytes` read at ``mark`` (a CUDA mark taken with ``reset_peak=False``); 0 elsewhere."""
+        return self._unsplit.get(mark, 0)
 
     def rose_between(self, a: int, b: int) -> bool:
         """Whether :meth:`between` ``(a, b)``'s peak was reached after mark ``a`` (after the meter stopped): always on

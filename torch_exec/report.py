@@ -270,8 +270,8 @@ class StepMeter:
 
     def turn_start(self, learn) -> None:
         """At the return of the wrapper's forward in a measured step of one call: mark it (Note [The caller's
-        turn] in torch_exec/executor.py); ``learn(peak, kept, grads, excess)`` gets the reading when the step is
-        recorded over its budget."""
+        turn] in torch_exec/executor.py); ``learn(peak, kept, grads, over, excess, unsplit)`` gets the reading when
+        the step is recorded over its budget (:meth:`_learn_turn`)."""
         if self._pending is not None and self._calls == 1:
             self._turn = [self._pending, self._pending[0].mark(reset_peak=False), None, learn]
 
@@ -282,13 +282,15 @@ class StepMeter:
         if turn is not None and turn[0] is self._pending and turn[2] is None and self._calls == 1:
             turn[2] = (self._pending[0].mark(reset_peak=False), sum(grad_storages(grads).values()))
 
-    def _learn_turn(self, step, meter: MemoryMeter, room: int | None, excess: int) -> None:
+    def _learn_turn(self, step, meter: MemoryMeter, room: int | None, excess: int, unsplit: int = 0) -> None:
         """Hand the recorded step's turn reading to its learner where the caller's code itself went over the
         budget (``room``: the budget less what was held before the meter started; None: no budget): the peak
         above the forward's return (where the meter knows it: :meth:`MemoryMeter.rose_between`), what was still
         held at the backward's start, a_N's gradients among it, how far the turn's own peak went over, and the
         step's ``excess`` over the budget (what that code still holds at the backward's start is held through the
-        backward, where the step's peak may be)."""
+        backward, where the step's peak may be), and what the CUDA allocator's blocks held beyond the bytes asked for
+        at the step's peak (``unsplit``, :func:`torch_exec.meter.unsplit_bytes`; Note [Allocator blocks learned] in
+        torch_exec/executor.py)."""
         turn, learns, self._turn = self._turn, self._learns_turn(step), None
         if not learns or room is None or excess <= 0:
             return  # a step within its budget teaches nothing: its record counts host buffers and gradients set,
@@ -297,7 +299,7 @@ class StepMeter:
         reading = meter.between(start, closing)
         peak = reading.peak if meter.rose_between(start, closing) else max(reading.delta, 0)
         over = reading.start + peak - room  # the turn's own level against the budget (raw: an upper bound)
-        turn[3](peak, reading.delta, grads, over, excess)
+        turn[3](peak, reading.delta, grads, over, excess, unsplit)
 
     def _learns_turn(self, step) -> bool:
         """Whether the recorded ``step`` has a turn reading (the wrappers that mark it: Note [The caller's turn])."""
@@ -488,8 +490,10 @@ class StepMeter:
                       " but not planned for")
             blocks = ""
             if allocator_reserve_bytes(device.type):  # the rule of Note [Allocator blocks]
+                learned = (", and the next steps what a step showed beyond it: Note [Allocator blocks learned] in "
+                           "torch_exec/executor.py" if self._learns_turn(ended_step) else "")
                 blocks = ("; on CUDA, cached blocks the allocator hands over unsplit hold up to 1 MiB more than asked "
-                          "for each (the plans reserve one: Note [Allocator blocks] in torch_exec/_util.py): "
+                          f"for each (the plans reserve one: Note [Allocator blocks] in torch_exec/_util.py{learned}): "
                           "expandable_segments:True in the allocator settings (PYTORCH_CUDA_ALLOC_CONF, or "
                           "PYTORCH_ALLOC_CONF in newer torch), set before CUDA starts, makes it split every block")
             warnings.warn(
@@ -501,4 +505,4 @@ class StepMeter:
                 f"(model.replan(profile=True)) or lower the budget by the excess; model.memory_report() has every "
                 f"measured step{blocks}{_calls_hint(record)}", MemoryBudgetWarning, stacklevel=4)
         self._learn_turn(ended_step, meter, None if budget is None else budget - int(held),
-                         0 if budget is None else record.beyond_param_grads - budget)
+                         0 if budget is None else record.beyond_param_grads - budget, meter.unsplit_at(closing))

@@ -823,14 +823,18 @@ def learn_allocator_blocks(entry: Entry, excess: int, unsplit: int) -> None:
     turn took, while the allocator's blocks held at least ``unsplit`` B beyond the bytes asked for at its peak: the
     smaller of the two is added to the reserve, which never exceeds the most such a step showed (a profile's
     shortfall is not taken, step by step, for the allocator's), and the next call re-plans (``entry.replan_due``)."""
-    reserve = _grown(entry.blocks_reserve, min(int(excess), int(unsplit)), unsplit)
+    # the plan already reserves one unsplit block (Note [Allocator blocks] in torch_exec/_util.py): only the
+    # rounding beyond it is evidence of blocks the plan did not count
+    beyond = max(0, int(unsplit) - U.allocator_reserve_bytes(entry.device.type))
+    reserve = _grown(entry.blocks_reserve, min(int(excess), beyond), beyond)
     if reserve <= entry.blocks_reserve:
         return
     blamed, entry.blocks_reserve = reserve - entry.blocks_reserve, reserve
     rest = (f"; the other {int(excess) - blamed} B are the profile's: re-profile (model.replan(profile=True))"
             if excess > blamed else "")
     warnings.warn(f"CheckpointedSequential: at the step's peak the CUDA caching allocator held at least {int(unsplit)} "
-                  f"B beyond the bytes asked for (cached blocks handed over unsplit), and the step went {int(excess)} B "
+                  f"B beyond the bytes asked for (cached blocks handed over unsplit), {beyond} B beyond the block the "
+                  f"plan reserves, and the step went {int(excess)} B "
                   f"over the budget: the next steps reserve {entry.blocks_reserve} B for them{rest} (Note [Allocator "
                   f"blocks learned] in torch_exec/executor.py; expandable_segments:True in PYTORCH_ALLOC_CONF, set "
                   f"before CUDA starts, makes the allocator split every block)", MemoryBudgetWarning, stacklevel=3)

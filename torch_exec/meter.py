@@ -108,14 +108,27 @@ def _stop_abandoned() -> None:
                 pass
 
 
-def unsplit_bytes(device) -> int:
+def held_rounding(device) -> int:
+    """Allocated minus requested bytes now: the rounding of what is held (0 where the allocator does not report
+    requested bytes)."""
+    stats = torch.cuda.memory_stats(device)
+    requested = int(stats.get("requested_bytes.all.current", 0))
+    return max(0, int(stats.get("allocated_bytes.all.current", 0)) - requested) if requested else 0
+
+
+def unsplit_bytes(device, held: int = 0) -> int:
     """How far the CUDA caching allocator's peak of allocated bytes since its last reset is above the peak of the
     bytes asked for (``requested_bytes``), at least: what the blocks it handed over held beyond the requests at the
     allocated peak, blocks served unsplit among it (Note [Allocator blocks learned] in torch_exec/executor.py). The
     two peaks may fall at different moments; allocated bytes are never below requested ones, so the difference is
     a lower bound of the allocator's rounding at the allocated peak."""
     stats = torch.cuda.memory_stats(device)
-    return max(0, int(stats.get("allocated_bytes.all.peak", 0)) - int(stats.get("requested_bytes.all.peak", 0)))
+    requested = int(stats.get("requested_bytes.all.peak", 0))
+    if not requested:  # not reported (cudaMallocAsync reports 0, a pluggable allocator nothing): unknown, not all
+        return 0
+    # ``held``: the rounding of what was allocated before the measurement (held_rounding at its start), which
+    # the measured peaks above it do not contain
+    return max(0, int(stats.get("allocated_bytes.all.peak", 0)) - requested - int(held))
 
 
 @dataclass
@@ -145,6 +158,7 @@ class MemoryMeter:
         self._levels: list[int] | None = None   # allocated bytes at each mark
         self._peaks: list[int] | None = None    # peak between mark i-1 and mark i (index 0: = level 0)
         self._cuda_marks: list[tuple[int, int]] = []
+        self._held_rounding = 0                 # CUDA: allocated minus requested bytes at the meter's start
         self._unsplit: dict[int, int] = {}     # CUDA marks that leave the peak counter alone: unsplit_bytes() there
         self._prof = None
         self._active = False
@@ -161,6 +175,7 @@ class MemoryMeter:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
+            self._held_rounding = held_rounding(self.device)
         else:
             from torch.profiler import ProfilerActivity, profile
             self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
@@ -213,7 +228,7 @@ class MemoryMeter:
             if reset:
                 torch.cuda.reset_peak_memory_stats(self.device)
             else:
-                self._unsplit[index] = unsplit_bytes(self.device)
+                self._unsplit[index] = unsplit_bytes(self.device, self._held_rounding)
             self._cuda_marks.append((now, max(peak, now)))
         else:
             with torch.profiler.record_function(_MARK):

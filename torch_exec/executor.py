@@ -825,7 +825,7 @@ def learn_allocator_blocks(entry: Entry, excess: int, unsplit: int) -> None:
     shortfall is not taken, step by step, for the allocator's), and the next call re-plans (``entry.replan_due``)."""
     # the plan already reserves one unsplit block (Note [Allocator blocks] in torch_exec/_util.py): only the
     # rounding beyond it is evidence of blocks the plan did not count
-    beyond = max(0, int(unsplit) - U.allocator_reserve_bytes(entry.device.type))
+    beyond = max(0, int(unsplit) - U.allocator_reserve_bytes(getattr(entry.device, "type", "cuda")))
     reserve = _grown(entry.blocks_reserve, min(int(excess), beyond), beyond)
     if reserve <= entry.blocks_reserve:
         return

@@ -263,13 +263,16 @@ Note [Allocator blocks learned]
     against a budget of 1 046 950 912 B in a process that had run ~60 other tests, and held it in a fresh one,
     whose allocator counter peaked 18.9 MB above the bytes asked for (23 800 B with expandable segments;
     bench/results/gpu_runs/2026-11-28_nvidia_h200_202252/README.md). A measured step's closing mark reads how far
-    the allocator's peak was above the requested bytes' peak (``torch_exec.meter.unsplit_bytes``: a lower bound of
-    its rounding there). Where the step went over its budget, what the caller's turn does not take (Note [The
-    caller's turn], learned first) is added to ``Entry.blocks_reserve``, which never exceeds the largest rounding
-    a step showed: the next call re-plans with it, as for the caller's turn, and raises naming it where the budget
-    then fits no plan. A step whose excess is beyond the allocator's rounding learns only the rounding: the rest is
-    the profile's, and the warning names re-profiling (later steps over by that rest learn nothing more). The first measured step may still go over; the next ones plan for what it showed
-    (the steps of a training loop repeat their allocations, and read alike: 4 of 4 in that fresh process). With
+    the allocator's peak was above the requested bytes' peak, less the rounding of what was held when the step
+    started (``torch_exec.meter.unsplit_bytes``: a lower bound of the step's own rounding there; unknown, 0, where
+    the allocator reports no requested bytes). Of that, only what is beyond the block every plan reserves is
+    evidence. Where the step went over its budget, what the caller's turn does not take (Note [The caller's turn],
+    learned first) is added to ``Entry.blocks_reserve``, which never exceeds the largest such evidence a step
+    showed: the next call re-plans with it, as for the caller's turn, and raises naming it where the budget then
+    fits no plan. A step whose excess is beyond that evidence learns only the evidence: the rest is the profile's,
+    and the warning names re-profiling (later steps over by that rest learn nothing more). The first measured step
+    may still go over; the next ones plan for what it showed (the steps of a training loop repeat their
+    allocations, and read alike: 4 of 4 in that fresh process). With
     ``expandable_segments:True`` the rounding is the 512-byte granule the byte model counts, and nothing is learned
     beyond a step's own excess. The same steps learn this as learn the caller's turn (CheckpointedSequential's
     measured steps of one call and one backward).
@@ -847,7 +850,8 @@ def learned_reserve_notes(entry: Entry) -> list[str]:
     [Allocator blocks learned])."""
     reserves = ((entry.caller_reserve, "the caller's code between the model's forward and its backward",
                  "The caller's turn"),
-                (entry.blocks_reserve, "cached blocks the CUDA allocator handed over unsplit", "Allocator blocks learned"))
+                (entry.blocks_reserve, "cached blocks the CUDA allocator handed over unsplit",
+                 "Allocator blocks learned"))
     return [f"the plan reserves {nbytes} B for {what}, which measured steps showed over the budget by that (Note "
             f"[{note}] in torch_exec/executor.py)" for nbytes, what, note in reserves if nbytes]
 

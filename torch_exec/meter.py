@@ -108,12 +108,13 @@ def _stop_abandoned() -> None:
                 pass
 
 
-def held_rounding(device) -> int:
-    """Allocated minus requested bytes now: the rounding of what is held (0 where the allocator does not report
-    requested bytes)."""
+def held_rounding(device, which: str = "current") -> int:
+    """The CUDA caching allocator's allocated minus requested bytes, ``which`` = ``"current"`` (now: the rounding of
+    what is held) or ``"peak"`` (their peaks since the last reset); 0 where the allocator does not report requested
+    bytes (cudaMallocAsync reports 0, a pluggable allocator nothing): unknown, not all of it rounding."""
     stats = torch.cuda.memory_stats(device)
-    requested = int(stats.get("requested_bytes.all.current", 0))
-    return max(0, int(stats.get("allocated_bytes.all.current", 0)) - requested) if requested else 0
+    requested = int(stats.get(f"requested_bytes.all.{which}", 0))
+    return max(0, int(stats.get(f"allocated_bytes.all.{which}", 0)) - requested) if requested else 0
 
 
 def unsplit_bytes(device, held: int = 0) -> int:
@@ -121,14 +122,9 @@ def unsplit_bytes(device, held: int = 0) -> int:
     bytes asked for (``requested_bytes``), at least: what the blocks it handed over held beyond the requests at the
     allocated peak, blocks served unsplit among it (Note [Allocator blocks learned] in torch_exec/executor.py). The
     two peaks may fall at different moments; allocated bytes are never below requested ones, so the difference is
-    a lower bound of the allocator's rounding at the allocated peak."""
-    stats = torch.cuda.memory_stats(device)
-    requested = int(stats.get("requested_bytes.all.peak", 0))
-    if not requested:  # not reported (cudaMallocAsync reports 0, a pluggable allocator nothing): unknown, not all
-        return 0
-    # ``held``: the rounding of what was allocated before the measurement (held_rounding at its start), which
-    # the measured peaks above it do not contain
-    return max(0, int(stats.get("allocated_bytes.all.peak", 0)) - requested - int(held))
+    a lower bound of the allocator's rounding at the allocated peak. ``held``: the rounding of what was allocated
+    before the measurement (:func:`held_rounding` at its start), which the measured peaks above it do not contain."""
+    return max(0, held_rounding(device, "peak") - int(held))
 
 
 @dataclass
@@ -159,7 +155,7 @@ class MemoryMeter:
         self._peaks: list[int] | None = None    # peak between mark i-1 and mark i (index 0: = level 0)
         self._cuda_marks: list[tuple[int, int]] = []
         self._held_rounding = 0                 # CUDA: allocated minus requested bytes at the meter's start
-        self._unsplit: dict[int, int] = {}     # CUDA marks that leave the peak counter alone: unsplit_bytes() there
+        self._unsplit: dict[int, int] = {}     # CUDA closing marks (mark(unsplit=True)): unsplit_bytes() there
         self._prof = None
         self._active = False
         self._count = 0
@@ -209,15 +205,16 @@ class MemoryMeter:
         return self._first
 
     # ------------------------------------------------------------ marks
-    def mark(self, reset_peak: bool = True) -> int:
+    def mark(self, reset_peak: bool = True, unsplit: bool = False) -> int:
         """A moment of the run; returns its index for :meth:`between`. On CUDA a mark resets the
         allocator's peak counter (the next mark reads the peak since this one); ``reset_peak=False``
         leaves it alone, for the closing mark of a measurement whose caller reads
         ``torch.cuda.max_memory_allocated()`` after it (a later mark then reads the peak since the
-        mark before this one)."""
-        return self._mark(reset=reset_peak)
+        mark before this one). ``unsplit`` (with ``reset_peak=False``, a measurement's closing mark): read
+        :func:`unsplit_bytes` there too, for :meth:`unsplit_at` (one ``memory_stats`` call, not made at other marks)."""
+        return self._mark(reset=reset_peak, unsplit=unsplit)
 
-    def _mark(self, reset: bool) -> int:
+    def _mark(self, reset: bool, unsplit: bool = False) -> int:
         if not self._active:
             raise RuntimeError("MemoryMeter.mark() must be called inside the meter's `with` block")
         index = self._count
@@ -227,7 +224,7 @@ class MemoryMeter:
             peak = torch.cuda.max_memory_allocated(self.device)
             if reset:
                 torch.cuda.reset_peak_memory_stats(self.device)
-            else:
+            elif unsplit:
                 self._unsplit[index] = unsplit_bytes(self.device, self._held_rounding)
             self._cuda_marks.append((now, max(peak, now)))
         else:
@@ -256,7 +253,7 @@ class MemoryMeter:
         return Reading(peak=int(peak - start), delta=int(self._levels[b] - start), start=int(start))
 
     def unsplit_at(self, mark: int) -> int:
-        """:func:`unsplit_bytes` read at ``mark`` (a CUDA mark taken with ``reset_peak=False``); 0 elsewhere."""
+        """:func:`unsplit_bytes` read at ``mark`` (a CUDA mark taken with ``unsplit=True``); 0 elsewhere."""
         return self._unsplit.get(mark, 0)
 
     def rose_between(self, a: int, b: int) -> bool:

@@ -417,7 +417,7 @@ class StepMeter:
             if self._pending is step:
                 self.end()
             elif self._ended is not None and self._ended[0] is step:
-                self._ended = (step, step[0].mark(reset_peak=False), _grad_bytes(step) + step[-1].named)
+                self._ended = (step, step[0].mark(reset_peak=False, unsplit=True), _grad_bytes(step) + step[-1].named)
 
         def hook(grads):
             torch.autograd.Variable._execution_engine.queue_callback(ended)
@@ -430,7 +430,7 @@ class StepMeter:
             return
         # The step's last mark leaves CUDA's peak counter alone: a caller who reset it before the step
         # reads the step's peak from torch.cuda.max_memory_allocated() after its backward.
-        self._ended = (self._pending, self._pending[0].mark(reset_peak=False),
+        self._ended = (self._pending, self._pending[0].mark(reset_peak=False, unsplit=True),
                        _grad_bytes(self._pending) + self._pending[-1].named)
         self._ended_calls = self._calls
         self._pending[-1].remove()

@@ -816,8 +816,9 @@ def captured_state_key(module, tensor_ids: list | None = None) -> tuple:
     submodule's scalar attributes (``Dropout.p``, a softmax temperature annealed by the loop) and which
     forward hooks it and the global registries hold (Note [What a captured graph fixes] in
     torch_exec/auto.py). Modules called as themselves (CheckpointedSequential) read these live.
-    About 0.6 ms a call on GPT-2 small's 164 modules (CPU). ``tensor_ids``: a list that gets the ids of
-    the parameters and buffers met in the same walk (Note [Sharing the model's state])."""
+    About 0.5 ms a call on GPT-2 small's 164 modules (CPU; bench/results/state_key_cost_cpu.md).
+    ``tensor_ids``: a list that gets the ids of the parameters and buffers met in the same walk (Note
+    [Sharing the model's state])."""
     return _state_key(module, captured=True, tensor_ids=tensor_ids), global_forward_hooks()
 
 
@@ -829,16 +830,18 @@ def global_forward_hooks() -> tuple:
 
 def _state_key(module, captured: bool, tensor_ids: list | None = None) -> tuple:
     """One pass over the submodules' own dictionaries (``modules()`` and ``parameters()`` recursing
-    apart cost twice as much: this runs on every call of a wrapper)."""
+    apart cost twice as much: this runs on every call of a wrapper; bench/results/executor_overhead_cpu.md)."""
     out = []
     for m in module.modules():
         d = m.__dict__
-        params = tuple((p.requires_grad, p.dtype, p.device) for p in d.get("_parameters", {}).values()
-                       if p is not None)
-        buffers = tuple((b.dtype, b.device) for b in d.get("_buffers", {}).values() if b is not None)
+        own_params, own_buffers = d.get("_parameters") or {}, d.get("_buffers") or {}
+        # list comprehensions, and none for an empty dict: generator expressions cost twice as much here
+        params = tuple([(p.requires_grad, p.dtype, p.device) for p in own_params.values() if p is not None]
+                       ) if own_params else ()
+        buffers = tuple([(b.dtype, b.device) for b in own_buffers.values() if b is not None]) if own_buffers else ()
         if tensor_ids is not None:
-            tensor_ids.extend(id(t) for t in d.get("_parameters", {}).values())
-            tensor_ids.extend(id(t) for t in d.get("_buffers", {}).values())
+            tensor_ids.extend([id(t) for t in own_params.values()])
+            tensor_ids.extend([id(t) for t in own_buffers.values()])
         if captured:  # the scalar attributes include `training`
             out.append((params, buffers, tuple([(k, v) for k, v in d.items() if type(v) in _SCALARS]),
                         tuple(d.get("_forward_hooks", ())), tuple(d.get("_forward_pre_hooks", ()))))

@@ -16,7 +16,10 @@ minimum feasible budget of the profiled chain. Methods:
 - ``store_all``: plain autograd.
 Four-way cost-model experiment: plans solved from (i) profiled compute + memory, (ii) profiled
 compute + uniform memory, (iii) uniform compute + profiled memory, (iv) uniform both; each executed
-and timed at the same budgets (field ``cost_model``).
+and timed at the same budgets (field ``cost_model``). ``--host-max`` adds (v) ``host_max``: each stage's time
+the larger of its CUDA-event time and the host's time to queue it (Note [Host time of a stage] in
+torch_exec/profiler.py; CUDA profiles only), and every row with a schedule gets ``predicted_step_ms_host_max``,
+its time under that model, beside ``predicted_step_ms`` (the event times'): which predicts the measured steps?
 
 Memory is ``torch.cuda.max_memory_allocated`` above what is allocated just before the step
 (parameters, their gradients allocated beforehand, the input): what the budget counts.
@@ -231,6 +234,22 @@ def with_cost_model(chain: Chain, kind: str) -> Chain:
     return Chain.from_dict(data)
 
 
+HOST_FIELDS = {"t_fwd": "host_fwd_ms", "t_fwd_nograd": "host_fwd_nograd_ms", "t_bwd": "host_bwd_ms"}
+
+
+def host_max_profile(data: dict) -> dict:
+    """A copy of the profile ``data`` whose stage times are the larger of the CUDA-event time and the host's
+    time to queue the stage (Note [Host time of a stage] in torch_exec/profiler.py). Memory fields, and so the
+    stages fused into the chain, are unchanged."""
+    missing = [s + 1 for s, stage in enumerate(data["stages"]) if any(h not in stage for h in HOST_FIELDS.values())]
+    if missing:
+        raise ValueError(f"host_max: stages {missing[:5]} of the profile have no host times ({', '.join(HOST_FIELDS.values())}); "
+                         f"only a CUDA profile records them: run on a GPU, without --host-max on the CPU")
+    stages = [dict(stage, **{t: max(float(stage[t]), float(stage[h])) for t, h in HOST_FIELDS.items()})
+              for stage in data["stages"]]
+    return dict(data, stages=stages)
+
+
 def checkpoint_sequential_boundaries(n_measured: int, segments: int) -> list[int]:
     """Measured-stage indices after which torch's checkpoint_sequential keeps a segment input."""
     size = n_measured // segments
@@ -269,12 +288,20 @@ def bench_network(name, args, meter, records, errors):
     (args.out / f"profile_{name}_{args.gpu_tag}.json").write_text(json.dumps(data, indent=1))
     chain = te.chain_from_profile(data)
     predicted_all = store_all_peak_bytes(chain)
+    host_chain = te.chain_from_profile(host_max_profile(data)) if args.host_max else None
+    if host_chain is not None and host_chain.names != chain.names:
+        raise RuntimeError("host_max: the chain's stages differ from the profiled chain's (fusion depends on memory only)")
+
+    def host_ms(schedule) -> dict:  # the schedule's time under the host_max model, beside the event times'
+        return {} if host_chain is None else {"predicted_step_ms_host_max": float(simulate(host_chain, schedule).time_ms)}
 
     def plain_row(method, peak, ms, each):
         return dict(common, budget_bytes=None, method=method, segments=None, measured_peak_bytes=peak,
                     predicted_peak_bytes=int(predicted_all), step_ms=ms, step_ms_each=each,
                     requested_peak_bytes=meter.requested_peak, **meter.diagnostics,
-                    predicted_step_ms=float(chain.t_fwd.sum() + chain.t_bwd.sum()))
+                    predicted_step_ms=float(chain.t_fwd.sum() + chain.t_bwd.sum()),
+                    **({} if host_chain is None else
+                       {"predicted_step_ms_host_max": float(host_chain.t_fwd.sum() + host_chain.t_bwd.sum())}))
     records.append(plain_row("store_all", peak_all, ms_all, each_all))
     store_all_ref = peak_all if peak_all is not None else predicted_all
     min_bytes = min_feasible_bytes(chain)
@@ -288,11 +315,11 @@ def bench_network(name, args, meter, records, errors):
                                         schedule_fn=store_all_schedule)
     wrapped.prepare(x, profile=data)
     for label, budget in budgets:
-        for kind in (COST_MODELS if args.cost_models else ("profiled",)):
+        for kind in (COST_MODELS if args.cost_models else ("profiled",)) + (("host_max",) if args.host_max else ()):
             row = dict(common, budget_bytes=budget, budget_label=label, method="gpusolve", segments=None,
                        cost_model=kind)
             try:
-                model_chain = with_cost_model(chain, kind)
+                model_chain = host_chain if kind == "host_max" else with_cost_model(chain, kind)
                 plan = solve(model_chain, budget, backend=args.backend)
                 release_device_memory()  # the CUDA solver's workspace goes back before the measured steps
                 sim = simulate(chain, plan.schedule)  # the plan's cost under the measured model
@@ -305,7 +332,7 @@ def bench_network(name, args, meter, records, errors):
                 row.update(measured_peak_bytes=peak, predicted_peak_bytes=int(sim.peak_bytes), step_ms=ms,
                            step_ms_each=each, requested_peak_bytes=meter.requested_peak, **meter.diagnostics,
                            predicted_step_ms=float(sim.time_ms), solve_seconds=plan.solve_seconds,
-                           ops=len(plan.schedule))
+                           ops=len(plan.schedule), **host_ms(plan.schedule))
                 print(f"   gpusolve[{kind}] {label} ({budget} B): peak {peak} B (pred {sim.peak_bytes}), "
                       f"{ms:.2f} ms (pred {sim.time_ms:.2f})", flush=True)
             except Exception as err:  # infeasible under this cost model, OOM, ...
@@ -336,7 +363,8 @@ def bench_network(name, args, meter, records, errors):
             row.update(measured_peak_bytes=peak, predicted_peak_bytes=int(plan.predicted_peak_bytes), step_ms=ms,
                        step_ms_each=each, requested_peak_bytes=meter.requested_peak, **meter.diagnostics,
                        predicted_step_ms=float(plan.predicted_time_ms), runs_plain=bool(wrapped._last.plain),
-                       ops=len(plan.schedule))
+                       ops=len(plan.schedule), **(host_ms(plan.schedule) if not wrapped._last.plain and plan.chain is not None
+                                                  and plan.chain.names == chain.names else {}))
             print(f"   gpusolve (wrapper) {label} ({budget} B): peak {peak} B (pred {plan.predicted_peak_bytes}), "
                   f"{ms:.2f} ms (pred {plan.predicted_time_ms:.2f}){', plain autograd' if row['runs_plain'] else ''}",
                   flush=True)
@@ -372,6 +400,8 @@ def bench_network(name, args, meter, records, errors):
             print(f"   checkpoint_sequential({segments}): {row['error']}", flush=True)
         row.update(predicted_peak_bytes=None if sim is None else int(sim.peak_bytes),
                    predicted_step_ms=None if sim is None else float(sim.time_ms))
+        if sim is not None:
+            row.update(host_ms(te.plan_from_schedule(chain, segments_policy(bounds, chain.n)).schedule))
         records.append(row)
         _free()
     # plain autograd again, last: on the H100 DenseNet-121's first measurement (81.1 ms) sat 27 % above
@@ -434,6 +464,9 @@ def main(argv=None):
     parser.add_argument("--backend", default="auto", help="solver backend: auto, cpu, cuda")
     parser.add_argument("--no-cost-models", dest="cost_models", action="store_false",
                         help="skip the four-way cost-model experiment")
+    parser.add_argument("--host-max", action="store_true",
+                        help="also plans whose stage times are the larger of the event time and the host's queueing "
+                             "time (CUDA profiles only), and each schedule's time under that model")
     parser.add_argument("--quick", action="store_true", help="tiny networks and sizes (smoke test)")
     parser.add_argument("--batch", type=_positive, help="batch size instead of the network's default")
     parser.add_argument("--size", type=_positive, help="image side (CNNs) or tokens (GPT-2s) instead of the default")
@@ -442,6 +475,9 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit("no CUDA device: use --device cpu (with --quick) for a smoke run")
+    if args.host_max and not args.device.startswith("cuda"):
+        raise SystemExit("--host-max needs a CUDA profile (the host's queueing times beside the events): "
+                         "run it on a GPU")
     args.out.mkdir(parents=True, exist_ok=True)
     args.device_name = torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else "cpu"
     args.gpu_tag = (slug(args.device_name) + ("_quick" if args.quick else "")

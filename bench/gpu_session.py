@@ -28,7 +28,9 @@ cannot download: fetch it here into the git-ignored ``.whl/`` and carry that fol
 
     python3 -m pip download rockmate==2.0.0 --no-deps --no-binary :all: -d .whl
 
-Without it ``solver-speed-baselines`` runs the CPU backend only, and the log says so. ``--dry-run`` prints each
+Without it ``solver-speed-baselines`` runs the CPU backend only, and the log says so. Wheels carried in ``.whl/``
+(transformers 5.24, whose BART the tests need: the machine's 5.17 draws a random number for LayerDrop at 0) are
+installed by ``install`` into ``/tmp/gpu_session_site``, first on every step's ``PYTHONPATH``. ``--dry-run`` prints each
 step's command without running it. Nothing here decides a figure: the bench scripts record theirs
 (device, date, command); the README quotes them from the recorded files. Afterwards,
 ``python bench/profile_reference.py <the recorded profile_*.json> --name profile_reference_<gpu>`` puts
@@ -76,7 +78,10 @@ class Step:
         return self.command.format(R=shlex.quote(str(results)), PY=shlex.quote(sys.executable), baselines=baselines)
 
 
-INSTALL = "{PY} -m pip install -q --no-deps --no-build-isolation -e . && {PY} -c 'import gpusolve, torch_exec'"
+WHEEL_SITE = "/tmp/gpu_session_site"  # carried wheels (.whl/*.whl) go here, first on the steps' PYTHONPATH
+INSTALL = ("{PY} -m pip install -q --no-deps --no-build-isolation -e . && {PY} -c 'import gpusolve, torch_exec' && "
+           f"for w in .whl/*.whl; do [ -e \"$w\" ] || continue; {{PY}} -m pip install -q --no-deps --target {WHEEL_SITE} "
+           f"\"$w\" && echo \"carried: $w\"; done; true")
 ENV = ("nvidia-smi; {PY} -c 'import sys, torch, cupy, numpy; print(sys.version); print(\"torch\", torch.__version__, "
        "torch.version.cuda, torch.cuda.get_device_name(0)); print(\"cupy\", cupy.__version__, "
        "cupy.cuda.runtime.runtimeGetVersion()); print(\"numpy\", numpy.__version__)'; nproc; free -g")
@@ -167,6 +172,21 @@ STEPS = [
     # DenseNet step above runs them too): its model's prediction against a measured step, beside ours
     Step("offload-executor-resnet50-paper", "11.5", 120, 60,
          "{PY} bench/offload_executor.py --networks resnet50 --steps 5 --out {R}/offload_resnet50_paper"),
+    # 2026-11-28 (H200): the paper's offload-only plans measured over their budgets (17.4-196 MB; fixed since:
+    # Note [Empty storages share a key] in torch_exec/paper_offload.py) and DenseNet-121's combined 50 % plan
+    # 1 176 576 B over (the allocator's unsplit blocks, learned since: Note [Allocator blocks learned] in
+    # torch_exec/executor.py): both networks again, every plan kind
+    Step("offload-executor-after-fixes", "11.5", 200, 100,
+         "{PY} bench/offload_executor.py --networks densenet121 resnet50 --steps 5 --out {R}/offload_after_fixes"),
+    # DenseNet-121's 50 % plan took the host 68.0 of 76.7 ms to queue (2026-11-28): the profile now records the
+    # host's queueing time per stage (Note [Host time of a stage] in torch_exec/profiler.py); plans solved with
+    # the larger of it and the event time (host_max) against the event times' plans, and each plan's time under
+    # both models against its measured step
+    Step("executor-densenet121-host", "7.4", 180, 90,
+         "{PY} bench/executor.py --networks densenet121 --no-cost-models --host-max --steps 7 "
+         "--out {R}/densenet121_host"),
+    Step("executor-resnet50-host", "7.4", 120, 60,
+         "{PY} bench/executor.py --networks resnet50 --no-cost-models --host-max --steps 5 --out {R}/resnet50_host"),
 ]
 STEP_NAMES = {s.name for s in STEPS}
 
@@ -258,6 +278,8 @@ def run_steps(steps: list[Step], out: Path, seconds: float, dry_run: bool) -> in
     results = scratch / "run_results"
     results.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONUNBUFFERED="1", XDG_CACHE_HOME="/tmp/gpu_session_cache")
+    if list((ROOT / ".whl").glob("*.whl")):  # e.g. transformers 5.24 beside the machine's 5.17 (BART's tests)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (WHEEL_SITE, env.get("PYTHONPATH")) if p)
     baselines = prepare_rotor(env)
     summary = {"started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "device": device_name(),
                "seconds_allowed": seconds, "steps": []}

@@ -97,3 +97,48 @@ def test_meter_on_cuda_records_enqueue_time_and_allocator_calls(monkeypatch):
     assert len(d["enqueue_ms_each"]) == 3 and all(t >= 0 for t in d["enqueue_ms_each"])
     assert len(d["sm_clock_mhz_each"]) == 3  # None without NVML
     assert d["device_mallocs"] == 6 and d["alloc_retries"] == 1  # the warm-up's are not counted
+
+
+def test_host_max_profile_takes_the_larger_time_per_stage():
+    stage = dict(name="s", t_fwd=2.0, t_fwd_nograd=1.5, t_bwd=4.0, host_fwd_ms=3.0, host_fwd_nograd_ms=1.0,
+                 host_bwd_ms=4.5, x=8)
+    data = {"stages": [stage, dict(stage, name="t", host_fwd_ms=0.5)]}
+    out = bench.host_max_profile(data)
+    assert [(s["t_fwd"], s["t_fwd_nograd"], s["t_bwd"]) for s in out["stages"]] == [(3.0, 1.5, 4.5), (2.0, 1.5, 4.5)]
+    assert data["stages"][0]["t_fwd"] == 2.0 and out["stages"][0]["x"] == 8  # the caller's profile is left alone
+    with pytest.raises(ValueError, match=r"stages \[2\] of the profile have no host times"):
+        bench.host_max_profile({"stages": [stage, {k: v for k, v in stage.items() if k != "host_bwd_ms"}]})
+
+
+def test_host_max_runs_every_path_with_host_times_faked(tmp_path, monkeypatch):
+    """--host-max's rows on the CPU, the profile given host times (twice the event times; a CUDA profile has
+    them): a host_max plan per budget, and each schedule's time under that model beside the event times'."""
+    import argparse
+    import datetime
+
+    import torch_exec as te
+    profile = te.profile_dict
+
+    def with_host_times(*args, **kwargs):
+        data = profile(*args, **kwargs)
+        for stage in data["stages"]:
+            stage.update(host_fwd_ms=2 * stage["t_fwd"], host_fwd_nograd_ms=2 * stage["t_fwd_nograd"],
+                         host_bwd_ms=2 * stage["t_bwd"])
+        return data
+    monkeypatch.setattr(te, "profile_dict", with_host_times)
+    args = argparse.Namespace(device="cpu", quick=True, batch=None, size=None, passes=1, steps=1, warmup=0,
+                              backend="cpu", cost_models=False, host_max=True, out=tmp_path, verbose=True,
+                              device_name="cpu", gpu_tag="cpu_quick", date=datetime.date.today().isoformat())
+    records, errors = [], []
+    bench.bench_network("resnet50", args, bench.Meter("cpu"), records, errors)
+    rows = {(r["cost_model"], r["budget_label"]): r for r in records if r["method"] == "gpusolve"}
+    labels = {label for _, label in rows}
+    assert len(labels) == len(bench.FRACTIONS) + 1 and len(rows) == 2 * len(labels)
+    for label in labels:  # the stand-in's small budgets are infeasible: under both models alike (memory is the same)
+        assert ("error" in rows["host_max", label]) == ("error" in rows["profiled", label])
+    assert sum("error" not in r for r in rows.values()) >= 4
+    timed = [r for r in records if r.get("predicted_step_ms") is not None and r["method"] != "store_all (again, last)"]
+    assert timed and all("predicted_step_ms_host_max" in r for r in timed if r["method"] != "gpusolve (wrapper)")
+    for r in timed:
+        if "predicted_step_ms_host_max" in r:  # every stage's time doubled: the schedule's time doubles
+            assert r["predicted_step_ms_host_max"] == pytest.approx(2 * r["predicted_step_ms"], rel=1e-9)

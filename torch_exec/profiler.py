@@ -108,6 +108,18 @@ Note [Leaves several stages read]
     behind it: one more break, never a missed one. Leaves are held weakly (a leaf a stage makes for
     itself lives as long as its graph); only ``AccumulateGrad`` nodes count as leaves (a custom
     Function's ``ctx`` may carry a ``variable`` of its own: a review found the walk stopped there).
+
+Note [Host time of a stage]
+    A CUDA event times the stream, not the host that queues it. Where the host cannot queue a stage's
+    kernels as fast as the device runs them (many small kernels: DenseNet-121 at batch 64 on the H200,
+    whose 50 % plan took the host 68.0 ms to queue of a 76.7 ms step), a recomputation costs its
+    launches, which the events of a pass whose queue ran ahead of the device do not show. So on CUDA the
+    timing passes also read the host's clock at every mark and record each stage's medians as
+    ``host_fwd_ms``, ``host_fwd_nograd_ms`` and ``host_bwd_ms`` (the backward's read in the engine's
+    thread, where its hooks run). They are measurements beside the cost model, which still takes the
+    event times: bench/executor.py's ``host_max`` cost model (the larger of the two per stage) puts the
+    choice to a measured step on a GPU before the planner uses them. On the CPU the stage times are host
+    times already, and no such field is written.
 """
 from __future__ import annotations
 
@@ -119,6 +131,7 @@ import threading
 import time
 import warnings
 import weakref
+from typing import NamedTuple
 from pathlib import Path
 
 import torch
@@ -512,8 +525,20 @@ class _Passes:
     def elapsed(self, a, b) -> float:
         raise NotImplementedError
 
+    def host_elapsed(self, a, b) -> float | None:
+        """Milliseconds the host took from mark ``a`` to mark ``b`` where the clock is not the host's (Note
+        [Host time of a stage]); None where it is (the CPU: the stage times are host times)."""
+        return None
+
     def sync(self):
         pass
+
+    def _spans(self, pairs) -> tuple:
+        """(clock ms, host ms or None) of each ``(a, b)`` of ``pairs`` (None: a stage no gradient reached)."""
+        pairs = list(pairs)
+        clock = [0.0 if pair is None else max(0.0, self.elapsed(*pair)) for pair in pairs]
+        host = [None if pair is None else self.host_elapsed(*pair) for pair in pairs]
+        return clock, host
 
     def run(self, passes: int, warmup: int, progress=None):
         """Per-stage figures and the reference ones, medians of ``passes`` timing passes after ``warmup``
@@ -524,6 +549,7 @@ class _Passes:
         t_ng = [[] for _ in range(n)]
         t_f = [[] for _ in range(n)]
         t_b = [[] for _ in range(n)]
+        h_ng, h_f, h_b = ([[] for _ in range(n)] for _ in range(3))  # Note [Host time of a stage]
         ref = {"store_all_step_ms": [], "nograd_forward_ms": []}
         self.prepare_grads()
         if warmup > 0:  # Note [Lazy workspaces]: the first warm-up runs before memory is read
@@ -533,14 +559,17 @@ class _Passes:
         mem, reference = self.memory_pass()
         tick(PASS_WORK["memory"])
         for it in range(warmup + passes):
-            ng = self.nograd_pass()
-            fwd, bwd = self.grad_pass()
+            ng, host_ng = self.nograd_pass()
+            (fwd, host_f), (bwd, host_b) = self.grad_pass()
             tick(PASS_WORK["nograd"] + PASS_WORK["grad"])
             if it >= warmup:
                 for s in range(n):
                     t_ng[s].append(ng[s])
                     t_f[s].append(fwd[s])
                     t_b[s].append(bwd[s])
+                    for into, host in ((h_ng, host_ng), (h_f, host_f), (h_b, host_b)):
+                        if host[s] is not None:
+                            into[s].append(host[s])
                 # the whole no-grad forward in a pass of its own (no mark between stages): what the sum of
                 # the stages' times is checked against (bench/profile_reference.py)
                 ref["nograd_forward_ms"].append(self.nograd_forward())
@@ -554,6 +583,9 @@ class _Passes:
         for s in range(n):
             stages.append(dict(t_fwd=_median(t_f[s]), t_fwd_nograd=_median(t_ng[s]), t_bwd=_median(t_b[s]),
                                **mem[s]))
+            for key, host in (("host_fwd_ms", h_f), ("host_fwd_nograd_ms", h_ng), ("host_bwd_ms", h_b)):
+                if host[s]:
+                    stages[-1][key] = _median(host[s])
         return stages, reference
 
     def warm(self):
@@ -935,7 +967,7 @@ class _Passes:
                 marks.append(self.mark())
             del state
         self.sync()
-        return [max(0.0, self.elapsed(marks[s], marks[s + 1])) for s in range(self.n)]
+        return self._spans((marks[s], marks[s + 1]) for s in range(self.n))
 
     def nograd_forward(self) -> float:
         """One no-grad forward through every stage, timed whole."""
@@ -954,8 +986,8 @@ class _Passes:
         if self.isolated:
             marks = self.isolated_backward(self.mark)
             self.sync()
-            return ([max(0.0, self.elapsed(a, b)) for a, b, _, _ in marks],
-                    [0.0 if c is None else max(0.0, self.elapsed(c, d)) for _, _, c, d in marks])
+            return (self._spans((a, b) for a, b, _, _ in marks),
+                    self._spans(None if c is None else (c, d) for _, _, c, d in marks))
         fmarks = []
         bounds = _Boundaries(n, self.mark)
         a0 = make_leaf(self.sample, self.rg)
@@ -972,10 +1004,8 @@ class _Passes:
         bounds.backward(final)
         del final
         self.sync()
-        fwd = [max(0.0, self.elapsed(fmarks[s], fmarks[s + 1])) for s in range(n)]
-        spans = [bounds.span(s) for s in range(1, n + 1)]
-        bwd = [0.0 if span is None else max(0.0, self.elapsed(*span)) for span in spans]
-        return fwd, bwd
+        fwd = self._spans((fmarks[s], fmarks[s + 1]) for s in range(n))
+        return fwd, self._spans(bounds.span(s) for s in range(1, n + 1))
 
     def plain_step(self) -> float:
         start = self.mark()
@@ -1139,16 +1169,26 @@ class _CpuProfiler(_Passes):
         return (b - a) * 1e3
 
 
+class _Stamp(NamedTuple):
+    """A mark of :class:`_CudaProfiler`: a CUDA event recorded on the stream, and the host's clock then."""
+    event: object
+    host: float
+
+
 class _CudaProfiler(_Passes):
-    """CUDA events for times; the caching allocator's counters for memory (no synchronisation)."""
+    """CUDA events for times; the caching allocator's counters for memory (no synchronisation); the host's
+    clock beside each event (Note [Host time of a stage])."""
 
     def mark(self):
         event = torch.cuda.Event(enable_timing=True)
         event.record()
-        return event
+        return _Stamp(event, time.perf_counter())
 
     def elapsed(self, a, b):
-        return a.elapsed_time(b)
+        return a.event.elapsed_time(b.event)
+
+    def host_elapsed(self, a, b):
+        return (b.host - a.host) * 1e3
 
     def sync(self):
         torch.cuda.synchronize(self.device)

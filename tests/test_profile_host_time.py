@@ -62,8 +62,16 @@ class _Stage(nn.Module):
         return _Work.apply(self.lin(x), self.s)
 
 
+class _Shift(nn.Module):
+    """A first stage no gradient reaches (the input needs none, it has no parameters): no backward."""
+
+    def forward(self, x):
+        return x + 1.0
+
+
 class _HostStamped(P._CpuProfiler):
     """The CPU profiler's passes with the CUDA profiler's clock."""
+    host_clock = P._CudaProfiler.host_clock
     mark = P._CudaProfiler.mark
     elapsed = P._CudaProfiler.elapsed
     host_elapsed = P._CudaProfiler.host_elapsed
@@ -73,9 +81,11 @@ class _HostStamped(P._CpuProfiler):
 def test_host_times_beside_event_times(monkeypatch, isolated):
     monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
     torch.manual_seed(0)
-    fns = [_Stage(s) for s in range(3)]
+    fns = [_Shift()] + [_Stage(s) for s in range(3)]
     x = torch.randn(2, 4)
-    stages, _reference = _HostStamped(fns, x, isolated=isolated).run(passes=3, warmup=1)
+    first, *stages = _HostStamped(fns, x, isolated=isolated).run(passes=3, warmup=1)[0]
+    assert first["t_bwd"] == 0.0 and 0.0 <= first["host_bwd_ms"] < 0.5  # every stage has the fields (host_max reads them)
+    assert first["host_fwd_ms"] >= 0.0 and first["host_fwd_nograd_ms"] >= 0.0
     for s, stage in enumerate(stages):
         # the event times are the fake device's, to the last bit of these binary fractions
         assert stage["t_fwd"] == DEVICE_FWD[s] and stage["t_fwd_nograd"] == DEVICE_FWD[s]

@@ -525,19 +525,23 @@ class _Passes:
     def elapsed(self, a, b) -> float:
         raise NotImplementedError
 
-    def host_elapsed(self, a, b) -> float | None:
+    host_clock = False  # whether the marks also read the host's clock (Note [Host time of a stage])
+
+    def host_elapsed(self, a, b) -> float:
         """Milliseconds the host took from mark ``a`` to mark ``b`` where the clock is not the host's (Note
-        [Host time of a stage]); None where it is (the CPU: the stage times are host times)."""
-        return None
+        [Host time of a stage]; ``host_clock``)."""
+        raise NotImplementedError
 
     def sync(self):
         pass
 
     def _spans(self, pairs) -> tuple:
-        """(clock ms, host ms or None) of each ``(a, b)`` of ``pairs`` (None: a stage no gradient reached)."""
+        """(clock ms, host ms or None without ``host_clock``) of each ``(a, b)`` of ``pairs``; 0 for None (the
+        backward of a stage no gradient reached)."""
         pairs = list(pairs)
         clock = [0.0 if pair is None else max(0.0, self.elapsed(*pair)) for pair in pairs]
-        host = [None if pair is None else self.host_elapsed(*pair) for pair in pairs]
+        host = [None if not self.host_clock else 0.0 if pair is None else max(0.0, self.host_elapsed(*pair))
+                for pair in pairs]
         return clock, host
 
     def run(self, passes: int, warmup: int, progress=None):
@@ -1183,6 +1187,8 @@ class _CudaProfiler(_Passes):
         event = torch.cuda.Event(enable_timing=True)
         event.record()
         return _Stamp(event, time.perf_counter())
+
+    host_clock = True
 
     def elapsed(self, a, b):
         return a.event.elapsed_time(b.event)

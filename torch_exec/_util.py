@@ -952,7 +952,13 @@ def users_hook(fn) -> bool:
 #     that API keeps their handles (``param_to_optim_hook_handle_map``), whose dicts the engine reads: so the
 #     post hooks of a parameter (:func:`post_hooks_of`) are its tensor's and those, each taken out, put back,
 #     watched and run alike (``PostHook``). A hook put on the node by hand stays out of sight, and where it shares
-#     the node's dict with that API's, it stays in it: it runs per part, with the gradient the engine brings.
+#     the node's dict with that API's, it stays in it: it runs per part, with the gradient the engine brings, and
+#     once more with ``(None,)`` from the engine's call after the parameter tap where the tap handed nothing (Note
+#     [Hooks of routed parameters] in torch_exec/executor.py), a call plain autograd does not make
+#     (bench/repros/rv10_diff_hooks_node_hand_hook_beside_api.py exits 1 on it). Seeing such hooks would mean
+#     registering one on every parameter's node to reach the node's dict: a Python post hook that then stays on
+#     the node, 0.65-1.12 us per parameter in every backward, plus 4.1-4.6 us per parameter to find the dict in every
+#     step whose graph made the node anew (600 parameters on the CPU: bench/results/node_hook_cost_cpu.md). Not done.
 @dataclass(frozen=True)
 class PostHook:
     """One post-accumulate hook of a parameter: its ``hooks`` dict (the engine holds it: emptied and refilled in

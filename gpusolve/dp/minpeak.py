@@ -9,8 +9,21 @@ Alongside each least peak the DP keeps the time of the action it picked (least p
 least time among the actions reaching it, Tape before the smallest k), so :func:`min_peak_policy`
 returns a policy that runs within exactly the minimum budget: the plan :func:`gpusolve.solve`
 falls back to when bucket rounding leaves no plan at a feasible budget.
+
+Note [One set of least-peak recurrences]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+The Tape and Checkpoint k candidates (peak and time) and the tie order that picks among candidates live
+in :class:`PeakRecurrences` only; :func:`min_peak_tables` and the combined recompute + offload DP
+(:func:`gpusolve.offload.dp.least_peak_tables`, which adds its Swap k candidates as further groups) both
+fill their tables with it, so a change to one rule reaches both. They keep their own loops: recompute only
+has one plane, and taking it as the combined DP's plane 0 with nothing swappable (equal, table for table)
+computes a second plane and the swaps' terms for nothing: 2.9x min_peak_tables' time on densenet121_fine_b32,
+which is on :func:`gpusolve.solve`'s path. ``bench/repros/rv14_minpeak_shared_check.py`` compares both
+functions with the tree before the move (every table, exactly) and times them side by side.
 """
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 
@@ -19,48 +32,119 @@ from ..schedule import Policy, Tape
 from .problem import Problem
 from .recover import walk_policy
 
+NO_PEAK = np.iinfo(np.int64).max // 4  # the peak of an action that cannot run (sums of sizes stay far below it)
+
+
+class PeakDiagonal(NamedTuple):
+    """The pairs (i, j = i + d) of one diagonal, their split points k = i+1..j-1 ([pairs, d - 1]) and the
+    terms every Checkpoint-like candidate at (i, j, k) shares: ``thr_ckpt`` (bytes) and ``sfn`` (ms, float64)."""
+
+    d: int
+    i: np.ndarray      # int64[pairs]
+    j: np.ndarray      # int64[pairs]
+    ii: np.ndarray     # i[:, None]
+    jj: np.ndarray     # j[:, None]
+    k: np.ndarray      # int64[pairs, d - 1]
+    thr_ckpt: np.ndarray  # int64[pairs, d - 1]: grad[j] + nograd_peak(i, k)
+    sfn: np.ndarray    # float64[pairs, d - 1]: the no-grad forwards i+1..k
+
+
+class PeakRecurrences:
+    """The least-peak rules, exact bytes (Note [One set of least-peak recurrences]): per diagonal, the
+    Tape candidate, the Checkpoint k candidates and the choice among candidate groups. Tables are
+    [N+1, N+1] (one plane): ``peak`` int64 bytes, ``cost`` float64 ms of the policy picked."""
+
+    def __init__(self, chain: Chain, problem: Problem):
+        a = chain.padded()
+        self.problem, self.multi_tape = problem, chain.multi_tape
+        self.act_bytes, self.tape_bytes = a["act_bytes"], a["tape_bytes"]
+        self.t_tape = (a["t_fwd"] + a["t_bwd"]).astype(np.float64)
+
+    def diagonals(self):
+        """:class:`PeakDiagonal` for d = 1..N, in the order a fill must visit them."""
+        problem = self.problem
+        n = problem.n
+        for d in range(1, n + 1):
+            i = np.arange(0, n + 1 - d, dtype=np.int64)
+            j = i + d
+            ii, jj = i[:, None], j[:, None]
+            k = ii + np.arange(1, d, dtype=np.int64)[None, :]
+            yield PeakDiagonal(d, i, j, ii, jj, k, problem.thr_ckpt_bytes(ii, jj, k),
+                               problem.fwd_prefix[k] - problem.fwd_prefix[ii])
+
+    def tape(self, g: PeakDiagonal, peak: np.ndarray, cost: np.ndarray):
+        """Tape's (peak, time), [pairs] each: max(thr_tape, tape[i+1] + P(i+1, j)) and
+        t_tape[i+1] + C(i+1, j), read from ``peak``/``cost`` (the plane a Tape leaves to: nothing of
+        a_i is kept); a stage alone (d = 1) is thr_tape and t_tape[i+1]; without ``multi_tape`` a
+        Tape over more than one stage cannot run (``NO_PEAK``, infinite time)."""
+        i, j = g.i, g.j
+        thr = self.problem.thr_tape_bytes(i, j)
+        if g.d == 1:
+            return thr, self.t_tape[i + 1]
+        if not self.multi_tape:
+            return np.full(len(i), NO_PEAK), np.full(len(i), np.inf)
+        return np.maximum(thr, self.tape_bytes[i + 1] + peak[i + 1, j]), self.t_tape[i + 1] + cost[i + 1, j]
+
+    def checkpoint(self, g: PeakDiagonal, right: tuple[np.ndarray, np.ndarray], left: tuple[np.ndarray, np.ndarray]):
+        """Checkpoint k's (peak, time), [pairs, d - 1] each: max(thr_ckpt, act[k] + P_right(k, j),
+        P_left(i, k)) and (sfn(i, k) + C_right(k, j)) + C_left(i, k); ``right``, ``left``: the (peak,
+        cost) tables the right part (k, j) and the left part (i, k) are read from."""
+        (right_p, right_t), (left_p, left_t) = right, left
+        k, ii, jj = g.k, g.ii, g.jj
+        return (np.maximum(g.thr_ckpt, np.maximum(self.act_bytes[k] + right_p[k, jj], left_p[ii, k])),
+                g.sfn + right_t[k, jj] + left_t[ii, k])
+
+    @staticmethod
+    def least(groups):
+        """The choice among candidate groups, per pair: ``groups`` is [(peak, time)] in tie order, each
+        [pairs, width] (width 0: no candidate). Least peak first, then least time among the candidates
+        reaching it, then the first (earliest group, then smallest index); where no candidate at the
+        least peak has a finite time (swaps over a useless link), the first candidate reaching it.
+        Returns (peak, time, group, at), [pairs] each, ``at`` the index within the group; a least peak
+        of ``NO_PEAK`` or more (nothing can run) gives ``NO_PEAK`` and infinite time."""
+        best = None
+        for group, (p, t) in enumerate(groups):
+            if p.shape[1] == 0:
+                continue
+            if p.shape[1] == 1:  # a single candidate (Tape): nothing to choose within the group
+                least, time, at = p[:, 0], t[:, 0], np.zeros(len(p), dtype=np.int64)
+            else:
+                least = p.min(axis=1)
+                reaching = p == least[:, None]
+                timed = np.where(reaching, t, np.inf)
+                at = np.argmin(timed, axis=1)
+                time = timed[np.arange(len(at)), at]
+                timeless = ~np.isfinite(time)
+                if timeless.any():
+                    at[timeless] = np.argmax(reaching[timeless], axis=1)
+                    time[timeless] = t[timeless, at[timeless]]
+            if best is None:
+                best = [least, time, np.full(len(least), group, dtype=np.int64), at]
+                continue
+            take = (least < best[0]) | ((least == best[0]) & (time < best[1]))
+            for slot, value in enumerate((least, time, group, at)):
+                best[slot] = np.where(take, value, best[slot])
+        peak, time, group, at = best
+        return np.minimum(peak, NO_PEAK), np.where(peak < NO_PEAK, time, np.inf), group, at
+
 
 def min_peak_tables(chain: Chain):
     """(peak, time, choice) tables [N+1, N+1]: least peak (bytes), the time of the policy picked,
     and its first action (0: Tape, k: checkpoint k)."""
     problem = Problem.build(chain, bucket_bytes=1, buckets=0)
+    rules = PeakRecurrences(chain, problem)
     n = problem.n
-    a = chain.padded()
-    act, tape = a["act_bytes"], a["tape_bytes"]
-    t_tape = (a["t_fwd"] + a["t_bwd"]).astype(np.float64)
-    big = np.iinfo(np.int64).max // 4
-    peak = np.full((n + 1, n + 1), big, dtype=np.int64)
+    peak = np.full((n + 1, n + 1), NO_PEAK, dtype=np.int64)
     cost = np.full((n + 1, n + 1), np.inf)
     choice = np.zeros((n + 1, n + 1), dtype=np.int64)
-    for d in range(1, n + 1):
-        i = np.arange(0, n + 1 - d, dtype=np.int64)
-        j = i + d
-        thr = problem.thr_tape_bytes(i, j)
-        if d == 1:
-            peak[i, j] = thr
-            cost[i, j] = t_tape[i + 1]
-            continue
-        if chain.multi_tape:
-            best_p = np.maximum(thr, tape[i + 1] + peak[i + 1, j])
-            best_t = t_tape[i + 1] + cost[i + 1, j]
-        else:
-            best_p = np.full(len(i), big)
-            best_t = np.full(len(i), np.inf)
-        k = i[:, None] + np.arange(1, d, dtype=np.int64)[None, :]
-        jj = j[:, None]
-        ii = i[:, None]
-        cand_p = np.maximum(problem.thr_ckpt_bytes(ii, jj, k), np.maximum(act[k] + peak[k, jj], peak[ii, k]))
-        cand_t = (problem.fwd_prefix[k] - problem.fwd_prefix[ii]) + cost[k, jj] + cost[ii, k]
-        # Lexicographic (peak, time): the smallest k wins ties (argmin takes the first).
-        least = cand_p.min(axis=1)
-        cand_t = np.where(cand_p == least[:, None], cand_t, np.inf)
-        arg = np.argmin(cand_t, axis=1)
-        rows = np.arange(len(i))
-        ck_p, ck_t = least, cand_t[rows, arg]
-        take_k = (ck_p < best_p) | ((ck_p == best_p) & (ck_t < best_t))
-        peak[i, j] = np.where(take_k, ck_p, best_p)
-        cost[i, j] = np.where(take_k, ck_t, best_t)
-        choice[i, j] = np.where(take_k, k[rows, arg], 0)
+    tables = (peak, cost)
+    for g in rules.diagonals():
+        tape_p, tape_t = rules.tape(g, peak, cost)
+        ckpt_p, ckpt_t = rules.checkpoint(g, tables, tables)
+        least_p, least_t, group, at = rules.least([(tape_p[:, None], tape_t[:, None]), (ckpt_p, ckpt_t)])
+        peak[g.i, g.j] = least_p
+        cost[g.i, g.j] = least_t
+        choice[g.i, g.j] = np.where(group == 0, 0, g.i + 1 + at)
     return peak, cost, choice
 
 

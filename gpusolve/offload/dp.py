@@ -84,6 +84,7 @@ import numpy as np
 
 from ..chain import Chain
 from ..dp.cpu import _shift_rows, _tape_candidates, diagonal_blocks
+from ..dp.minpeak import NO_PEAK, PeakRecurrences
 from ..dp.problem import Problem, ceil_div
 from ..dp.recover import walk_states
 from ..schedule import Checkpoint, Policy, Swap, Tape
@@ -352,64 +353,46 @@ def least_peak_tables(chain: Chain, link: Link | None = None):
                     (the variant without overlap; with overlap, also act[k] + pre[k+1]: a_i is back
                     during bwd(k+1), :class:`SwapArrays`)
 
-    As :func:`gpusolve.dp.minpeak.min_peak_tables` does for recompute only, beside each least peak the
-    time of the action picked is kept (least peak first, then least time; Tape, then the smallest
-    checkpoint k, then the smallest swap k, the overlapping variant first), over ``link`` (None: the swaps'
-    copies count 0 ms; a least peak that only swaps priced at infinity reach goes to the first of them):
-    :func:`min_offload_policy` runs
-    within exactly the least budget, the fastest such policy the recurrences meet."""
+    Tape, Checkpoint k and the choice among candidates are recompute only's rules
+    (:class:`gpusolve.dp.minpeak.PeakRecurrences`, Note [One set of least-peak recurrences]); Swap k's two
+    variants are further candidate groups. As :func:`gpusolve.dp.minpeak.min_peak_tables` does for recompute
+    only, beside each least peak the time of the action picked is kept (least peak first, then least time;
+    Tape, then the smallest checkpoint k, then the smallest swap k, the overlapping variant first), over
+    ``link`` (None: the swaps' copies count 0 ms; a least peak that only swaps priced at infinity reach goes
+    to the first of them): :func:`min_offload_policy` runs within exactly the least budget, the fastest such
+    policy the recurrences meet."""
     problem = Problem.build(chain, bucket_bytes=1, buckets=0, dtype=np.float64)
+    rules = PeakRecurrences(chain, problem)  # Tape, Checkpoint k and the tie order: recompute only's rules
     n = problem.n
-    a = chain.padded()
-    act, tape = a["act_bytes"].astype(np.int64), a["tape_bytes"]
-    t_tape = (a["t_fwd"] + a["t_bwd"]).astype(np.float64)
+    act = rules.act_bytes
     swappable = chain.swappable()
     swap = None if link is None else SwapArrays.build(problem, chain, link)
     pre = _prefetch_bytes(chain, problem)
-    big = np.iinfo(np.int64).max // 4
-    peak = np.full((2, n + 1, n + 1), big, dtype=np.int64)
+    peak = np.full((2, n + 1, n + 1), NO_PEAK, dtype=np.int64)
     cost = np.full((2, n + 1, n + 1), np.inf)
     kind = np.zeros((2, n + 1, n + 1), dtype=np.int8)  # TAPE, CHECKPOINT, SWAP (SWAP + 1: without overlap)
     choice = np.zeros((2, n + 1, n + 1), dtype=np.int64)
-    for d in range(1, n + 1):  # one diagonal at a time, vectorised over i and k
-        i = np.arange(0, n + 1 - d, dtype=np.int64)
-        j = i + d
-        thr = problem.thr_tape_bytes(i, j)
-        if d == 1:
-            tape_p, tape_t = thr, t_tape[i + 1]
-        elif chain.multi_tape:
-            tape_p, tape_t = np.maximum(thr, tape[i + 1] + peak[0, i + 1, j]), t_tape[i + 1] + cost[0, i + 1, j]
-        else:
-            tape_p, tape_t = np.full(len(i), big), np.full(len(i), np.inf)
-        ii, jj = i[:, None], j[:, None]
-        k = ii + np.arange(1, d, dtype=np.int64)[None, :]  # [pairs, d - 1]
-        thr_k = problem.thr_ckpt_bytes(ii, jj, k)
-        sfn = problem.fwd_prefix[k] - problem.fwd_prefix[ii]
+    planes = [(peak[s], cost[s]) for s in (0, 1)]
+    for g in rules.diagonals():  # one diagonal at a time, vectorised over i and k
+        i, j, ii, jj, k = g.i, g.j, g.ii, g.jj, g.k
+        tape = rules.tape(g, *planes[0])
+        tape = (tape[0][:, None], tape[1][:, None])
         moved = act[k] - act[ii] + peak[1, k, jj]
-        plain = np.maximum(thr_k, np.maximum(moved, peak[1, ii, k]))
-        plain[~swappable[i]] = big
+        plain = np.maximum(g.thr_ckpt, np.maximum(moved, peak[1, ii, k]))
+        plain[~swappable[i]] = NO_PEAK
         swap_t = cost[1, k, jj] + cost[1, ii, k] + (0.0 if swap is None else swap.w_off[ii, k])
         for s in (0, 1):
             # candidates in tie order: Tape, Checkpoint k, Swap k with overlap, Swap k without (s = 1 only)
-            groups_p = [tape_p[:, None], np.maximum(thr_k, np.maximum(act[k] + peak[1, k, jj], peak[s, ii, k]))]
-            groups_t = [tape_t[:, None], sfn + cost[1, k, jj] + cost[s, ii, k]]
+            groups = [tape, rules.checkpoint(g, planes[1], planes[s])]
             if s:
-                groups_p += [np.maximum(plain, act[k] + pre[k + 1]), plain]
-                groups_t += [swap_t + (0.0 if swap is None else swap.e_overlap[ii, k]),
-                             swap_t + (0.0 if swap is None else swap.e_full[ii])]
-            all_p, all_t = np.concatenate(groups_p, axis=1), np.concatenate(groups_t, axis=1)
-            least = all_p.min(axis=1)
-            reaching = all_p == least[:, None]
-            timed = np.where(reaching, all_t, np.inf)
-            at = np.argmin(timed, axis=1)
-            rows = np.arange(len(i))
-            timeless = ~np.isfinite(timed[rows, at])  # no finite time at the least peak (a useless link's swaps)
-            at[timeless] = np.argmax(reaching[timeless], axis=1)
-            peak[s, i, j] = np.minimum(least, big)
-            cost[s, i, j] = np.where(least < big, all_t[rows, at], np.inf)
-            group = np.where(at == 0, 0, (at - 1) // max(d - 1, 1) + 1)  # TAPE, CHECKPOINT, SWAP, SWAP + 1
-            kind[s, i, j] = group
-            choice[s, i, j] = np.where(at == 0, 0, i + 1 + (at - 1) % max(d - 1, 1))
+                groups += [(np.maximum(plain, act[k] + pre[k + 1]),
+                            swap_t + (0.0 if swap is None else swap.e_overlap[ii, k])),
+                           (plain, swap_t + (0.0 if swap is None else swap.e_full[ii]))]
+            least_p, least_t, group, at = rules.least(groups)
+            peak[s, i, j] = least_p
+            cost[s, i, j] = least_t
+            kind[s, i, j] = group  # TAPE, CHECKPOINT, SWAP, SWAP + 1
+            choice[s, i, j] = np.where(group == TAPE, 0, i + 1 + at)
     return peak, cost, kind, choice
 
 

@@ -126,6 +126,33 @@ def test_grad_of_params_matches_plain_and_fills_no_grad(schedule):
     assert_untouched(wrapped, sentinels)
 
 
+def test_named_call_reaches_parameters_replaced_between_calls():
+    """Note [One walk of the model per call]: the tap takes the parameters the call's own input signature walk
+    found, so parameters replaced by ``load_state_dict(assign=True)`` (same shapes, dtypes: the same signature)
+    are the ones a named call reaches, not the old ones."""
+    ref, wrapped = pair()
+    loss_of(wrapped(X)).backward()  # a step on the old parameters
+    state = {k: v.detach().clone() * 1.5 for k, v in ref.state_dict().items()}
+    ref.load_state_dict(state)
+    wrapped.load_state_dict({k: v.clone() for k, v in state.items()}, assign=True)
+    want = torch.autograd.grad(loss_of(ref(X)), params(ref))
+    got = torch.autograd.grad(loss_of(wrapped(X)), params(wrapped))  # raised "not used in the graph" if stale
+    assert_equal(got, want)
+
+
+def test_the_signature_walk_lists_the_trainable_parameters_as_parameters_does():
+    import torch_exec._util as U
+    torch.manual_seed(0)
+    shared = nn.Linear(3, 3)
+    model = nn.Sequential(shared, nn.Sequential(nn.Linear(3, 3), shared), nn.BatchNorm1d(3), nn.Linear(3, 2))
+    model[1][0].weight.requires_grad_(False)
+    model[3].tied = model[0].weight  # a parameter registered under a second module
+    walked = []
+    key = U.module_state_key(model, walked)
+    assert key == U.module_state_key(model)
+    assert [id(p) for p in walked] == [id(p) for p in model.parameters() if p.requires_grad]
+
+
 @pytest.mark.parametrize("schedule", list(SCHEDULES))
 def test_grad_of_params_on_a_measured_step(schedule):
     """A measured step's meter hooks every parameter without a gradient (Note [Gradients set during the

@@ -798,14 +798,16 @@ def refuse_meta(who: str, values, module: nn.Module | None = None) -> None:
                              f"its weights, or build it there)")
 
 
-def module_state_key(module) -> tuple:
+def module_state_key(module, trainable: list | None = None) -> tuple:
     """What of ``module``'s state a profile, a plan and a captured graph depend on beside the inputs, as
     part of an input signature: each submodule's training mode (a captured graph has its dropout and
     BatchNorm mode fixed), which parameters require grad (a frozen one gets no gradient: the profile
     holds none for it, and a captured graph computes it as data, without grad), and the parameters'
     and buffers' dtypes and devices (``model.double()`` after the first call keeps the same
-    Parameter objects: a float32 profile under-counted the float64 step by 84-93 %)."""
-    return _state_key(module, captured=False)
+    Parameter objects: a float32 profile under-counted the float64 step by 84-93 %). ``trainable``: a list
+    that gets the parameters requiring grad met in the same walk, each once, in ``module.parameters()``'s
+    order (the parameter tap's: Note [One walk of the model per call] in torch_exec/executor.py)."""
+    return _state_key(module, captured=False, trainable=trainable)
 
 
 _SCALARS = (bool, int, float, str, type(None))
@@ -828,10 +830,11 @@ def global_forward_hooks() -> tuple:
     return tuple(module_module._global_forward_hooks), tuple(module_module._global_forward_pre_hooks)
 
 
-def _state_key(module, captured: bool, tensor_ids: list | None = None) -> tuple:
+def _state_key(module, captured: bool, tensor_ids: list | None = None, trainable: list | None = None) -> tuple:
     """One pass over the submodules' own dictionaries (``modules()`` and ``parameters()`` recursing
     apart cost twice as much: this runs on every call of a wrapper; bench/results/executor_overhead_cpu.md)."""
     out = []
+    seen: set = set()  # the parameters met (``trainable``)
     for m in module.modules():
         d = m.__dict__
         own_params, own_buffers = d.get("_parameters") or {}, d.get("_buffers") or {}
@@ -842,6 +845,12 @@ def _state_key(module, captured: bool, tensor_ids: list | None = None) -> tuple:
         if tensor_ids is not None:
             tensor_ids.extend([id(t) for t in own_params.values()])
             tensor_ids.extend([id(t) for t in own_buffers.values()])
+        if trainable is not None and own_params:
+            for p in own_params.values():
+                if p is not None and id(p) not in seen:
+                    seen.add(id(p))
+                    if p.requires_grad:
+                        trainable.append(p)
         if captured:  # the scalar attributes include `training`
             out.append((params, buffers, tuple([(k, v) for k, v in d.items() if type(v) in _SCALARS]),
                         tuple(d.get("_forward_hooks", ())), tuple(d.get("_forward_pre_hooks", ()))))

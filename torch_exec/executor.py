@@ -346,6 +346,16 @@ Note [Hooks of routed parameters]
     0.98 x in the segments; bench/results/hook_temporaries_cpu.md, and asserted in
     tests/test_torch_exec.py::test_parameter_gradient_hooks_are_profiled).
 
+Note [One walk of the model per call]
+    Each call of a wrapper walks its modules for the input signature (``module_state_key``: modes, which
+    parameters require grad, dtypes, devices), and its parameter tap needs the trainable parameters, a second
+    walk (``parameters()``). On a host-bound network each costs: DenseNet-121's layout with tiny widths on the
+    CPU (489 modules, 364 parameters), 0.95 ms for the key and 0.78 ms for the tap's list, of a 33 ms step
+    (bench/host_bound_overhead.py). So the key's walk also collects the trainable parameters, in
+    ``parameters()``'s order, and the call's tap takes those (``walked``); the list is the call's own, so a
+    parameter replaced between calls (``load_state_dict(assign=True)``) is the new one. Where the owner keys the
+    state (``auto_checkpoint``'s captures) the tap walks the parameters itself.
+
 Note [Retained graphs]
     Every refusal happens when the Function's backward starts, before it consumes any state or
     touches any ``.grad``. Double backward (``create_graph=True``, seen as grad mode on in the
@@ -1459,14 +1469,15 @@ def _compiler_disable(fn):
 _EAGER: dict = {}  # fn -> torch.compiler.disable(fn), made by _compiler_disable's wrapper
 
 
-def _tap_params(module: nn.Module, ddp) -> list:
+def _tap_params(module: nn.Module, ddp, walked: list | None = None) -> list:
     """The parameters routed through :class:`_ParamTap` (Note [Autograd calls that name tensors]): the trainable
     ones, hooked or not (Note [Hooks of routed parameters]); none in the forward of a DistributedDataParallel
     (``ddp``: :func:`_ddp_forward`) that does not search its graph for unused parameters (Note
-    [DistributedDataParallel])."""
+    [DistributedDataParallel]). ``walked``: those the call's input signature found (Note [One walk of the model
+    per call]), else ``module.parameters()`` is walked."""
     if ddp is not None and (ddp.static_graph or not ddp.find_unused_parameters):
         return []
-    return [p for p in module.parameters() if p.requires_grad]
+    return walked if walked is not None else [p for p in module.parameters() if p.requires_grad]
 
 
 def _ddp_forward():
@@ -2079,17 +2090,25 @@ class _PlannedModule(nn.Module):
         self.step_params = None
         self.cut_remedy = CUT_REMEDY
 
-    def _state_key(self):
-        """The modules' part of an input signature (``module_state_key``), unless the owner keys it."""
-        return None if self.state_keyed_outside else U.module_state_key(self)
+    def _state_key(self, walked: list | None = None):
+        """The modules' part of an input signature (``module_state_key``), unless the owner keys it; ``walked``
+        gets the trainable parameters met (Note [One walk of the model per call])."""
+        return None if self.state_keyed_outside else U.module_state_key(self, walked)
 
-    def _parameter_tap(self) -> tuple:
+    def _walk(self) -> list | None:
+        """A list for a call's input signature to fill with the trainable parameters (:meth:`_state_key`),
+        or None where the owner keys the state (Note [One walk of the model per call])."""
+        return None if self.state_keyed_outside else []
+
+    def _parameter_tap(self, walked: list | None = None) -> tuple:
         """``(tap, (box, params, tap node))`` for a step's Function: :class:`_ParamTap`'s output over the
         wrapper's routed parameters, so that a call naming them reaches the step's backward, which hands
         their gradients to the box (Note [Autograd calls that name tensors]); without such parameters an
-        empty leaf requiring grad, which makes the backward run even when no input needs a gradient."""
+        empty leaf requiring grad, which makes the backward run even when no input needs a gradient.
+        ``walked``: the trainable parameters this call's input signature found (Note [One walk of the model
+        per call])."""
         ddp = _ddp_forward()
-        params = _tap_params(self, ddp)
+        params = _tap_params(self, ddp, walked)
         if not params:
             return torch.empty(0, requires_grad=True), (None, [], None, None)
         box: list = []
@@ -2120,11 +2139,11 @@ class _PlannedModule(nn.Module):
         return self.budget is None and self.schedule_fn is None
 
     @U.without_caches  # profiling too (Note [Autocast's cache])
-    def _entry(self, inputs):
+    def _entry(self, inputs, walked: list | None = None):
         """The input signature's entry, profiled (``_build``) and planned (``_plan_entry``) on first use. A
         plan that fails keeps the profile and makes the signature the latest (Note [A failed plan keeps
-        its profile])."""
-        key = self._key(inputs)
+        its profile]). ``walked``: :meth:`_state_key`'s."""
+        key = self._key(inputs, walked)
         entry = self._entries.get(key)
         if entry is None or entry.plan is None:  # profiling and solving run their own meters
             self._meter.withdraw()  # Note [A step measured from the model's call] in torch_exec/auto.py
@@ -2396,9 +2415,9 @@ class CheckpointedSequential(_PlannedModule):
         self._last = entry
         return entry.plan
 
-    def _key(self, state):
+    def _key(self, state, walked: list | None = None):
         return (tuple((tuple(t.shape), t.dtype, t.device, t.requires_grad) for t in U.tensors(state)),
-                isinstance(state, torch.Tensor), self._state_key(), U.autocast_key())
+                isinstance(state, torch.Tensor), self._state_key(walked), U.autocast_key())
 
     def _build(self, state, data: dict | None = None, merge_unsaved: bool = True, regroup: bool = True) -> Entry:
         """The entry of an input signature (profiled on ``state`` unless ``data`` is its profile). ``regroup``: with
@@ -2707,7 +2726,8 @@ class CheckpointedSequential(_PlannedModule):
     @U.without_caches  # Note [Autocast's cache]
     def _scheduled(self, state, flat):
         """A step under a plan: never traced by torch.compile (Note [torch.compile])."""
-        entry = self._entry(state)
+        walked = self._walk()  # Note [One walk of the model per call]
+        entry = self._entry(state, walked)
         refuse_shared_hazards(() if entry.plain else entry.shared_params, "CheckpointedSequential")
         U.settle_deferred_hooks()  # a backward that raised left hooks suspended
         self._meter.record_ended()  # what the last measured step showed plans this one (Note [The caller's turn])
@@ -2717,7 +2737,7 @@ class CheckpointedSequential(_PlannedModule):
         if self._begin_step(entry, flat[0].device):
             return self._plain_step(lambda: self._plain(state))
         structure = "tensor" if isinstance(state, torch.Tensor) else "tuple"
-        tap, tap_args = self._parameter_tap()
+        tap, tap_args = self._parameter_tap(walked)
         return _ScheduleFunction.apply((entry, structure, self.preserve_rng_state, self._meter, tap_args,
                                         self.call_data), tap, *flat)
 

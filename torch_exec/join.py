@@ -445,10 +445,10 @@ class CheckpointedJoin(_PlannedModule):
         self._last = self._entry(inputs)
         return self._last.plan
 
-    def _key(self, inputs):
+    def _key(self, inputs, walked: list | None = None):
         flat = [t for x in inputs for t in U.tensors(x)]
         return (tuple((tuple(t.shape), t.dtype, t.device, t.requires_grad) for t in flat),
-                tuple(_structure(x, b) for b, x in enumerate(inputs)), self._state_key(), U.autocast_key())
+                tuple(_structure(x, b) for b, x in enumerate(inputs)), self._state_key(walked), U.autocast_key())
 
     def _build(self, inputs) -> JoinEntry:
         U.refuse_meta("CheckpointedJoin", [t for x in inputs for t in U.tensors(x)], self)
@@ -717,7 +717,8 @@ class CheckpointedJoin(_PlannedModule):
     @U.without_caches  # Note [Autocast's cache] in the executor
     def _scheduled(self, inputs):
         """A step under a plan (never traced by torch.compile: Note [torch.compile] in the executor)."""
-        entry = self._entry(inputs)
+        walked = self._walk()  # Note [One walk of the model per call] in the executor
+        entry = self._entry(inputs, walked)
         refuse_shared_hazards(() if entry.plain else entry.shared_params, "CheckpointedJoin")
         if not entry.plain:
             _refuse_shared_input_written(entry, inputs)
@@ -728,7 +729,7 @@ class CheckpointedJoin(_PlannedModule):
             return self._plain_step(lambda: self._plain(inputs))
         # the parameters reach the Function through a tap: without it a call naming them (backward(inputs=[...]),
         # autograd.grad) skipped the step's backward and left them without gradients, silently
-        tap, tap_args = self._parameter_tap()
+        tap, tap_args = self._parameter_tap(walked)
         box: list = []
         results = _JoinFunction.apply((entry, self.preserve_rng_state, box, self._meter, tap_args, self.call_data),
                                       tap, *flat)

@@ -245,7 +245,8 @@ def host_max_profile(data: dict) -> dict:
     if missing:
         raise ValueError(f"host_max: stages {missing[:5]} of the profile have no host times ({', '.join(HOST_FIELDS.values())}); "
                          f"only a CUDA profile records them: run on a GPU, without --host-max on the CPU")
-    stages = [dict(stage, **{t: max(float(stage[t]), float(stage[h])) for t, h in HOST_FIELDS.items()})
+    stages = [dict(stage, **{t: max(float(stage[t]), float(stage[h])) for t, h in HOST_FIELDS.items()
+                             if stage[t] is not None})  # a t_bwd of None: the chain estimates it from t_fwd
               for stage in data["stages"]]
     return dict(data, stages=stages)
 

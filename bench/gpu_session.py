@@ -79,9 +79,11 @@ class Step:
 
 
 WHEEL_SITE = "/tmp/gpu_session_site"  # carried wheels (.whl/*.whl) go here, first on the steps' PYTHONPATH
+# the wheels' loop grouped: a failed install of the project fails the step (a review: `...; done; true` made the
+# whole step exit 0, bench/repros/rv14_review_install_exit_status.py); --upgrade: a warm machine's site dir is replaced
 INSTALL = ("{PY} -m pip install -q --no-deps --no-build-isolation -e . && {PY} -c 'import gpusolve, torch_exec' && "
-           f"for w in .whl/*.whl; do [ -e \"$w\" ] || continue; {{PY}} -m pip install -q --no-deps --target {WHEEL_SITE} "
-           f"\"$w\" && echo \"carried: $w\"; done; true")
+           f"{{{{ for w in .whl/*.whl; do [ -e \"$w\" ] || continue; {{PY}} -m pip install -q --no-deps --upgrade "
+           f"--target {WHEEL_SITE} \"$w\" && echo \"carried: $w\"; done; true; }}}}")
 ENV = ("nvidia-smi; {PY} -c 'import sys, torch, cupy, numpy; print(sys.version); print(\"torch\", torch.__version__, "
        "torch.version.cuda, torch.cuda.get_device_name(0)); print(\"cupy\", cupy.__version__, "
        "cupy.cuda.runtime.runtimeGetVersion()); print(\"numpy\", numpy.__version__)'; nproc; free -g")

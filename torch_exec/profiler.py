@@ -119,7 +119,11 @@ Note [Host time of a stage]
     thread, where its hooks run). They are measurements beside the cost model, which still takes the
     event times: bench/executor.py's ``host_max`` cost model (the larger of the two per stage) puts the
     choice to a measured step on a GPU before the planner uses them. On the CPU the stage times are host
-    times already, and no such field is written.
+    times already, and no such field is written. The forward pass with grad marks each stage's start and end
+    apart, its own bookkeeping between them (the input's versions, the backward marks' hooks: 9 us a stage with
+    one tensor, 190 us with 32 on the CPU) outside every span: inside, a host-bound network's stages read it, on
+    the device's clock too. How much of DenseNet-121's H200 profile summing to 66.3 ms against a 58.6 ms plain
+    step that was is for a GPU run to tell.
 """
 from __future__ import annotations
 

@@ -125,3 +125,16 @@ def unfused_profile_or_exit(parser, path):
         return Chain.from_profile(path, fuse_aliasing=False)
     except (OSError, ValueError, KeyError) as err:
         parser.exit(2, f"{parser.prog}: profile {path}: {err}\n")
+
+
+class SavedRows(list):
+    """A list of result rows that calls ``save()`` after each row is appended: a benchmark killed at its time
+    limit (bench/gpu_session.py's steps) keeps every row it measured."""
+
+    def __init__(self, save):
+        super().__init__()
+        self.save = save
+
+    def append(self, row) -> None:
+        super().append(row)
+        self.save()

@@ -55,7 +55,7 @@ from gpusolve.schedule import segments_policy  # noqa: E402
 from gpusolve.simulate import simulate, store_all_peak_bytes  # noqa: E402
 from gpusolve.solve import release_device_memory  # noqa: E402
 from torch_exec.split import gpt2_hf_stages, gpt2_stages, split_model  # noqa: E402
-from _common import command_line, slug, torchvision_models  # noqa: E402  (same folder)
+from _common import SavedRows, command_line, slug, torchvision_models  # noqa: E402  (same folder)
 
 NETWORKS = ("densenet121", "resnet50", "vgg16", "gpt2", "gpt2-like")
 DEFAULT_NETWORKS = NETWORKS[:4]
@@ -420,7 +420,7 @@ def store_all_schedule(chain):
 
 
 # ---------------------------------------------------------------------------- report
-def write_report(records, errors, args, command):
+def write_report(records, errors, args, command, quiet: bool = False):
     path_json = args.out / f"executor_{args.gpu_tag}.json"
     path_md = args.out / f"executor_{args.gpu_tag}.md"
     path_json.write_text(json.dumps(records, indent=1))
@@ -442,7 +442,8 @@ def write_report(records, errors, args, command):
     lines += ["", "## checkpoint_sequential segment counts that raised", ""]
     lines += [f"- {e}" for e in errors] or ["- none"]
     path_md.write_text("\n".join(lines) + "\n")
-    print(f"wrote {path_json} and {path_md}")
+    if not quiet:
+        print(f"wrote {path_json} and {path_md}")
 
 
 def _positive(text: str) -> int:
@@ -487,7 +488,10 @@ def main(argv=None):
     if args.device.startswith("cuda"):
         torch.backends.cudnn.benchmark = False
     meter = Meter(args.device)
-    records, errors, failed = [], [], []
+    command = command_line("executor.py", argv)
+    errors, failed = [], []
+    # written after every row: a step killed at its time limit (bench/gpu_session.py) keeps what it measured
+    records = SavedRows(lambda: write_report(records, errors, args, command, quiet=True))
     for name in args.networks:
         try:
             bench_network(name, args, meter, records, errors)
@@ -498,7 +502,7 @@ def main(argv=None):
             traceback.print_exc()
             failed.append(name)
         _free()
-    write_report(records, errors, args, command_line("executor.py", argv))
+    write_report(records, errors, args, command)
     # nonzero where a network failed: bench/gpu_session.py counts a step done by its exit status (a review:
     # bench/repros/rv12_gpu_executor_failed_network_exit_zero.py)
     return 1 if failed else 0

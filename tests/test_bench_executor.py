@@ -142,3 +142,20 @@ def test_host_max_runs_every_path_with_host_times_faked(tmp_path, monkeypatch):
     for r in timed:
         if "predicted_step_ms_host_max" in r:  # every stage's time doubled: the schedule's time doubles
             assert r["predicted_step_ms_host_max"] == pytest.approx(2 * r["predicted_step_ms"], rel=1e-9)
+
+
+def test_rows_are_written_as_they_come(tmp_path, monkeypatch):
+    """A step killed at its time limit keeps the rows measured before: the report is rewritten after each row."""
+    import json
+
+    def two_rows_then_killed(name, args, meter, records, errors):
+        for budget in ("100%", "50%"):
+            records.append(dict(network=name, budget_bytes=None, budget_label=budget, method="store_all",
+                                segments=None, measured_peak_bytes=1, predicted_peak_bytes=1, step_ms=1.0,
+                                predicted_step_ms=1.0))
+        raise KeyboardInterrupt  # what a kill leaves: no end-of-run report
+    monkeypatch.setattr(bench, "bench_network", two_rows_then_killed)
+    with pytest.raises(KeyboardInterrupt):
+        bench.main(["--networks", "gpt2-like", "--device", "cpu", "--quick", "--out", str(tmp_path)])
+    rows = json.loads((tmp_path / "executor_cpu_quick.json").read_text())
+    assert [r["budget_label"] for r in rows] == ["100%", "50%"]

@@ -54,7 +54,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import torch  # noqa: E402
 
-from _common import command_line, slug  # noqa: E402  (same folder)
+from _common import SavedRows, command_line, slug  # noqa: E402  (same folder)
 from gpusolve.errors import InfeasibleBudgetError  # noqa: E402
 
 NETWORKS = ("densenet121", "resnet50")
@@ -252,7 +252,7 @@ def _error(err) -> str:
     return f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
 
 
-def write_report(link_data, records, errors, args, command):
+def write_report(link_data, records, errors, args, command, quiet: bool = False):
     stem = f"offload_executor_{args.gpu_tag}"
     path_json, path_md = args.out / f"{stem}.json", args.out / f"{stem}.md"
     payload = dict(device=args.device_name, date=args.date, command=command, torch=torch.__version__,
@@ -297,7 +297,8 @@ def write_report(link_data, records, errors, args, command):
                          f"{t['predicted_ms']:.1f} | {t['host_ms']:.1f} | " + " | ".join(cells) + " |")
     lines += ["", "## Errors", ""] + ([f"- {e}" for e in errors] or ["- none"])
     path_md.write_text("\n".join(lines) + "\n")
-    print(f"wrote {path_json} and {path_md}")
+    if not quiet:
+        print(f"wrote {path_json} and {path_md}")
 
 
 def main(argv=None):
@@ -331,7 +332,10 @@ def main(argv=None):
     print(f"link: d2h {link.d2h_bytes_per_ms * 1e3 / 1e9:.2f} GB/s, h2d {link.h2d_bytes_per_ms * 1e3 / 1e9:.2f} GB/s, "
           f"latency {link.latency_ms * 1e3:.1f} us", flush=True)
     meter = chain_bench.Meter(args.device)
-    records, errors, failed = [], [], []
+    command = command_line("offload_executor.py", argv)
+    errors, failed = [], []
+    # written after every row too: a step killed at its time limit keeps what it measured
+    records = SavedRows(lambda: write_report(link_data, records, errors, args, command, quiet=True))
     for name in args.networks:
         try:
             bench_network(name, args, link, meter, records, errors)
@@ -344,7 +348,7 @@ def main(argv=None):
             failed.append(name)
         chain_bench._free()
         # after every network: a run killed at its time limit keeps what it measured
-        write_report(link_data, records, errors, args, command_line("offload_executor.py", argv))
+        write_report(link_data, records, errors, args, command)
     # nonzero where a network failed as a whole (a row's own error is in the report): bench/gpu_session.py counts a
     # step done by its exit status (a review: bench/repros/rv12_gpu_offload_executor_failed_network_exit_zero.py)
     return 1 if failed else 0

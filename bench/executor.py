@@ -243,8 +243,9 @@ def host_max_profile(data: dict) -> dict:
     stages fused into the chain, are unchanged."""
     missing = [s + 1 for s, stage in enumerate(data["stages"]) if any(h not in stage for h in HOST_FIELDS.values())]
     if missing:
-        raise ValueError(f"host_max: stages {missing[:5]} of the profile have no host times ({', '.join(HOST_FIELDS.values())}); "
-                         f"only a CUDA profile records them: run on a GPU, without --host-max on the CPU")
+        raise ValueError(f"host_max: stages {missing[:5]} of the profile have no host times "
+                         f"({', '.join(HOST_FIELDS.values())}); only a CUDA profile records them: run on a GPU, "
+                         f"without --host-max on the CPU")
     stages = [dict(stage, **{t: max(float(stage[t]), float(stage[h])) for t, h in HOST_FIELDS.items()
                              if stage[t] is not None})  # a t_bwd of None: the chain estimates it from t_fwd
               for stage in data["stages"]]
@@ -291,10 +292,13 @@ def bench_network(name, args, meter, records, errors):
     predicted_all = store_all_peak_bytes(chain)
     host_chain = te.chain_from_profile(host_max_profile(data)) if args.host_max else None
     if host_chain is not None and host_chain.names != chain.names:
-        raise RuntimeError("host_max: the chain's stages differ from the profiled chain's (fusion depends on memory only)")
+        raise RuntimeError("host_max: the chain's stages differ from the profiled chain's (fusion depends on memory "
+                           "only)")
 
     def host_ms(schedule) -> dict:  # the schedule's time under the host_max model, beside the event times'
-        return {} if host_chain is None else {"predicted_step_ms_host_max": float(simulate(host_chain, schedule).time_ms)}
+        if host_chain is None:
+            return {}
+        return {"predicted_step_ms_host_max": float(simulate(host_chain, schedule).time_ms)}
 
     def plain_row(method, peak, ms, each):
         return dict(common, budget_bytes=None, method=method, segments=None, measured_peak_bytes=peak,
@@ -364,8 +368,9 @@ def bench_network(name, args, meter, records, errors):
             row.update(measured_peak_bytes=peak, predicted_peak_bytes=int(plan.predicted_peak_bytes), step_ms=ms,
                        step_ms_each=each, requested_peak_bytes=meter.requested_peak, **meter.diagnostics,
                        predicted_step_ms=float(plan.predicted_time_ms), runs_plain=bool(wrapped._last.plain),
-                       ops=len(plan.schedule), **(host_ms(plan.schedule) if not wrapped._last.plain and plan.chain is not None
-                                                  and plan.chain.names == chain.names else {}))
+                       ops=len(plan.schedule),
+                       **(host_ms(plan.schedule) if not wrapped._last.plain and plan.chain is not None
+                          and plan.chain.names == chain.names else {}))
             print(f"   gpusolve (wrapper) {label} ({budget} B): peak {peak} B (pred {plan.predicted_peak_bytes}), "
                   f"{ms:.2f} ms (pred {plan.predicted_time_ms:.2f}){', plain autograd' if row['runs_plain'] else ''}",
                   flush=True)
@@ -385,8 +390,8 @@ def bench_network(name, args, meter, records, errors):
     for segments in counts:
         row = dict(common, budget_bytes=None, method="checkpoint_sequential", segments=segments)
         bounds = to_chain_boundaries(chain, checkpoint_sequential_boundaries(n_measured, segments))
-        sim = simulate(chain, te.plan_from_schedule(chain, segments_policy(bounds, chain.n)).schedule) \
-            if bounds is not None else None
+        schedule = None if bounds is None else te.plan_from_schedule(chain, segments_policy(bounds, chain.n)).schedule
+        sim = None if schedule is None else simulate(chain, schedule)
         try:
             def step(segments=segments):
                 loss = checkpoint_sequential(stages, segments, x, use_reentrant=False)
@@ -401,8 +406,8 @@ def bench_network(name, args, meter, records, errors):
             print(f"   checkpoint_sequential({segments}): {row['error']}", flush=True)
         row.update(predicted_peak_bytes=None if sim is None else int(sim.peak_bytes),
                    predicted_step_ms=None if sim is None else float(sim.time_ms))
-        if sim is not None:
-            row.update(host_ms(te.plan_from_schedule(chain, segments_policy(bounds, chain.n)).schedule))
+        if schedule is not None:
+            row.update(host_ms(schedule))
         records.append(row)
         _free()
     # plain autograd again, last: on the H100 DenseNet-121's first measurement (81.1 ms) sat 27 % above

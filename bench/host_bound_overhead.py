@@ -1,6 +1,7 @@
 """The executor's own cost where the host sets the pace: DenseNet-121's layout with tiny widths on the CPU.
 
-    python bench/host_bound_overhead.py [--repeats 60] [--budgets 100%,50%,35%] [--out bench/results/host_bound_overhead_cpu]
+    python bench/host_bound_overhead.py [--repeats 60] [--budgets 100%,50%,35%]
+                                        [--out bench/results/host_bound_overhead_cpu]
 
 On the H200, torchvision's DenseNet-121 (batch 64) is host-bound: queueing a 50 % plan's ops took the host 68.0 of a
 76.7 ms step, and the step measured 7 % above its predicted time (README "On an H200"). On the CPU every op is host

@@ -575,8 +575,8 @@ class _Passes:
                     t_ng[s].append(ng[s])
                     t_f[s].append(fwd[s])
                     t_b[s].append(bwd[s])
-                    for into, host in ((h_ng, host_ng), (h_f, host_f), (h_b, host_b)):
-                        if host[s] is not None:
+                    if self.host_clock:
+                        for into, host in ((h_ng, host_ng), (h_f, host_f), (h_b, host_b)):
                             into[s].append(host[s])
                 # the whole no-grad forward in a pass of its own (no mark between stages): what the sum of
                 # the stages' times is checked against (bench/profile_reference.py)
@@ -591,9 +591,9 @@ class _Passes:
         for s in range(n):
             stages.append(dict(t_fwd=_median(t_f[s]), t_fwd_nograd=_median(t_ng[s]), t_bwd=_median(t_b[s]),
                                **mem[s]))
-            for key, host in (("host_fwd_ms", h_f), ("host_fwd_nograd_ms", h_ng), ("host_bwd_ms", h_b)):
-                if host[s]:
-                    stages[-1][key] = _median(host[s])
+            if self.host_clock:
+                stages[-1].update(host_fwd_ms=_median(h_f[s]), host_fwd_nograd_ms=_median(h_ng[s]),
+                                  host_bwd_ms=_median(h_b[s]))
         return stages, reference
 
     def warm(self):
@@ -1190,12 +1190,12 @@ class _CudaProfiler(_Passes):
     """CUDA events for times; the caching allocator's counters for memory (no synchronisation); the host's
     clock beside each event (Note [Host time of a stage])."""
 
+    host_clock = True
+
     def mark(self):
         event = torch.cuda.Event(enable_timing=True)
         event.record()
         return _Stamp(event, time.perf_counter())
-
-    host_clock = True
 
     def elapsed(self, a, b):
         return a.event.elapsed_time(b.event)

@@ -12,7 +12,13 @@ falls back to when bucket rounding leaves no plan at a feasible budget.
 
 Note [One set of least-peak recurrences]
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-The Tape and Checkpoint k candidates (peak and time) and the tie order that picks among candidates live
+The peak of each action is written once: the thresholds in :func:`gpusolve.dp.problem.tape_threshold` and
+:func:`~gpusolve.dp.problem.checkpoint_threshold`, the rest in :func:`tape_peak` and :func:`checkpoint_peak`,
+which take the ``larger`` of two values as an argument so that the same line serves arrays (``np.maximum``)
+and the walks over plain ints (builtin ``max``): :func:`policy_peak_bytes` (0.20 to 0.22 ms a call with the
+call per node, densenet121_fine_b32, bench/results/least_peak_rules_cpu.md) and the segment policies'
+evaluator (:mod:`gpusolve.dp.segments`, whose columns of Tape peaks unroll :func:`tape_peak`). The Tape and
+Checkpoint k candidates (peak and time) and the tie order that picks among candidates live
 in :class:`PeakRecurrences` only; :func:`min_peak_tables` and the combined recompute + offload DP
 (:func:`gpusolve.offload.dp.least_peak_tables`, which adds its Swap k candidates as further groups) both
 fill their tables with it, so a change to one rule reaches both. They keep their own loops: recompute only
@@ -29,10 +35,23 @@ import numpy as np
 
 from ..chain import Chain
 from ..schedule import Policy, Tape
-from .problem import Problem
+from .problem import Problem, checkpoint_threshold, tape_threshold
 from .recover import walk_policy
 
 NO_PEAK = np.iinfo(np.int64).max // 4  # the peak of an action that cannot run (sums of sizes stay far below it)
+
+
+def tape_peak(thr, tape_next, right, larger=np.maximum):
+    """Peak of Tape at (i, j) over more than one stage: its threshold ``thr`` (the recording forward or the
+    backward), or stage i+1's tape ``tape_next`` held over the sub-problem (i+1, j) of peak ``right``. A stage
+    alone (j = i+1) is ``thr``. ``larger``: ``np.maximum`` on arrays, the builtin ``max`` on plain ints."""
+    return larger(thr, tape_next + right)
+
+
+def checkpoint_peak(thr, act_k, right, left, larger=np.maximum):
+    """Peak of Checkpoint k at (i, j): its threshold ``thr`` (the no-grad forwards i+1..k), a_k (``act_k``) held
+    over the right part (k, j) of peak ``right``, or the left part (i, k) of peak ``left``."""
+    return larger(larger(thr, act_k + right), left)
 
 
 class PeakDiagonal(NamedTuple):
@@ -83,7 +102,7 @@ class PeakRecurrences:
             return thr, self.t_tape[i + 1]
         if not self.multi_tape:
             return np.full(len(i), NO_PEAK), np.full(len(i), np.inf)
-        return np.maximum(thr, self.tape_bytes[i + 1] + peak[i + 1, j]), self.t_tape[i + 1] + cost[i + 1, j]
+        return tape_peak(thr, self.tape_bytes[i + 1], peak[i + 1, j]), self.t_tape[i + 1] + cost[i + 1, j]
 
     def checkpoint(self, g: PeakDiagonal, right: tuple[np.ndarray, np.ndarray], left: tuple[np.ndarray, np.ndarray]):
         """Checkpoint k's (peak, time), [pairs, d - 1] each: max(thr_ckpt, act[k] + P_right(k, j),
@@ -91,7 +110,7 @@ class PeakRecurrences:
         cost) tables the right part (k, j) and the left part (i, k) are read from."""
         (right_p, right_t), (left_p, left_t) = right, left
         k, ii, jj = g.k, g.ii, g.jj
-        return (np.maximum(g.thr_ckpt, np.maximum(self.act_bytes[k] + right_p[k, jj], left_p[ii, k])),
+        return (checkpoint_peak(g.thr_ckpt, self.act_bytes[k], right_p[k, jj], left_p[ii, k]),
                 g.sfn + right_t[k, jj] + left_t[ii, k])
 
     @staticmethod
@@ -180,15 +199,15 @@ def policy_peak_bytes(problem: Problem, act: np.ndarray, tape: np.ndarray, polic
             if node.right is not None and not ready:
                 stack += [(node, lo, hi, True), (node.right, lo + 1, hi, False)]
                 continue
-            peak = max(grad[hi] + tape_fwd[lo + 1], need[lo + 1])  # thr_tape_bytes
+            peak = tape_threshold(grad[hi], tape_fwd[lo + 1], need[lo + 1], max)
             if node.right is not None:
-                peak = max(peak, tape[lo + 1] + done.pop())
+                peak = tape_peak(peak, tape[lo + 1], done.pop(), max)
         else:
             k = node.k
             if not ready:
                 stack += [(node, lo, hi, True), (node.right, k, hi, False), (node.left, lo, k, False)]
                 continue
             right = done.pop()
-            peak = max(grad[hi] + nograd(lo, k), act[k] + right, done.pop())  # thr_ckpt_bytes, right, left
+            peak = checkpoint_peak(checkpoint_threshold(grad[hi], nograd(lo, k)), act[k], right, done.pop(), max)
         done.append(peak)
     return done[0]

@@ -33,6 +33,20 @@ BYTES_PER_STATE = 4  # one float32 time per (i, j, m); choices are recomputed, n
 INF = np.float32(np.inf)
 
 
+def tape_threshold(grad_j, tape_fwd, tape_need, larger=np.maximum):
+    """Bytes Tape at (i, j) needs at its worst moment, from ``grad_bytes[j]``, ``tape_fwd[i+1]`` and
+    ``tape_need[i+1]``: the recording forward (with the gradient of a_j held) or the backward. ``larger`` is
+    ``np.maximum`` on arrays and the builtin ``max`` in the walks over plain ints (Note [One set of least-peak
+    recurrences] in :mod:`gpusolve.dp.minpeak`)."""
+    return larger(grad_j + tape_fwd, tape_need)
+
+
+def checkpoint_threshold(grad_j, nograd_peak):
+    """Bytes Checkpoint k at (i, j) needs for its no-grad forwards i+1..k, from ``grad_bytes[j]`` and
+    ``nograd_peak[i, k]`` (arrays or plain ints)."""
+    return grad_j + nograd_peak
+
+
 def ceil_div(num, den: int):
     """Ceiling of num / den for non-negative integers (scalars or int64 arrays)."""
     return -(-np.asarray(num, dtype=np.int64) // np.int64(den))
@@ -117,11 +131,11 @@ class Problem:
     def thr_tape_bytes(self, i, j):
         """Bytes the tape at (i, j) needs at its worst moment: the recording forward or the backward."""
         i = np.asarray(i)
-        return np.maximum(self.grad_bytes[np.asarray(j)] + self.tape_fwd[i + 1], self.tape_need[i + 1])
+        return tape_threshold(self.grad_bytes[np.asarray(j)], self.tape_fwd[i + 1], self.tape_need[i + 1])
 
     def thr_ckpt_bytes(self, i, j, k):
         """Bytes checkpoint k at (i, j) needs for its no-grad forwards i+1..k."""
-        return self.grad_bytes[np.asarray(j)] + self.nograd_peak[np.asarray(i), np.asarray(k)]
+        return checkpoint_threshold(self.grad_bytes[np.asarray(j)], self.nograd_peak[np.asarray(i), np.asarray(k)])
 
     def thr_tape(self, i, j):
         """Least m (buckets) at which tape at (i, j) is allowed: recording forward and backward fit."""

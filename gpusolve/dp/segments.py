@@ -19,15 +19,17 @@ from __future__ import annotations
 import numpy as np
 
 from ..chain import Chain
+from .minpeak import checkpoint_peak, tape_peak
 from .problem import Problem
 
 
 class SegmentEvaluator:
     """Exact time and peak of segment policies of one chain (see the module docstring).
 
-    T(i, j) unrolls to max over l in [i, j) of thr_tape(l, j) + tape[i+1..l], i.e. with P the prefix
-    sums of the tape bytes, (suffix maximum over l >= i of thr_tape(l, j) + P[l]) - P[i]: one column
-    T(., j) in three array operations, computed for the columns the candidates touch.
+    T(i, j) is :func:`~gpusolve.dp.minpeak.tape_peak` applied from l = j - 1 down to i, which unrolls to max
+    over l in [i, j) of thr_tape(l, j) + tape[i+1..l], i.e. with P the prefix sums of the tape bytes, (suffix
+    maximum over l >= i of thr_tape(l, j) + P[l]) - P[i]: one column T(., j) in three array operations,
+    computed for the columns the candidates touch (tests/test_segments.py checks it against the rule).
     """
 
     def __init__(self, chain: Chain, problem: Problem):
@@ -61,7 +63,8 @@ class SegmentEvaluator:
         for m in range(len(cuts) - 1, -1, -1):
             lo = cuts[m - 1] if m > 0 else 0
             c = cuts[m]
-            peak = max(int(self._problem.thr_ckpt_bytes(lo, n, c)), int(self.act[c]) + peak, self.tape_peak(lo, c))
+            peak = checkpoint_peak(int(self._problem.thr_ckpt_bytes(lo, n, c)), int(self.act[c]), peak,
+                                   self.tape_peak(lo, c), max)
         return self.base_time + float(self.prefix[cuts[-1]] - self.prefix[0]), peak
 
     def fastest_fitting(self, cut_sets, budget_bytes: int):

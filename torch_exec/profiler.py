@@ -118,8 +118,11 @@ Note [Host time of a stage]
     ``host_fwd_ms``, ``host_fwd_nograd_ms`` and ``host_bwd_ms`` (the backward's read in the engine's
     thread, where its hooks run). They are measurements beside the cost model, which still takes the
     event times: bench/executor.py's ``host_max`` cost model (the larger of the two per stage) puts the
-    choice to a measured step on a GPU before the planner uses them. On the CPU the stage times are host
-    times already, and no such field is written. The forward pass with grad marks each stage's start and end
+    choice to a measured step on a GPU before the planner uses them. A stage that waits for the device (a
+    ``.item()``, a copy to the host) reads the queue of the stages before it as its own host time, which
+    their event times count already: there the larger of the two per stage over-states the step, and a
+    prediction from it is an upper bound. On the CPU the stage times are host times already, and no such
+    field is written. The forward pass with grad marks each stage's start and end
     apart, its own bookkeeping between them (the input's versions, the backward marks' hooks: 9 us a stage with
     one tensor, 190 us with 32 on the CPU) outside every span: inside, a host-bound network's stages read it, on
     the device's clock too. How much of DenseNet-121's H200 profile summing to 66.3 ms against a 58.6 ms plain

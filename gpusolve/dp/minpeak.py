@@ -17,7 +17,9 @@ The peak of each action is written once: the thresholds in :func:`gpusolve.dp.pr
 which take the ``larger`` of two values as an argument so that the same line serves arrays (``np.maximum``)
 and the walks over plain ints (builtin ``max``): :func:`policy_peak_bytes` (0.20 to 0.22 ms a call with the
 call per node, densenet121_fine_b32, bench/results/least_peak_rules_cpu.md) and the segment policies'
-evaluator (:mod:`gpusolve.dp.segments`, whose columns of Tape peaks unroll :func:`tape_peak`). The Tape and
+evaluator (:mod:`gpusolve.dp.segments`, whose columns of Tape peaks unroll :func:`tape_peak`); the join DP's
+least peak (:func:`gpusolve.join.dp.min_peak_join`) combines its own thresholds (what the other branches hold)
+with the same two. The Tape and
 Checkpoint k candidates (peak and time) and the tie order that picks among candidates live
 in :class:`PeakRecurrences` only; :func:`min_peak_tables` and the combined recompute + offload DP
 (:func:`gpusolve.offload.dp.least_peak_tables`, which adds its Swap k candidates as further groups) both

@@ -59,7 +59,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..dp import cpu
-from ..dp.minpeak import min_peak_tables
+from ..dp.minpeak import checkpoint_peak, min_peak_tables, tape_peak
 from ..dp.problem import Problem, ceil_div
 from ..dp.recover import recover_policy, table_lookup, walk_policy
 from .network import BranchCheckpoint, BranchTape, JoinNet, JoinPolicy
@@ -353,8 +353,8 @@ def min_peak_join(net: JoinNet) -> MinPeak:
             a = net.padded(b)
             if problem.multi_tape:
                 sub = here + jp.stride[b]
-                p = np.maximum(np.maximum(problem.tape_fwd[i + 1], problem.tape_need[i + 1] + reach),
-                               a["tape_bytes"][i + 1] + peak[sub])
+                p = tape_peak(np.maximum(problem.tape_fwd[i + 1], problem.tape_need[i + 1] + reach),
+                              a["tape_bytes"][i + 1], peak[sub])
                 _offer(best, sel, p, problem.t_tape[i + 1] + cost[sub], lambda q, b=b: ("tape", b))
             cpeak, ccost, _ = chain_tables[b]
             for kk in range(1, length + 1):
@@ -363,8 +363,8 @@ def min_peak_join(net: JoinNet) -> MinPeak:
                     continue
                 iq = i[q]
                 sub = jp.sub_row(here[q], b, kk)
-                p = np.maximum(np.maximum(problem.nograd_peak[iq, kk], a["act_bytes"][kk] + peak[sub]),
-                               cpeak[iq, kk] + reach[q])
+                p = checkpoint_peak(problem.nograd_peak[iq, kk], a["act_bytes"][kk], peak[sub],
+                                    cpeak[iq, kk] + reach[q])
                 t = (problem.fwd_prefix[kk] - problem.fwd_prefix[iq]) + cost[sub] + ccost[iq, kk]
                 _offer(best, sel[q], p, t, lambda q2, b=b, kk=kk: ("ckpt", b, kk))
         peak[rows], cost[rows] = best_p, best_t

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..chain import Chain
-from .minpeak import checkpoint_peak, tape_peak
+from .minpeak import checkpoint_peak
 from .problem import Problem
 
 

@@ -153,6 +153,38 @@ def test_the_signature_walk_lists_the_trainable_parameters_as_parameters_does():
     assert [id(p) for p in walked] == [id(p) for p in model.parameters() if p.requires_grad]
 
 
+def test_the_signature_walk_visits_the_modules_as_modules_does():
+    """Note [The signature's walk of the modules]: the same modules, each once, in ``modules()``'s order (a module
+    held twice, a None entry, a ModuleDict), and a module listing its submodules its own way walked by
+    ``modules()``; the hook predicates' fast paths still see a hook of either kind."""
+    import torch_exec._util as U
+
+    class Hides(nn.Sequential):
+        def named_modules(self, memo=None, prefix="", remove_duplicate=True):
+            yield prefix, self
+
+    shared = nn.Linear(3, 3)
+    inner = nn.Sequential(nn.Linear(3, 3), shared, nn.ModuleDict({"b": nn.ReLU(), "a": shared}))
+    model = nn.Sequential(shared, inner, nn.Sequential(inner, nn.Tanh()))
+    model.register_module("gone", None)
+    want = [id(m) for m in model.modules()]
+    assert len(want) == 8
+    model.modules = None  # the stack walk is the one taken: it calls no modules()
+    assert [id(m) for m in U.walked_modules(model)] == want
+    del model.modules
+    hiding = nn.Sequential(model, Hides(nn.Linear(3, 3)))
+    assert [id(m) for m in U.walked_modules(hiding)] == [id(m) for m in hiding.modules()] == [
+        id(hiding), *want, id(hiding[1])]
+    p = shared.weight
+    assert not U.users_grad_hooks(p) and not U.users_post_hooks(p)
+    handle = p.register_hook(lambda g: g)
+    assert U.users_grad_hooks(p) and not U.users_post_hooks(p)
+    handle.remove()
+    handle = p.register_post_accumulate_grad_hook(lambda t: None)
+    assert U.users_post_hooks(p) and not U.users_grad_hooks(p)
+    handle.remove()
+
+
 @pytest.mark.parametrize("schedule", list(SCHEDULES))
 def test_grad_of_params_on_a_measured_step(schedule):
     """A measured step's meter hooks every parameter without a gradient (Note [Gradients set during the

@@ -838,7 +838,7 @@ def global_forward_hooks() -> tuple:
 #     each once, the ``_modules`` dicts' order, None entries skipped) with a stack and no names: 0.08 ms. A module
 #     whose class lists its submodules its own way (overrides ``named_modules``, or the root ``modules``) is walked
 #     by ``modules()`` as before (tests/test_torch_api.py::test_the_signature_walk_visits_the_modules_as_modules_does;
-#     A/B: bench/results/hb15_signature_walk_ab_cpu.md).
+#     A/B: bench/results/signature_walk_ab_cpu.md).
 _NAMED_MODULES, _MODULES = nn.Module.named_modules, nn.Module.modules
 
 

@@ -1,7 +1,7 @@
 """A/B of Note [The signature's walk of the modules] (torch_exec/_util.py): the input signature's key and the
 routed-hooks scan of bench/host_bound_overhead.py's network (489 modules, 364 parameters), ms, min of 7x300.
 
-    PYTHONPATH=<worktree>:<worktree>/examples python bench/repros/hb15_signature_walk_ab.py
+    PYTHONPATH=<worktree>:<worktree>/examples python bench/repros/signature_walk_ab.py
 """
 import timeit
 import warnings

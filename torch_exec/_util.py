@@ -1395,7 +1395,7 @@ def _buffer_slots(modules) -> list:
     """``(module, name, buffer)`` of every buffer of ``modules`` and their submodules, each module once."""
     slots, seen = [], set()
     for mod in modules:
-        for m in mod.modules():
+        for m in walked_modules(mod):  # Note [The signature's walk of the modules]
             if id(m) in seen:
                 continue
             seen.add(id(m))

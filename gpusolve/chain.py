@@ -71,7 +71,7 @@ CHAIN_FORMAT = "gpusolve-chain/1"
 PROFILE_FORMAT = "measured-chain/1"
 THESIS_FORMAT = "thesis-reference/1"
 # Provenance lists with one entry per stage (Chain.from_profile): a chain cut from another slices them
-PER_STAGE_PROVENANCE = ("members", "made_bytes", "shared_storage", "device_only")
+PER_STAGE_PROVENANCE = ("members", "made_bytes", "shared_storage", "device_only", "passed_from", "dropped_from")
 
 # A missing backward time (t_bwd: null) is estimated as this multiple of the stage's forward time
 # (a backward usually costs one to two forwards: the upper end).
@@ -332,8 +332,17 @@ class Chain:
         first = 1  # the measured stage number of each group's first member
         group_of: dict[int, int] = {}  # measured stage number -> its group's index
         shared = [False] * len(groups)  # the group's output shares a storage with another group's
+        # Note [Storage-exact peaks] in gpusolve/exact_peak.py: per stage, [maker stage, bytes] of the storages
+        # made by earlier stages that its output passes on, and that it drops (None where the profile does not say)
+        passed_from: list[list | None] = []
+        dropped_from: list[list | None] = []
         for g, group in enumerate(groups):
             merged = _merge_group(group, grad_in, notes, granule, first=first)
+            passed_from.append(_by_group(_held_from(group[-1], range(1, first)), group_of)
+                               if "held_from" in group[-1] else None)
+            dropped_from.append(_by_group([(int(o), int(b)) for st in group for o, b in st["in_dropped_from"]
+                                           if 1 <= int(o) < first], group_of)
+                                if all("in_dropped_from" in st for st in group) else None)
             group_of.update(dict.fromkeys(range(first, first + len(group)), g))
             for origin, _ in _held_from(group[-1], range(1, first)):  # storages made before the group
                 shared[g] = shared[group_of[origin]] = True
@@ -350,7 +359,7 @@ class Chain:
         provenance.update(source=str(source), format=PROFILE_FORMAT, measured_stages=len(stages),
                           merged_in_place=joined["in_place"], merged_unsaved=joined["unsaved"],
                           fused_aliasing=fuse_aliasing, members=members, notes=notes, made_bytes=made,
-                          shared_storage=shared,
+                          shared_storage=shared, passed_from=passed_from, dropped_from=dropped_from,
                           # the group's output holds a tensor the executor cannot move to the host (sparse...)
                           device_only=[bool(group[-1].get("device_only", False)) for group in groups])
         return cls(**fields, input_bytes=input_bytes, input_grad_bytes=input_grad,
@@ -732,6 +741,14 @@ def _held_from(stage: dict, numbers: range) -> list[tuple[int, int]]:
     """(maker, bytes) of the storages of ``stage``'s output that the measured stages ``numbers`` made (the
     profile's ``held_from``; none without it). Note [Outputs passed through]."""
     return [(int(origin), int(nbytes)) for origin, nbytes in stage.get("held_from", ()) if int(origin) in numbers]
+
+
+def _by_group(pairs, group_of: dict[int, int]) -> list[list[int]]:
+    """``(measured maker stage, bytes)`` pairs summed by the maker's stage of the chain (1-based), ascending."""
+    out: dict[int, int] = {}
+    for origin, nbytes in pairs:
+        out[group_of[origin] + 1] = out.get(group_of[origin] + 1, 0) + int(nbytes)
+    return [[s, nbytes] for s, nbytes in sorted(out.items()) if nbytes]
 
 
 def _made_by(stage: dict, numbers: range) -> int:

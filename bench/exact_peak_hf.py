@@ -1,0 +1,85 @@
+"""transformers' tiny encoder-decoders (bench/repros/rv11_hf_encdec_tuple_state_overcount.py's Whisper and T5) under
+``auto_checkpoint(model, "60%", backend="cpu", caller_keeps="loss")``: the plan's predicted peak, its storage-exact peak
+(Note [Storage-exact peaks] in gpusolve/exact_peak.py) and the whole step's measured peak (a MemoryMeter around the
+call and the backward, parameter gradients allocated before).
+
+    PYTHONPATH=.:bench python bench/exact_peak_hf.py [--budget 60%] [--repeat 2]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "repros"))
+
+try:  # a torchvision built for another torch breaks transformers' imports; these models need none of it
+    import torchvision  # noqa: F401
+except Exception:  # noqa: BLE001
+    for _name in [n for n in sys.modules if n == "torchvision" or n.startswith("torchvision.")]:
+        del sys.modules[_name]
+    sys.modules["torchvision"] = None
+
+import transformers  # noqa: E402
+
+from _setup import te, torch  # noqa: E402
+from gpusolve.exact_peak import exact_peak  # noqa: E402
+from gpusolve.schedule import count_recomputations  # noqa: E402
+from torch_exec.meter import MemoryMeter  # noqa: E402
+
+
+def make(name):
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(3, 97, (2, 16), generator=g)
+    if name == "t5":
+        config = transformers.T5Config(vocab_size=97, d_model=32, d_ff=64, num_layers=2, num_heads=4, d_kv=8,
+                                       decoder_start_token_id=0, dropout_rate=0.0)
+        return transformers.T5ForConditionalGeneration(config).train(), dict(input_ids=ids, labels=ids)
+    config = transformers.WhisperConfig(vocab_size=97, d_model=32, encoder_layers=2, decoder_layers=2,
+                                        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
+                                        decoder_ffn_dim=64, num_mel_bins=8, max_source_positions=16,
+                                        max_target_positions=32, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                                        decoder_start_token_id=1)
+    model = transformers.WhisperForConditionalGeneration(config).train()
+    return model, dict(input_features=torch.randn(2, 8, 32, generator=g), labels=ids[:, :8])
+
+
+def measure(w, kw) -> int:
+    w(**kw).loss.backward()
+    with MemoryMeter("cpu") as mt:
+        m0 = mt.mark()
+        w(**kw).loss.backward()
+        m1 = mt.mark()
+    return mt.between(m0, m1).peak
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--budget", default="60%")
+    parser.add_argument("--repeat", type=int, default=1, help="profiles per model (plans vary with the times)")
+    parser.add_argument("--models", default="whisper,t5")
+    args = parser.parse_args(argv)
+    for name in args.models.split(","):
+        for _ in range(args.repeat):
+            model, kw = make(name)
+            w = te.auto_checkpoint(model, "100%", backend="cpu", caller_keeps="loss")
+            w.prepare(**kw)
+            for p in w.parameters():
+                p.grad = torch.zeros_like(p)  # parameter gradients outside the measurement
+            w.replan(args.budget)
+            w(**kw).loss.backward()
+            e = w.executor._last
+            plan = w.plan
+            whole = measure(w, kw)
+            ex = exact_peak(e.chain, plan.schedule)
+            print(f"{name}: {e.chain.n} stages, budget {plan.budget_bytes} B, predicted {plan.predicted_peak_bytes} B, "
+                  f"exact {ex.peak_bytes} B (applied {ex.applied}), measured {whole} B: measured / predicted "
+                  f"{whole / plan.predicted_peak_bytes:.3f}, measured / exact {whole / ex.peak_bytes:.3f}; "
+                  f"recomputations {count_recomputations(plan.schedule)}, predicted overhead "
+                  f"{plan.predicted_time_ms / plan.store_all_time_ms - 1:+.1%}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

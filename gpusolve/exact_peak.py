@@ -1,0 +1,236 @@
+"""The peak of a schedule with every storage counted once (Note [Storage-exact peaks]).
+
+:func:`exact_peak` runs a chain schedule on :class:`gpusolve.simulate.Holdings`, the cost model's one
+accounting, and beside it a ledger of which stage made each storage the model counts; at every op it takes
+off the model's level what the model counts that is not held: a storage counted by two holders at once, or
+one that autograd has already freed. NumPy only (no torch).
+
+Note [Storage-exact peaks]
+    The cost model (gpusolve/chain.py) over-counts where stage boundaries are tuples that pass storages on
+    (an encoder-decoder captured by torch.export, Note [Values read late] in torch_exec/auto.py), in two ways
+    the DP cannot express (Note [Outputs passed through], Note [Storages a stage drops]):
+    1. a storage made by stage t and passed on to the checkpoints a_k and a_l held at once counts in both
+       (and in stage t's tape where that is live);
+    2. in a run of recorded stages (one autograd segment: Note [Tape runs] in torch_exec/executor.py), a
+       storage of a_s that stage s + 1 drops and no backward saves is freed by autograd once stage s + 1
+       has run and no boundary the executor holds passes it on, but the model keeps it in stage s's tape
+       until stage s's backward.
+    :meth:`Chain.from_profile` keeps per stage s, from the profile (``held_from``, ``in_dropped_from``,
+    written by ``note_storages`` in torch_exec/profiler.py), by the stage of the chain that made them:
+    ``passed_from`` (B_t(s): bytes of a_s made by stage t < s) and ``dropped_from`` (D_t(s): bytes of
+    a_{s-1} made by stage t that stage s neither passes on nor saves, and no backward before it saved).
+    With B_s(s) = ``made_bytes``, a storage made by t reaches a_k only through every a_l, t <= l <= k, so
+    the storages of one run of stage t that the boundaries hold are nested: those of a_k lie in those of
+    a_l. The ledger follows each boundary's storages by (maker t, run of t): a run is a forward op, and a
+    later stage's output inherits its input's runs. For each (t, run):
+    - the model counts B_t(k) for each checkpoint a_k held (k >= t; own bytes for k = t) and, while stage t's
+      tape from that run lives, min(made_bytes, tape_bytes) of it (during its backward: less what the model
+      releases at the backward's start, tape_bytes - bwd_tape_bytes);
+    - at most this is held: the largest B_t(l) over the boundaries the executor references (checkpoints and
+      the output of each tape segment's last stage), none of it where the sub-chain's input a_lo holds the run
+      (outside the counted memory: a_lo holds every storage of t <= lo that a later boundary holds); while the tape lives, its made
+      bytes less each D_t(s) no referenced boundary a_l, t <= l < s, still holds (freed); in its backward,
+      no more than what the model keeps of the tape plus that largest B_t(l) (what the backward saved may be
+      any part of the tape).
+    The level is the model's less the sum over (t, run) of what the model counts above that; no term is
+    negative (where the model counts less than what is held, it is left as it is). A forward's transient
+    takes off only what was counted twice before it (its own output's passed-on storages may be part of its
+    measured peak); a backward's, with its tape released as the model releases it; a FREE's, after it.
+    Tape segments are found as the executor finds them (:func:`tape_attaches`, checked against
+    ``torch_exec.executor.annotate`` by tests/test_exact_peak.py), split where stages share a leaf
+    (``Chain.shared_leaves``). Not counted: the storages of a_N held by the caller, which the executor reserves
+    (Note [The caller holds a_N] in torch_exec/executor.py) while a tape may still count them; schedules that
+    offload (their peak is the model's).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import count
+
+from .chain import Chain
+from .schedule import SWAP_OPS, Op, OpKind
+from .simulate import Holdings, ScheduleError, Tally, simulate
+
+
+@dataclass
+class ExactPeak:
+    """:func:`exact_peak`'s answer: the storage-exact peak (bytes), the model's (:func:`gpusolve.simulate.simulate`),
+    the op at the exact peak (-1: the start), and whether the chain had the storage facts to apply."""
+
+    peak_bytes: int
+    model_peak_bytes: int
+    peak_op: int
+    applied: bool
+    trace: list[int] = field(default_factory=list, repr=False)  # with trace=True: bytes taken off after each op
+
+
+def storage_facts(chain: Chain) -> tuple[list[dict[int, int]], list[dict[int, int]]] | None:
+    """(B, D): per stage s = 0..N (index 0 unused), {maker stage t: bytes} of a_s made by t (t <= s, B[s][s] the
+    made bytes) and of a_{s-1} made by t that stage s drops (Note [Storage-exact peaks]); None where the chain's
+    provenance lacks them or they do not fit its sizes (a chain derived without slicing them)."""
+    prov = chain.provenance or {}
+    passed, dropped = prov.get("passed_from"), prov.get("dropped_from")
+    n = chain.n
+    if passed is None or len(passed) != n or any(p is None for p in passed):
+        return None
+    if dropped is None or len(dropped) != n:
+        dropped = [None] * n
+    held: list[dict[int, int]] = [{}]
+    drops: list[dict[int, int]] = [{}]
+    for s in range(1, n + 1):
+        b = {int(t): int(nbytes) for t, nbytes in (passed[s - 1] or ()) if 1 <= int(t) < s and int(nbytes) > 0}
+        own = chain.made_bytes(s)
+        if own + sum(b.values()) > int(chain.act_bytes[s - 1]):
+            return None  # the facts are not this chain's
+        if own > 0:
+            b[s] = own
+        held.append(b)
+        drops.append({int(t): int(nbytes) for t, nbytes in (dropped[s - 1] or ()) if 1 <= int(t) < s
+                      and int(nbytes) > 0})
+    return held, drops
+
+
+def tape_attaches(schedule: list[Op], breaks=frozenset()) -> set[int]:
+    """Indices of the ``FWD_TAPE`` ops that extend the autograd segment of the op before them, as the executor
+    runs them (``torch_exec.executor.annotate``, Note [Tape runs]): right after ``FWD_TAPE(s - 1)``, unless s
+    is in ``breaks``, and only where ``BWD(s)`` comes right before ``BWD(s - 1)``."""
+    bwd_at = {op.stage: k for k, op in enumerate(schedule) if op.kind is OpKind.BWD}
+    out = set()
+    for k, op in enumerate(schedule):
+        if op.kind is not OpKind.FWD_TAPE or k == 0 or op.stage in breaks:
+            continue
+        prev = schedule[k - 1]
+        if (prev.kind is OpKind.FWD_TAPE and prev.stage == op.stage - 1
+                and bwd_at.get(op.stage, -5) == bwd_at.get(op.stage - 1, -2) - 1):
+            out.add(k)
+    return out
+
+
+class _Ledger:
+    """Which runs made the storages of each boundary held, and what the model counts of them
+    (Note [Storage-exact peaks])."""
+
+    def __init__(self, chain: Chain, held: list[dict[int, int]], drops: list[dict[int, int]], lo: int):
+        self.chain, self.held, self.drops, self.lo = chain, held, drops, lo
+        self.n = chain.n
+        self.runs = count(1)
+        self.acts: dict[int, dict[int, int]] = {}      # checkpoint a_k -> {maker t: run}
+        self.tapes: dict[int, dict[int, int]] = {}     # live tape of stage t -> runs of a_t's storages
+        self.ends: set[int] = set()                    # tapes whose output the executor holds (a segment's end)
+        self.lo_runs = {t: -t for t in held[lo]} if lo > 0 else {}  # the input's runs: its own
+        arr = chain.padded()
+        self.tape_own = [0] + [min(chain.made_bytes(s), int(arr["tape_bytes"][s])) if s < self.n else 0
+                               for s in range(1, self.n + 1)]  # a_N's storages may be reserved, not in its tape
+        self.released = [0] + [int(arr["tape_bytes"][s]) - int(arr["bwd_tape_bytes"][s]) for s in range(1, self.n + 1)]
+
+    def input_runs(self, s: int) -> dict[int, int]:
+        if s - 1 in self.acts:
+            return self.acts[s - 1]
+        if s - 1 in self.tapes:
+            return self.tapes[s - 1]
+        return self.lo_runs
+
+    def output_runs(self, s: int) -> dict[int, int]:
+        runs = {t: run for t, run in self.input_runs(s).items() if t in self.held[s]}
+        runs[s] = next(self.runs)
+        return runs
+
+    def over(self, backward: int | None = None) -> int:
+        """Bytes the model counts beyond what is held (stage ``backward``'s tape released as the model releases it
+        at its backward's start, its output no longer held)."""
+        counted: dict[tuple[int, int], int] = {}
+        refs: dict[tuple[int, int], list[int]] = {}
+        for k, runs in self.acts.items():
+            for t, run in runs.items():
+                counted[t, run] = counted.get((t, run), 0) + self.held[k].get(t, 0)
+                refs.setdefault((t, run), []).append(k)
+        for e in self.ends:
+            if e != backward:
+                for t, run in self.tapes[e].items():
+                    refs.setdefault((t, run), []).append(e)
+        tape_keys = {}
+        for t, runs in self.tapes.items():
+            own = self.tape_own[t]
+            if t == backward:
+                own = max(0, own - self.released[t])
+            if own > 0:
+                counted[t, runs[t]] = counted.get((t, runs[t]), 0) + own
+                tape_keys[t, runs[t]] = own
+        total = 0
+        for key, nbytes in counted.items():
+            t = key[0]
+            where = refs.get(key, [])
+            largest = max((self.held[k].get(t, 0) for k in where), default=0)
+            if key in tape_keys:
+                first = min(where, default=self.n + 1)  # a_s's drops are freed where no a_l, t <= l < s, is held
+                freed = sum(nbytes_d for s, d in enumerate(self.drops) if t < s <= first
+                            for u, nbytes_d in d.items() if u == t)
+                cap = max(largest, self.held[t].get(t, 0) - freed)
+                held = min(cap, tape_keys[key] + largest) if t == backward else cap
+            elif key[1] < 0:  # the sub-chain's input a_lo holds them, outside the counted memory
+                held = 0
+            else:
+                held = largest
+            total += max(0, nbytes - held)
+        return total
+
+    def apply(self, op: Op, attaches: bool) -> None:
+        s = op.stage
+        if op.kind is OpKind.FWD_NOGRAD:
+            self.acts[s] = self.output_runs(s)
+            if not op.keep_input:
+                self.acts.pop(s - 1, None)
+        elif op.kind is OpKind.FWD_TAPE:
+            self.tapes[s] = self.output_runs(s)
+            if attaches:
+                self.ends.discard(s - 1)
+            self.ends.add(s)
+        elif op.kind is OpKind.BWD:
+            self.tapes.pop(s, None)
+            self.ends.discard(s)
+        elif op.kind is OpKind.FREE:
+            self.acts.pop(s, None)
+
+
+def exact_peak(chain: Chain, schedule: list[Op], start: tuple[int, int] | None = None, breaks=None,
+               trace: bool = False, link=None) -> ExactPeak:
+    """The peak bytes of ``schedule`` (a chain schedule over the sub-chain ``start``, default (0, N), as
+    :func:`gpusolve.simulate.simulate` takes it) with each storage counted once (Note [Storage-exact peaks]).
+    ``breaks``: stages whose ``FWD_TAPE`` starts a new autograd segment (default: every reader of a shared leaf
+    after the first, from ``chain.shared_leaves()``, as the executor splits them). The model's peak where the
+    chain's profile did not record the storage facts, and for schedules that offload (simulated over ``link``)."""
+    model = simulate(chain, schedule, start=start, link=link)
+    facts = storage_facts(chain)
+    if facts is None or any(op.kind in SWAP_OPS for op in schedule):
+        return ExactPeak(model.peak_bytes, model.peak_bytes, model.peak_op, False)
+    n = chain.n
+    i, j = (0, n) if start is None else start
+    if breaks is None:
+        breaks = {s for stages, _, _ in (chain.shared_leaves() or ()) for s in stages[1:]}
+    attaches = tape_attaches(schedule, frozenset(breaks))
+    arr = chain.padded()
+    state = Holdings(arr, i, grads=(j,))
+    ledger = _Ledger(chain, *facts, lo=i)
+    tally = Tally(int(arr["grad_bytes"][j]) + int(chain.reserved_bytes), False)
+    off: list[int] = []
+    peak, peak_op = tally.peak, -1
+    for index, op in enumerate(schedule):
+        if op.kind is OpKind.TURN or op.branch is not None or not i < op.stage <= j:
+            raise ScheduleError(f"op {index} {op}: not an op of the chain schedule over ({i}, {j})")
+        before = tally.held
+        transient, change, seconds = state.apply(op, index)
+        if op.kind is OpKind.BWD:
+            over = ledger.over(backward=op.stage)
+            ledger.apply(op, index in attaches)
+        elif op.kind is OpKind.FREE:
+            ledger.apply(op, index in attaches)
+            over = ledger.over()
+        else:  # a forward: what was counted twice before it
+            over = ledger.over()
+            ledger.apply(op, index in attaches)
+        if before + transient - over > peak:
+            peak, peak_op = before + transient - over, index
+        tally.add(index, transient, change, seconds)
+        if trace:
+            off.append(ledger.over())
+    return ExactPeak(int(peak), model.peak_bytes, peak_op, True, off)

@@ -1,0 +1,245 @@
+"""The storage-exact peak of a plan (Note [Storage-exact peaks] in gpusolve/exact_peak.py): hand-built chains whose
+storage sharing is known, the executor's tape segments, and small torch models whose measured peak it must meet."""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from gpusolve.chain import Chain
+from gpusolve.exact_peak import exact_peak, storage_facts, tape_attaches
+from gpusolve.schedule import Op, OpKind, policy_to_schedule, segments_policy, tape_chain
+from gpusolve.simulate import simulate
+
+NOGRAD, TAPE, BWD, FREE = OpKind.FWD_NOGRAD, OpKind.FWD_TAPE, OpKind.BWD, OpKind.FREE
+
+
+def chain_of(act, made, passed, dropped=None, tape=None, bwd_tape=None) -> Chain:
+    """A chain whose stage s makes ``made[s - 1]`` bytes of its output and passes on ``passed[s - 1]`` ({maker: bytes})
+    made earlier; its tape is what it made (``tape``), its gradient its output's size, no workspace."""
+    n = len(act)
+    tape = list(made) if tape is None else tape
+    return Chain(t_fwd=[1.0] * n, t_fwd_nograd=[1.0] * n, t_bwd=[2.0] * n, act_bytes=act, grad_bytes=act,
+                 tape_bytes=tape, bwd_tape_bytes=bwd_tape, fwd_nograd_extra=[0] * n, fwd_grad_extra=[0] * n,
+                 bwd_extra=[0] * n, input_bytes=64,
+                 provenance={"made_bytes": list(made),
+                             "passed_from": [[[t, b] for t, b in p.items()] for p in passed],
+                             "dropped_from": None if dropped is None else [[[t, b] for t, b in d.items()]
+                                                                           for d in dropped]})
+
+
+def ops(*items) -> list[Op]:
+    return [Op(kind, s, keep) for kind, s, keep in ((i + (False,))[:3] for i in items)]
+
+
+# Stage 1 makes A (100 B); stages 2 and 3 each make 100 B and pass A on; stage 4 is a 1-byte loss.
+SHARED = dict(act=[100, 200, 200, 1], made=[100, 100, 100, 1], passed=[{}, {1: 100}, {1: 100}, {}])
+THREE_CHECKPOINTS = ops((NOGRAD, 1, True), (NOGRAD, 2, True), (NOGRAD, 3, True), (TAPE, 4), (BWD, 4), (FREE, 3),
+                        (TAPE, 3), (BWD, 3), (FREE, 2), (TAPE, 2), (BWD, 2), (FREE, 1), (TAPE, 1), (BWD, 1))
+
+
+def test_checkpoints_passing_on_one_storage_count_it_once():
+    chain = chain_of(**SHARED)
+    model = simulate(chain, THREE_CHECKPOINTS, trace=True)
+    exact = exact_peak(chain, THREE_CHECKPOINTS, trace=True)
+    assert exact.applied and exact.model_peak_bytes == model.peak_bytes
+    # a_1, a_2 and a_3 all hold A: counted three times by the model, once here
+    assert exact.trace[:3] == [0, 100, 200]
+    # the model's peak: a_1, a_2, the tape of 3 (C alone), the gradients of a_3 and a_2 (BWD(3)): A counted twice
+    assert model.peak_bytes == 100 + 200 + 100 + 200 + 200 and model.peak_op == 7
+    assert exact.peak_bytes == model.peak_bytes - 100 and exact.peak_op == 7
+    # at BWD(4), with the three checkpoints, the model holds 702 B and the exact count 502 B
+    assert model.memory_trace[3] + 200 == 702 and exact.trace[3] == 200
+    assert exact.trace[6] == 100
+    assert exact.trace[-1] == 0
+
+
+def test_the_input_held_outside_covers_what_it_passes_on():
+    chain = chain_of(**SHARED)
+    sub = ops((NOGRAD, 3, True), (TAPE, 4), (BWD, 4), (FREE, 3), (TAPE, 3), (BWD, 3))
+    # over (2, 4) a_2 is held outside the counted memory, and it holds A: a_3's copy of A is not held again
+    exact = exact_peak(chain, sub, start=(2, 4), trace=True)
+    assert exact.trace[:3] == [100, 100, 100] and exact.trace[3:] == [0, 0, 0]
+    # the peak is at BWD(3), where nothing is counted twice
+    assert exact.peak_bytes == simulate(chain, sub, start=(2, 4)).peak_bytes == 500
+
+
+# Stage 1 makes (A 100 B, P 50 B); stage 2 drops P (saved by no backward), passes A on and makes 100 B.
+DROPS = dict(act=[150, 200, 1], made=[150, 100, 1], passed=[{}, {1: 100}, {}], dropped=[{}, {1: 50}, {}],
+             tape=[150, 100, 1], bwd_tape=[100, 100, 1])
+STORE_ALL = ops((TAPE, 1), (TAPE, 2), (TAPE, 3), (BWD, 3), (BWD, 2), (BWD, 1))
+
+
+def test_a_storage_the_next_recorded_stage_drops_is_freed_in_a_tape_run():
+    chain = chain_of(**DROPS)
+    model = simulate(chain, STORE_ALL)
+    exact = exact_peak(chain, STORE_ALL, trace=True)
+    assert exact.trace == [0, 50, 50, 50, 50, 0]  # from stage 2's forward to stage 1's backward
+    assert exact.peak_bytes == model.peak_bytes - 50
+    # a stage that starts its own segment (a shared leaf) leaves a_1 held by the executor: nothing freed
+    assert exact_peak(chain, STORE_ALL, breaks={2}).peak_bytes == model.peak_bytes
+
+
+def test_a_checkpoint_or_a_segment_end_keeps_what_the_next_stage_drops():
+    chain = chain_of(**DROPS)
+    # a_1 kept as the output of its tape while stage 2 runs without recording: it still holds P
+    schedule = ops((TAPE, 1), (NOGRAD, 2, True), (TAPE, 3), (BWD, 3), (FREE, 2), (TAPE, 2), (BWD, 2), (BWD, 1))
+    exact = exact_peak(chain, schedule, trace=True)
+    assert exact.trace[:2] == [0, 100]  # a_2's copy of A, which a_1 holds: counted twice, not P
+    assert all(off <= 100 for off in exact.trace)
+    # FWD_TAPE(2) after FWD_NOGRAD: not a tape run (a_1 is its tape's output, held): P stays
+    assert exact.trace[5] == 0
+
+
+def test_without_the_facts_the_model_peak_stays():
+    uniform = Chain.uniform(6)
+    schedule = policy_to_schedule(segments_policy([2, 4], 6), 0, 6)
+    exact = exact_peak(uniform, schedule)
+    assert not exact.applied and exact.peak_bytes == simulate(uniform, schedule).peak_bytes
+    # facts that do not fit the chain's sizes (passed on more than the output holds): not applied
+    wrong = chain_of(act=[100, 150, 200, 1], made=[100, 100, 100, 1], passed=[{}, {1: 100}, {1: 100}, {}])
+    assert storage_facts(wrong) is None
+    assert exact_peak(wrong, THREE_CHECKPOINTS).peak_bytes == simulate(wrong, THREE_CHECKPOINTS).peak_bytes
+
+
+def _random_facts_chain(rng: random.Random, n: int) -> Chain:
+    """Storages passed on as a chain passes them: the maker-t bytes of a_s never exceed those of a_{s-1}."""
+    made = [rng.choice([0, 64, 128, 256]) for _ in range(n)]
+    passed, dropped, act = [], [], []
+    prev: dict[int, int] = {}
+    for s in range(1, n + 1):
+        here = {t: rng.choice([0, b]) for t, b in prev.items()}
+        gone = {t: prev[t] - here[t] for t in prev if prev[t] - here[t] and rng.random() < 0.5}
+        passed.append({t: b for t, b in here.items() if b})
+        dropped.append(gone)
+        act.append(made[s - 1] + sum(here.values()) + rng.choice([0, 8]))
+        prev = {**passed[-1], **({s: made[s - 1]} if made[s - 1] else {})}
+    tape = [m + rng.choice([0, 32]) for m in made]
+    bwd = [rng.randint(0, t) for t in tape]
+    return chain_of(act, made, passed, dropped, tape=tape, bwd_tape=bwd)
+
+
+def test_never_above_the_model_on_random_plans():
+    rng = random.Random(3)
+    for _ in range(200):
+        n = rng.randint(2, 9)
+        chain = _random_facts_chain(rng, n)
+        schedule = policy_to_schedule(_random_policy(rng, 0, n), 0, n)
+        exact = exact_peak(chain, schedule)
+        assert exact.applied and 0 < exact.peak_bytes <= exact.model_peak_bytes
+
+
+def _random_policy(rng, i, j):
+    from gpusolve.schedule import Checkpoint, Tape
+    if j == i + 1:
+        return Tape(None)
+    if rng.random() < 0.5:
+        k = rng.randint(i + 1, j - 1)
+        return Checkpoint(k, right=_random_policy(rng, k, j), left=_random_policy(rng, i, k))
+    return Tape(_random_policy(rng, i + 1, j))
+
+
+def test_tape_segments_are_the_executors():
+    pytest.importorskip("torch")
+    from torch_exec.executor import TAPE as CODE, annotate
+    rng = random.Random(5)
+    for trial in range(300):
+        n = rng.randint(1, 10)
+        schedule = policy_to_schedule(tape_chain(0, n) if trial % 7 == 0 else _random_policy(rng, 0, n), 0, n)
+        breaks = {s for s in range(2, n + 1) if rng.random() < 0.15}
+        program = annotate(schedule, frozenset((None, s) for s in breaks))
+        expected = {k for k, (code, _, arg, _) in enumerate(program) if code == CODE and arg}
+        assert tape_attaches(schedule, frozenset(breaks)) == expected
+
+
+def test_profile_facts_survive_the_chain_file():
+    chain = chain_of(**SHARED)
+    again = Chain.from_json(chain.to_json())
+    assert exact_peak(again, THREE_CHECKPOINTS).peak_bytes == exact_peak(chain, THREE_CHECKPOINTS).peak_bytes
+
+
+# ---------------------------------------------------------------------------- torch models, measured on the CPU
+def _measured(stages, x, cuts):
+    """(predicted, exact, measured) peak of a CheckpointedSequential running the segments policy over ``cuts``."""
+    import torch
+    import torch_exec as te
+    from torch_exec.meter import measure_peak
+    model = torch.nn.Sequential(*stages)
+    wrapped = te.CheckpointedSequential(model, budget="1TiB", backend="cpu", profile_passes=1, profile_warmup=0,
+                                        schedule_fn=lambda c: policy_to_schedule(segments_policy(cuts, c.n), 0, c.n))
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+
+    def step():
+        wrapped(x).backward()
+    step()
+    step()
+    _, reading = measure_peak(step)
+    entry = wrapped._last
+    assert entry.chain.provenance.get("passed_from") is not None
+    return wrapped.plan.predicted_peak_bytes, exact_peak(entry.chain, wrapped.plan.schedule).peak_bytes, reading.peak
+
+
+def _torch_stages():
+    import torch
+    from torch import nn
+    width = 64
+
+    class Lin(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(width, width)
+
+        def forward(self, t):
+            return torch.tanh(self.fc(t))
+
+    class Fork(nn.Module):  # t -> (3t, t): passes t on
+        def forward(self, t):
+            return t * 3.0, t
+
+    class Keep(Lin):  # (a, b) -> (tanh(fc(a)), b)
+        def forward(self, p):
+            return super().forward(p[0]), p[1]
+
+    class Make(Lin):  # t -> (a, 3a), a = tanh(fc(t)): the second saved by no backward
+        def forward(self, t):
+            a = super().forward(t)
+            return a, a * 3.0
+
+    class Drop(nn.Module):  # (a, p) -> (a + p, a): drops p, passes a on
+        def forward(self, p):
+            return p[0] + p[1], p[0]
+
+    class Merge(Lin):  # (a, b) -> tanh(fc(a) + b)
+        def forward(self, p):
+            return torch.tanh(self.fc(p[0]) + p[1])
+
+    class Loss(nn.Module):
+        def forward(self, t):
+            return t.square().mean()
+    return Lin, Fork, Keep, Make, Drop, Merge, Loss
+
+
+def test_checkpoints_sharing_a_tensor_measured():
+    torch = pytest.importorskip("torch")
+    Lin, Fork, Keep, _, _, Merge, Loss = _torch_stages()
+    x = torch.randn(64, 64, generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    # a_2, a_3 and a_4 each pass on the tensor stage 1 made: the model counts it in each checkpoint
+    predicted, exact, measured = _measured([Lin(), Fork(), Keep(), Keep(), Keep(), Merge(), Loss()], x, [2, 3, 4])
+    assert measured <= exact < predicted
+    assert exact <= measured * 1.02
+
+
+def test_a_partial_boundary_in_a_tape_run_measured():
+    torch = pytest.importorskip("torch")
+    Lin, _, _, Make, Drop, Merge, Loss = _torch_stages()
+    x = torch.randn(64, 64, generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    # stage 2 returns (a, 3a); stage 3 drops 3a (saved by no backward) and passes a on (saved by tanh): recorded
+    # together, autograd frees 3a once stage 3 has run
+    predicted, exact, measured = _measured([Lin(), Make(), Drop(), Merge(), Lin(), Loss()], x, [1])
+    assert measured <= exact < predicted
+    assert exact <= measured * 1.02
+    assert np.isfinite(exact)

@@ -39,7 +39,9 @@ Note [Outputs passed through]
       CPU backend's pre-shifted rows and the bulk kernel's sharing of one right row among the 8
       pairs of a tile (bench/SOLVER_NOTES.md). The over-count is bounded by what is passed on
       (bench/results/tuple_fuzz_cpu.md: measured / predicted below 0.95 in 51 of 196 runs), and
-      plans stay within their budgets.
+      plans stay within their budgets. A plan's peak is counted storage by storage after the solve instead
+      (``passed_from`` in the provenance; Note [Storage-exact peaks] in gpusolve/exact_peak.py), and the
+      executor plans to that peak (Note [Planning to the exact peak] there).
     - Two outputs that share a storage are never moved to the host (``swappable``): releasing one
       would not free what the other holds.
     - The executor clones the input for an in-place first stage (:func:`clones_input`); the clone
@@ -698,8 +700,9 @@ def _with_input_clone(stages: list[dict], input_bytes: int, granule: int) -> lis
 #       over the members: more than once where two saved it, never less).
 #     Each is exact or above what runs. A storage the next stage drops unsaved where the group made other storages
 #     that are saved or passed on (a partial boundary: T5's pow_1 beside dropout) stays in the tape until the
-#     stage's backward in a tape run, as before: giving it back to the sub-problem needs the DP rule above. Profiles
-#     without the two fields are read as before.
+#     stage's backward in a tape run, as before: giving it back to the sub-problem needs the DP rule above. A plan's
+#     peak frees it (``dropped_from`` in the provenance; Note [Storage-exact peaks] in gpusolve/exact_peak.py).
+#     Profiles without the two fields are read as before.
 
 
 def _output_unsaved(group: list[dict], stage: dict, first: int = 1) -> bool:

@@ -36,14 +36,17 @@ Note [Storage-exact peaks]
     negative (where the model counts less than what is held, it is left as it is). A forward's transient
     takes off only what was counted twice before it (its own output's passed-on storages may be part of its
     measured peak); a backward's, with its tape released as the model releases it; a FREE's, after it.
-    Tape segments are found as the executor finds them (:func:`tape_attaches`, checked against
-    ``torch_exec.executor.annotate`` by tests/test_exact_peak.py), split where stages share a leaf
-    (``Chain.shared_leaves``). Not counted: the storages of a_N held by the caller, which the executor reserves
-    (Note [The caller holds a_N] in torch_exec/executor.py) while a tape may still count them; schedules that
-    offload (their peak is the model's).
+    Where the chain reserves the whole of a_N, which the caller holds through the backward (``output_reserved``,
+    written by ``torch_exec.executor.executor_chain``: Note [The caller holds a_N] there), the reserve is a
+    holder of a_N's storages made before stage N (the model counts them in their makers' tapes and checkpoints
+    too), from stage N's recording on. Tape segments are found as the executor finds them (:func:`tape_attaches`,
+    checked against ``torch_exec.executor.annotate`` by tests/test_exact_peak.py), split where stages share a leaf
+    (``Chain.shared_leaves``). Not done: schedules that offload (their peak is the model's); a reserve of part of
+    a_N (``caller_keeps="loss"``: which storages it keeps is not said by maker).
 """
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from itertools import count
 
@@ -118,10 +121,26 @@ class _Ledger:
         self.tapes: dict[int, dict[int, int]] = {}     # live tape of stage t -> runs of a_t's storages
         self.ends: set[int] = set()                    # tapes whose output the executor holds (a segment's end)
         self.lo_runs = {t: -t for t in held[lo]} if lo > 0 else {}  # the input's runs: its own
+        # a_N as the caller holds it through the backward, where the chain reserves all of it: the runs of its
+        # storages made before stage N, from the recording of stage N on (the reserve counts them from the start)
+        self.output_reserved = bool((chain.provenance or {}).get("output_reserved"))
+        self.caller: dict[int, int] = {}
+        self.cumulative: dict[int, tuple[list[int], list[int]]] = {}  # maker t -> (stages s, sum of D_t up to s)
+        for s, d in enumerate(drops):
+            for t, nbytes in d.items():
+                stages, sums = self.cumulative.setdefault(t, ([], []))
+                stages.append(s)
+                sums.append((sums[-1] if sums else 0) + nbytes)
         arr = chain.padded()
         self.tape_own = [0] + [min(chain.made_bytes(s), int(arr["tape_bytes"][s])) if s < self.n else 0
                                for s in range(1, self.n + 1)]  # a_N's storages may be reserved, not in its tape
         self.released = [0] + [int(arr["tape_bytes"][s]) - int(arr["bwd_tape_bytes"][s]) for s in range(1, self.n + 1)]
+
+    def dropped_up_to(self, t: int, last: int) -> int:
+        """The sum of D_t(s) over s <= ``last``."""
+        stages, sums = self.cumulative.get(t, ((), ()))
+        k = bisect_right(stages, last)
+        return sums[k - 1] if k else 0
 
     def input_runs(self, s: int) -> dict[int, int]:
         if s - 1 in self.acts:
@@ -144,6 +163,9 @@ class _Ledger:
             for t, run in runs.items():
                 counted[t, run] = counted.get((t, run), 0) + self.held[k].get(t, 0)
                 refs.setdefault((t, run), []).append(k)
+        for t, run in self.caller.items():  # the reserve: a boundary a_N the caller holds
+            counted[t, run] = counted.get((t, run), 0) + self.held[self.n].get(t, 0)
+            refs.setdefault((t, run), []).append(self.n)
         for e in self.ends:
             if e != backward:
                 for t, run in self.tapes[e].items():
@@ -163,8 +185,7 @@ class _Ledger:
             largest = max((self.held[k].get(t, 0) for k in where), default=0)
             if key in tape_keys:
                 first = min(where, default=self.n + 1)  # a_s's drops are freed where no a_l, t <= l < s, is held
-                freed = sum(nbytes_d for s, d in enumerate(self.drops) if t < s <= first
-                            for u, nbytes_d in d.items() if u == t)
+                freed = self.dropped_up_to(t, first)
                 cap = max(largest, self.held[t].get(t, 0) - freed)
                 held = min(cap, tape_keys[key] + largest) if t == backward else cap
             elif key[1] < 0:  # the sub-chain's input a_lo holds them, outside the counted memory
@@ -182,6 +203,8 @@ class _Ledger:
                 self.acts.pop(s - 1, None)
         elif op.kind is OpKind.FWD_TAPE:
             self.tapes[s] = self.output_runs(s)
+            if s == self.n and self.output_reserved and not self.caller:
+                self.caller = {t: run for t, run in self.tapes[s].items() if t < s}
             if attaches:
                 self.ends.discard(s - 1)
             self.ends.add(s)
@@ -234,3 +257,56 @@ def exact_peak(chain: Chain, schedule: list[Op], start: tuple[int, int] | None =
         if trace:
             off.append(ledger.over())
     return ExactPeak(int(peak), model.peak_bytes, peak_op, True, off)
+
+
+# Note [Planning to the exact peak]
+#     The DP plans within the budget by the model's count, which over-counts what tuple boundaries pass on
+#     (Note [Storage-exact peaks]): Whisper's plan at 60 % measured 0.87-0.89 x its prediction, recomputing more
+#     than the budget needed. :func:`solve_within` solves at the user's budget, then at raised solver budgets
+#     (bisection over [budget, RAISE_TOP x budget], at most RAISE_SOLVES more solves) and keeps the fastest plan
+#     whose storage-exact peak is within the user's budget; its ``predicted_peak_bytes`` is that exact peak. The
+#     exact peak is never below a measured one in the runs that validate it (bench/results/exact_peak_cpu.md);
+#     the model's count stays the DP's, so a chain without the storage facts is planned as before.
+RAISE_TOP = 1.25
+RAISE_SOLVES = 4
+
+
+def solve_within(chain: Chain, budget: int, solve_at, breaks=None, solves: int = RAISE_SOLVES, top: float = RAISE_TOP):
+    """The plan :func:`gpusolve.solve`-like ``solve_at(solver_budget)`` gives for ``chain``, planned so that its
+    storage-exact peak (:func:`exact_peak`) is within ``budget`` (bytes): Note [Planning to the exact peak]. The
+    plan at ``budget`` where the chain lacks the storage facts or nothing is to gain; else the fastest of it and
+    the plans at up to ``solves`` raised budgets whose exact peak fits, its ``predicted_peak_bytes`` the exact
+    peak, its ``budget_bytes`` the user's ``budget``, a note saying at which budget it was solved."""
+    plan = solve_at(budget)
+    if storage_facts(chain) is None or not plan.schedule:
+        return plan
+    best, best_peak = plan, exact_peak(chain, plan.schedule, breaks=breaks).peak_bytes
+    tried = [(budget, best_peak)]
+    lo, hi = budget, int(budget * top)
+    for _ in range(solves):
+        if best.predicted_time_ms <= best.store_all_time_ms or hi - lo <= max(1, budget // 1000):
+            break  # no recomputation left to save, or the interval is down to a rounding
+        mid = hi if len(tried) == 1 else (lo + hi) // 2  # the top first: most plans fit it or gain nothing more
+        candidate = solve_at(mid)
+        peak = exact_peak(chain, candidate.schedule, breaks=breaks).peak_bytes if candidate.feasible else budget + 1
+        tried.append((mid, peak))
+        if peak <= budget:
+            lo = mid
+            if candidate.predicted_time_ms < best.predicted_time_ms:
+                best, best_peak = candidate, peak
+            if len(tried) == 2:
+                break  # the top fits: nothing above it is searched
+        else:
+            hi = mid
+    if best is not plan:
+        best.notes = list(best.notes) + [
+            f"solved at {best.budget_bytes} B: its storage-exact peak {best_peak} B is within the budget {budget} B "
+            f"(the model's count, which counts storages passed on by tuple boundaries more than once, "
+            f"{best.predicted_peak_bytes} B; Note [Planning to the exact peak] in gpusolve/exact_peak.py)"]
+        best.budget_bytes = budget
+    elif best_peak < best.predicted_peak_bytes:
+        best.notes = list(best.notes) + [
+            f"storage-exact peak {best_peak} B (the model's count {best.predicted_peak_bytes} B; Note [Storage-exact "
+            f"peaks] in gpusolve/exact_peak.py)"]
+    best.predicted_peak_bytes = int(best_peak)
+    return best

@@ -92,6 +92,18 @@ def test_a_checkpoint_or_a_segment_end_keeps_what_the_next_stage_drops():
     assert exact.trace[5] == 0
 
 
+def test_the_callers_output_reserve_holds_what_it_passes_on():
+    # stage 3 returns (loss, A): the caller holds A, reserved for the whole step; stage 1's tape counts A too
+    chain = chain_of(act=[100, 200, 101], made=[100, 100, 1], passed=[{}, {1: 100}, {1: 100}], tape=[100, 100, 0])
+    chain.reserved_bytes = 101
+    model = simulate(chain, STORE_ALL)
+    assert exact_peak(chain, STORE_ALL).peak_bytes == model.peak_bytes  # not said: the model's count
+    chain.provenance["output_reserved"] = True
+    exact = exact_peak(chain, STORE_ALL, trace=True)
+    assert exact.trace == [0, 0, 100, 100, 100, 0]  # from stage 3's recording to stage 1's backward
+    assert exact.peak_bytes == model.peak_bytes - 100
+
+
 def test_without_the_facts_the_model_peak_stays():
     uniform = Chain.uniform(6)
     schedule = policy_to_schedule(segments_policy([2, 4], 6), 0, 6)

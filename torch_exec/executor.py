@@ -515,6 +515,7 @@ from gpusolve.baselines import store_all
 from gpusolve.chain import Chain, clones_input
 from gpusolve.dp.buckets import parse_bucket
 from gpusolve.errors import FallbackWarning, InfeasibleBudgetError
+from gpusolve.exact_peak import solve_within
 from gpusolve.offload.link import Link
 from gpusolve.offload.solver import OFFLOAD_BACKENDS, OffloadPlan, solve_offload
 from gpusolve.schedule import SWAP_OPS, Op, OpKind, policy_to_schedule
@@ -723,7 +724,9 @@ def executor_chain(chain: Chain, rng: list, sample, preserve_rng: bool, group_mo
     return replace(held_chain, reserved_bytes=chain.reserved_bytes + reserved,
                    fwd_nograd_extra=chain.fwd_nograd_extra + scratch, tape_bytes=held_chain.tape_bytes + scratch,
                    bwd_tape_bytes=held_chain.bwd_tape_bytes + scratch,
-                   provenance=dict(chain.provenance, notes=notes))
+                   # Note [Storage-exact peaks] in gpusolve/exact_peak.py: the reserve holds every storage of a_N
+                   provenance=dict(chain.provenance, notes=notes,
+                                   output_reserved=bool(output_grad_held and output_bytes)))
 
 
 def output_facts_of(entry: Entry, facts: dict) -> None:
@@ -919,7 +922,10 @@ def learned_chain(entry: Entry, grads: frozenset | None, dropped: frozenset | No
     reserved = chain.reserved_bytes - entry.grad_reserve - entry.out_reserve + grad_reserve + output
     reserved += entry.caller_reserve - entry.caller_applied  # Note [The caller's turn]
     reserved += entry.blocks_reserve - entry.blocks_applied  # Note [Allocator blocks learned]
-    return replace(chain, reserved_bytes=reserved, tape_bytes=tape, bwd_tape_bytes=bwd_tape), grad_reserve, output
+    # the reserve holds every storage of a_N only where the caller drops none (Note [Storage-exact peaks])
+    whole = bool(output) and output == caller_output_bytes(plain, entry.profile)
+    return (replace(chain, reserved_bytes=reserved, tape_bytes=tape, bwd_tape_bytes=bwd_tape,
+                    provenance=dict(chain.provenance, output_reserved=whole)), grad_reserve, output)
 
 
 def with_learned_outputs(entry: Entry) -> Chain:
@@ -2352,6 +2358,10 @@ class CheckpointedSequential(_PlannedModule):
     the solver (baselines, tests).
     """
 
+    # Note [Planning to the exact peak] in gpusolve/exact_peak.py: a recompute-only plan is solved so that its
+    # storage-exact peak fits the budget (False: the model's peak fits it, as before; an instance may set it)
+    plan_exact_peak = True
+
     def __init__(self, stages, budget="6GiB", bucket=None, backend: str = "auto", *, profile_passes: int = 3,
                  profile_warmup: int = 1, schedule_fn=None, preserve_rng_state: bool = True, network: str | None = None,
                  measure_steps: int = 3, modules=(), offload=None, caller_keeps: str = "output",
@@ -2544,10 +2554,15 @@ class CheckpointedSequential(_PlannedModule):
 
     def _solve_above_floor(self, entry: Entry, chain: Chain, budget: int, link: Link | None) -> Plan:
         """:meth:`_solve`, after checking the budget against ``entry.floor_bytes`` (at or above it, the
-        solver's least budget is the least)."""
+        solver's least budget is the least). Recomputing only, the plan is solved so that its storage-exact
+        peak fits the budget, which it predicts (Note [Planning to the exact peak] in gpusolve/exact_peak.py;
+        ``plan_exact_peak = False``: the model's peak, as before)."""
         if budget < entry.floor_bytes:
             raise InfeasibleBudgetError(below_floor_message(budget, entry.floor_bytes), entry.floor_bytes)
-        return self._solve(chain, budget, link)
+        if link is not None or not self.plan_exact_peak:
+            return self._solve(chain, budget, link)
+        return solve_within(chain, budget, lambda at: self._solve(chain, at, link),
+                            breaks={s for _, s in entry.breaks})
 
     def _plan_entry(self, entry: Entry) -> Entry:
         """Plan ``entry`` (:meth:`_plan_grouping`) and return it; with a second grouping of its stages, plan both and

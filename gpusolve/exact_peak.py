@@ -278,8 +278,10 @@ def solve_within(chain: Chain, budget: int, solve_at, breaks=None, solves: int =
     the plans at up to ``solves`` raised budgets whose exact peak fits, its ``predicted_peak_bytes`` the exact
     peak, its ``budget_bytes`` the user's ``budget``, a note saying at which budget it was solved."""
     plan = solve_at(budget)
-    if storage_facts(chain) is None or not plan.schedule:
-        return plan
+    facts = storage_facts(chain)
+    shares = facts is not None and (any(t != s for s, b in enumerate(facts[0]) for t in b) or any(facts[1]))
+    if not shares or not plan.schedule:
+        return plan  # no facts, or no stage passes a storage on or drops one: the exact peak is the model's
     best, best_peak = plan, exact_peak(chain, plan.schedule, breaks=breaks).peak_bytes
     tried = [(budget, best_peak)]
     lo, hi = budget, int(budget * top)

@@ -255,3 +255,41 @@ def test_a_partial_boundary_in_a_tape_run_measured():
     assert measured <= exact < predicted
     assert exact <= measured * 1.02
     assert np.isfinite(exact)
+
+
+# ---------------------------------------------------------------------------- planning to the exact peak
+def _sharing_chain(n: int = 10) -> Chain:
+    """Stage 1 makes A (300 B), which every later stage passes on beside the 100 B it makes (a decoder reading the
+    encoder's output): each checkpoint counts A again."""
+    return chain_of(act=[300] + [400] * (n - 2) + [1], made=[300] + [100] * (n - 2) + [1],
+                    passed=[{}] + [{1: 300}] * (n - 2) + [{}], tape=[300] + [300] * (n - 2) + [1])
+
+
+def test_solve_within_raises_the_solvers_budget_while_the_exact_peak_fits():
+    from gpusolve.exact_peak import solve_within
+    from gpusolve.solve import solve
+    chain = _sharing_chain()
+    gained = 0
+    for budget in range(2200, 3600, 200):
+        at_budget = solve(chain, budget, backend="cpu")
+        calls = []
+
+        def solve_at(at):
+            calls.append(at)
+            return solve(chain, at, backend="cpu")
+        plan = solve_within(chain, budget, solve_at)
+        assert len(calls) <= 5 and calls[0] == budget
+        assert plan.budget_bytes == budget and plan.feasible
+        assert plan.predicted_peak_bytes == exact_peak(chain, plan.schedule).peak_bytes <= budget
+        assert plan.predicted_time_ms <= at_budget.predicted_time_ms
+        gained += plan.predicted_time_ms < at_budget.predicted_time_ms
+    assert gained  # some budget plans fewer recomputations
+
+
+def test_solve_within_without_the_facts_is_the_solve():
+    from gpusolve.exact_peak import solve_within
+    from gpusolve.solve import solve
+    chain = Chain.uniform(8, act_bytes=100)
+    calls = []
+    plan = solve_within(chain, 900, lambda at: calls.append(at) or solve(chain, at, backend="cpu"))
+    assert calls == [900] and plan.predicted_peak_bytes == simulate(chain, plan.schedule).peak_bytes

@@ -266,9 +266,16 @@ def exact_peak(chain: Chain, schedule: list[Op], start: tuple[int, int] | None =
 #     (bisection over [budget, RAISE_TOP x budget], at most RAISE_SOLVES more solves) and keeps the fastest plan
 #     whose storage-exact peak is within the user's budget; its ``predicted_peak_bytes`` is that exact peak. The
 #     exact peak is never below a measured one in the runs that validate it (bench/results/exact_peak_cpu.md);
-#     the model's count stays the DP's, so a chain without the storage facts is planned as before.
+#     the model's count stays the DP's, so a chain without the storage facts is planned as before. What any plan
+#     is over-counted by is bounded by the bytes the boundaries pass on and the stages drop, summed over the
+#     stages (each storage counted twice is one a boundary passes on, or one a stage drops); where that sum is
+#     under RAISE_MIN_OVERCOUNT of the budget, no raised solve is tried, since each costs as much as the first
+#     (DenseNet-121's layout split by torch_exec.split, examples/models.py's TVDenseNet: 4096 B dropped against
+#     a 1.17 MB budget at 50 %, four solves for nothing). The plan at the budget itself says nothing: a plan with
+#     no two holders of one storage can be beaten by a raised one with several (tests/test_exact_peak.py).
 RAISE_TOP = 1.25
 RAISE_SOLVES = 4
+RAISE_MIN_OVERCOUNT = 0.01
 
 
 def solve_within(chain: Chain, budget: int, solve_at, breaks=None, solves: int = RAISE_SOLVES, top: float = RAISE_TOP):
@@ -283,6 +290,9 @@ def solve_within(chain: Chain, budget: int, solve_at, breaks=None, solves: int =
     if not shares or not plan.schedule:
         return plan  # no facts, or no stage passes a storage on or drops one: the exact peak is the model's
     best, best_peak = plan, exact_peak(chain, plan.schedule, breaks=breaks).peak_bytes
+    if sum(nbytes for s, held in enumerate(facts[0]) for t, nbytes in held.items() if t != s) + sum(
+            sum(d.values()) for d in facts[1]) < RAISE_MIN_OVERCOUNT * budget:
+        solves = 0  # no plan can be counted twice by much: little to gain from a raised budget
     tried = [(budget, best_peak)]
     lo, hi = budget, int(budget * top)
     for _ in range(solves):

@@ -293,3 +293,24 @@ def test_solve_within_without_the_facts_is_the_solve():
     calls = []
     plan = solve_within(chain, 900, lambda at: calls.append(at) or solve(chain, at, backend="cpu"))
     assert calls == [900] and plan.predicted_peak_bytes == simulate(chain, plan.schedule).peak_bytes
+
+
+def test_solve_within_tries_no_raised_budget_where_little_is_counted_twice():
+    """Note [Planning to the exact peak]: where what the boundaries pass on and the stages drop sums to less than
+    RAISE_MIN_OVERCOUNT of the budget, the chain is solved once (1-byte storages passed on; the 300-byte ones of
+    _sharing_chain make it solve again)."""
+    from gpusolve.exact_peak import RAISE_MIN_OVERCOUNT, solve_within
+    from gpusolve.solve import solve
+    n = 10
+    chain = chain_of(act=[301] + [101] * (n - 2) + [1], made=[300] + [100] * (n - 2) + [1],
+                     passed=[{}] + [{1: 1}] * (n - 2) + [{}], tape=[300] + [100] * (n - 2) + [1])
+    budget = 1300
+    plan = solve(chain, budget, backend="cpu")
+    assert 0 < plan.predicted_peak_bytes - exact_peak(chain, plan.schedule).peak_bytes  # counted twice
+    assert (n - 2) * 1 < RAISE_MIN_OVERCOUNT * budget  # but little
+    calls = []
+    solve_within(chain, budget, lambda at: calls.append(at) or solve(chain, at, backend="cpu"))
+    assert calls == [budget]
+    calls.clear()
+    solve_within(_sharing_chain(), 2400, lambda at: calls.append(at) or solve(_sharing_chain(), at, backend="cpu"))
+    assert len(calls) > 1  # its plan at 2400 has no storage counted twice, a raised one has

@@ -178,6 +178,11 @@ STEPS = [
     # Note [Empty storages share a key] in torch_exec/paper_offload.py) and DenseNet-121's combined 50 % plan
     # 1 176 576 B over (the allocator's unsplit blocks, learned since: Note [Allocator blocks learned] in
     # torch_exec/executor.py): both networks again, every plan kind
+    # Note [Planning to the exact peak] (gpusolve/exact_peak.py) is the executor's default since 2026-11-29, checked
+    # against measured peaks on the CPU only: encoder-decoders whose boundaries pass storages on, on the device
+    Step("exact-peak-hf-cuda", "7.4", 150, 50,
+         "{PY} bench/exact_peak_hf.py --device cuda --width 256 --batch 16 --repeat 2 "
+         "--json {R}/exact_peak_hf_cuda.json 2>&1 | tee {R}/exact_peak_hf_cuda.txt; exit ${{PIPESTATUS[0]}}"),
     Step("offload-executor-after-fixes", "11.5", 200, 100,
          "{PY} bench/offload_executor.py --networks densenet121 resnet50 --steps 5 --out {R}/offload_after_fixes"),
     # DenseNet-121's 50 % plan took the host 68.0 of 76.7 ms to queue (2026-11-28): the profile now records the

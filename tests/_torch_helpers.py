@@ -3,35 +3,17 @@
 Imported after ``pytest.importorskip("torch")`` by each test module."""
 from __future__ import annotations
 
-import random
-
 import torch
 from torch import nn
 
 import torch_exec as te
-from gpusolve.schedule import Checkpoint, Swap, Tape
+from conftest import random_policy  # noqa: F401  (the torch tests' random policies: one definition)
 from torch_exec.meter import measure_peak
 from torch_exec.split import CrossEntropyStage
 
 DT = torch.float64
 
 
-# ---------------------------------------------------------------------------- random policies
-def random_policy(rng: random.Random, i: int, j: int, p_ckpt: float = 0.5, *, sigma: bool = False,
-                  p_swap: float | None = None):
-    """A random policy tree over (i, j): every node Tape or Checkpoint(k) at random. With ``p_swap``, the
-    offload DP's class: where a_i is a plain checkpoint (``sigma``), Checkpoint(k) is Swap(k) with
-    probability ``p_swap``, either prefetch variant. Without it, no random number is drawn for swaps."""
-    if j == i + 1:
-        return Tape(None)
-    if rng.random() < p_ckpt:
-        k = rng.randint(i + 1, j - 1)
-        right = random_policy(rng, k, j, p_ckpt, sigma=True, p_swap=p_swap)
-        if p_swap is not None and sigma and rng.random() < p_swap:
-            return Swap(k, right=right, left=random_policy(rng, i, k, p_ckpt, sigma=True, p_swap=p_swap),
-                        overlap=rng.random() < 0.5)
-        return Checkpoint(k, right=right, left=random_policy(rng, i, k, p_ckpt, sigma=sigma, p_swap=p_swap))
-    return Tape(random_policy(rng, i + 1, j, p_ckpt, p_swap=p_swap))
 
 
 # ---------------------------------------------------------------------------- models

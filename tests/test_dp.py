@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import PROFILES, random_chain
+from conftest import PROFILES, random_chain, random_policy
 from gpusolve import (Chain, Checkpoint, InfeasibleBudgetError, Tape, policy_to_schedule, simulate, solve,
                       store_all_peak_bytes)
 from gpusolve.data import THESIS_CASES
@@ -258,13 +258,6 @@ def test_policy_peak_bytes_equals_the_simulator():
 
     from gpusolve.dp.minpeak import policy_peak_bytes
 
-    def random_policy(r, i, j):
-        if j == i + 1:
-            return Tape(None)
-        if r.random() < 0.5:
-            k = r.randint(i + 1, j - 1)
-            return Checkpoint(k, right=random_policy(r, k, j), left=random_policy(r, i, k))
-        return Tape(random_policy(r, i + 1, j))
     rng, r = np.random.default_rng(11), random.Random(12)
     for _ in range(200):
         chain = random_chain(rng, int(rng.integers(1, 12)))

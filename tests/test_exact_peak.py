@@ -6,6 +6,7 @@ import random
 
 import numpy as np
 import pytest
+from conftest import random_policy
 
 from gpusolve.chain import Chain
 from gpusolve.exact_peak import exact_peak, storage_facts, tape_attaches
@@ -137,19 +138,9 @@ def test_never_above_the_model_on_random_plans():
     for _ in range(200):
         n = rng.randint(2, 9)
         chain = _random_facts_chain(rng, n)
-        schedule = policy_to_schedule(_random_policy(rng, 0, n), 0, n)
+        schedule = policy_to_schedule(random_policy(rng, 0, n), 0, n)
         exact = exact_peak(chain, schedule)
         assert exact.applied and 0 < exact.peak_bytes <= exact.model_peak_bytes
-
-
-def _random_policy(rng, i, j):
-    from gpusolve.schedule import Checkpoint, Tape
-    if j == i + 1:
-        return Tape(None)
-    if rng.random() < 0.5:
-        k = rng.randint(i + 1, j - 1)
-        return Checkpoint(k, right=_random_policy(rng, k, j), left=_random_policy(rng, i, k))
-    return Tape(_random_policy(rng, i + 1, j))
 
 
 def test_tape_segments_are_the_executors():
@@ -158,7 +149,7 @@ def test_tape_segments_are_the_executors():
     rng = random.Random(5)
     for trial in range(300):
         n = rng.randint(1, 10)
-        schedule = policy_to_schedule(tape_chain(0, n) if trial % 7 == 0 else _random_policy(rng, 0, n), 0, n)
+        schedule = policy_to_schedule(tape_chain(0, n) if trial % 7 == 0 else random_policy(rng, 0, n), 0, n)
         breaks = {s for s in range(2, n + 1) if rng.random() < 0.15}
         program = annotate(schedule, frozenset((None, s) for s in breaks))
         expected = {k for k, (code, _, arg, _) in enumerate(program) if code == CODE and arg}

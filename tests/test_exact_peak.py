@@ -305,3 +305,23 @@ def test_solve_within_tries_no_raised_budget_where_little_is_counted_twice():
     calls.clear()
     solve_within(_sharing_chain(), 2400, lambda at: calls.append(at) or solve(_sharing_chain(), at, backend="cpu"))
     assert len(calls) > 1  # its plan at 2400 has no storage counted twice, a raised one has
+
+
+def test_planning_does_not_free_the_storages_a_stage_drops():
+    """Note [Planning to the exact peak]: a dropped storage may be held where no saved-tensor hook sees it (ctx
+    attributes; bench/repros/rv15_review_ctx_held_dropped_storage.py), so planning counts it held: a chain whose
+    only over-count is a drop is solved once, and its plan predicts the model's peak."""
+    from gpusolve.exact_peak import PLAN_DROPS, solve_within
+    from gpusolve.solve import solve
+    assert PLAN_DROPS is False
+    n = 6
+    # stage 2 makes a tuple (200 B): stage 3 drops 100 B of it, which no backward saved
+    chain = chain_of(act=[100, 200, 100, 100, 100, 1], made=[100, 200, 100, 100, 100, 1], passed=[{}] * n,
+                     dropped=[{}, {}, {2: 100}, {}, {}, {}])
+    store_all = [Op(TAPE, s) for s in range(1, n + 1)] + [Op(BWD, s) for s in range(n, 0, -1)]
+    assert exact_peak(chain, store_all).peak_bytes < exact_peak(chain, store_all, drops=False).peak_bytes == \
+        simulate(chain, store_all).peak_bytes
+    budget = simulate(chain, store_all).peak_bytes - 1
+    calls = []
+    plan = solve_within(chain, budget, lambda at: calls.append(at) or solve(chain, at, backend="cpu"))
+    assert calls == [budget] and plan.predicted_peak_bytes == simulate(chain, plan.schedule).peak_bytes

@@ -28,8 +28,9 @@ Note [Storage-exact peaks]
       releases at the backward's start, tape_bytes - bwd_tape_bytes);
     - at most this is held: the largest B_t(l) over the boundaries the executor references (checkpoints and
       the output of each tape segment's last stage), none of it where the sub-chain's input a_lo holds the run
-      (outside the counted memory: a_lo holds every storage of t <= lo that a later boundary holds); while the tape lives, its made
-      bytes less each D_t(s) no referenced boundary a_l, t <= l < s, still holds (freed); in its backward,
+      (outside the counted memory: a_lo holds every storage of t <= lo that a later boundary holds); while the
+      tape lives, its made bytes less each D_t(s) no referenced boundary a_l, t <= l < s, still holds (freed;
+      none with ``drops=False``, as planning counts: Note [Planning to the exact peak]); in its backward,
       no more than what the model keeps of the tape plus that largest B_t(l) (what the backward saved may be
       any part of the tape).
     The level is the model's less the sum over (t, run) of what the model counts above that; no term is

@@ -126,8 +126,8 @@ def main() -> int:
             plain = face.chain is face.plain_chain
             over = meas > budget + 64 or (not plain and meas > ep.peak_bytes + 64)
             bad += over
-            print(f"  {f:.2f} plan_exact_peak={exact_plans!s:5}: budget {budget} predicted {w.plan.predicted_peak_bytes} "
-                  f"exact {ep.peak_bytes} model {ep.model_peak_bytes} measured {meas} (measured - budget "
+            print(f"  {f:.2f} plan_exact_peak={exact_plans!s:5}: budget {budget} predicted "
+                  f"{w.plan.predicted_peak_bytes} exact {ep.peak_bytes} model {ep.model_peak_bytes} measured {meas} (measured - budget "
                   f"{meas - budget:+d}){'  OVER' if over else ''}; {' '.join(str(o) for o in w.plan.schedule)}",
                   flush=True)
     te.CheckpointedSequential.plan_exact_peak = True

@@ -127,8 +127,8 @@ def main() -> int:
             over = meas > budget + 64 or (not plain and meas > ep.peak_bytes + 64)
             bad += over
             print(f"  {f:.2f} plan_exact_peak={exact_plans!s:5}: budget {budget} predicted "
-                  f"{w.plan.predicted_peak_bytes} exact {ep.peak_bytes} model {ep.model_peak_bytes} measured {meas} (measured - budget "
-                  f"{meas - budget:+d}){'  OVER' if over else ''}; {' '.join(str(o) for o in w.plan.schedule)}",
+                  f"{w.plan.predicted_peak_bytes} exact {ep.peak_bytes} model {ep.model_peak_bytes} measured {meas} "
+                  f"(measured - budget {meas - budget:+d}){'  OVER' if over else ''}; {' '.join(str(o) for o in w.plan.schedule)}",
                   flush=True)
     te.CheckpointedSequential.plan_exact_peak = True
     print("BUG: a plan's step above its budget or the peak planning uses (a storage held by a ctx attribute)"

@@ -128,7 +128,8 @@ def main() -> int:
             bad += over
             print(f"  {f:.2f} plan_exact_peak={exact_plans!s:5}: budget {budget} predicted "
                   f"{w.plan.predicted_peak_bytes} exact {ep.peak_bytes} model {ep.model_peak_bytes} measured {meas} "
-                  f"(measured - budget {meas - budget:+d}){'  OVER' if over else ''}; {' '.join(str(o) for o in w.plan.schedule)}",
+                  f"(measured - budget {meas - budget:+d}){'  OVER' if over else ''}; "
+                  f"{' '.join(str(o) for o in w.plan.schedule)}",
                   flush=True)
     te.CheckpointedSequential.plan_exact_peak = True
     print("BUG: a plan's step above its budget or the peak planning uses (a storage held by a ctx attribute)"

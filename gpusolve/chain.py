@@ -340,13 +340,13 @@ class Chain:
         dropped_from: list[list | None] = []
         for g, group in enumerate(groups):
             merged = _merge_group(group, grad_in, notes, granule, first=first)
-            passed_from.append(_by_group(_held_from(group[-1], range(1, first)), group_of)
-                               if "held_from" in group[-1] else None)
+            before = _held_from(group[-1], range(1, first))  # storages made before the group that it passes on
+            passed_from.append(_by_group(before, group_of) if "held_from" in group[-1] else None)
             dropped_from.append(_by_group([(int(o), int(b)) for st in group for o, b in st["in_dropped_from"]
                                            if 1 <= int(o) < first], group_of)
                                 if all("in_dropped_from" in st for st in group) else None)
             group_of.update(dict.fromkeys(range(first, first + len(group)), g))
-            for origin, _ in _held_from(group[-1], range(1, first)):  # storages made before the group
+            for origin, _ in before:
                 shared[g] = shared[group_of[origin]] = True
             first += len(group)
             for name in TIME_FIELDS + ALL_BYTE_FIELDS:

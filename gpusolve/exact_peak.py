@@ -68,16 +68,17 @@ class ExactPeak:
     trace: list[int] = field(default_factory=list, repr=False)  # with trace=True: bytes taken off after each op
 
 
-def storage_facts(chain: Chain) -> tuple[list[dict[int, int]], list[dict[int, int]]] | None:
+def storage_facts(chain: Chain, drops: bool = True) -> tuple[list[dict[int, int]], list[dict[int, int]]] | None:
     """(B, D): per stage s = 0..N (index 0 unused), {maker stage t: bytes} of a_s made by t (t <= s, B[s][s] the
-    made bytes) and of a_{s-1} made by t that stage s drops (Note [Storage-exact peaks]); None where the chain's
-    provenance lacks them or they do not fit its sizes (a chain derived without slicing them)."""
+    made bytes) and of a_{s-1} made by t that stage s drops (Note [Storage-exact peaks]; every D empty with
+    ``drops=False``, as planning counts: Note [Planning to the exact peak]); None where the chain's provenance
+    lacks them or they do not fit its sizes (a chain derived without slicing them)."""
     prov = chain.provenance or {}
     passed, dropped = prov.get("passed_from"), prov.get("dropped_from")
     n = chain.n
     if passed is None or len(passed) != n or any(p is None for p in passed):
         return None
-    if dropped is None or len(dropped) != n:
+    if not drops or dropped is None or len(dropped) != n:
         dropped = [None] * n
     held: list[dict[int, int]] = [{}]
     drops: list[dict[int, int]] = [{}]
@@ -225,9 +226,7 @@ def exact_peak(chain: Chain, schedule: list[Op], start: tuple[int, int] | None =
     chain's profile did not record the storage facts, and for schedules that offload (simulated over ``link``).
     ``drops=False``: the storages a stage drops are not freed in a tape run (Note [Planning to the exact peak])."""
     model = simulate(chain, schedule, start=start, link=link)
-    facts = storage_facts(chain)
-    if facts is not None and not drops:
-        facts = (facts[0], [{} for _ in facts[1]])
+    facts = storage_facts(chain, drops)
     if facts is None or any(op.kind in SWAP_OPS for op in schedule):
         return ExactPeak(model.peak_bytes, model.peak_bytes, model.peak_op, False)
     n = chain.n
@@ -276,10 +275,10 @@ def exact_peak(chain: Chain, schedule: list[Op], start: tuple[int, int] | None =
 #     keeps its inputs as ``ctx`` attributes holds one unseen; planned with it freed, a step measured 98 306 B over
 #     the user's budget where the model's plan held (review rv15: bench/repros/rv15_review_ctx_held_dropped_storage.py,
 #     bench/results/exact_peak_cpu.md). Freeing them again needs the profiler to check by measurement that each is
-#     freed. What any plan
-#     is over-counted by is bounded by the bytes the boundaries pass on and the stages drop, summed over the
-#     stages (each storage counted twice is one a boundary passes on, or one a stage drops); where that sum is
-#     under RAISE_MIN_OVERCOUNT of the budget, no raised solve is tried, since each costs as much as the first
+#     freed. What any plan is over-counted by is bounded by the bytes the boundaries pass on and the stages drop
+#     (those planning frees), summed over the stages (each storage counted twice is one a boundary passes on, or
+#     one a stage drops): where that sum is 0 the exact peak is the model's, and where it is under
+#     RAISE_MIN_OVERCOUNT of the budget no raised solve is tried, since each costs as much as the first
 #     (DenseNet-121's layout split by torch_exec.split, examples/models.py's TVDenseNet: 4096 B dropped against
 #     a 1.17 MB budget at 50 %, four solves for nothing). The plan at the budget itself says nothing: a plan with
 #     no two holders of one storage can be beaten by a raised one with several (tests/test_exact_peak.py).
@@ -296,15 +295,14 @@ def solve_within(chain: Chain, budget: int, solve_at, breaks=None, solves: int =
     the plans at up to ``solves`` raised budgets whose exact peak fits, its ``predicted_peak_bytes`` the exact
     peak, its ``budget_bytes`` the user's ``budget``, a note saying at which budget it was solved."""
     plan = solve_at(budget)
-    facts = storage_facts(chain)
-    if facts is not None and not PLAN_DROPS:
-        facts = (facts[0], [{} for _ in facts[1]])
-    shares = facts is not None and (any(t != s for s, b in enumerate(facts[0]) for t in b) or any(facts[1]))
-    if not shares or not plan.schedule:
+    facts = storage_facts(chain, PLAN_DROPS)
+    # the most any plan is counted twice by (Note [Planning to the exact peak]): what is passed on and dropped
+    bound = 0 if facts is None else (sum(nbytes for s, held in enumerate(facts[0]) for t, nbytes in held.items()
+                                         if t != s) + sum(sum(d.values()) for d in facts[1]))
+    if not bound or not plan.schedule:
         return plan  # no facts, or no stage passes a storage on or drops one: the exact peak is the model's
     best, best_peak = plan, exact_peak(chain, plan.schedule, breaks=breaks, drops=PLAN_DROPS).peak_bytes
-    if sum(nbytes for s, held in enumerate(facts[0]) for t, nbytes in held.items() if t != s) + sum(
-            sum(d.values()) for d in facts[1]) < RAISE_MIN_OVERCOUNT * budget:
+    if bound < RAISE_MIN_OVERCOUNT * budget:
         solves = 0  # no plan can be counted twice by much: little to gain from a raised budget
     tried = [(budget, best_peak)]
     lo, hi = budget, int(budget * top)

@@ -84,7 +84,7 @@ import numpy as np
 
 from ..chain import Chain
 from ..dp.cpu import _shift_rows, _tape_candidates, diagonal_blocks
-from ..dp.minpeak import NO_PEAK, PeakRecurrences
+from ..dp.minpeak import NO_PEAK, PeakRecurrences, checkpoint_peak
 from ..dp.problem import Problem, ceil_div
 from ..dp.recover import walk_states
 from ..schedule import Checkpoint, Policy, Swap, Tape
@@ -377,8 +377,8 @@ def least_peak_tables(chain: Chain, link: Link | None = None):
         i, j, ii, jj, k = g.i, g.j, g.ii, g.jj, g.k
         tape = rules.tape(g, *planes[0])
         tape = (tape[0][:, None], tape[1][:, None])
-        moved = act[k] - act[ii] + peak[1, k, jj]
-        plain = np.maximum(g.thr_ckpt, np.maximum(moved, peak[1, ii, k]))
+        # Checkpoint k's rule with a_k held in place of a_i, which the swap moves out
+        plain = checkpoint_peak(g.thr_ckpt, act[k] - act[ii], peak[1, k, jj], peak[1, ii, k])
         plain[~swappable[i]] = NO_PEAK
         swap_t = cost[1, k, jj] + cost[1, ii, k] + (0.0 if swap is None else swap.w_off[ii, k])
         for s in (0, 1):

@@ -4,6 +4,7 @@ measured step peak hold the budget? (CPU; the allocator's events measure every p
     python bench/tuple_fuzz.py --seeds 0:40                 # recompute only, 5 budgets per model
     python bench/tuple_fuzz.py --seeds 200:240 --offload    # offloading over a free link, 4 budgets
     python bench/tuple_fuzz.py --seeds 0:40 --views          # cat stages too: gradient slices handed on
+    python bench/tuple_fuzz.py --seeds 0:40 --view-tuples    # tuples of views of one storage too
 
 Each model is an ``nn.Sequential`` of stages drawn from a small vocabulary: some make new tensors,
 some pass one of their inputs on untouched, some alias (pick or swap the parts of a pair), some
@@ -132,18 +133,29 @@ class Second(_Stage):     # (a, b) -> b: aliases, drops a
         return p[1]
 
 
+def fit(a, b, always: bool = False):
+    """``a`` and ``b`` cut to the rows they share (a view stage may halve one): unchanged where they agree, unless
+    ``always`` (a slice of all the rows is a view too, whose backward makes a gradient of the whole)."""
+    if a.shape[0] == b.shape[0] and not always:
+        return a, b
+    n = min(a.shape[0], b.shape[0])
+    return a[:n], b[:n]
+
+
 class Merge(_Stage):      # (a, b) -> tanh(a + b)
     arity = (2, 1)
 
     def forward(self, p):
-        return torch.tanh(p[0] + p[1])
+        a, b = fit(*p)
+        return torch.tanh(a + b)
 
 
 class MulMerge(_Stage):   # (a, b) -> a * b: saves both
     arity = (2, 1)
 
     def forward(self, p):
-        return p[0] * p[1]
+        a, b = fit(*p)
+        return a * b
 
 
 class Loss(_Stage):
@@ -164,7 +176,8 @@ class CatFc(_Stage):      # (a, b) -> fc2(cat(a, fc(b))): a's gradient is a slic
         self.fc2 = nn.Linear(2 * WIDTH, WIDTH)
 
     def forward(self, p):
-        return self.fc2(torch.cat([p[0], self.fc(p[1])], -1))
+        a, b = fit(*p)
+        return self.fc2(torch.cat([a, self.fc(b)], -1))
 
 
 class CatPass(CatFc):     # (a, b) -> (fc2(cat(a, fc(b))), a): passes a on too
@@ -174,18 +187,54 @@ class CatPass(CatFc):     # (a, b) -> (fc2(cat(a, fc(b))), a): passes a on too
         return super().forward(p), p[0]
 
 
+class DupView(_Stage):    # t -> (y, y[:h]), y = fc(t): a new tensor and a view of it
+    arity, weighted = (1, 2), True
+
+    def forward(self, t):
+        y = self.fc(t)
+        return y, y[: max(1, y.shape[0] // 2)]
+
+
+class SplitIn(_Stage):    # t -> (t[:h], t[h:]): two views of the input's storage
+    arity = (1, 2)
+
+    def forward(self, t):
+        h = max(1, t.shape[0] // 2)
+        return t[:h], t[h:]
+
+
+class CatChunk(_Stage):   # (a, b) -> (c[:n], c[n:]), c = cat(a[:n], b[:n]): two views of one new storage
+    arity = (2, 2)
+
+    def forward(self, p):
+        a, b = fit(*p, always=True)
+        c = torch.cat([a, b], 0)
+        return c[: a.shape[0]], c[a.shape[0]:]
+
+
+class AddMerge(_Stage):   # (a, b) -> a[:n] + b[:n]: saves nothing
+    arity = (2, 1)
+
+    def forward(self, p):
+        a, b = fit(*p, always=True)
+        return a + b
+
+
 KINDS = (Lin, LinNoAct, Scale, Fork, ForkFree, Keep, KeepFree, Flip, First, Second, Merge, MulMerge)
 VIEW_KINDS = (CatFc, CatPass)
 """Drawn too with ``--views``: stages whose backward hands a slice of a larger gradient to a tensor of their
 input (Note [Segment inputs] in torch_exec/executor.py)."""
+VIEW_TUPLE_KINDS = (DupView, SplitIn, CatChunk, AddMerge)
+"""Drawn too with ``--view-tuples``: tuples whose tensors are views of one storage, whose gradients are ready one
+by one (Note [Gradients ready one by one] in gpusolve/chain.py)."""
 
 
-def kinds(seed: int, stages: int, hold: bool, views: bool = False) -> list[type]:
+def kinds(seed: int, stages: int, hold: bool, views: bool = False, view_tuples: bool = False) -> list[type]:
     """The stage kinds of model ``seed``: a Lin, then random kinds whose arities chain, ending on a
-    tensor, then the loss. ``views``: :data:`VIEW_KINDS` are drawn too."""
+    tensor, then the loss. ``views``: :data:`VIEW_KINDS` are drawn too; ``view_tuples``: :data:`VIEW_TUPLE_KINDS`."""
     rng = random.Random(seed)
     out, arity = [Lin], 1
-    vocabulary = KINDS + VIEW_KINDS if views else KINDS
+    vocabulary = KINDS + (VIEW_KINDS if views else ()) + (VIEW_TUPLE_KINDS if view_tuples else ())
     while len(out) < stages or arity != 1:
         fits = [k for k in vocabulary if k.arity[0] == arity]
         if len(out) >= stages:
@@ -207,7 +256,7 @@ def _step(model, x, drop: bool = False):
 
 
 def run(seed: int, args) -> dict:
-    stage_kinds = kinds(seed, args.stages, args.hold or args.drop, args.views)
+    stage_kinds = kinds(seed, args.stages, args.hold or args.drop, args.views, args.view_tuples)
 
     def make():
         torch.manual_seed(seed)
@@ -266,6 +315,8 @@ def main(argv=None) -> int:
                         help="the model returns (loss, state), the caller drops the state before the backward")
     parser.add_argument("--views", action="store_true",
                         help="draw stages whose backward hands a slice of a larger gradient on (VIEW_KINDS) too")
+    parser.add_argument("--view-tuples", action="store_true",
+                        help="draw stages whose tuples hold views of one storage (VIEW_TUPLE_KINDS) too")
     parser.add_argument("--tied", action="store_true",
                         help="every weighted stage reads one shared Linear (its gradient summed across stages)")
     parser.add_argument("--model-plans", action="store_true",
@@ -304,6 +355,7 @@ def main(argv=None) -> int:
              f"{', output held through the backward' if args.hold else ''}"
              f"{', the state dropped before the backward' if args.drop else ''}"
              f"{', cat stages drawn too (--views)' if args.views else ''}"
+             f"{', tuples of views of one storage drawn too (--view-tuples)' if args.view_tuples else ''}"
              f"{', one Linear shared by every weighted stage (--tied)' if args.tied else ''}); runs: {len(runs)}",
              f"- budgets held: {len(runs) - len(over)} of {len(runs)}",
              f"- measured / predicted: {min(ratios):.4f} - {max(ratios):.4f}"]

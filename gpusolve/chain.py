@@ -583,9 +583,11 @@ def _whole(value) -> bool:
 
 
 # A profile stage's numeric fields beside the required ones (gpusolve/profiles/README.md): (least value,
-# whether null is allowed). Sizes are whole bytes; ``bwd_delta`` is a change, so it may be negative.
+# whether null is allowed). Sizes are whole bytes; ``bwd_delta`` and ``grad_ready_delta`` are changes, so they may be
+# negative.
 _OPTIONAL_STAGE_BYTES = {"held_nbytes": (0, False), "saved_bytes": (0, False), "out_saved_bytes": (0, False),
-                         "in_saved_bytes": (0, False), "grad_held_bytes": (0, False), "bwd_delta": (-MAX_BYTES, True)}
+                         "in_saved_bytes": (0, False), "grad_held_bytes": (0, False), "bwd_delta": (-MAX_BYTES, True),
+                         "grad_ready_delta": (-MAX_BYTES, False)}
 _STAGE_FLAGS = ("aliases", "rng", "device_only", "writes_input")
 
 
@@ -821,6 +823,29 @@ def _shared_leaves(data: dict, source, group_of: dict[int, int], granule: int) -
 #     over-counts, which is safe.
 
 
+# Note [Gradients ready one by one]
+#     A stage's backward is measured from the moment the first gradient of its output a_s is ready to the moment
+#     the last gradient of its input is (``_Boundaries`` in torch_exec/profiler.py). Where a_s is a tuple, the
+#     engine may run part of stage s's backward before another gradient of a_s is ready, and that part is also in
+#     stage s + 1's span, which ends only at the last. Seen on tuples of views of one storage (``y, y[:n]``): the
+#     gradient of the slice is ready first, its slice's backward (stage s's) makes a buffer of y's size, and only
+#     then is y's own gradient complete. Two readings were short there (a review, 2026-11-29: the two models of
+#     bench/repros/rv15_review_view_tuple_boundaries_over_budget.py measured 131 072 B and 65 536 B over their least
+#     budgets, and 3 of 156 runs of ``bench/tuple_fuzz.py --view-tuples`` went over):
+#     - The profiler holds what stage s + 1 saved of a_s until the last gradient of a_s is ready (Note [Inputs held
+#       through a backward] there), so stage s began with it held and read its freeing, before its own peak, as its
+#       own: its peak 65 536 B low. Where that freeing falls inside stage s's span, stage s is now read from a start
+#       without it (the level before the freeing less what it freed), as the model starts stage s.
+#     - Composing a fused stage's members from ``bwd_delta`` alone put member s's start where member s + 1's span
+#       ended (the last gradient of a_s), not where its own began. The profile records ``grad_ready_delta``, the
+#       change of allocated bytes from the first gradient of a_s ready to the last, and :func:`_merge_group` takes
+#       it off the level before each member but the last (whose start is the group's own). The composition then
+#       telescopes exactly: level at member m's start = level at member m + 1's start + its ``bwd_delta`` - member
+#       m's ``grad_ready_delta``. Absent (older profiles; stage-by-stage profiling, where a stage's seeds are all
+#       there when it starts): 0.
+#     Both only raise a stage's reading, or place a member's where it was measured.
+
+
 def _merge_group(group: list[dict], grad_in: int, notes: list[str], granule: int = ALLOCATOR_GRANULE,
                  first: int = 1) -> dict:
     """Costs of one executor stage made of several measured stages run back to back.
@@ -883,7 +908,9 @@ def _merge_group(group: list[dict], grad_in: int, notes: list[str], granule: int
     bwd_extra = max(0, peak_bwd - grad_out - grad_in)
     if all(st.get("bwd_delta") is not None and st["bwd_peak"] is not None for st in group):
         level = above = 0  # bytes above the group's start (its tape and output gradient held)
-        for st in reversed(group):
+        for k, st in enumerate(reversed(group)):
+            if k:  # the member starts as its output's first gradient is ready (Note [Gradients ready one by one])
+                level -= int(st.get("grad_ready_delta") or 0)
             above = max(above, level + max(0, int(st["bwd_peak"])))
             level += int(st["bwd_delta"])
         bwd_extra = max(0, above - grad_in)

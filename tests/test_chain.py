@@ -157,15 +157,20 @@ def test_first_stage_backward_keeps_its_whole_peak_when_the_input_needs_no_gradi
         Chain.from_profile(data).bwd_extra[0] + 1024
 
 
-def test_stages_joined_when_no_backward_saves_the_tensor_between_them():
-    """Hand-computed: head (logits 4000 B, saved by nobody) then loss (saves only its own result)."""
+def _head_and_loss() -> dict:
+    """Head (logits 4000 B, saved by nobody) then loss (saves only its own result): joined into one stage."""
     head = dict(name="head", t_fwd=1.0, t_fwd_nograd=0.9, t_bwd=2.0, x=4000, x_nbytes=4000, xbar=4000 + 300,
                 fwd_peak_nograd=4200, fwd_peak_grad=4500, bwd_peak=700, bwd_delta=-300,
                 out_saved_bytes=0, in_saved_bytes=1000)
     loss = dict(name="loss", t_fwd=0.5, t_fwd_nograd=0.4, t_bwd=0.5, x=8, x_nbytes=8, xbar=8 + 4000,
                 fwd_peak_nograd=4100, fwd_peak_grad=8100, bwd_peak=4000, bwd_delta=-4000,
                 out_saved_bytes=0, in_saved_bytes=0)
-    data = {"format": "measured-chain/1", "device": "cpu", "input_bytes": 1000, "stages": [head, loss]}
+    return {"format": "measured-chain/1", "device": "cpu", "input_bytes": 1000, "stages": [head, loss]}
+
+
+def test_stages_joined_when_no_backward_saves_the_tensor_between_them():
+    """Hand-computed: head (logits 4000 B, saved by nobody) then loss (saves only its own result)."""
+    data = _head_and_loss()
     chain = Chain.from_profile(data)
     assert chain.n == 1 and chain.names == ["head+loss"]
     assert chain.act_bytes[0] == 8                      # the group's output is the loss
@@ -179,6 +184,23 @@ def test_stages_joined_when_no_backward_saves_the_tensor_between_them():
     for st in data["stages"]:
         del st["out_saved_bytes"], st["in_saved_bytes"]
     assert Chain.from_profile(data).n == 2
+
+
+def test_a_member_starts_where_the_first_gradient_of_its_output_is_ready():
+    """Note [Gradients ready one by one], hand-computed on the head and loss above, the head's reading now 5000 B
+    above its start. The loss's backward leaves -4000 B where the last gradient of the logits is ready; the first
+    was ready 4500 B higher (``grad_ready_delta`` -4500: the head's backward began there, as with a tuple of views
+    of one storage), so the head peaks at -4000 + 4500 + 5000 = 5500 above the group's start, not at 1000. The
+    loss's own ``grad_ready_delta`` is the group's start: not taken off."""
+    data = _head_and_loss()
+    head, loss = data["stages"]
+    head["bwd_peak"] = 5000
+    assert Chain.from_profile(data).bwd_extra[0] == max(4000, -4000 + 5000) - 1000
+    head["grad_ready_delta"], loss["grad_ready_delta"] = -4500, -700
+    assert Chain.from_profile(data).bwd_extra[0] == -4000 + 4500 + 5000 - 1000
+    head["grad_ready_delta"] = "x"
+    with pytest.raises(ValueError, match="grad_ready_delta"):
+        Chain.from_profile(data)
 
 
 def test_fused_stage_whose_output_passes_on_what_an_earlier_member_made():

@@ -11,7 +11,8 @@ allocator's events (``torch.profiler``, ``profile_memory=True``) on the CPU. So 
 what the allocator really held, workspace included: ``x`` (output bytes of a no-grad forward),
 ``xbar`` (what a forward with grad keeps: output and saved tensors), the forward peaks and
 ``bwd_peak`` (peak during the stage's backward above the bytes allocated when it started) and
-``bwd_delta`` (the change of allocated bytes over it, which composes fused stages exactly).
+``bwd_delta`` (the change of allocated bytes over it, which composes fused stages exactly, with
+``grad_ready_delta``: Note [Gradients ready one by one] in gpusolve/chain.py).
 Parameter gradients are allocated before measuring, so no stage counts them. The storages autograd
 saved (seen through ``saved_tensors_hooks``, by identity only) are also counted: ``saved_bytes``
 per stage, a cross-check (``xbar`` is never below it), and ``out_saved_bytes``, the output storage
@@ -57,7 +58,9 @@ Note [Inputs held through a backward]
     of a_s that stage s + 1 saved until the last gradient of a_s that ``_Boundaries`` hooks is ready,
     and drop them just before that mark: stage s + 1's reading ends with the freeing, after its peak,
     as in the model; stage s's starts without it, as in the model (its tape less what its backward
-    saved). Only what stage s + 1 saved is held (``saved_tensors_hooks``, by storage): a tensor no
+    saved). Where a_s is a tuple whose first gradient is ready before the last, stage s has started by
+    then: its reading is taken from a start without them (Note [Gradients ready one by one] in
+    gpusolve/chain.py). Only what stage s + 1 saved is held (``saved_tensors_hooks``, by storage): a tensor no
     backward saves is gone before the backward, as the model has it, and holding it into the spans
     would free it inside one (an unsaved tensor between two stages, which the model merges, or a
     flatten's input before the classifier), where composing a merged group's readings
@@ -284,8 +287,8 @@ def profile_dict(stages, sample_input, passes: int = 5, warmup: int = 1, network
     Extra fields beyond the shared format: ``input_requires_grad``, and per stage ``aliases``
     (the output shares all its storage with the input), ``rng`` (its forward draws random numbers),
     ``buffer_writes`` (its forward writes a buffer: BatchNorm's statistics, spectral norm's vectors),
-    ``bwd_delta``, ``saved_bytes``, ``out_saved_bytes``, ``in_saved_bytes``, ``out_saved_from`` and
-    ``in_dropped_from`` — readers that do not know them ignore them.
+    ``bwd_delta``, ``grad_ready_delta``, ``saved_bytes``, ``out_saved_bytes``, ``in_saved_bytes``,
+    ``out_saved_from`` and ``in_dropped_from`` — readers that do not know them ignore them.
 
     The state profiling restores and keeps out of the measurements (parameters, their gradients,
     buffers) is that of the module stages, of ``modules``, and of the modules and tensors requiring grad
@@ -629,7 +632,7 @@ class _Passes:
         with _no_cycle_collection(), MemoryMeter(self.device) as meter:
             self.nograd_memory(meter, mem, ng_marks)
             g_marks, readings = (self.isolated_memory if self.isolated else self.whole_memory)(meter, mem)
-        spans, reference = readings()  # readings exist once the meter has stopped
+        spans, ready, reference = readings()  # readings exist once the meter has stopped
         # what profiling itself allocated at its peak on the device (on the CPU the host copies of the
         # stages' inputs, host_copies_bytes, are the same memory and counted too)
         reference["memory_pass_peak_bytes"] = int(meter.total.peak)
@@ -650,7 +653,15 @@ class _Passes:
             # order; its backward is then empty.
             start, stop = span
             reading = meter.between(start, max(start, stop))
-            mem[s - 1].update(bwd_peak=int(reading.peak), bwd_delta=int(reading.delta))
+            peak, delta, ready_delta = reading.peak, reading.delta, 0
+            if ready[s - 1] is not None:  # Note [Gradients ready one by one] (gpusolve/chain.py)
+                first, dropped, last = ready[s - 1]
+                ready_delta = meter.between(first, max(first, last)).delta
+                if dropped is not None:  # read from a start without what was held of a_s for stage s + 1
+                    before, held = meter.between(first, dropped), -meter.between(dropped, last).delta
+                    peak = max(before.peak, before.delta + meter.between(last, max(last, stop)).peak)
+                    delta, ready_delta = delta + held, before.delta
+            mem[s - 1].update(bwd_peak=int(peak), bwd_delta=int(delta), grad_ready_delta=int(ready_delta))
         return mem, reference
 
     def nograd_memory(self, meter, mem: list, ng_marks: list) -> None:
@@ -719,7 +730,8 @@ class _Passes:
     def whole_memory(self, meter, mem: list) -> tuple:
         """A forward with grad holding every stage's output, its backward as plain autograd runs it, and
         plain autograd's step: (the forward's marks per stage, ``readings()``: the backward's span per
-        stage and the plain steps' reference figures, once the meter has stopped)."""
+        stage, when the gradients of each a_s were first and last ready, and the plain steps' reference figures,
+        once the meter has stopped)."""
         n = self.n
         g_marks = []
         # forward with grad, outputs of all earlier stages held: xbar is what the stage adds
@@ -767,16 +779,17 @@ class _Passes:
                          "retained_after_forward_bytes": int(meter.between(ref_start, retained).delta)}
             if loss_marks is not None:
                 reference["loss_only_peak_bytes"] = int(meter.between(loss_marks[0], loss_marks[2]).peak)
-            return [bounds.span(s) for s in range(1, n + 1)], reference
+            return [bounds.span(s) for s in range(1, n + 1)], [bounds.ready(s) for s in range(1, n + 1)], reference
         return g_marks, readings
 
     def isolated_memory(self, meter, mem: list) -> tuple:
         """Each stage alone (Note [Profiling stage by stage]): (the forward's marks per stage,
-        ``readings()``: the backward's span per stage and what the host copies took; no plain step)."""
+        ``readings()``: the backward's span per stage, no ready times (each stage's
+        seeds are there at its start), and what the host copies took; no plain step)."""
         g_marks = self.isolated_forward(meter.mark, mem)
         bwd_marks = self.isolated_backward(meter.mark, mem)
         host = int(self.stash.host_bytes())
-        return g_marks, lambda: ([(c, d) if c is not None else None for _, _, c, d in bwd_marks],
+        return g_marks, lambda: ([(c, d) if c is not None else None for _, _, c, d in bwd_marks], [None] * self.n,
                                  {"host_copies_bytes": host})
 
     def _stage_input(self, s: int):
@@ -1069,6 +1082,7 @@ class _Boundaries:
         self.waiting = [0] * (n + 1)                   # hooked gradients of a_s not ready yet
         self.at: list = [None] * (n + 1)    # when a gradient of a_s is first ready: stage s may start
         self.last: list = [None] * (n + 1)  # when the last one is: stage s + 1's backward is done
+        self.dropped: list = [None] * (n + 1)  # what is held of a_s dropped after stage s started: just before
         # the storages behind the gradients of a_s as the engine hands them over (Note [Gradients that are
         # views] in gpusolve/chain.py): keys only, no tensor kept
         self.grad_buffers: list = [{} for _ in range(n + 1)]
@@ -1135,6 +1149,8 @@ class _Boundaries:
         if self.waiting[s]:
             self.waiting[s] -= 1
             if not self.waiting[s]:
+                if self.held[s] and self.at[s] is not None:  # stage s has started with them held
+                    self.dropped[s] = self.mark()
                 self.held[s] = []
         mark = self.mark()
         if self.at[s] is None:
@@ -1162,6 +1178,13 @@ class _Boundaries:
             self.end = self.mark()
         finally:
             self.close()  # what is held of an a_s no gradient reached goes after the last mark
+
+    def ready(self, s: int):
+        """(first, dropped, last): when the first and the last hooked gradient of a_s were ready, and when what
+        :meth:`hold` kept of a_s was dropped between them (None where it was not: nothing held, or one gradient);
+        None when no gradient of a_s was ready (or a_N, whose seed is there at the start). Note [Gradients ready
+        one by one] in gpusolve/chain.py."""
+        return None if self.at[s] is None or self.last[s] is None else (self.at[s], self.dropped[s], self.last[s])
 
     def span(self, s: int):
         start = self.at[s]

@@ -303,8 +303,9 @@ class Chain:
         if not _whole(input_bytes) or not 0 <= input_bytes <= MAX_BYTES:
             raise ValueError(f"{source}: input_bytes = {input_bytes!r} is not a whole number of bytes between 0 and "
                              f"2^50; re-profile, or fix the field")
-        if not isinstance(data.get("input_requires_grad", False), bool):
-            raise ValueError(f"{source}: input_requires_grad = {data['input_requires_grad']!r} must be true or false")
+        for key in ("input_requires_grad", "drops_checked"):
+            if not isinstance(data.get(key, False), bool):
+                raise ValueError(f"{source}: {key} = {data[key]!r} must be true or false")
         granule = profile_granule(data)
         in_place_first = stages[0]["x"] == 0
         if clones_input(stages[0]):
@@ -356,7 +357,7 @@ class Chain:
             members.append([stage["name"] for stage in group])
             grad_in = merged["grad_bytes"]
         provenance = {k: data[k] for k in ("network", "args", "device", "torch", "dtype", "reference",
-                                           "param_bytes") if k in data}
+                                           "param_bytes", "drops_checked") if k in data}
         provenance["shared_leaves"] = _shared_leaves(data, source, group_of, granule)
         provenance.update(source=str(source), format=PROFILE_FORMAT, measured_stages=len(stages),
                           merged_in_place=joined["in_place"], merged_unsaved=joined["unsaved"],

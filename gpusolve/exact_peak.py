@@ -269,13 +269,14 @@ def exact_peak(chain: Chain, schedule: list[Op], start: tuple[int, int] | None =
 #     (bisection over [budget, RAISE_TOP x budget], at most RAISE_SOLVES more solves) and keeps the fastest plan
 #     whose storage-exact peak is within the user's budget; its ``predicted_peak_bytes`` is that exact peak. The
 #     exact peak is never below a measured one in the runs that validate it (bench/results/exact_peak_cpu.md);
-#     the model's count stays the DP's, so a chain without the storage facts is planned as before. Planning does not
-#     free the storages a stage drops (PLAN_DROPS = False: only storages counted twice are counted once): the
-#     profile calls a storage dropped where no saved-tensor hook saw it saved, and a custom autograd.Function that
-#     keeps its inputs as ``ctx`` attributes holds one unseen; planned with it freed, a step measured 98 306 B over
-#     the user's budget where the model's plan held (review rv15: bench/repros/rv15_review_ctx_held_dropped_storage.py,
-#     bench/results/exact_peak_cpu.md). Freeing them again needs the profiler to check by measurement that each is
-#     freed. What any plan is over-counted by is bounded by the bytes the boundaries pass on and the stages drop
+#     the model's count stays the DP's, so a chain without the storage facts is planned as before. The storages a
+#     stage drops are freed in planning only where the profiler saw each freed (:func:`plan_drops`): the profile
+#     calls a storage dropped where no saved-tensor hook saw it saved, and a custom autograd.Function that keeps its
+#     inputs as ``ctx`` attributes holds one unseen; planned with it freed, a step measured 98 306 B over the user's
+#     budget where the model's plan held (review rv15: bench/repros/rv15_review_ctx_held_dropped_storage.py,
+#     bench/results/exact_peak_cpu.md). The profiler now checks by weak reference that each is gone once the stage
+#     has run, and calls dropped only those (Note [Drops measured] in torch_exec/profiler.py); a profile made
+#     stage by stage, or before, is not checked, and its drops are counted held. What any plan is over-counted by is bounded by the bytes the boundaries pass on and the stages drop
 #     (those planning frees), summed over the stages (each storage counted twice is one a boundary passes on, or
 #     one a stage drops): where that sum is 0 the exact peak is the model's, and where it is under
 #     RAISE_MIN_OVERCOUNT of the budget no raised solve is tried, since each costs as much as the first
@@ -285,7 +286,12 @@ def exact_peak(chain: Chain, schedule: list[Op], start: tuple[int, int] | None =
 RAISE_TOP = 1.25
 RAISE_SOLVES = 4
 RAISE_MIN_OVERCOUNT = 0.01
-PLAN_DROPS = False
+
+
+def plan_drops(chain: Chain) -> bool:
+    """Whether planning frees the storages ``chain``'s stages drop: only where the profiler saw each freed by
+    measurement (Note [Drops measured] in torch_exec/profiler.py; Note [Planning to the exact peak])."""
+    return bool((chain.provenance or {}).get("drops_checked", False))
 
 
 def solve_within(chain: Chain, budget: int, solve_at, breaks=None, solves: int = RAISE_SOLVES, top: float = RAISE_TOP):
@@ -295,13 +301,14 @@ def solve_within(chain: Chain, budget: int, solve_at, breaks=None, solves: int =
     the plans at up to ``solves`` raised budgets whose exact peak fits, its ``predicted_peak_bytes`` the exact
     peak, its ``budget_bytes`` the user's ``budget``, a note saying at which budget it was solved."""
     plan = solve_at(budget)
-    facts = storage_facts(chain, PLAN_DROPS)
+    drops = plan_drops(chain)
+    facts = storage_facts(chain, drops)
     # the most any plan is counted twice by (Note [Planning to the exact peak]): what is passed on and dropped
     bound = 0 if facts is None else (sum(nbytes for s, held in enumerate(facts[0]) for t, nbytes in held.items()
                                          if t != s) + sum(sum(d.values()) for d in facts[1]))
     if not bound or not plan.schedule:
         return plan  # no facts, or no stage passes a storage on or drops one: the exact peak is the model's
-    best, best_peak = plan, exact_peak(chain, plan.schedule, breaks=breaks, drops=PLAN_DROPS).peak_bytes
+    best, best_peak = plan, exact_peak(chain, plan.schedule, breaks=breaks, drops=drops).peak_bytes
     if bound < RAISE_MIN_OVERCOUNT * budget:
         solves = 0  # no plan can be counted twice by much: little to gain from a raised budget
     tried = [(budget, best_peak)]
@@ -311,7 +318,7 @@ def solve_within(chain: Chain, budget: int, solve_at, breaks=None, solves: int =
             break  # no recomputation left to save, or the interval is down to a rounding
         mid = hi if len(tried) == 1 else (lo + hi) // 2  # the top first: most plans fit it or gain nothing more
         candidate = solve_at(mid)
-        peak = (exact_peak(chain, candidate.schedule, breaks=breaks, drops=PLAN_DROPS).peak_bytes
+        peak = (exact_peak(chain, candidate.schedule, breaks=breaks, drops=drops).peak_bytes
                 if candidate.feasible else budget + 1)
         tried.append((mid, peak))
         if peak <= budget:

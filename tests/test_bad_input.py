@@ -109,6 +109,7 @@ def _stage(key, value):
     (lambda d: d.__setitem__("input_bytes", None), r"input_bytes = None is not a whole number of bytes"),
     (lambda d: d.__setitem__("input_bytes", "abc"), r"input_bytes = 'abc' is not a whole number of bytes"),
     (lambda d: d.__setitem__("input_requires_grad", "no"), r"input_requires_grad = 'no' must be true or false"),
+    (lambda d: d.__setitem__("drops_checked", 1), r"drops_checked = 1 must be true or false"),
     (lambda d: d["stages"].__setitem__(3, 5), r"stage 4 is 5, not an object with the fields name, t_fwd"),
     (_stage("x", 10**30), r"stage 4 \(maxpool\): x = 10+ bytes is more than 2\^50"),
     (_stage("t_fwd", 1e308), r"stage 4 \(maxpool\): t_fwd = 1e\+308 ms is more than 1e\+15 ms"),

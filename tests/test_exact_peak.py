@@ -248,6 +248,40 @@ def test_a_partial_boundary_in_a_tape_run_measured():
     assert np.isfinite(exact)
 
 
+@pytest.mark.parametrize("isolated", [False, True], ids=["whole", "stage_by_stage"])
+def test_a_drop_is_one_the_profiler_saw_freed(isolated):
+    """Note [Drops measured] (torch_exec/profiler.py): stage 3 drops the 3a stage 2 made from its tuple; Drop's is
+    freed once it has run, StashMul's ctx keeps it (no saved-tensor hook sees it: review rv15). The whole step's
+    profile checks each by weak reference and calls only the first dropped; stage by stage nothing is checked
+    (``drops_checked`` false: planning counts both held)."""
+    torch = pytest.importorskip("torch")
+    import torch_exec as te
+    from torch_exec.profiler import profile_dict
+    Lin, _, _, Make, Drop, Merge, Loss = _torch_stages()
+
+    class StashMul(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a, p):
+            ctx.a, ctx.p = a, p  # kept as ctx attributes, not save_for_backward
+            return a * p
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * ctx.p, g * ctx.a
+
+    class Stash(torch.nn.Module):  # (a, p) -> (a * p, a): p gone from the tuple, held by the ctx
+        def forward(self, q):
+            return StashMul.apply(q[0], q[1]), q[0]
+    x = torch.randn(64, 64, generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    for third, freed in ((Drop(), True), (Stash(), False)):
+        model = torch.nn.Sequential(Lin(), Make(), third, Merge(), Lin(), Loss())
+        data = profile_dict(list(te.CheckpointedSequential(model, budget=None)._fns), x, passes=1, warmup=0,
+                            isolated=isolated)
+        assert data["drops_checked"] is not isolated
+        assert data["stages"][2]["in_dropped_from"] == ([[2, 64 * 64 * 4]] if freed or isolated else []), third
+
+
 # ---------------------------------------------------------------------------- planning to the exact peak
 def _sharing_chain(n: int = 10) -> Chain:
     """Stage 1 makes A (300 B), which every later stage passes on beside the 100 B it makes (a decoder reading the
@@ -307,21 +341,29 @@ def test_solve_within_tries_no_raised_budget_where_little_is_counted_twice():
     assert len(calls) > 1  # its plan at 2400 has no storage counted twice, a raised one has
 
 
-def test_planning_does_not_free_the_storages_a_stage_drops():
+@pytest.mark.parametrize("checked", [False, True])
+def test_planning_frees_the_storages_a_stage_drops_only_where_measured(checked):
     """Note [Planning to the exact peak]: a dropped storage may be held where no saved-tensor hook sees it (ctx
-    attributes; bench/repros/rv15_review_ctx_held_dropped_storage.py), so planning counts it held: a chain whose
-    only over-count is a drop is solved once, and its plan predicts the model's peak."""
-    from gpusolve.exact_peak import PLAN_DROPS, solve_within
+    attributes; bench/repros/rv15_review_ctx_held_dropped_storage.py), so planning frees the drops only where the
+    profiler saw each freed (``drops_checked``; Note [Drops measured]). Unchecked, a chain whose only over-count is a
+    drop is solved once and its plan predicts the model's peak; checked, store-all fits one byte below the model's."""
+    from gpusolve.exact_peak import plan_drops, solve_within
     from gpusolve.solve import solve
-    assert PLAN_DROPS is False
     n = 6
     # stage 2 makes a tuple (200 B): stage 3 drops 100 B of it, which no backward saved
     chain = chain_of(act=[100, 200, 100, 100, 100, 1], made=[100, 200, 100, 100, 100, 1], passed=[{}] * n,
                      dropped=[{}, {}, {2: 100}, {}, {}, {}])
+    if checked:
+        chain.provenance["drops_checked"] = True
+    assert plan_drops(chain) is checked
     store_all = [Op(TAPE, s) for s in range(1, n + 1)] + [Op(BWD, s) for s in range(n, 0, -1)]
     assert exact_peak(chain, store_all).peak_bytes < exact_peak(chain, store_all, drops=False).peak_bytes == \
         simulate(chain, store_all).peak_bytes
     budget = simulate(chain, store_all).peak_bytes - 1
     calls = []
     plan = solve_within(chain, budget, lambda at: calls.append(at) or solve(chain, at, backend="cpu"))
-    assert calls == [budget] and plan.predicted_peak_bytes == simulate(chain, plan.schedule).peak_bytes
+    if checked:
+        assert len(calls) > 1 and plan.schedule == store_all
+        assert plan.predicted_peak_bytes == exact_peak(chain, store_all).peak_bytes <= budget
+    else:
+        assert calls == [budget] and plan.predicted_peak_bytes == simulate(chain, plan.schedule).peak_bytes

@@ -17,7 +17,8 @@ Parameter gradients are allocated before measuring, so no stage counts them. The
 saved (seen through ``saved_tensors_hooks``, by identity only) are also counted: ``saved_bytes``
 per stage, a cross-check (``xbar`` is never below it), and ``out_saved_bytes``, the output storage
 the stage's own backward saved (the cost model's ``bwd_tape_bytes`` comes from it); storage by storage,
-``out_saved_from`` and ``in_dropped_from`` (Note [Storages a stage drops] in gpusolve/chain.py).
+``out_saved_from`` and ``in_dropped_from`` (Note [Storages a stage drops] in gpusolve/chain.py; what a stage drops
+checked by measurement: Note [Drops measured]).
 
 Profiling leaves the model exactly as it found it: parameters, buffers, gradients, RNG state and
 training flags are restored afterwards.
@@ -44,6 +45,18 @@ Note [Profiling stage by stage]
     test models, except on tuple states that pass a tensor on, where the whole step's spans overlap
     (Note: ``_Boundaries._reached``) and either side can read higher; the least budgets stay equal
     (tests/test_profile_isolated.py).
+
+Note [Drops measured]
+    The storages of its input a stage neither passes on nor saves (``in_dropped_from``, Note [Storages a stage
+    drops] in gpusolve/chain.py) are found from what the saved-tensor hooks saw. A custom autograd.Function that
+    keeps its inputs as ``ctx`` attributes, a module that caches its input, a hook that stores a tensor: none is
+    seen there, and each keeps a storage alive that the profile called freed. Planning that freed such a storage
+    went 98 306 B over the user's budget (review rv15: bench/repros/rv15_review_ctx_held_dropped_storage.py), so it
+    counted every drop held. Now the whole step's memory pass checks: in its plain step (which holds no stage's
+    output) a weak reference to each storage the stage is said to drop is taken before the stage runs, and read
+    once its output has replaced its input; a storage still alive is not called dropped. The profile says
+    ``drops_checked``, and only then does planning free the drops (``plan_drops`` in gpusolve/exact_peak.py). A
+    profile made stage by stage checks nothing (each stage runs on copies of its input): ``drops_checked`` false.
 
 Note [Inputs held through a backward]
     The cost model holds a stage's input through the stage's backward: a_{s-1} is a checkpoint, or
@@ -145,6 +158,7 @@ from typing import NamedTuple
 from pathlib import Path
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from gpusolve.chain import PROFILE_FORMAT, Chain
 from gpusolve.errors import FallbackWarning, warn_once
@@ -356,6 +370,7 @@ def profile_dict(stages, sample_input, passes: int = 5, warmup: int = 1, network
         "param_bytes": param_bytes_of(state),
         "input_requires_grad": facts["input_requires_grad"],
         "isolated": stage_by_stage,
+        "drops_checked": profiler.drops_checked,  # Note [Drops measured]
         "reference": reference,
         "stages": [dict(name=name, **fields) for name, fields in zip(names, per_stage)],
         "shared_leaves": profiler.readers.shared(),  # Note [Leaves several stages read]
@@ -527,6 +542,12 @@ class _Passes:
         self.generators = generators_of(modules, fns)  # Note [Generators of the model's own] in torch_exec/_util.py
         self.excluded = {key for key in (storage_key(t) for t in self.params + self.buffers)
                          if key is not None}
+        # Note [Drops measured]: per stage (0-based), the storages of its input the whole pass calls dropped, by
+        # the position of a tensor of the input holding each: {position: (maker stage, bytes)}; and, once the
+        # plain step has run, the positions whose storage outlived the stage
+        self.dropping: dict = {}
+        self.outlived: dict = {}
+        self.drops_checked = False
 
     # clock ----------------------------------------------------------------
     def mark(self):
@@ -633,6 +654,9 @@ class _Passes:
             self.nograd_memory(meter, mem, ng_marks)
             g_marks, readings = (self.isolated_memory if self.isolated else self.whole_memory)(meter, mem)
         spans, ready, reference = readings()  # readings exist once the meter has stopped
+        for s, outlived in self.outlived.items():  # Note [Drops measured]: only what was freed is dropped
+            if outlived:
+                mem[s]["in_dropped_from"] = by_origin(v for i, v in self.dropping[s].items() if i not in outlived)
         # what profiling itself allocated at its peak on the device (on the CPU the host copies of the
         # stages' inputs, host_copies_bytes, are the same memory and counted too)
         reference["memory_pass_peak_bytes"] = int(meter.total.peak)
@@ -902,10 +926,17 @@ class _Passes:
         does (a first stage that does not save it would otherwise free it inside the measured region
         and lower every later reading by its size)."""
         held_input = state = clone(make_leaf(self.sample, self.rg))
+        check = not loss_only  # Note [Drops measured]: once, in the step that holds every output
         start = meter.mark()
         with torch.enable_grad():
-            for fn in self.fns:
+            for s, fn in enumerate(self.fns):
+                watch = self.dropping.get(s) if check else None
+                refs = {i: _storage_ref(tensors(state)[i]) for i in watch} if watch else None
                 state = fn(state)
+                if refs:
+                    self.outlived[s] = {i for i, ref in refs.items() if ref is None or not ref.expired()}
+                del refs
+            self.drops_checked = self.drops_checked or check
             final = [t for t in tensors(state) if t.requires_grad and (t.numel() == 1 or not loss_only)]
             del state
             retained = meter.mark()
@@ -961,9 +992,15 @@ class _Passes:
         saved = set(saved_keys)
         mem["out_saved_from"] = by_origin((origin[key], block_bytes(key)) for key in outs
                                           if key in saved and key not in self.excluded)
-        mem["in_dropped_from"] = by_origin((origin[key], block_bytes(key)) for key in storages(inp)
-                                           if origin.get(key) and key not in outs and key not in ever_saved
-                                           and key not in self.excluded)
+        dropped = {key for key in storages(inp) if origin.get(key) and key not in outs and key not in ever_saved
+                   and key not in self.excluded}
+        mem["in_dropped_from"] = by_origin((origin[key], block_bytes(key)) for key in dropped)
+        position = {}  # Note [Drops measured]: a tensor of the input that holds each
+        for i, t in enumerate(tensors(inp)):
+            key = storage_key(t)
+            if key in dropped:
+                position.setdefault(key, i)
+        self.dropping[number - 1] = {position[key]: (origin[key], block_bytes(key)) for key in dropped}
 
     def note_numbered(self, mem: dict, outs: set, ins: set, saved: set, ever_saved: set) -> None:
         """:meth:`note_storages` stage by stage (Note [Profiling stage by stage]): storages by their numbers in
@@ -1047,6 +1084,14 @@ class _Passes:
         stop = self.mark()
         self.sync()
         return self.elapsed(start, stop)
+
+
+def _storage_ref(t) -> StorageWeakRef | None:
+    """A weak reference to ``t``'s storage; None where it has none to refer to (a wrapper subclass)."""
+    try:
+        return StorageWeakRef(t.untyped_storage())
+    except (RuntimeError, NotImplementedError, TypeError):
+        return None
 
 
 @contextlib.contextmanager

@@ -14,7 +14,8 @@ Exits 1 where a step measures above its budget or its exact peak.
 Observed (2026-11-29, torch 2.13): A at its least budget 786440 B: predicted = exact = model 786440 B, measured
 917512 B (+131072 B, in the backward of the chunk stage); B's all-tape plan predicted 393224 B, measured 458760 B
 (plain autograd's peak), over at every budget from the least to halfway to plain autograd's peak. Both planning modes
-alike: the cost model's own reading of views across tuple boundaries, older than the exact peak. Not fixed yet.
+alike: the cost model's own reading of views across tuple boundaries, older than the exact peak. Fixed in session 16
+(Note [Gradients ready one by one] in gpusolve/chain.py): every step within its budget and its exact peak, exit 0.
 """
 import sys
 import warnings

@@ -264,25 +264,25 @@ def exact_peak(chain: Chain, schedule: list[Op], start: tuple[int, int] | None =
 
 # Note [Planning to the exact peak]
 #     The DP plans within the budget by the model's count, which over-counts what tuple boundaries pass on
-#     (Note [Storage-exact peaks]): Whisper's plan at 60 % measured 0.87-0.89 x its prediction, recomputing more
-#     than the budget needed. :func:`solve_within` solves at the user's budget, then at raised solver budgets
-#     (bisection over [budget, RAISE_TOP x budget], at most RAISE_SOLVES more solves) and keeps the fastest plan
-#     whose storage-exact peak is within the user's budget; its ``predicted_peak_bytes`` is that exact peak. The
-#     exact peak is never below a measured one in the runs that validate it (bench/results/exact_peak_cpu.md);
-#     the model's count stays the DP's, so a chain without the storage facts is planned as before. The storages a
-#     stage drops are freed in planning only where the profiler saw each freed (:func:`plan_drops`): the profile
-#     calls a storage dropped where no saved-tensor hook saw it saved, and a custom autograd.Function that keeps its
-#     inputs as ``ctx`` attributes holds one unseen; planned with it freed, a step measured 98 306 B over the user's
-#     budget where the model's plan held (review rv15: bench/repros/rv15_review_ctx_held_dropped_storage.py,
-#     bench/results/exact_peak_cpu.md). The profiler now checks by weak reference that each is gone once the stage
-#     has run, and calls dropped only those (Note [Drops measured] in torch_exec/profiler.py); a profile made
-#     stage by stage, or before, is not checked, and its drops are counted held. What any plan is over-counted by is bounded by the bytes the boundaries pass on and the stages drop
-#     (those planning frees), summed over the stages (each storage counted twice is one a boundary passes on, or
-#     one a stage drops): where that sum is 0 the exact peak is the model's, and where it is under
-#     RAISE_MIN_OVERCOUNT of the budget no raised solve is tried, since each costs as much as the first
-#     (DenseNet-121's layout split by torch_exec.split, examples/models.py's TVDenseNet: 4096 B dropped against
-#     a 1.17 MB budget at 50 %, four solves for nothing). The plan at the budget itself says nothing: a plan with
-#     no two holders of one storage can be beaten by a raised one with several (tests/test_exact_peak.py).
+#     (Note [Storage-exact peaks]): Whisper's plan at 60 % measured 0.87-0.89 x its prediction, recomputing more than
+#     the budget needed. :func:`solve_within` solves at the user's budget, then at raised solver budgets (bisection over
+#     [budget, RAISE_TOP x budget], at most RAISE_SOLVES more solves) and keeps the fastest plan whose storage-exact
+#     peak is within the user's budget; its ``predicted_peak_bytes`` is that exact peak. The exact peak is never below a
+#     measured one in the runs that validate it (bench/results/exact_peak_cpu.md); the model's count stays the DP's, so
+#     a chain without the storage facts is planned as before. The storages a stage drops are freed in planning only
+#     where the profiler saw each freed (:func:`plan_drops`): the profile calls a storage dropped where no saved-tensor
+#     hook saw it saved, and a custom autograd.Function that keeps its inputs as ``ctx`` attributes holds one unseen;
+#     planned with it freed, a step measured 98 306 B over the user's budget where the model's plan held (review rv15:
+#     bench/repros/rv15_review_ctx_held_dropped_storage.py, bench/results/exact_peak_cpu.md). The profiler now checks by
+#     weak reference that each is gone once the stage has run, and calls dropped only those (Note [Drops measured] in
+#     torch_exec/profiler.py); a profile made stage by stage, or before, is not checked, and its drops are counted held.
+#     What any plan is over-counted by is bounded by the bytes the boundaries pass on and the stages drop (those
+#     planning frees), summed over the stages (each storage counted twice is one a boundary passes on, or one a stage
+#     drops): where that sum is 0 the exact peak is the model's, and where it is under RAISE_MIN_OVERCOUNT of the budget
+#     no raised solve is tried, since each costs as much as the first (DenseNet-121's layout split by torch_exec.split,
+#     examples/models.py's TVDenseNet: 4096 B dropped against a 1.17 MB budget at 50 %, four solves for nothing). The
+#     plan at the budget itself says nothing: a plan with no two holders of one storage can be beaten by a raised one
+#     with several (tests/test_exact_peak.py).
 RAISE_TOP = 1.25
 RAISE_SOLVES = 4
 RAISE_MIN_OVERCOUNT = 0.01

@@ -52,7 +52,8 @@ def test_cat_stages_hold_every_budget(tmp_path):
 def test_view_tuples_draw_their_stages():
     drawn = {k for seed in range(20) for k in tuple_fuzz.kinds(seed, 10, hold=False, view_tuples=True)}
     assert set(tuple_fuzz.VIEW_TUPLE_KINDS) <= drawn
-    assert not {k for seed in range(20) for k in tuple_fuzz.kinds(seed, 10, hold=False)} & set(tuple_fuzz.VIEW_TUPLE_KINDS)
+    plain = {k for seed in range(20) for k in tuple_fuzz.kinds(seed, 10, hold=False)}
+    assert not plain & set(tuple_fuzz.VIEW_TUPLE_KINDS)
 
 
 def test_tuples_of_views_hold_every_budget(tmp_path):

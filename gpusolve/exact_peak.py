@@ -276,6 +276,11 @@ def exact_peak(chain: Chain, schedule: list[Op], start: tuple[int, int] | None =
 #     bench/repros/rv15_review_ctx_held_dropped_storage.py, bench/results/exact_peak_cpu.md). The profiler now checks by
 #     weak reference that each is gone once the stage has run, and calls dropped only those (Note [Drops measured] in
 #     torch_exec/profiler.py); a profile made stage by stage, or before, is not checked, and its drops are counted held.
+#     The check sees one call: a stage that reads a tuple's tensor on some calls only (on a random draw, or on its
+#     data) drops it on the profiled call and saves it on another, which went 131 072 B over the budget (review rv16:
+#     bench/repros/rv16_review_data_dependent_drop.py, rv16_review_random_route_drop.py). So the drops are freed only
+#     for stages that run one graph on every call: auto_checkpoint's exported ones (``static_stages`` in
+#     torch_exec/executor.py); a CheckpointedSequential of the user's modules counts them held.
 #     What any plan is over-counted by is bounded by the bytes the boundaries pass on and the stages drop (those
 #     planning frees), summed over the stages (each storage counted twice is one a boundary passes on, or one a stage
 #     drops): where that sum is 0 the exact peak is the model's, and where it is under RAISE_MIN_OVERCOUNT of the budget
@@ -289,19 +294,23 @@ RAISE_MIN_OVERCOUNT = 0.01
 
 
 def plan_drops(chain: Chain) -> bool:
-    """Whether planning frees the storages ``chain``'s stages drop: only where the profiler saw each freed by
-    measurement (Note [Drops measured] in torch_exec/profiler.py; Note [Planning to the exact peak])."""
+    """Whether planning may free the storages ``chain``'s stages drop: only where the profiler saw each freed by
+    measurement (Note [Drops measured] in torch_exec/profiler.py; Note [Planning to the exact peak]), and then only
+    for stages that drop the same on every call (``solve_within``'s ``free_drops``)."""
     return bool((chain.provenance or {}).get("drops_checked", False))
 
 
-def solve_within(chain: Chain, budget: int, solve_at, breaks=None, solves: int = RAISE_SOLVES, top: float = RAISE_TOP):
+def solve_within(chain: Chain, budget: int, solve_at, breaks=None, solves: int = RAISE_SOLVES, top: float = RAISE_TOP,
+                 free_drops: bool = True):
     """The plan :func:`gpusolve.solve`-like ``solve_at(solver_budget)`` gives for ``chain``, planned so that its
     storage-exact peak (:func:`exact_peak`) is within ``budget`` (bytes): Note [Planning to the exact peak]. The
     plan at ``budget`` where the chain lacks the storage facts or nothing is to gain; else the fastest of it and
     the plans at up to ``solves`` raised budgets whose exact peak fits, its ``predicted_peak_bytes`` the exact
-    peak, its ``budget_bytes`` the user's ``budget``, a note saying at which budget it was solved."""
+    peak, its ``budget_bytes`` the user's ``budget``, a note saying at which budget it was solved. ``free_drops``:
+    whether the stages drop on every call what the profile saw them drop (stages of a static graph), without which
+    the drops are counted held whatever the profile says (:func:`plan_drops`)."""
     plan = solve_at(budget)
-    drops = plan_drops(chain)
+    drops = free_drops and plan_drops(chain)
     facts = storage_facts(chain, drops)
     # the most any plan is counted twice by (Note [Planning to the exact peak]): what is passed on and dropped
     bound = 0 if facts is None else (sum(nbytes for s, held in enumerate(facts[0]) for t, nbytes in held.items()

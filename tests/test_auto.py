@@ -295,6 +295,7 @@ def test_blocks_fallback_when_the_graph_cannot_be_captured():
     with pytest.warns(UserWarning, match="using the model's blocks 'blocks'"):
         _between(wrapped, args, kwargs)
     assert wrapped.capture.method == "blocks"
+    assert wrapped.executor.static_stages is False  # Python blocks: their drops are counted held in planning
     for step in range(2):
         _step_both(wrapped, reference, args, kwargs, loss_of, step)
     for (key, p), (_, q) in zip(model.named_parameters(), reference.named_parameters()):
@@ -381,6 +382,7 @@ def test_custom_autograd_functions_whose_backward_is_the_derivative_are_captured
     wrapped(x).backward()
     reference(x).backward()
     assert wrapped.capture.method == "export"
+    assert wrapped.executor.static_stages is True  # one graph per stage: checked drops freed in planning
     for (key, p), (_, q) in zip(model.named_parameters(), reference.named_parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-7, msg=key)
     # the check itself, on both kinds of Function (the second with a derivative that is not its backward's)

@@ -282,6 +282,52 @@ def test_a_drop_is_one_the_profiler_saw_freed(isolated):
         assert data["stages"][2]["in_dropped_from"] == ([[2, 64 * 64 * 4]] if freed or isolated else []), third
 
 
+@pytest.mark.parametrize("static", [False, True])
+def test_a_python_stage_that_drops_only_on_some_calls(static):
+    """Review rv16 (bench/repros/rv16_review_data_dependent_drop.py): Gate reads the 3a of the stage before it on some
+    calls only. Profiled on a call that drops it, the check saw it freed; a later call saves it. A CheckpointedSequential
+    of Python stages (``static_stages`` False) counts the drop held and holds its budget on both calls; planned as a
+    static graph's, freeing it, the call that reads it measures over the budget."""
+    torch = pytest.importorskip("torch")
+    import torch_exec as te
+    from torch_exec.executor import plain_peak_bytes
+    from torch_exec.meter import measure_peak
+    Lin, _, Keep, Make, _, Merge, Loss = _torch_stages()
+
+    class Gate(Lin):  # (a, p) -> (tanh(fc(a) + src * scale), a): src is p where ``read`` says so (then saved), else a
+        read = False
+
+        def __init__(self):
+            super().__init__()
+            self.scale = torch.nn.Parameter(torch.ones(64))
+
+        def forward(self, q):
+            return torch.tanh(self.fc(q[0]) + (q[1] if Gate.read else q[0]) * self.scale), q[0]
+
+    def make():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(Lin(), Make(), Gate(), Keep(), Merge(), Lin(), Loss())
+    x = torch.randn(512, 64, generator=torch.Generator().manual_seed(0))
+    Gate.read = False
+    probe = te.CheckpointedSequential(make(), budget="1TiB", backend="cpu", profile_passes=1, profile_warmup=0)
+    probe.prepare(x)
+    assert probe._last.chain.provenance["drops_checked"] and any(probe._last.chain.provenance["dropped_from"])
+    budget = int(probe.min_budget_bytes + 0.8 * (plain_peak_bytes(probe._last) - probe.min_budget_bytes))
+    model = make()
+    wrapped = te.CheckpointedSequential(model, budget=budget, backend="cpu", profile_passes=1, profile_warmup=0)
+    wrapped.static_stages = static
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    try:
+        for _ in range(2):
+            wrapped(x).backward()
+        Gate.read = True
+        _, reading = measure_peak(lambda: wrapped(x).backward())
+    finally:
+        Gate.read = False
+    assert (reading.peak > budget) is static, (budget, reading.peak, wrapped.plan.predicted_peak_bytes)
+
+
 # ---------------------------------------------------------------------------- planning to the exact peak
 def _sharing_chain(n: int = 10) -> Chain:
     """Stage 1 makes A (300 B), which every later stage passes on beside the 100 B it makes (a decoder reading the
@@ -341,12 +387,14 @@ def test_solve_within_tries_no_raised_budget_where_little_is_counted_twice():
     assert len(calls) > 1  # its plan at 2400 has no storage counted twice, a raised one has
 
 
-@pytest.mark.parametrize("checked", [False, True])
-def test_planning_frees_the_storages_a_stage_drops_only_where_measured(checked):
+@pytest.mark.parametrize("checked,static", [(False, True), (True, True), (True, False)])
+def test_planning_frees_the_storages_a_stage_drops_only_where_measured(checked, static):
     """Note [Planning to the exact peak]: a dropped storage may be held where no saved-tensor hook sees it (ctx
     attributes; bench/repros/rv15_review_ctx_held_dropped_storage.py), so planning frees the drops only where the
-    profiler saw each freed (``drops_checked``; Note [Drops measured]). Unchecked, a chain whose only over-count is a
-    drop is solved once and its plan predicts the model's peak; checked, store-all fits one byte below the model's."""
+    profiler saw each freed (``drops_checked``; Note [Drops measured]), and only for stages that drop it on every call
+    (``free_drops``: a static graph's; a Python stage may read it on other calls, review rv16). Otherwise a chain whose
+    only over-count is a drop is solved once and its plan predicts the model's peak; freed, store-all fits one byte
+    below the model's."""
     from gpusolve.exact_peak import plan_drops, solve_within
     from gpusolve.solve import solve
     n = 6
@@ -361,8 +409,8 @@ def test_planning_frees_the_storages_a_stage_drops_only_where_measured(checked):
         simulate(chain, store_all).peak_bytes
     budget = simulate(chain, store_all).peak_bytes - 1
     calls = []
-    plan = solve_within(chain, budget, lambda at: calls.append(at) or solve(chain, at, backend="cpu"))
-    if checked:
+    plan = solve_within(chain, budget, lambda at: calls.append(at) or solve(chain, at, backend="cpu"), free_drops=static)
+    if checked and static:
         assert len(calls) > 1 and plan.schedule == store_all
         assert plan.predicted_peak_bytes == exact_peak(chain, store_all).peak_bytes <= budget
     else:

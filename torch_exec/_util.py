@@ -547,6 +547,15 @@ def grad_storages(grads) -> dict:
     return out
 
 
+def register_grad_hook(t, fn):
+    """``t.register_hook(fn)``, with ``t.grad_fn`` read first: a view whose base was written in place since it was
+    taken has a stale grad_fn until it is read, and registering a hook on it then kills the process (SIGSEGV, torch
+    2.13: ``y = fc(x); v = y[:h]; y[h:].mul_(0.5); v.register_hook(f)``, a review: bench/repros/
+    rv16_review_inplace_view_hook_segfault.py). Reading it regenerates the view's grad_fn, as autograd would."""
+    t.grad_fn  # noqa: B018 (read for its effect)
+    return t.register_hook(fn)
+
+
 def storages(state) -> dict:
     """``{storage key: bytes}`` of the tensors of ``state``."""
     out = {}

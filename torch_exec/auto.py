@@ -2325,6 +2325,8 @@ class AutoCheckpointed(nn.Module):
         else:
             cap.executor = CheckpointedSequential(_sequential(cap.stages), **kwargs_exec)
         cap.executor.call_data = cap.side  # Note [Data bound to a call] in torch_exec/executor.py
+        # an exported graph's stages drop on every call what they drop once (Note [Planning to the exact peak])
+        cap.executor.static_stages = cap.method == "export"
         cap.executor.state_keyed_outside = True  # this wrapper's key holds the model's whole state
         # the step makes the gradients of the whole model's parameters, the rest's too (Note [The step's parameters])
         cap.executor.step_params = self._model.parameters

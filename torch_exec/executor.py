@@ -2361,6 +2361,11 @@ class CheckpointedSequential(_PlannedModule):
     # Note [Planning to the exact peak] in gpusolve/exact_peak.py: a recompute-only plan is solved so that its
     # storage-exact peak fits the budget (False: the model's peak fits it, as before; an instance may set it)
     plan_exact_peak = True
+    # Note [Planning to the exact peak]: whether every stage runs one graph on every call (auto_checkpoint's exported
+    # stages), so that what the profile saw a stage drop, and checked freed (Note [Drops measured] in
+    # torch_exec/profiler.py), it drops on every call: only then does planning free it. Python modules may read a
+    # tuple's tensor on some calls only (a random route, a data-dependent branch): their drops are counted held.
+    static_stages = False
 
     def __init__(self, stages, budget="6GiB", bucket=None, backend: str = "auto", *, profile_passes: int = 3,
                  profile_warmup: int = 1, schedule_fn=None, preserve_rng_state: bool = True, network: str | None = None,
@@ -2562,7 +2567,7 @@ class CheckpointedSequential(_PlannedModule):
         if link is not None or not self.plan_exact_peak:
             return self._solve(chain, budget, link)
         return solve_within(chain, budget, lambda at: self._solve(chain, at, link),
-                            breaks={s for _, s in entry.breaks})
+                            breaks={s for _, s in entry.breaks}, free_drops=self.static_stages)
 
     def _plan_entry(self, entry: Entry) -> Entry:
         """Plan ``entry`` (:meth:`_plan_grouping`) and return it; with a second grouping of its stages, plan both and

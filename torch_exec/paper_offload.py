@@ -415,7 +415,7 @@ class _PaperStep:
         graph])."""
         needs = [t for t in U.tensors(state) if t.requires_grad]
         for t in [t for t in needs if U.storage_key(t) not in self.inputs] or needs[:1]:
-            t.register_hook(lambda grad, token=token: self._point(q))  # the first to run issues (cursor)
+            U.register_grad_hook(t, lambda grad, token=token: self._point(q))  # the first to run issues (cursor)
 
     def _point(self, q: int) -> None:
         if self.closed:  # its reads raise (unpack)

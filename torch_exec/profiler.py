@@ -57,6 +57,9 @@ Note [Drops measured]
     once its output has replaced its input; a storage still alive is not called dropped. The profile says
     ``drops_checked``, and only then does planning free the drops (``plan_drops`` in gpusolve/exact_peak.py). A
     profile made stage by stage checks nothing (each stage runs on copies of its input): ``drops_checked`` false.
+    The check sees one call: a Python stage that reads the tensor on other calls (a random route, a data-dependent
+    branch) keeps it then, so planning frees checked drops only for stages that run one graph on every call
+    (``static_stages``: auto_checkpoint's exported graphs; review rv16, Note [Planning to the exact peak]).
 
 Note [Inputs held through a backward]
     The cost model holds a stage's input through the stage's backward: a_{s-1} is a checkpoint, or
@@ -165,9 +168,9 @@ from gpusolve.errors import FallbackWarning, warn_once
 from gpusolve.progress import work_progress
 
 from ._util import (LeafReaders, ModelSnapshot, RngState, aliases, backward_segment, block_bytes, buffers_of,
-                    by_origin, clone, copyable, cuda_devices, generators_of, grad_storages, held_from, held_nbytes, make_leaf, map_state,
-                    output_facts, params_of, progress_setting, stage_list, stage_state, state_nbytes, storage_key,
-                    storages, tensors)
+                    by_origin, clone, copyable, cuda_devices, generators_of, grad_storages, held_from, held_nbytes,
+                    make_leaf, map_state, output_facts, params_of, progress_setting, register_grad_hook, stage_list,
+                    stage_state, state_nbytes, storage_key, storages, tensors)
 from .meter import MemoryMeter, room_for_a_cpu_meter
 from .offload import HostCopies
 
@@ -1157,9 +1160,10 @@ class _Boundaries:
                 continue
             boundaries = [s]
             self.hooked[key] = (weakref.ref(t), boundaries)
-            self.handles.append(t.register_hook(lambda g, boundaries=boundaries: self._reached_last_first(boundaries)))
+            self.handles.append(register_grad_hook(t, lambda g, boundaries=boundaries:
+                                                   self._reached_last_first(boundaries)))
         if self.grads:  # the memory pass (a timing pass runs no more Python in the backward than it must)
-            self.handles += [t.register_hook(lambda g, s=s: self.grad_buffers[s].update(grad_storages([g])))
+            self.handles += [register_grad_hook(t, lambda g, s=s: self.grad_buffers[s].update(grad_storages([g])))
                              for t in grads]
 
     def hold(self, s: int, held: list) -> None:

@@ -5,7 +5,10 @@ run, so it under-counts; planning to that peak (the first version of Note [Plann
 store-all at 85-95 % of the way from the least budget to plain autograd's peak, and the step measured 32769-98306 B
 above the user's budget, where planning to the model's peak held it. Since, planning frees a dropped storage only where
 the profiler saw it freed by measurement (``plan_drops``; Note [Drops measured] in torch_exec/profiler.py): the storage
-StashMul's ctx keeps outlives its stage, so the profile does not call it dropped. CPU, review rv15 (2026-11-29).
+StashMul's ctx keeps outlives its stage, so the profile does not call it dropped. Planning frees drops only for stages
+that run one graph on every call (``static_stages``, set by auto_checkpoint for exported graphs; review rv16): these
+Python stages are run with ``static_stages = True`` so that the check is what holds the budget. CPU, review rv15
+(2026-11-29).
 
 Model (width 64, batch 512, 128 KiB per tensor): Lin, Make (t -> (a, 3a)), StashDrop ((a, p) -> (StashMul(a, p), a):
 p dropped from the tuple, kept by StashMul's ctx), Keep, Keep, Merge, Lin, Loss. caller_keeps="output".
@@ -89,6 +92,7 @@ def step(m, x):
 def run(x, **kw):
     model = make()
     w = te.CheckpointedSequential(model, backend="cpu", profile_passes=1, profile_warmup=0, **kw)
+    w.static_stages = True  # drops freed where checked, as for an exported graph
     for p in model.parameters():
         p.grad = torch.zeros_like(p)
     step(w, x)

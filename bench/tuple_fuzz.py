@@ -5,6 +5,7 @@ measured step peak hold the budget? (CPU; the allocator's events measure every p
     python bench/tuple_fuzz.py --seeds 200:240 --offload    # offloading over a free link, 4 budgets
     python bench/tuple_fuzz.py --seeds 0:40 --views          # cat stages too: gradient slices handed on
     python bench/tuple_fuzz.py --seeds 0:40 --view-tuples    # tuples of views of one storage too
+    python bench/tuple_fuzz.py --seeds 0:40 --tied --weighted-merges  # a shared Linear read twice in one stage
 
 Each model is an ``nn.Sequential`` of stages drawn from a small vocabulary: some make new tensors,
 some pass one of their inputs on untouched, some alias (pick or swap the parts of a pair), some
@@ -220,21 +221,44 @@ class AddMerge(_Stage):   # (a, b) -> a[:n] + b[:n]: saves nothing
         return a + b
 
 
+class MergeFc(_Stage):    # (a, b) -> tanh(fc(a + b)): reads its Linear on a pair (fused with a fork saving neither)
+    arity, weighted = (2, 1), True
+
+    def forward(self, p):
+        a, b = fit(*p)
+        return torch.tanh(self.fc(a + b))
+
+
+class TwiceFc(_Stage):    # (a, b) -> tanh(fc(a) + fc(b)): reads its Linear twice
+    arity, weighted = (2, 1), True
+
+    def forward(self, p):
+        a, b = fit(*p)
+        return torch.tanh(self.fc(a) + self.fc(b))
+
+
 KINDS = (Lin, LinNoAct, Scale, Fork, ForkFree, Keep, KeepFree, Flip, First, Second, Merge, MulMerge)
 VIEW_KINDS = (CatFc, CatPass)
 """Drawn too with ``--views``: stages whose backward hands a slice of a larger gradient to a tensor of their
 input (Note [Segment inputs] in torch_exec/executor.py)."""
+WEIGHTED_MERGE_KINDS = (MergeFc, TwiceFc)
+"""Drawn too with ``--weighted-merges``: merges that read their Linear on both parts of a pair; with ``--tied`` one
+stage reads the shared weight twice in one backward call (Note [A leaf read twice in one stage] in
+gpusolve/chain.py)."""
 VIEW_TUPLE_KINDS = (DupView, SplitIn, CatChunk, AddMerge)
 """Drawn too with ``--view-tuples``: tuples whose tensors are views of one storage, whose gradients are ready one
 by one (Note [Gradients ready one by one] in gpusolve/chain.py)."""
 
 
-def kinds(seed: int, stages: int, hold: bool, views: bool = False, view_tuples: bool = False) -> list[type]:
+def kinds(seed: int, stages: int, hold: bool, views: bool = False, view_tuples: bool = False,
+          weighted_merges: bool = False) -> list[type]:
     """The stage kinds of model ``seed``: a Lin, then random kinds whose arities chain, ending on a
-    tensor, then the loss. ``views``: :data:`VIEW_KINDS` are drawn too; ``view_tuples``: :data:`VIEW_TUPLE_KINDS`."""
+    tensor, then the loss. ``views``: :data:`VIEW_KINDS` are drawn too; ``view_tuples``: :data:`VIEW_TUPLE_KINDS`;
+    ``weighted_merges``: :data:`WEIGHTED_MERGE_KINDS`."""
     rng = random.Random(seed)
     out, arity = [Lin], 1
-    vocabulary = KINDS + (VIEW_KINDS if views else ()) + (VIEW_TUPLE_KINDS if view_tuples else ())
+    vocabulary = (KINDS + (VIEW_KINDS if views else ()) + (VIEW_TUPLE_KINDS if view_tuples else ())
+                  + (WEIGHTED_MERGE_KINDS if weighted_merges else ()))
     while len(out) < stages or arity != 1:
         fits = [k for k in vocabulary if k.arity[0] == arity]
         if len(out) >= stages:
@@ -256,7 +280,7 @@ def _step(model, x, drop: bool = False):
 
 
 def run(seed: int, args) -> dict:
-    stage_kinds = kinds(seed, args.stages, args.hold or args.drop, args.views, args.view_tuples)
+    stage_kinds = kinds(seed, args.stages, args.hold or args.drop, args.views, args.view_tuples, args.weighted_merges)
 
     def make():
         torch.manual_seed(seed)
@@ -317,6 +341,8 @@ def main(argv=None) -> int:
                         help="draw stages whose backward hands a slice of a larger gradient on (VIEW_KINDS) too")
     parser.add_argument("--view-tuples", action="store_true",
                         help="draw stages whose tuples hold views of one storage (VIEW_TUPLE_KINDS) too")
+    parser.add_argument("--weighted-merges", action="store_true",
+                        help="draw merges that read their Linear on both parts of a pair (WEIGHTED_MERGE_KINDS) too")
     parser.add_argument("--tied", action="store_true",
                         help="every weighted stage reads one shared Linear (its gradient summed across stages)")
     parser.add_argument("--model-plans", action="store_true",
@@ -356,6 +382,7 @@ def main(argv=None) -> int:
              f"{', the state dropped before the backward' if args.drop else ''}"
              f"{', cat stages drawn too (--views)' if args.views else ''}"
              f"{', tuples of views of one storage drawn too (--view-tuples)' if args.view_tuples else ''}"
+             f"{', merges reading their Linear on both parts (--weighted-merges)' if args.weighted_merges else ''}"
              f"{', one Linear shared by every weighted stage (--tied)' if args.tied else ''}); runs: {len(runs)}",
              f"- budgets held: {len(runs) - len(over)} of {len(runs)}",
              f"- measured / predicted: {min(ratios):.4f} - {max(ratios):.4f}"]

@@ -359,6 +359,8 @@ class Chain:
         provenance = {k: data[k] for k in ("network", "args", "device", "torch", "dtype", "reference",
                                            "param_bytes", "drops_checked") if k in data}
         provenance["shared_leaves"] = _shared_leaves(data, source, group_of, granule)
+        for g, extra in enumerate(_summed_in_a_stage(data, group_of, len(groups), granule)):
+            fields["bwd_extra"][g] += extra  # Note [A leaf read twice in one stage]
         provenance.update(source=str(source), format=PROFILE_FORMAT, measured_stages=len(stages),
                           merged_in_place=joined["in_place"], merged_unsaved=joined["unsaved"],
                           fused_aliasing=fuse_aliasing, members=members, notes=notes, made_bytes=made,
@@ -792,13 +794,50 @@ def _shared_leaves(data: dict, source, group_of: dict[int, int], granule: int) -
         try:
             stages = sorted({group_of[int(s)] + 1 for s in item["stages"]})
             nbytes, summed = int(item["nbytes"]), item["summed"]
-            if nbytes < 0 or not isinstance(summed, bool):
+            reads = item.get("reads", [1] * len(item["stages"]))
+            if nbytes < 0 or not isinstance(summed, bool) or len(reads) != len(item["stages"]) or \
+                    not all(_whole(k) and k >= 1 for k in reads):
                 raise ValueError
         except (KeyError, TypeError, ValueError):
             raise ValueError(f"{source}: shared_leaves entry {item!r} is not {{'stages': [profiled stage numbers], "
-                             f"'nbytes': bytes >= 0, 'summed': true/false}}; re-profile, or drop the field") from None
+                             f"'nbytes': bytes >= 0, 'summed': true/false, optionally 'reads': [reads >= 1 per "
+                             f"stage]}}; re-profile, or drop the field") from None
         if len(stages) > 1:
             out.append({"stages": stages, "nbytes": allocator_bytes(nbytes, granule), "summed": summed})
+    return out
+
+
+# Note [A leaf read twice in one stage]
+#     Note [Shared leaves split tape runs] (torch_exec/executor.py) splits the executor's backward calls between the
+#     stages that read one leaf (a tied weight), so that no call sums their gradients in a buffer no reading counts.
+#     A fused stage whose members read it twice, or a measured stage that reads it twice itself, is still one
+#     backward call: the engine holds the first part in a buffer of the leaf's size until the next arrives, and adds
+#     them into a new tensor beside both (seen on the CPU: three of the leaf's size at once). In the profile's whole
+#     step that buffer was made earlier, by the backward of a later reader, and each part was added into it, so the
+#     stage's readings show one part at a time; run as its own segment it holds two more. One Linear shared by every weighted stage, a pair merged
+#     by a stage reading it (``tanh(fc(a + b))`` fused with the fork before it, ``tanh(fc(a) + fc(b))``): 12 032-16 384
+#     B over the budget (a review, 2026-11-29: bench/repros/rv16_review_tied_linear_fused_pair_over_budget.py). So a
+#     stage that reads a leaf at least twice (its members' ``reads`` summed: the profile's count of the edges into
+#     the leaf's AccumulateGrad node, 1 per reading stage without it), where a later stage reads it too, has twice
+#     the leaf's bytes added to its backward's workspace. Where no later stage reads it, the buffer is made inside
+#     the stage's own readings, which count it.
+
+
+def _summed_in_a_stage(data: dict, group_of: dict[int, int], n: int, granule: int) -> list[int]:
+    """Bytes per chain stage (0-based, ``n`` of them) of the leaves it reads at least twice in one backward call
+    while a later stage reads them too (Note [A leaf read twice in one stage]), from the profile's ``shared_leaves``
+    (already checked by :func:`_shared_leaves`)."""
+    out = [0] * n
+    for item in data.get("shared_leaves") or ():
+        stages = [int(s) for s in item["stages"]]
+        reads = item.get("reads") or [1] * len(stages)
+        counts: dict[int, int] = {}
+        for s, k in zip(stages, reads, strict=False):
+            counts[group_of[s]] = counts.get(group_of[s], 0) + int(k)
+        last = max(group_of[s] for s in stages)
+        for g, k in counts.items():
+            if k >= 2 and g < last:
+                out[g] += 2 * allocator_bytes(int(item["nbytes"]), granule)  # the first part held, and their sum
     return out
 
 

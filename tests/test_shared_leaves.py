@@ -60,7 +60,7 @@ def shared_of(stages, sample, **kwargs):
 def test_the_tied_weight_is_found_once_per_reader():
     model = tied_model()
     recorded, chain = shared_of(model, IDS)
-    assert recorded == [{"stages": [1, len(model)], "nbytes": WEIGHT_BYTES, "summed": True}]
+    assert recorded == [{"stages": [1, len(model)], "nbytes": WEIGHT_BYTES, "summed": True, "reads": [1, 1]}]
     assert chain.shared_leaves() == [((1, len(model)), WEIGHT_BYTES, True)]
     assert chain.shared_grads() == [(1, len(model), WEIGHT_BYTES)]
     assert Chain.from_dict(chain.to_dict()).shared_grads() == chain.shared_grads()  # kept in the chain's JSON
@@ -83,7 +83,8 @@ def test_the_graph_finds_readers_however_they_hold_the_leaf():
     lin = nn.Linear(4, 4)
     weight = lin.weight
     recorded, _ = shared_of([lin, lambda h: h @ weight.T], torch.randn(3, 4))
-    assert recorded == [{"stages": [1, 2], "nbytes": 64, "summed": False}]  # the closure read the weight itself
+    # the closure read the weight itself
+    assert recorded == [{"stages": [1, 2], "nbytes": 64, "summed": False, "reads": [1, 1]}]
     holder = [lin]
     recorded, _ = shared_of([lin, nn.Tanh(), lambda h: holder[0](h)], torch.randn(3, 4))
     assert [r["stages"] for r in recorded] == [[1, 3], [1, 3]]  # weight and bias
@@ -115,7 +116,8 @@ def test_a_custom_function_is_not_taken_for_a_leaf(variable):
     lin = nn.Linear(4, 4)
     recorded, _ = shared_of([lin, nn.Tanh(), lambda h: _CtxVariable.apply(h, lin.weight, variable), nn.Linear(4, 1)],
                             torch.randn(3, 4))
-    assert recorded == [{"stages": [1, 3], "nbytes": 64, "summed": True}]  # the lambda reads the stand-in too
+    # the lambda reads the stand-in too
+    assert recorded == [{"stages": [1, 3], "nbytes": 64, "summed": True, "reads": [1, 1]}]
 
 
 def test_a_leaf_a_stage_makes_is_not_kept_by_profiling():
@@ -150,6 +152,76 @@ def test_readers_merged_into_one_stage_share_nothing_and_a_bad_record_is_refused
     sliced.provenance["shared_leaves"][0]["stages"] = [1, 99]
     with pytest.raises(ValueError, match="names stages \\[1, 99\\] of a 8-stage chain"):
         sliced.shared_grads()
+
+
+def test_a_stage_reading_a_leaf_twice_before_a_later_reader_counts_its_buffer():
+    """Note [A leaf read twice in one stage], hand-computed on the tied model's profile: a stage whose graph reads
+    the weight twice holds the first part in a buffer of its size through its backward call, and their sum beside
+    it, which the whole step's readings do not show where a later stage's backward made the buffer first; a last
+    reader's readings do."""
+    profile = wrap(tied_model(), budget=None)
+    profile.prepare(IDS)
+    data = profile._last.profile
+    (item,) = data["shared_leaves"]
+    base = Chain.from_profile(data)
+    first = Chain.from_profile({**data, "shared_leaves": [{**item, "reads": [2, 1]}]})
+    last = Chain.from_profile({**data, "shared_leaves": [{**item, "reads": [1, 3]}]})
+    assert list(first.bwd_extra) == [base.bwd_extra[0] + 2 * WEIGHT_BYTES] + list(base.bwd_extra[1:])
+    assert list(last.bwd_extra) == list(base.bwd_extra)
+    with pytest.raises(ValueError, match="shared_leaves entry .* 'reads'"):
+        Chain.from_profile({**data, "shared_leaves": [{**item, "reads": [0, 1]}]})
+
+
+def _shared_fc_model(kind: str):
+    """Review rv16 (bench/repros/rv16_review_tied_linear_fused_pair_over_budget.py): one Linear read by every
+    weighted stage; ``pair``: a fork then ``tanh(fc(a + b))`` (fused: no backward saves the pair), ``twice``: a
+    stage reading it twice, ``tanh(fc(a) + fc(b))``; a later Linear reads it again."""
+    torch.manual_seed(0)
+    fc = nn.Linear(64, 64)
+
+    class Lin(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = fc
+
+        def forward(self, t):
+            return torch.tanh(self.fc(t))
+
+    class Fork(Lin):
+        def forward(self, t):
+            return self.fc(t), t
+
+    class Pair(Lin):
+        def forward(self, p):
+            return torch.tanh(self.fc(p[0] + p[1]))
+
+    class Twice(Lin):
+        def forward(self, p):
+            return torch.tanh(self.fc(p[0]) + self.fc(p[1]))
+
+    class Loss(nn.Module):
+        def forward(self, t):
+            return t.square().mean()
+    return nn.Sequential(Lin(), Fork(), Pair() if kind == "pair" else Twice(), Lin(), Loss())
+
+
+@pytest.mark.parametrize("kind", ["pair", "twice"])
+def test_a_leaf_read_twice_in_one_stage_holds_the_least_budget(kind):
+    from torch_exec.meter import measure_peak
+    x = torch.randn(16, 64, generator=torch.Generator().manual_seed(0))
+    probe = wrap(_shared_fc_model(kind), budget=None)
+    probe.prepare(x)
+    items = probe._last.profile["shared_leaves"]  # the weight and the bias
+    assert len(items) == 2 and all(item["reads"] == ([1, 1, 1, 1] if kind == "pair" else [1, 1, 2, 1])
+                                   for item in items), items
+    model = _shared_fc_model(kind)
+    zero_grads(model)
+    wrapped = wrap(model, budget=probe.min_budget_bytes)
+    for _ in range(2):
+        wrapped(x).backward()
+    _, reading = measure_peak(lambda: wrapped(x).backward())
+    assert reading.peak <= min(wrapped.plan.budget_bytes, wrapped.plan.predicted_peak_bytes), \
+        (reading.peak, wrapped.plan.budget_bytes, wrapped.plan.predicted_peak_bytes)
 
 
 def test_a_profile_without_the_record_falls_back_to_the_modules_saying_so():

@@ -1370,20 +1370,24 @@ class LeafReaders:
             leaf = stood_for(t)
             entry = self.readers.get(id(leaf))
             if entry is None or entry[0]() is not leaf:  # new, or another tensor at a dead one's id
-                entry = self.readers[id(leaf)] = [weakref.ref(leaf), int(leaf.numel() * leaf.element_size()), [], set()]
+                entry = self.readers[id(leaf)] = [weakref.ref(leaf), int(leaf.numel() * leaf.element_size()), [], set(),
+                                                  {}]
             if s not in entry[2]:
                 entry[2].append(s)
             entry[3].add(id(t))
+            entry[4][s] = entry[4].get(s, 0) + 1  # each edge into its AccumulateGrad node is a read
 
     def leave(self) -> None:
         self.passed, self.inputs = set(), set()
 
     def shared(self) -> list[dict]:
         """The profile's ``shared_leaves``: per leaf that several stages read, ``stages`` (ascending),
-        ``nbytes`` and ``summed`` (every stage read the same tensor, so the profile's plain step summed
-        their gradients; not where one read the parameter a stand-in replaced)."""
-        return [{"stages": sorted(stages), "nbytes": nbytes, "summed": len(read) == 1}
-                for _, nbytes, stages, read in self.readers.values() if len(stages) > 1]
+        ``nbytes``, ``summed`` (every stage read the same tensor, so the profile's plain step summed
+        their gradients; not where one read the parameter a stand-in replaced) and ``reads`` (per stage, how
+        many times its graph reads it: Note [A leaf read twice in one stage] in gpusolve/chain.py)."""
+        return [{"stages": sorted(stages), "nbytes": nbytes, "summed": len(read) == 1,
+                 "reads": [count[s] for s in sorted(stages)]}
+                for _, nbytes, stages, read, count in self.readers.values() if len(stages) > 1]
 
 
 def shared_leaves(groups) -> list[tuple[torch.Tensor, list[int]]]:

@@ -20,6 +20,7 @@ plan_exact_peak True and False. Exits 1 where a step measures above its budget o
 import sys
 import warnings
 
+from _drops import B, W, Keep, Lin, Loss, Make, Merge, step  # noqa: F401  (the rv16 repros' stages)
 from _setup import te, torch  # the tree under test: GS_ROOT
 from torch import nn  # noqa: E402
 
@@ -27,24 +28,6 @@ from gpusolve.exact_peak import exact_peak, plan_drops  # noqa: E402
 from gpusolve.schedule import Op, OpKind  # noqa: E402
 from torch_exec.executor import plain_peak_bytes  # noqa: E402
 from torch_exec.meter import measure_peak  # noqa: E402
-
-W, B = 64, 512
-
-
-class Lin(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = nn.Linear(W, W)
-
-    def forward(self, t):
-        return torch.tanh(self.fc(t))
-
-
-class Make(Lin):  # t -> (a, 3a)
-    def forward(self, t):
-        a = super().forward(t)
-        return a, a * 3.0
-
 
 class StashMul(torch.autograd.Function):
     @staticmethod
@@ -62,31 +45,12 @@ class StashDrop(nn.Module):  # (a, p) -> (a * p, a)
         return StashMul.apply(q[0], q[1]), q[0]
 
 
-class Keep(Lin):
-    def forward(self, q):
-        return super().forward(q[0]), q[1]
-
-
-class Merge(Lin):
-    def forward(self, q):
-        return torch.tanh(self.fc(q[0]) + q[1])
-
-
-class Loss(nn.Module):
-    def forward(self, t):
-        return t.square().mean()
-
-
 KINDS = [Lin, Make, StashDrop, Keep, Keep, Merge, Lin, Loss]
 
 
 def make():
     torch.manual_seed(0)
     return nn.Sequential(*[k() for k in KINDS])
-
-
-def step(m, x):
-    m(x).backward()
 
 
 def run(x, **kw):

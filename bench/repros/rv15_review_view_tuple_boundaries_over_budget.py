@@ -20,6 +20,7 @@ alike: the cost model's own reading of views across tuple boundaries, older than
 import sys
 import warnings
 
+from _drops import B, W, Lin, Loss  # the rv16 repros' stages
 from _setup import te, torch  # the tree under test: GS_ROOT
 from torch import nn  # noqa: E402
 
@@ -27,21 +28,9 @@ from gpusolve.exact_peak import exact_peak  # noqa: E402
 from torch_exec.executor import plain_peak_bytes  # noqa: E402
 from torch_exec.meter import measure_peak  # noqa: E402
 
-W, B = 64, 512
-
-
 def fit(a, b):
     n = min(a.shape[0], b.shape[0])
     return a[:n], b[:n]
-
-
-class Lin(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = nn.Linear(W, W)
-
-    def forward(self, t):
-        return torch.tanh(self.fc(t))
 
 
 class ForkFree(nn.Module):
@@ -78,11 +67,6 @@ class MulMerge(nn.Module):
     def forward(self, p):
         a, b = fit(*p)
         return a * b
-
-
-class Loss(nn.Module):
-    def forward(self, t):
-        return t.square().mean()
 
 
 MODELS = {"A": [Lin, ForkFree, CatChunk, MulMerge, Loss],

@@ -81,7 +81,7 @@ def storage_facts(chain: Chain, drops: bool = True) -> tuple[list[dict[int, int]
     if not drops or dropped is None or len(dropped) != n:
         dropped = [None] * n
     held: list[dict[int, int]] = [{}]
-    drops: list[dict[int, int]] = [{}]
+    dropping: list[dict[int, int]] = [{}]
     for s in range(1, n + 1):
         b = {int(t): int(nbytes) for t, nbytes in (passed[s - 1] or ()) if 1 <= int(t) < s and int(nbytes) > 0}
         own = chain.made_bytes(s)
@@ -90,9 +90,9 @@ def storage_facts(chain: Chain, drops: bool = True) -> tuple[list[dict[int, int]
         if own > 0:
             b[s] = own
         held.append(b)
-        drops.append({int(t): int(nbytes) for t, nbytes in (dropped[s - 1] or ()) if 1 <= int(t) < s
-                      and int(nbytes) > 0})
-    return held, drops
+        dropping.append({int(t): int(nbytes) for t, nbytes in (dropped[s - 1] or ()) if 1 <= int(t) < s
+                         and int(nbytes) > 0})
+    return held, dropping
 
 
 def tape_attaches(schedule: list[Op], breaks=frozenset()) -> set[int]:

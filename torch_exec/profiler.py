@@ -657,9 +657,9 @@ class _Passes:
             self.nograd_memory(meter, mem, ng_marks)
             g_marks, readings = (self.isolated_memory if self.isolated else self.whole_memory)(meter, mem)
         spans, ready, reference = readings()  # readings exist once the meter has stopped
-        for s, outlived in self.outlived.items():  # Note [Drops measured]: only what was freed is dropped
-            if outlived:
-                mem[s]["in_dropped_from"] = by_origin(v for i, v in self.dropping[s].items() if i not in outlived)
+        for s, dropping in self.dropping.items():  # Note [Drops measured]: only what the plain step saw freed
+            outlived = self.outlived.get(s, ())
+            mem[s]["in_dropped_from"] = by_origin(v for i, v in dropping.items() if i not in outlived)
         # what profiling itself allocated at its peak on the device (on the CPU the host copies of the
         # stages' inputs, host_copies_bytes, are the same memory and counted too)
         reference["memory_pass_peak_bytes"] = int(meter.total.peak)
@@ -984,10 +984,11 @@ class _Passes:
         mem["in_saved_bytes"] = int(sum(nbytes for key, nbytes in storages(inp).items() if key in saved))
 
     def note_storages(self, mem: dict, out, inp, saved_keys, origin: dict, ever_saved: set, number: int) -> None:
-        """``out_saved_from`` and ``in_dropped_from`` of measured stage ``number`` (Note [Storages a stage
-        drops]), from a pass holding every stage's output: ``origin`` maps each storage to the stage that
-        made it (the chain's input: 0) and gets this stage's new ones; ``ever_saved`` holds the storages any
-        backward so far saved and gets this stage's."""
+        """``out_saved_from`` of measured stage ``number``, and the storages of its input it drops (Note [Storages a
+        stage drops]; ``dropping``, which the memory pass turns into ``in_dropped_from`` once the plain step has
+        checked them: Note [Drops measured]), from a pass holding every stage's output: ``origin`` maps each storage
+        to the stage that made it (the chain's input: 0) and gets this stage's new ones; ``ever_saved`` holds the
+        storages any backward so far saved and gets this stage's."""
         ever_saved.update(key for key in saved_keys if key is not None)
         outs = storages(out)
         for key in outs:
@@ -997,7 +998,6 @@ class _Passes:
                                           if key in saved and key not in self.excluded)
         dropped = {key for key in storages(inp) if origin.get(key) and key not in outs and key not in ever_saved
                    and key not in self.excluded}
-        mem["in_dropped_from"] = by_origin((origin[key], block_bytes(key)) for key in dropped)
         position = {}  # Note [Drops measured]: a tensor of the input that holds each
         for i, t in enumerate(tensors(inp)):
             key = storage_key(t)

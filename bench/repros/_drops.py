@@ -1,5 +1,6 @@
-"""What the rv16 repros of dropped storages share (review rv16 of Note [Drops measured] in torch_exec/profiler.py):
-tuple stages at width 64 and one loop that plans each budget twice, as a CheckpointedSequential of Python stages does
+"""What the rv15 and rv16 repros share: tuple stages at width 64, a probe's least budget and plain peak, one planned
+and measured wrapper (``planned``), and for the repros of dropped storages (review rv16 of Note [Drops measured] in
+torch_exec/profiler.py) one loop that plans each budget twice, as a CheckpointedSequential of Python stages does
 (``static_stages`` False: drops counted held) and as an exported graph's would (True: checked drops freed), then
 measures the step on each of the given inputs."""
 from _setup import te, torch  # the tree under test: GS_ROOT
@@ -46,29 +47,42 @@ def step(w, x):
     w(x).backward()
 
 
+def least_and_plain(make, x) -> tuple[int, int, object]:
+    """``make()``'s least budget, plain autograd's measured peak and the probe's entry, profiled on ``x``."""
+    probe = te.CheckpointedSequential(make(), budget="1TiB", backend="cpu", profile_passes=1, profile_warmup=0)
+    probe.prepare(x)
+    return probe.min_budget_bytes, plain_peak_bytes(probe._last), probe._last
+
+
+def planned(make, profiled, measured, attrs=None, **kwargs):
+    """(the wrapper, the peaks measured): ``make()`` wrapped (``kwargs``: the budget, a schedule_fn), the wrapper's
+    ``attrs`` set, parameter gradients allocated, two warm steps on ``profiled`` (the first profiles), then one
+    measured step on each input of ``measured``."""
+    model = make()
+    w = te.CheckpointedSequential(model, backend="cpu", profile_passes=1, profile_warmup=0, **kwargs)
+    for name, value in (attrs or {}).items():
+        setattr(w, name, value)
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    step(w, profiled)
+    step(w, profiled)
+    return w, [measure_peak(step, w, x)[1].peak for x in measured]
+
+
 def check(make, profiled, measured, fracs) -> int:
     """Plans ``make()`` (profiled on ``profiled``) at ``fracs`` of the way from its least budget to plain autograd's
     peak, with ``static_stages`` False and True, and measures a step on each input of ``measured``. Prints each; returns
     how many plans with ``static_stages`` False (the shipped default for Python stages) measured above their budget
     or the peak they were planned to (> 64 B)."""
-    probe = te.CheckpointedSequential(make(), budget="1TiB", backend="cpu", profile_passes=1, profile_warmup=0)
-    probe.prepare(profiled)
-    lo, hi = probe.min_budget_bytes, plain_peak_bytes(probe._last)
-    prov = probe._last.chain.provenance
+    lo, hi, entry = least_and_plain(make, profiled)
+    prov = entry.chain.provenance
     print(f"least {lo} B, plain {hi} B; drops_checked {prov.get('drops_checked')}, dropped_from "
           f"{prov.get('dropped_from')}")
     bad = 0
     for f in fracs:
         budget = int(lo + f * (hi - lo))
         for static in (False, True):
-            model = make()
-            w = te.CheckpointedSequential(model, budget=budget, backend="cpu", profile_passes=1, profile_warmup=0)
-            w.static_stages = static
-            for p in model.parameters():
-                p.grad = torch.zeros_like(p)
-            step(w, profiled)  # the first call profiles on this input
-            step(w, profiled)
-            peaks = [measure_peak(step, w, x)[1].peak for x in measured]
+            w, peaks = planned(make, profiled, measured, {"static_stages": static}, budget=budget)
             face = w._last
             used = gx.exact_peak(face.chain, w.plan.schedule, drops=static and gx.plan_drops(face.chain)).peak_bytes
             worst = max(peaks)

@@ -15,19 +15,19 @@ p dropped from the tuple, kept by StashMul's ctx), Keep, Keep, Merge, Lin, Loss.
 Part 1: the store-all schedule (schedule_fn) measured against exact_peak (with and without drops) and the model's peak.
 Part 2: budgets at 80-95 % of the way from the least budget to plain autograd's peak, each planned with
 plan_exact_peak True and False. Exits 1 where a step measures above its budget or above the peak planning uses
-(``exact_peak(..., drops=plan_drops(chain))``) by more than 64 B; part 1's ``drops=True`` figure is printed, not checked.
+(``exact_peak(..., drops=plan_drops(chain))``) by more than 64 B; part 1's ``drops=True`` figure is printed, not
+checked.
 """
 import sys
 import warnings
 
-from _drops import B, W, Keep, Lin, Loss, Make, Merge, step  # noqa: F401  (the rv16 repros' stages)
+from _drops import B, W, Keep, Lin, Loss, Make, Merge, least_and_plain, planned  # the repros' stages, loop
 from _setup import te, torch  # the tree under test: GS_ROOT
 from torch import nn  # noqa: E402
 
 from gpusolve.exact_peak import exact_peak, plan_drops  # noqa: E402
 from gpusolve.schedule import Op, OpKind  # noqa: E402
-from torch_exec.executor import plain_peak_bytes  # noqa: E402
-from torch_exec.meter import measure_peak  # noqa: E402
+
 
 class StashMul(torch.autograd.Function):
     @staticmethod
@@ -54,16 +54,9 @@ def make():
 
 
 def run(x, **kw):
-    model = make()
-    w = te.CheckpointedSequential(model, backend="cpu", profile_passes=1, profile_warmup=0, **kw)
-    w.static_stages = True  # drops freed where checked, as for an exported graph
-    for p in model.parameters():
-        p.grad = torch.zeros_like(p)
-    step(w, x)
-    step(w, x)
-    _, r = measure_peak(step, w, x)
+    w, (peak,) = planned(make, x, [x], {"static_stages": True}, **kw)  # drops freed where checked, as when exported
     face = w._last
-    return w, face, exact_peak(face.chain, w.plan.schedule, drops=plan_drops(face.chain)), r.peak
+    return w, face, exact_peak(face.chain, w.plan.schedule, drops=plan_drops(face.chain)), peak
 
 
 def main() -> int:
@@ -84,9 +77,7 @@ def main() -> int:
           f"{ep.model_peak_bytes} B, measured {meas} B (measured - exact {meas - ep.peak_bytes:+d})")
     bad += meas > ep.peak_bytes + 64
 
-    probe = te.CheckpointedSequential(make(), budget="1TiB", backend="cpu", profile_passes=1, profile_warmup=0)
-    probe.prepare(x)
-    lo, hi = probe.min_budget_bytes, plain_peak_bytes(probe._last)
+    lo, hi, _ = least_and_plain(make, x)
     print(f"part 2: least budget {lo} B, plain autograd {hi} B")
     for f in (0.8, 0.85, 0.9, 0.95):
         budget = int(lo + f * (hi - lo))

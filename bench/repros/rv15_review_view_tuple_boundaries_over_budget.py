@@ -20,13 +20,12 @@ alike: the cost model's own reading of views across tuple boundaries, older than
 import sys
 import warnings
 
-from _drops import B, W, Lin, Loss  # the rv16 repros' stages
-from _setup import te, torch  # the tree under test: GS_ROOT
+from _drops import B, W, Lin, Loss, least_and_plain, planned  # the repros' stages and loop
+from _setup import torch  # the tree under test: GS_ROOT
 from torch import nn  # noqa: E402
 
 from gpusolve.exact_peak import exact_peak  # noqa: E402
-from torch_exec.executor import plain_peak_bytes  # noqa: E402
-from torch_exec.meter import measure_peak  # noqa: E402
+
 
 def fit(a, b):
     n = min(a.shape[0], b.shape[0])
@@ -73,10 +72,6 @@ MODELS = {"A": [Lin, ForkFree, CatChunk, MulMerge, Loss],
           "B": [Lin, DupView, AddMerge, SplitIn, MulMerge, Loss]}
 
 
-def step(model, x):
-    model(x).backward()
-
-
 def main() -> int:
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
@@ -86,28 +81,19 @@ def main() -> int:
             torch.manual_seed(0)
             return nn.Sequential(*[k() for k in kinds])
         x = torch.randn(B, W, generator=torch.Generator().manual_seed(0))
-        probe = te.CheckpointedSequential(make(), budget="1TiB", backend="cpu", profile_passes=1, profile_warmup=0)
-        probe.prepare(x)
-        lo, hi = probe.min_budget_bytes, plain_peak_bytes(probe._last)
+        lo, hi, _ = least_and_plain(make, x)
         print(f"model {name}: {[k.__name__ for k in kinds]}; least budget {lo} B, plain autograd {hi} B")
         for f in (0.0, 0.1, 0.25, 0.5):
             budget = int(lo + f * (hi - lo))
             for exact_plans in (True, False):
-                model = make()
-                w = te.CheckpointedSequential(model, budget=budget, backend="cpu", profile_passes=1, profile_warmup=0)
-                w.plan_exact_peak = exact_plans
-                for p in model.parameters():
-                    p.grad = torch.zeros_like(p)
-                step(w, x)
-                step(w, x)
-                _, r = measure_peak(step, w, x)
+                w, (peak,) = planned(make, x, [x], {"plan_exact_peak": exact_plans}, budget=budget)
                 face = w._last
                 ep = exact_peak(face.chain, w.plan.schedule)
-                over = r.peak > budget or (face.chain is not face.plain_chain and r.peak > ep.peak_bytes)
+                over = peak > budget or (face.chain is not face.plain_chain and peak > ep.peak_bytes)
                 bad += over
                 print(f"  {f:.2f} plan_exact_peak={exact_plans!s:5}: budget {budget} predicted "
                       f"{w.plan.predicted_peak_bytes} exact {ep.peak_bytes} model {ep.model_peak_bytes} measured "
-                      f"{r.peak} (measured - budget {r.peak - budget:+d}){'  OVER' if over else ''}; "
+                      f"{peak} (measured - budget {peak - budget:+d}){'  OVER' if over else ''}; "
                       f"{' '.join(str(o) for o in w.plan.schedule)}", flush=True)
     print("BUG: steps over their budget/exact peak" if bad else "ok")
     return 1 if bad else 0

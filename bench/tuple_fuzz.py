@@ -237,6 +237,18 @@ class TwiceFc(_Stage):    # (a, b) -> tanh(fc(a) + fc(b)): reads its Linear twic
         return torch.tanh(self.fc(a) + self.fc(b))
 
 
+class MatLinear(nn.Module):  # --fresh-grads: t @ weight + bias, whose weight gradient is a fresh tensor (MmBackward0),
+    # where nn.Linear's is a view (TBackward0): autograd adds two such parts in place (Note [A leaf read twice in one
+    # stage] in gpusolve/chain.py)
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(WIDTH, WIDTH) / WIDTH ** 0.5)
+        self.bias = nn.Parameter(torch.zeros(WIDTH))
+
+    def forward(self, t):
+        return t @ self.weight + self.bias
+
+
 KINDS = (Lin, LinNoAct, Scale, Fork, ForkFree, Keep, KeepFree, Flip, First, Second, Merge, MulMerge)
 VIEW_KINDS = (CatFc, CatPass)
 """Drawn too with ``--views``: stages whose backward hands a slice of a larger gradient to a tensor of their
@@ -285,6 +297,10 @@ def run(seed: int, args) -> dict:
     def make():
         torch.manual_seed(seed)
         model = nn.Sequential(*[k() for k in stage_kinds])
+        if args.fresh_grads:
+            for stage in model:
+                if getattr(stage, "weighted", False):
+                    stage.fc = MatLinear()
         if args.tied:  # one Linear for every weighted stage (Note [Shared leaves split tape runs])
             weighted = [stage for stage in model if getattr(stage, "weighted", False)]
             for stage in weighted[1:]:
@@ -343,6 +359,9 @@ def main(argv=None) -> int:
                         help="draw stages whose tuples hold views of one storage (VIEW_TUPLE_KINDS) too")
     parser.add_argument("--weighted-merges", action="store_true",
                         help="draw merges that read their Linear on both parts of a pair (WEIGHTED_MERGE_KINDS) too")
+    parser.add_argument("--fresh-grads", action="store_true",
+                        help="weighted stages read t @ weight + bias (MatLinear), whose weight gradient autograd adds "
+                             "in place, not nn.Linear")
     parser.add_argument("--tied", action="store_true",
                         help="every weighted stage reads one shared Linear (its gradient summed across stages)")
     parser.add_argument("--model-plans", action="store_true",
@@ -383,7 +402,8 @@ def main(argv=None) -> int:
              f"{', cat stages drawn too (--views)' if args.views else ''}"
              f"{', tuples of views of one storage drawn too (--view-tuples)' if args.view_tuples else ''}"
              f"{', merges reading their Linear on both parts (--weighted-merges)' if args.weighted_merges else ''}"
-             f"{', one Linear shared by every weighted stage (--tied)' if args.tied else ''}); runs: {len(runs)}",
+             f"{', one Linear shared by every weighted stage (--tied)' if args.tied else ''}"
+             f"{', t @ weight + bias for each Linear (--fresh-grads)' if args.fresh_grads else ''}); runs: {len(runs)}",
              f"- budgets held: {len(runs) - len(over)} of {len(runs)}",
              f"- measured / predicted: {min(ratios):.4f} - {max(ratios):.4f}"]
     if args.offload:

@@ -590,7 +590,7 @@ def _whole(value) -> bool:
 # negative.
 _OPTIONAL_STAGE_BYTES = {"held_nbytes": (0, False), "saved_bytes": (0, False), "out_saved_bytes": (0, False),
                          "in_saved_bytes": (0, False), "grad_held_bytes": (0, False), "bwd_delta": (-MAX_BYTES, True),
-                         "grad_ready_delta": (-MAX_BYTES, False)}
+                         "grad_ready_delta": (-MAX_BYTES, False), "split_sum_bytes": (0, False)}
 _STAGE_FLAGS = ("aliases", "rng", "device_only", "writes_input")
 
 
@@ -795,13 +795,15 @@ def _shared_leaves(data: dict, source, group_of: dict[int, int], granule: int) -
             stages = sorted({group_of[int(s)] + 1 for s in item["stages"]})
             nbytes, summed = int(item["nbytes"]), item["summed"]
             reads = item.get("reads", [1] * len(item["stages"]))
-            if nbytes < 0 or not isinstance(summed, bool) or len(reads) != len(item["stages"]) or \
-                    not all(_whole(k) and k >= 1 for k in reads):
+            fresh = item.get("fresh_reads", [0] * len(reads))
+            if nbytes < 0 or not isinstance(summed, bool) or not len(reads) == len(fresh) == len(item["stages"]) \
+                    or not all(_whole(k) and k >= 1 and _whole(f) and 0 <= f <= k for k, f in zip(reads, fresh)):
                 raise ValueError
         except (KeyError, TypeError, ValueError):
             raise ValueError(f"{source}: shared_leaves entry {item!r} is not {{'stages': [profiled stage numbers], "
                              f"'nbytes': bytes >= 0, 'summed': true/false, optionally 'reads': [reads >= 1 per "
-                             f"stage]}}; re-profile, or drop the field") from None
+                             f"stage] and 'fresh_reads': [0 <= fresh <= reads per stage]}}; re-profile, or drop the "
+                             f"field") from None
         if len(stages) > 1:
             out.append({"stages": stages, "nbytes": allocator_bytes(nbytes, granule), "summed": summed})
     return out
@@ -812,39 +814,67 @@ def _shared_leaves(data: dict, source, group_of: dict[int, int], granule: int) -
 #     stages that read one leaf (a tied weight), so that no call sums their gradients in a buffer no reading counts.
 #     A fused stage whose members read it twice, or a measured stage that reads it twice itself, is still one
 #     backward call: the engine holds the first part in a buffer of the leaf's size until the next arrives, and adds
-#     them into a new tensor beside both (seen on the CPU: three of the leaf's size at once). In the profile's whole
-#     step that buffer was made earlier, by the backward of a later reader, and each part was added into it, so the
-#     stage's readings show one part at a time; run as its own segment it holds two more. One Linear shared by every weighted stage, a pair merged
+#     them. In the profile's whole step that buffer was made earlier, by the backward of a later reader, and each
+#     part was added into it, so the stage's readings show one part at a time; run as its own call the stage holds
+#     the first part besides, and where two parts meet that autograd cannot add into in place (a view, such as the
+#     transpose a Linear's weight gradient is; a tensor also passed on elsewhere: the engine's
+#     ``can_accumulate_inplace``) it makes their sum beside both (seen on the CPU: three of the leaf's size at once,
+#     where parts of their own, ``t @ weight``'s, hold two). One Linear shared by every weighted stage, a pair merged
 #     by a stage reading it (``tanh(fc(a + b))`` fused with the fork before it, ``tanh(fc(a) + fc(b))``): 12 032-16 384
-#     B over the budget (a review, 2026-11-29: bench/repros/rv16_review_tied_linear_fused_pair_over_budget.py). So a
-#     stage that reads a leaf at least twice (its members' ``reads`` summed: the profile's count of the edges into
-#     the leaf's AccumulateGrad node, 1 per reading stage without it), where a later stage reads it too, has twice
-#     the leaf's bytes added to its backward's workspace. Where no later stage reads it, the buffer is made inside
-#     the stage's own readings, which count it. Profiled stage by stage (``isolated``), no later reader made a buffer
-#     first: a measured stage's own reads are summed inside its readings, and only a fused stage whose members read
-#     the leaf (each measured alone) is charged, later reader or not (a review found the twice-reading stage charged
-#     on top of its own readings: 0.60 x measured / predicted). Where autograd adds the parts in place (a Linear on 3-D
-#     inputs), the sum is not made and the charge is one leaf too many: tiny ALBERT's fused blocks (max_stages=3)
-#     measured 0.83 x their least budget, which was exact before; the charge is not narrowed by op yet.
+#     B over the budget (a review, 2026-11-29: bench/repros/rv16_review_tied_linear_fused_pair_over_budget.py).
+#     The profile's ``shared_leaves`` count per stage the ``reads`` (the edges into the leaf's AccumulateGrad node) and
+#     the ``fresh_reads``, those whose part autograd can add into in place (a post hook on the node each edge leaves:
+#     ``_adds_in_place`` in torch_exec/_util.py; a custom Function's part never counts). A chain stage reading a leaf
+#     at least twice, where a later stage reads it too, is charged in its backward's workspace:
+#     - where one measured stage made all the call's parts and the whole pass measured it, ``split_sum_bytes``: the
+#       pass marks each part as the backward makes it, and reads off the meter how far the stage's peak rises with
+#       the first part held from the first mark to the last and, where the first two parts cannot be added in place,
+#       their sum at the second (``split_sum_bytes`` in torch_exec/profiler.py). Tiny ALBERT's fused blocks (max_stages
+#       3, each reading every shared weight 3-4 times) sum their parts before the backward reaches the embedding,
+#       where the stage peaks: 0, where the bound below made the least budget 1.21 x the measured peak (review rv16:
+#       bench/repros/rv16_review_albert_fused_blocks_overcount.py);
+#     - elsewhere (members of a fused stage each reading it; older profiles) a bound: one leaf where at most one of
+#       the parts cannot be added in place, two otherwise (no ``fresh_reads``: none can).
+#     Where no later stage reads it, the buffer is made inside the stage's own readings, which count it. Profiled
+#     stage by stage (``isolated``), no later reader made a buffer first: a measured stage's own reads are summed
+#     inside its readings and it hands its fused stage's call one part (a sum, added into in place, where it read
+#     twice), so only a fused stage whose members read the leaf is charged, later reader or not (a review found the
+#     twice-reading stage charged on top of its own readings: 0.60 x measured / predicted).
 
 
 def _summed_in_a_stage(data: dict, group_of: dict[int, int], n: int, granule: int) -> list[int]:
     """Bytes per chain stage (0-based, ``n`` of them) of the leaves it reads at least twice in one backward call
     while a later stage reads them too (stage by stage: through two of its members), Note [A leaf read twice in one
-    stage], from the profile's ``shared_leaves`` (already checked by :func:`_shared_leaves`)."""
+    stage], from the profile's ``shared_leaves`` (already checked by :func:`_shared_leaves`): what the profile
+    measured (``split_sum_bytes``) where one measured stage made every part of the call, else one leaf where
+    autograd adds the parts in place and two where two parts meet that it cannot (a view, a tensor passed on)."""
     out = [0] * n
     isolated = data.get("isolated") is True
+    measured: set[int] = set()  # measured stages whose split_sum_bytes stands for their parts' sums
     for item in data.get("shared_leaves") or ():
         stages = [int(s) for s in item["stages"]]
         reads = item.get("reads") or [1] * len(stages)
-        counts: dict[int, int] = {}
-        for s, k in zip(stages, reads, strict=False):
-            # stage by stage, a measured stage's own reads were summed inside its readings: only members count
-            counts[group_of[s]] = counts.get(group_of[s], 0) + (1 if isolated else int(k))
+        fresh = item.get("fresh_reads") or [0] * len(stages)  # without the field: no part added into in place
+        parts: dict[int, list[int]] = {}  # chain stage -> [parts summed in its call, of them not added into in place]
+        readers: dict[int, list[int]] = {}  # chain stage -> its members reading the leaf
+        for s, k, f in zip(stages, reads, fresh, strict=False):
+            k, f = int(k), int(f)
+            if isolated:  # a measured stage's own reads were summed inside its readings: it hands its fused stage's
+                k, f = 1, int(k > 1 or f == 1)  # call one part, a sum (added into in place) where it read twice
+            held = parts.setdefault(group_of[s], [0, 0])
+            held[0] += k
+            held[1] += k - f
+            readers.setdefault(group_of[s], []).append(s)
         last = max(group_of[s] for s in stages)
-        for g, k in counts.items():
-            if k >= 2 and (isolated or g < last):
-                out[g] += 2 * allocator_bytes(int(item["nbytes"]), granule)  # the first part held, and their sum
+        for g, (k, fixed) in parts.items():
+            if k < 2 or not (isolated or g < last):
+                continue
+            if not isolated and len(readers[g]) == 1 and "split_sum_bytes" in data["stages"][readers[g][0] - 1]:
+                measured.add(readers[g][0])
+            else:  # the first part held; their sum beside both where two parts meet as they are
+                out[g] += (2 if fixed >= 2 else 1) * allocator_bytes(int(item["nbytes"]), granule)
+    for s in measured:
+        out[group_of[s]] += allocator_bytes(int(data["stages"][s - 1]["split_sum_bytes"]), granule)
     return out
 
 

@@ -1325,6 +1325,21 @@ def stood_for(t: torch.Tensor) -> torch.Tensor:
     return getattr(t, "_gpusolve_stands_for", t)
 
 
+@dataclass(eq=False)
+class _LeafRead:
+    """What :class:`LeafReaders` knows of one leaf: a weak reference to it, its bytes, the stages reading it (in
+    order), the ids of the tensors read (the leaf, its stand-in), and per stage the reads, how many of them handed
+    over a part autograd can add into in place, and the parts' ``(mark, adds in place)`` in the order the backward
+    made them (where marks were taken)."""
+    ref: weakref.ref
+    nbytes: int
+    stages: list = field(default_factory=list)
+    read: set = field(default_factory=set)
+    count: dict = field(default_factory=dict)
+    fresh: dict = field(default_factory=dict)
+    arrivals: dict = field(default_factory=dict)
+
+
 class LeafReaders:
     """Which stages' autograd graphs reach each leaf tensor requiring a gradient, and so add a gradient to
     it: found while profiling, from the graph itself (Note [Leaves several stages read] in
@@ -1334,48 +1349,74 @@ class LeafReaders:
     :meth:`note` the graph stage ``s`` added above it; each walk stops at the nodes an earlier one
     passed. Nodes are held only from ``enter`` to ``leave`` (held longer, a graph that never runs its
     backward would keep its saved tensors), leaves only weakly (a leaf a stage makes for itself, and its
-    gradient, would otherwise live to the end of profiling)."""
+    gradient, would otherwise live to the end of profiling). Each edge into a leaf's AccumulateGrad node is a
+    read; a hook on the node it leaves tells, when the backward runs, whether the part it hands over is one
+    autograd can add another into in place (:func:`_adds_in_place`), and takes a mark of ``mark`` where it is set
+    (the whole memory pass): Note [A leaf read twice in one stage] in gpusolve/chain.py."""
 
     def __init__(self):
-        # id(leaf stood for) -> [weak reference to it, its bytes, [stages], {ids of the tensors read}]
-        self.readers: dict = {}
+        self.readers: dict[int, _LeafRead] = {}  # by id of the leaf stood for
         self.passed: set = set()  # nodes walked since enter()
         self.inputs: set = set()  # ids of the leaves behind the input (the caller's, not a stage's)
+        self.mark = None  # a meter's mark(), for the parts' marks
 
-    def _walk(self, state) -> list[torch.Tensor]:
-        found, stack = [], [t.grad_fn for t in tensors(state) if t.grad_fn is not None]
-        found += [t for t in tensors(state) if t.requires_grad and t.grad_fn is None]
+    def _walk(self, state) -> list[tuple]:
+        """``(leaf, node, i)`` per read of a leaf below ``state``: the edge ``i`` of ``node`` into the leaf's
+        AccumulateGrad node; node None where a tensor of ``state`` is the leaf itself."""
+        found = [(t, None, 0) for t in tensors(state) if t.requires_grad and t.grad_fn is None]
+        stack = [t.grad_fn for t in tensors(state) if t.grad_fn is not None]
         while stack:
             node = stack.pop()
-            if node is None:
-                continue
-            if type(node).__name__ == "AccumulateGrad":  # the leaf it adds into (a custom Function's ctx may
-                found.append(node.variable)  # have a ``variable`` of its own); reached again later: read again
-                continue
-            if node in self.passed:
+            if node is None or node in self.passed:
                 continue
             self.passed.add(node)
-            stack.extend(next_node for next_node, _ in node.next_functions)
+            for i, (next_node, _) in enumerate(node.next_functions):
+                if type(next_node).__name__ == "AccumulateGrad":  # the leaf it adds into (a custom Function's ctx
+                    found.append((next_node.variable, node, i))   # may have a ``variable`` of its own)
+                else:
+                    stack.append(next_node)
         return found
 
     def enter(self, state) -> None:
         """Start at a stage's input: what its graph reaches is not the stage's."""
-        self.inputs |= {id(t) for t in self._walk(state)}
+        self.inputs |= {id(t) for t, _, _ in self._walk(state)}
 
-    def note(self, s: int, out) -> None:
-        """Stage ``s`` (1-based) has made ``out``."""
-        for t in self._walk(out):
+    def note(self, s: int, out, count: bool = True) -> None:
+        """Stage ``s`` (1-based) has made ``out``. ``count=False``: the stage has run again (stage by stage, the
+        forward whose backward runs), and only its parts are to be watched."""
+        for t, node, i in self._walk(out):
             if id(t) in self.inputs:
                 continue
             leaf = stood_for(t)
             entry = self.readers.get(id(leaf))
-            if entry is None or entry[0]() is not leaf:  # new, or another tensor at a dead one's id
-                entry = self.readers[id(leaf)] = [weakref.ref(leaf), int(leaf.numel() * leaf.element_size()), [], set(),
-                                                  {}]
-            if s not in entry[2]:
-                entry[2].append(s)
-            entry[3].add(id(t))
-            entry[4][s] = entry[4].get(s, 0) + 1  # each edge into its AccumulateGrad node is a read
+            if not count:
+                if entry is None or entry.ref() is not leaf:
+                    continue
+            elif entry is None or entry.ref() is not leaf:  # new, or another tensor at a dead one's id
+                entry = self.readers[id(leaf)] = _LeafRead(weakref.ref(leaf), int(leaf.numel() * leaf.element_size()))
+            if count:
+                if s not in entry.stages:
+                    entry.stages.append(s)
+                entry.read.add(id(t))
+                entry.count[s] = entry.count.get(s, 0) + 1  # each edge into its AccumulateGrad node is a read
+            if node is not None and not isinstance(node, torch.autograd.function.BackwardCFunction):
+                node.register_hook(self._part_hook(entry, s, i))  # a custom Function's part may be a tensor it holds
+
+    def _part_hook(self, entry: _LeafRead, s: int, i: int):
+        """A post hook for the node whose edge ``i`` reads ``entry``'s leaf in stage ``s``: counts, once, a part
+        autograd can add into in place, and notes the part's mark (where ``mark`` is set)."""
+        fired = []
+
+        def hook(grad_inputs, grad_outputs):
+            part = grad_inputs[i]
+            if fired or part is None:
+                return
+            fired.append(True)
+            fresh = _adds_in_place(part, [g for j, g in enumerate(grad_inputs) if j != i] + list(grad_outputs))
+            entry.fresh[s] = entry.fresh.get(s, 0) + fresh
+            if self.mark is not None:
+                entry.arrivals.setdefault(s, []).append((self.mark(), fresh))
+        return hook
 
     def leave(self) -> None:
         self.passed, self.inputs = set(), set()
@@ -1383,11 +1424,36 @@ class LeafReaders:
     def shared(self) -> list[dict]:
         """The profile's ``shared_leaves``: per leaf that several stages read, ``stages`` (ascending),
         ``nbytes``, ``summed`` (every stage read the same tensor, so the profile's plain step summed
-        their gradients; not where one read the parameter a stand-in replaced) and ``reads`` (per stage, how
-        many times its graph reads it: Note [A leaf read twice in one stage] in gpusolve/chain.py)."""
-        return [{"stages": sorted(stages), "nbytes": nbytes, "summed": len(read) == 1,
-                 "reads": [count[s] for s in sorted(stages)]}
-                for _, nbytes, stages, read, count in self.readers.values() if len(stages) > 1]
+        their gradients; not where one read the parameter a stand-in replaced), ``reads`` (per stage, how
+        many times its graph reads it) and ``fresh_reads`` (how many of those handed over a part autograd can add
+        into in place): Note [A leaf read twice in one stage] in gpusolve/chain.py."""
+        return [{"stages": sorted(e.stages), "nbytes": e.nbytes, "summed": len(e.read) == 1,
+                 "reads": [e.count[s] for s in sorted(e.stages)],
+                 "fresh_reads": [min(e.fresh.get(s, 0), e.count[s]) for s in sorted(e.stages)]}
+                for e in self.readers.values() if len(e.stages) > 1]
+
+    def split_parts(self, s: int) -> list[tuple[int, list]] | None:
+        """For stage ``s``: ``(bytes, [(mark, adds in place)] in order)`` per leaf it reads at least twice while a
+        later stage reads it too, each part marked (Note [A leaf read twice in one stage] in gpusolve/chain.py);
+        None where a part of one went unmarked."""
+        out = []
+        for e in self.readers.values():
+            if e.count.get(s, 0) >= 2 and max(e.stages) > s:
+                parts = e.arrivals.get(s, [])
+                if len(parts) != e.count[s]:
+                    return None
+                out.append((e.nbytes, parts))
+        return out
+
+
+def _adds_in_place(part, others) -> bool:
+    """Whether autograd's input buffer can add another gradient into ``part`` in place (or ``part`` into it) as it
+    sums a leaf's parts: a plain dense tensor of its own, not a view, not also handed to another edge or passed
+    through from the node's incoming gradients (``others``), the engine's condition (InputBuffer's
+    ``can_accumulate_inplace``) as far as Python sees it without a reference that would change the answer (taking
+    the storage object does: the sum is then made). Note [A leaf read twice in one stage] in gpusolve/chain.py."""
+    return (type(part) is torch.Tensor and part.layout == torch.strided and part._base is None
+            and part.is_contiguous() and not any(o is part for o in others))
 
 
 def shared_leaves(groups) -> list[tuple[torch.Tensor, list[int]]]:

@@ -168,9 +168,9 @@ from gpusolve.errors import FallbackWarning, warn_once
 from gpusolve.progress import work_progress
 
 from ._util import (LeafReaders, ModelSnapshot, RngState, aliases, backward_segment, block_bytes, buffers_of,
-                    by_origin, clone, copyable, cuda_devices, generators_of, grad_storages, held_from, held_nbytes,
-                    make_leaf, map_state, output_facts, params_of, progress_setting, register_grad_hook, stage_list,
-                    stage_state, state_nbytes, storage_key, storages, tensors)
+                    by_origin, clone, copyable, cuda_devices, device_block_bytes, generators_of, grad_storages,
+                    held_from, held_nbytes, make_leaf, map_state, output_facts, params_of, progress_setting,
+                    register_grad_hook, stage_list, stage_state, state_nbytes, storage_key, storages, tensors)
 from .meter import MemoryMeter, room_for_a_cpu_meter
 from .offload import HostCopies
 
@@ -305,7 +305,7 @@ def profile_dict(stages, sample_input, passes: int = 5, warmup: int = 1, network
     (the output shares all its storage with the input), ``rng`` (its forward draws random numbers),
     ``buffer_writes`` (its forward writes a buffer: BatchNorm's statistics, spectral norm's vectors),
     ``bwd_delta``, ``grad_ready_delta``, ``saved_bytes``, ``out_saved_bytes``, ``in_saved_bytes``,
-    ``out_saved_from`` and ``in_dropped_from`` — readers that do not know them ignore them.
+    ``out_saved_from``, ``in_dropped_from`` and ``split_sum_bytes`` — readers that do not know them ignore them.
 
     The state profiling restores and keeps out of the measurements (parameters, their gradients,
     buffers) is that of the module stages, of ``modules``, and of the modules and tensors requiring grad
@@ -689,6 +689,12 @@ class _Passes:
                     peak = max(before.peak, before.delta + meter.between(last, max(last, stop)).peak)
                     delta, ready_delta = delta + held, before.delta
             mem[s - 1].update(bwd_peak=int(peak), bwd_delta=int(delta), grad_ready_delta=int(ready_delta))
+            parts = None if self.isolated else self.readers.split_parts(s)
+            if parts:  # Note [A leaf read twice in one stage] in gpusolve/chain.py, measured
+                blocks = [(device_block_bytes(self.device, nbytes), arrived) for nbytes, arrived in parts]
+                split = split_sum_bytes(meter, start, max(start, stop), peak, blocks)
+                if split is not None:
+                    mem[s - 1]["split_sum_bytes"] = split
         return mem, reference
 
     def nograd_memory(self, meter, mem: list, ng_marks: list) -> None:
@@ -765,6 +771,7 @@ class _Passes:
         bounds = _Boundaries(n, meter.mark, grads=True)
         a0 = make_leaf(self.sample, self.rg)
         outs = [a0]
+        self.readers.mark = meter.mark  # the parts of leaves several stages read, marked as the backward makes them
         with torch.enable_grad(), _closed_on_error(bounds):
             held_input = state = clone(a0)  # held as the caller holds its input
             self.readers.enter(state)
@@ -793,7 +800,10 @@ class _Passes:
         # backward as plain autograd runs it: no stage output referenced from here
         final = [t for t in tensors(outs[n]) if t.requires_grad]
         del outs, a0
-        bounds.backward(final)
+        try:
+            bounds.backward(final)
+        finally:
+            self.readers.mark = None
         del final, held_input
         for s in range(1, n):
             mem[s - 1]["grad_held_bytes"] = bounds.grad_held_bytes(s)  # Note [Gradients that are views] (chain.py)
@@ -895,10 +905,15 @@ class _Passes:
             got = {}
             hooks = [t.register_hook(lambda g, i=i: got.__setitem__(i, g))
                      for i, t in enumerate(tensors(state)) if t.requires_grad]
+            if mem is not None:
+                self.readers.enter(state)
             with torch.enable_grad(), _closed_on_error(bounds):
                 a = mark()
                 out = self.fns[s](state)
                 b = mark()
+            if mem is not None:  # the parts of shared leaves this backward makes (Note [A leaf read twice in one
+                self.readers.note(s + 1, out, count=False)  # stage] in gpusolve/chain.py)
+                self.readers.leave()
             count = len(tensors(state))
             del state
             final = [t for t in tensors(out) if t.requires_grad]
@@ -1087,6 +1102,28 @@ class _Passes:
         stop = self.mark()
         self.sync()
         return self.elapsed(start, stop)
+
+
+def split_sum_bytes(meter, start: int, stop: int, peak: int, parts: list) -> int | None:
+    """How far stage s's backward peak rises above its reading ``peak`` (from mark ``start`` to ``stop``, the whole
+    memory pass) where its own call sums the parts of leaves a later stage reads too, as the executor's split tape
+    runs do, and not the buffer a later reader began, as the plain step does: Note [A leaf read twice in one stage]
+    in gpusolve/chain.py. ``parts``: ``(the leaf's bytes in blocks, [(mark, adds in place)] in order)`` per leaf the
+    stage reads at least twice. None where a part was made outside the stage's span."""
+    marks = sorted({m for _, arrived in parts for m, _ in arrived})
+    if not marks or marks[0] < start or marks[-1] > stop:
+        return None
+    points = [start] + marks + [stop]
+    level = {m: meter.between(start, m).delta for m in points}
+
+    def held(a: int, b: int) -> int:  # first parts held from the first part's mark through the last part's
+        return sum(nbytes for nbytes, arrived in parts if arrived[0][0] <= a and b <= arrived[-1][0])
+    top = max(level[a] + meter.between(a, b).peak + held(a, b) for a, b in zip(points, points[1:]) if a < b)
+    for nbytes, arrived in parts:  # the second part meets the first as it is: their sum made beside both
+        (_, first_fresh), (m, second_fresh) = arrived[:2]
+        if not (first_fresh or second_fresh):
+            top = max(top, level[m] + nbytes + sum(b for b, other in parts if other[0][0] < m <= other[-1][0]))
+    return max(0, int(top - peak))
 
 
 def _storage_ref(t) -> StorageWeakRef | None:

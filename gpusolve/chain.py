@@ -816,11 +816,12 @@ def _shared_leaves(data: dict, source, group_of: dict[int, int], granule: int) -
 #     backward call: the engine holds the first part in a buffer of the leaf's size until the next arrives, and adds
 #     them. In the profile's whole step that buffer was made earlier, by the backward of a later reader, and each
 #     part was added into it, so the stage's readings show one part at a time; run as its own call the stage holds
-#     the first part besides, and where two parts meet that autograd cannot add into in place (a view, such as the
+#     the first part besides, and where that first part is one autograd cannot add into in place (a view, such as the
 #     transpose a Linear's weight gradient is; a tensor also passed on elsewhere: the engine's
-#     ``can_accumulate_inplace``) it makes their sum beside both (seen on the CPU: three of the leaf's size at once,
-#     where parts of their own, ``t @ weight``'s, hold two). One Linear shared by every weighted stage, a pair merged
-#     by a stage reading it (``tanh(fc(a + b))`` fused with the fork before it, ``tanh(fc(a) + fc(b))``): 12 032-16 384
+#     ``can_accumulate_inplace``, asked of the buffer only) the next makes their sum beside both (seen on the CPU:
+#     three of the leaf's size at once; two where the first to arrive is a tensor of its own, ``t @ weight``'s,
+#     whatever the second is). One Linear shared by every weighted stage, a pair merged by a stage reading it
+#     (``tanh(fc(a + b))`` fused with the fork before it, ``tanh(fc(a) + fc(b))``): 12 032-16 384
 #     B over the budget (a review, 2026-11-29: bench/repros/rv16_review_tied_linear_fused_pair_over_budget.py).
 #     The profile's ``shared_leaves`` count per stage the ``reads`` (the edges into the leaf's AccumulateGrad node) and
 #     the ``fresh_reads``, those whose part autograd can add into in place (a post hook on the node each edge leaves:
@@ -828,13 +829,13 @@ def _shared_leaves(data: dict, source, group_of: dict[int, int], granule: int) -
 #     at least twice, where a later stage reads it too, is charged in its backward's workspace:
 #     - where one measured stage made all the call's parts and the whole pass measured it, ``split_sum_bytes``: the
 #       pass marks each part as the backward makes it, and reads off the meter how far the stage's peak rises with
-#       the first part held from the first mark to the last and, where the first two parts cannot be added in place,
-#       their sum at the second (``split_sum_bytes`` in torch_exec/profiler.py). Tiny ALBERT's fused blocks (max_stages
+#       the first part held from the first mark to the last and, where the first part cannot be added into, their
+#       sum at the second (``split_sum_bytes`` in torch_exec/profiler.py). Tiny ALBERT's fused blocks (max_stages
 #       3, each reading every shared weight 3-4 times) sum their parts before the backward reaches the embedding,
 #       where the stage peaks: 0, where the bound below made the least budget 1.21 x the measured peak (review rv16:
 #       bench/repros/rv16_review_albert_fused_blocks_overcount.py);
-#     - elsewhere (members of a fused stage each reading it; older profiles) a bound: one leaf where at most one of
-#       the parts cannot be added in place, two otherwise (no ``fresh_reads``: none can).
+#     - elsewhere (members of a fused stage each reading it; older profiles) a bound: one leaf where every part can
+#       be added into in place, two otherwise, any part possibly the first (no ``fresh_reads``: none can).
 #     Where no later stage reads it, the buffer is made inside the stage's own readings, which count it. Profiled
 #     stage by stage (``isolated``), no later reader made a buffer first: a measured stage's own reads are summed
 #     inside its readings and it hands its fused stage's call one part (a sum, added into in place, where it read
@@ -847,7 +848,8 @@ def _summed_in_a_stage(data: dict, group_of: dict[int, int], n: int, granule: in
     while a later stage reads them too (stage by stage: through two of its members), Note [A leaf read twice in one
     stage], from the profile's ``shared_leaves`` (already checked by :func:`_shared_leaves`): what the profile
     measured (``split_sum_bytes``) where one measured stage made every part of the call, else one leaf where
-    autograd adds the parts in place and two where two parts meet that it cannot (a view, a tensor passed on)."""
+    autograd adds every part in place and two where one may arrive first that it cannot add into (a view, a tensor
+    passed on)."""
     out = [0] * n
     isolated = data.get("isolated") is True
     measured: set[int] = set()  # measured stages whose split_sum_bytes stands for their parts' sums
@@ -871,8 +873,8 @@ def _summed_in_a_stage(data: dict, group_of: dict[int, int], n: int, granule: in
                 continue
             if not isolated and len(readers[g]) == 1 and "split_sum_bytes" in data["stages"][readers[g][0] - 1]:
                 measured.add(readers[g][0])
-            else:  # the first part held; their sum beside both where two parts meet as they are
-                out[g] += (2 if fixed >= 2 else 1) * allocator_bytes(int(item["nbytes"]), granule)
+            else:  # the first part held; their sum beside both where the first to arrive (any, for all we know)
+                out[g] += (2 if fixed else 1) * allocator_bytes(int(item["nbytes"]), granule)  # cannot be added into
     for s in measured:
         out[group_of[s]] += allocator_bytes(int(data["stages"][s - 1]["split_sum_bytes"]), granule)
     return out

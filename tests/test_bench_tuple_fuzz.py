@@ -82,7 +82,7 @@ def test_parts_added_in_place_are_charged_one_leaf_and_hold_every_budget(tmp_pat
     # Note [A leaf read twice in one stage]: with t @ weight + bias (parts of their own, added into in place) a fused
     # pair is charged one leaf, not two, and a stage reading the weight twice what the profile measured; charged
     # nothing, seed 1 (a fused pair) went over by 12 032 B and seed 3 (a stage reading it twice) by 16 384 B
-    # (bench/results/drops_measured_fuzz/tied_weighted_merges_fresh_none.md)
+    # (bench/results/leaf_parts_fuzz/tied_weighted_merges_fresh_none.md)
     out = tmp_path / "fresh"
     for seeds in ("1:2", "3:4"):
         args = ["--seeds", seeds, "--tied", "--weighted-merges", "--fresh-grads", "--out", str(out)]

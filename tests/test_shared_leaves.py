@@ -176,9 +176,11 @@ def test_a_stage_reading_a_leaf_twice_before_a_later_reader_counts_its_buffer():
     first, last = read([2, 1], [0, 0]), read([1, 3], [0, 0])
     assert list(first.bwd_extra) == [base.bwd_extra[0] + 2 * WEIGHT_BYTES] + list(base.bwd_extra[1:])
     assert list(last.bwd_extra) == list(base.bwd_extra)
-    # a part autograd adds into in place: the first part held, no sum beside both
-    assert list(read([2, 1], [1, 0]).bwd_extra) == [base.bwd_extra[0] + WEIGHT_BYTES] + list(base.bwd_extra[1:])
+    # every part one autograd adds into in place: the first part held, no sum beside both; one that is not may arrive
+    # first, and the next makes their sum
+    assert list(read([2, 1], [2, 0]).bwd_extra) == [base.bwd_extra[0] + WEIGHT_BYTES] + list(base.bwd_extra[1:])
     assert list(read([3, 1], [3, 0]).bwd_extra) == [base.bwd_extra[0] + WEIGHT_BYTES] + list(base.bwd_extra[1:])
+    assert list(read([2, 1], [1, 0]).bwd_extra) == list(first.bwd_extra)
     # measured by the profile's whole pass: that figure, not the bound
     assert list(read([2, 1], [0, 0], split_sum_bytes=1000).bwd_extra) == [base.bwd_extra[0] + 1000] + \
         list(base.bwd_extra[1:])
@@ -550,3 +552,29 @@ def test_gradient_hooks_of_a_shared_parameter_run_once_on_the_whole_gradient(pri
     assert [n for n, _ in ours] and sorted(n for n, _ in ours) == sorted(n for n, _ in theirs)
     for (n, g), (_, h) in zip(sorted(ours, key=lambda t: t[0]), sorted(theirs, key=lambda t: t[0])):
         torch.testing.assert_close(g, h, rtol=0, atol=0, msg=n)
+
+
+class _Levels:
+    """A meter's readings from given levels at marks 0, 1, ...: ``between(a, b)`` as MemoryMeter's."""
+
+    def __init__(self, levels):
+        self.levels = levels
+
+    def between(self, a, b):
+        from torch_exec.meter import Reading
+        return Reading(peak=max(self.levels[a:b + 1]) - self.levels[a], delta=self.levels[b] - self.levels[a])
+
+
+@pytest.mark.parametrize("first_fresh, rise", [(False, 200), (True, 100)])
+def test_split_sums_rise_by_the_held_part_and_a_sum_where_the_first_part_is_a_view(first_fresh, rise):
+    """Note [A leaf read twice in one stage], by hand: a stage's whole-pass reading shows each 100 B part alone
+    (levels 0, 100 at the first part, 100 at the second, 0); its own call holds the first part from its mark on (200
+    at the second), and where the first to arrive is one autograd cannot add into (the engine asks the buffer only),
+    their sum beside both (300). The second part's kind does not matter."""
+    from torch_exec.profiler import split_sum_bytes
+    meter = _Levels([0, 100, 100, 0])
+    assert split_sum_bytes(meter, 0, 3, 100, [(100, [(1, first_fresh), (2, not first_fresh)])]) == rise
+    # a peak elsewhere in the stage (500 B after the parts are summed) is not raised
+    assert split_sum_bytes(_Levels([0, 100, 100, 0, 500, 0]), 0, 5, 500, [(100, [(1, False), (2, False)])]) == 0
+    # a part made outside the stage's span: not measured
+    assert split_sum_bytes(meter, 1, 3, 100, [(100, [(0, True), (2, True)])]) is None

@@ -1447,8 +1447,8 @@ class LeafReaders:
 
 
 def _adds_in_place(part, others) -> bool:
-    """Whether autograd's input buffer can add another gradient into ``part`` in place (or ``part`` into it) as it
-    sums a leaf's parts: a plain dense tensor of its own, not a view, not also handed to another edge or passed
+    """Whether autograd's input buffer can add a later gradient into ``part`` in place, ``part`` having arrived first,
+    as it sums a leaf's parts (else it makes their sum beside both): a plain dense tensor of its own, not a view, not also handed to another edge or passed
     through from the node's incoming gradients (``others``), the engine's condition (InputBuffer's
     ``can_accumulate_inplace``) as far as Python sees it without a reference that would change the answer (taking
     the storage object does: the sum is then made). Note [A leaf read twice in one stage] in gpusolve/chain.py."""

@@ -1119,9 +1119,9 @@ def split_sum_bytes(meter, start: int, stop: int, peak: int, parts: list) -> int
     def held(a: int, b: int) -> int:  # first parts held from the first part's mark through the last part's
         return sum(nbytes for nbytes, arrived in parts if arrived[0][0] <= a and b <= arrived[-1][0])
     top = max(level[a] + meter.between(a, b).peak + held(a, b) for a, b in zip(points, points[1:]) if a < b)
-    for nbytes, arrived in parts:  # the second part meets the first as it is: their sum made beside both
-        (_, first_fresh), (m, second_fresh) = arrived[:2]
-        if not (first_fresh or second_fresh):
+    for nbytes, arrived in parts:  # a first part autograd cannot add into: the second makes their sum beside both
+        (_, first_fresh), (m, _) = arrived[:2]
+        if not first_fresh:
             top = max(top, level[m] + nbytes + sum(b for b, other in parts if other[0][0] < m <= other[-1][0]))
     return max(0, int(top - peak))
 

@@ -4,9 +4,10 @@ least budget and the measured step peak against the plan's prediction at several
     python bench/leaf_parts.py [--out bench/results/leaf_parts_cpu]
 
 Models: tiny ALBERT (8 blocks sharing one layer, the MLM head tied to the embedding) under ``auto_checkpoint`` with
-``max_stages`` 3 and 5, so each stage reads the shared weights 2-4 times while a later stage reads them too; and a
-shared recurrent cell (``tanh(cell(h) + x)`` four times per stage, six stages, one Linear read by all) as a
-``CheckpointedSequential``. Budgets at a fraction f of the way from the least feasible budget (f = 0) to plain
+``max_stages`` 3 and 5, so each stage reads the shared weights 2-4 times while a later stage reads them too; a
+shared recurrent cell (``tanh(cell(h) + x)`` four times per stage, six stages, one Linear read by all) and
+``examples/models.py``'s tied language model (the head reads the input embedding's weight, as GPT-2's does) as
+``CheckpointedSequential``s. Budgets at a fraction f of the way from the least feasible budget (f = 0) to plain
 autograd's measured peak (f = 1); measured: the CPU allocator's peak of one step above the bytes before it, parameter
 gradients allocated, after one step at that budget. Run it on two trees (``PYTHONPATH=<tree>``) to compare them.
 """
@@ -19,6 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "examples"))
 
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
@@ -86,6 +88,17 @@ def run_cell(fractions) -> dict:
                 least_bytes=least, plain_peak_bytes=plain, steps=steps)
 
 
+def run_tied_lm(fractions) -> dict:
+    from models import tied_lm
+    ids = torch.randint(0, 2000, (32,), generator=torch.Generator().manual_seed(0))
+    wrapped = te.CheckpointedSequential(tied_lm(), budget="1TiB", backend="cpu")
+    wrapped.prepare(ids)
+    least, plain = wrapped.min_budget_bytes, plain_peak_bytes(wrapped._last)
+    steps = measured_steps(wrapped, lambda: wrapped(ids).backward(), least, plain, fractions)
+    return dict(model="tied LM (examples/models.py tied_lm)", stages=wrapped._last.chain.n, least_bytes=least,
+                plain_peak_bytes=plain, steps=steps)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fractions", type=number_list(float), default=[0.0, 0.25, 0.5, 1.0],
@@ -94,7 +107,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
-    rows = [run_albert(3, args.fractions), run_albert(5, args.fractions), run_cell(args.fractions)]
+    rows = [run_albert(3, args.fractions), run_albert(5, args.fractions), run_cell(args.fractions),
+            run_tied_lm(args.fractions)]
     for row in rows:
         ratios = [s["measured_peak_bytes"] / s["predicted_peak_bytes"] for s in row["steps"]]
         print(f"{row['model']}: least {row['least_bytes']} B, plain {row['plain_peak_bytes']} B, measured / "

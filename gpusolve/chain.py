@@ -303,7 +303,7 @@ class Chain:
         if not _whole(input_bytes) or not 0 <= input_bytes <= MAX_BYTES:
             raise ValueError(f"{source}: input_bytes = {input_bytes!r} is not a whole number of bytes between 0 and "
                              f"2^50; re-profile, or fix the field")
-        for key in ("input_requires_grad", "drops_checked"):
+        for key in ("input_requires_grad", "drops_checked", "split_leaves"):
             if not isinstance(data.get(key, False), bool):
                 raise ValueError(f"{source}: {key} = {data[key]!r} must be true or false")
         granule = profile_granule(data)
@@ -339,7 +339,19 @@ class Chain:
         # made by earlier stages that its output passes on, and that it drops (None where the profile does not say)
         passed_from: list[list | None] = []
         dropped_from: list[list | None] = []
+        # Note [A leaf read twice in one stage]: a fused stage's readers of a shared leaf, composed member by member
+        # (the record checked first, by the groups' numbers)
+        owner, start = {}, 1  # measured stage number -> its chain stage
         for g, group in enumerate(groups):
+            owner.update(dict.fromkeys(range(start, start + len(group)), g))
+            start += len(group)
+        shared_leaves = _shared_leaves(data, source, owner, granule)
+        adjust, composed = _fused_readers(data, groups, owner, granule)
+        for g, group in enumerate(groups):
+            if any(first + m in adjust for m in range(len(group))):
+                group = [dict(st, bwd_peak=int(st["bwd_peak"]) + adjust[first + m][0],
+                              bwd_delta=int(st["bwd_delta"]) + adjust[first + m][1])
+                         if first + m in adjust else st for m, st in enumerate(group)]
             merged = _merge_group(group, grad_in, notes, granule, first=first)
             before = _held_from(group[-1], range(1, first))  # storages made before the group that it passes on
             passed_from.append(_by_group(before, group_of) if "held_from" in group[-1] else None)
@@ -357,9 +369,9 @@ class Chain:
             members.append([stage["name"] for stage in group])
             grad_in = merged["grad_bytes"]
         provenance = {k: data[k] for k in ("network", "args", "device", "torch", "dtype", "reference",
-                                           "param_bytes", "drops_checked") if k in data}
-        provenance["shared_leaves"] = _shared_leaves(data, source, group_of, granule)
-        for g, extra in enumerate(_summed_in_a_stage(data, group_of, len(groups), granule)):
+                                           "param_bytes", "drops_checked", "split_leaves") if k in data}
+        provenance["shared_leaves"] = shared_leaves
+        for g, extra in enumerate(_summed_in_a_stage(data, group_of, len(groups), granule, composed)):
             fields["bwd_extra"][g] += extra  # Note [A leaf read twice in one stage]
         provenance.update(source=str(source), format=PROFILE_FORMAT, measured_stages=len(stages),
                           merged_in_place=joined["in_place"], merged_unsaved=joined["unsaved"],
@@ -502,12 +514,15 @@ class Chain:
         ``last - 1`` that their profiles do not count, per leaf of :meth:`shared_leaves` (none where the
         chain does not say; Note [Gradients summed across stages] in gpusolve/offload/compare.py): the
         buffer of its summed gradient, held from stage ``last``'s backward through stage ``first``'s; and
-        where the profile did not sum them (``summed`` false), the sum itself, made in the first reader's
-        backward beside the buffer and that stage's own gradient: ``(first, first + 1, bytes)``."""
+        where the profile's readings did not sum them (``summed`` false; a profile whose stages' readings are each
+        their own call's: ``split_leaves``, Note [Leaves summed stage by stage] in torch_exec/profiler.py), the sum
+        itself, made in the first reader's backward beside the buffer and that stage's own gradient:
+        ``(first, first + 1, bytes)``."""
         out = []
+        split = self.provenance.get("split_leaves") is True
         for stages, nbytes, summed in self.shared_leaves() or ():
             out.append((stages[0], stages[-1], nbytes))
-            if not summed:
+            if split or not summed:
                 out.append((stages[0], stages[0] + 1, nbytes))
         return out
 
@@ -590,7 +605,7 @@ def _whole(value) -> bool:
 # negative.
 _OPTIONAL_STAGE_BYTES = {"held_nbytes": (0, False), "saved_bytes": (0, False), "out_saved_bytes": (0, False),
                          "in_saved_bytes": (0, False), "grad_held_bytes": (0, False), "bwd_delta": (-MAX_BYTES, True),
-                         "grad_ready_delta": (-MAX_BYTES, False), "split_sum_bytes": (0, False)}
+                         "grad_ready_delta": (-MAX_BYTES, False)}
 _STAGE_FLAGS = ("aliases", "rng", "device_only", "writes_input")
 
 
@@ -814,69 +829,108 @@ def _shared_leaves(data: dict, source, group_of: dict[int, int], granule: int) -
 #     stages that read one leaf (a tied weight), so that no call sums their gradients in a buffer no reading counts.
 #     A fused stage whose members read it twice, or a measured stage that reads it twice itself, is still one
 #     backward call: the engine holds the first part in a buffer of the leaf's size until the next arrives, and adds
-#     them. In the profile's whole step that buffer was made earlier, by the backward of a later reader, and each
-#     part was added into it, so the stage's readings show one part at a time; run as its own call the stage holds
-#     the first part besides, and where that first part is one autograd cannot add into in place (a view, such as the
-#     transpose a Linear's weight gradient is; a tensor also passed on elsewhere: the engine's
-#     ``can_accumulate_inplace``, asked of the buffer only) the next makes their sum beside both (seen on the CPU:
-#     three of the leaf's size at once; two where the first to arrive is a tensor of its own, ``t @ weight``'s,
-#     whatever the second is). One Linear shared by every weighted stage, a pair merged by a stage reading it
-#     (``tanh(fc(a + b))`` fused with the fork before it, ``tanh(fc(a) + fc(b))``): 12 032-16 384
-#     B over the budget (a review, 2026-11-29: bench/repros/rv16_review_tied_linear_fused_pair_over_budget.py).
-#     The profile's ``shared_leaves`` count per stage the ``reads`` (the edges into the leaf's AccumulateGrad node) and
-#     the ``fresh_reads``, those whose part autograd can add into in place (a post hook on the node each edge leaves:
-#     ``_adds_in_place`` in torch_exec/_util.py; a custom Function's part never counts). A chain stage reading a leaf
-#     at least twice, where a later stage reads it too, is charged in its backward's workspace:
-#     - where one measured stage made all the call's parts and the whole pass measured it, ``split_sum_bytes``: the
-#       pass marks each part as the backward makes it, and reads off the meter how far the stage's peak rises with
-#       the first part held from the first mark to the last and, where the first part cannot be added into, their
-#       sum at the second (``split_sum_bytes`` in torch_exec/profiler.py). Tiny ALBERT's fused blocks (max_stages
-#       3, each reading every shared weight 3-4 times) sum their parts before the backward reaches the embedding,
-#       where the stage peaks: 0, where the bound below made the least budget 1.21 x the measured peak (review rv16:
-#       bench/repros/rv16_review_albert_fused_blocks_overcount.py);
-#     - elsewhere (members of a fused stage each reading it; older profiles) a bound: one leaf where every part can
-#       be added into in place, two otherwise, any part possibly the first (no ``fresh_reads``: none can).
-#     Where no later stage reads it, the buffer is made inside the stage's own readings, which count it. Profiled
-#     stage by stage (``isolated``), no later reader made a buffer first: a measured stage's own reads are summed
-#     inside its readings and it hands its fused stage's call one part (a sum, added into in place, where it read
-#     twice), so only a fused stage whose members read the leaf is charged, later reader or not (a review found the
-#     twice-reading stage charged on top of its own readings: 0.60 x measured / predicted).
+#     them; where that first part is one autograd cannot add into in place (a view, such as the transpose a Linear's
+#     weight gradient is; a tensor also passed on elsewhere: the engine's ``can_accumulate_inplace``, asked of the
+#     buffer only) the next makes their sum beside both (seen on the CPU: three of the leaf's size at once; two where
+#     the first to arrive is a tensor of its own, ``t @ weight``'s, whatever the second is). One Linear shared by
+#     every weighted stage, a pair merged by a stage reading it (``tanh(fc(a + b))`` fused with the fork before it,
+#     ``tanh(fc(a) + fc(b))``): 12 032-16 384 B over the budget where readings missed it (a review, 2026-11-29:
+#     bench/repros/rv16_review_tied_linear_fused_pair_over_budget.py).
+#     A measured stage's readings are its own call's where the profile was taken stage by stage (``isolated``), or
+#     where the whole pass summed the shared leaves' parts stage by stage (``split_leaves``: Note [Leaves summed
+#     stage by stage] in torch_exec/profiler.py). Then only a fused stage whose members read the leaf is charged:
+#     each member hands the call one part (its own sum, which autograd can add into, where it read the leaf twice),
+#     the first held while the next member's backward runs. The profile's ``shared_leaves`` count per stage the
+#     ``reads`` (the edges into the leaf's AccumulateGrad node) and the ``fresh_reads``, those whose part autograd
+#     can add into in place (a post hook on the node each edge leaves: ``_adds_in_place`` in torch_exec/_util.py; a
+#     custom Function's part never counts). Where every member has ``bwd_delta``, the fused stage is composed member
+#     by member (:func:`_fused_readers`): the first reading member's part raises the level from its end to the last
+#     reading member's, and where it is one autograd cannot add into, the next reading member's peak rises by their
+#     sum; exact where two dropout-first blocks tied to one weight are fused (tests/test_unsaved_boundaries.py:
+#     charged two leaves at the fused stage's peak, 65 536 B more, the fused grouping no longer fitted the budget it
+#     fits). Elsewhere a bound: one leaf where every part the call sums can be added into, two otherwise (any of them
+#     may arrive first; no ``fresh_reads``: none can).
+#     An older whole-step profile summed every reader's parts in the buffer a later reader made: a stage reading the
+#     leaf at least twice (members' reads summed) before a later reader is charged so too, each read a part; where
+#     no later stage reads it, the buffer is made inside the stage's own readings, which count it. That bound was
+#     loose: tiny ALBERT's fused blocks (max_stages=3, each reading every shared weight 3-4 times) sum their parts
+#     before the backward reaches the embedding, where the stage peaks, and the least budget came out 1.21 x the
+#     measured peak (bench/repros/rv16_review_albert_fused_blocks_overcount.py); summed stage by stage it is exact.
 
 
-def _summed_in_a_stage(data: dict, group_of: dict[int, int], n: int, granule: int) -> list[int]:
-    """Bytes per chain stage (0-based, ``n`` of them) of the leaves it reads at least twice in one backward call
-    while a later stage reads them too (stage by stage: through two of its members), Note [A leaf read twice in one
-    stage], from the profile's ``shared_leaves`` (already checked by :func:`_shared_leaves`): what the profile
-    measured (``split_sum_bytes``) where one measured stage made every part of the call, else one leaf where
-    autograd adds every part in place and two where one may arrive first that it cannot add into (a view, a tensor
-    passed on)."""
+def _own_calls(data: dict) -> bool:
+    """Whether each measured stage's readings are its own backward call's: profiled stage by stage, or with the
+    shared leaves summed stage by stage (Note [Leaves summed stage by stage] in torch_exec/profiler.py)."""
+    return data.get("isolated") is True or data.get("split_leaves") is True
+
+
+def _effective_parts(item: dict) -> dict[int, tuple[int, bool]]:
+    """Per measured stage reading a shared leaf (``item`` of the profile's ``shared_leaves``): (its reads, whether
+    the one part its own call leaves, its sum where it read the leaf twice, is one autograd can add into)."""
+    reads = item.get("reads") or [1] * len(item["stages"])
+    fresh = item.get("fresh_reads") or [0] * len(item["stages"])
+    return {int(s): (int(k), int(k) > 1 or int(f) == 1) for s, k, f in zip(item["stages"], reads, fresh, strict=False)}
+
+
+def _fused_readers(data: dict, groups: list[list[dict]], owner: dict[int, int], granule: int) -> tuple[dict, set]:
+    """Note [A leaf read twice in one stage], where each measured stage's readings are its own call's
+    (:func:`_own_calls`): a chain stage fusing members that read one shared leaf runs them in one backward call,
+    which holds the first member's part (its sum) from the end of that member's backward to the end of the last
+    reading member's, and where that part is one autograd cannot add into, makes their sum beside both as the next
+    reading member's part arrives. Composed member by member where every member has ``bwd_delta`` (the held part
+    raises the level of the members in between; the sum, the next reader's peak; ``owner``: measured stage number
+    -> its chain stage): ``({measured stage: [bwd_peak added, bwd_delta added]}, {(leaf index, chain stage)})``,
+    the second what :func:`_summed_in_a_stage` leaves."""
+    adjust: dict[int, list[int]] = {}
+    composed: set = set()
+    if not _own_calls(data):
+        return adjust, composed
+    starts = [min(s for s, g in owner.items() if g == h) for h in range(len(groups))]
+    for index, item in enumerate(data.get("shared_leaves") or ()):
+        parts = _effective_parts(item)
+        leaf = allocator_bytes(int(item["nbytes"]), granule)
+        for g in {owner[s] for s in parts}:
+            readers = sorted((s for s in parts if owner[s] == g), reverse=True)  # in the backward's order
+            members = groups[g]
+            if len(readers) < 2 or not all(st.get("bwd_delta") is not None and st["bwd_peak"] is not None
+                                           for st in members):
+                continue
+            composed.add((index, g))
+            for s in range(starts[g], starts[g] + len(members)):
+                adjust.setdefault(s, [0, 0])
+            adjust[readers[0]][1] += leaf   # its part stays in the buffer
+            if not parts[readers[0]][1]:    # a part autograd cannot add into: the next one's makes their sum
+                adjust[readers[1]][0] += leaf
+            adjust[readers[-1]][1] -= leaf  # AccumulateGrad takes the buffer at the last reader's end
+    return {s: a for s, a in adjust.items() if a != [0, 0]}, composed
+
+
+def _summed_in_a_stage(data: dict, group_of: dict[int, int], n: int, granule: int,
+                       composed: set = frozenset()) -> list[int]:
+    """Bytes per chain stage (0-based, ``n`` of them) of the leaves whose parts it sums in one backward call that
+    its readings did not: Note [A leaf read twice in one stage], from the profile's ``shared_leaves`` (already
+    checked by :func:`_shared_leaves`), but for the ``(leaf index, chain stage)`` pairs :func:`_fused_readers`
+    composed. One leaf where autograd adds every part in place, two where one may arrive first that it cannot add
+    into (a view, a tensor passed on)."""
     out = [0] * n
-    isolated = data.get("isolated") is True
-    measured: set[int] = set()  # measured stages whose split_sum_bytes stands for their parts' sums
-    for item in data.get("shared_leaves") or ():
+    own_calls = _own_calls(data)
+    for index, item in enumerate(data.get("shared_leaves") or ()):
         stages = [int(s) for s in item["stages"]]
         reads = item.get("reads") or [1] * len(stages)
         fresh = item.get("fresh_reads") or [0] * len(stages)  # without the field: no part added into in place
         parts: dict[int, list[int]] = {}  # chain stage -> [parts summed in its call, of them not added into in place]
-        readers: dict[int, list[int]] = {}  # chain stage -> its members reading the leaf
         for s, k, f in zip(stages, reads, fresh, strict=False):
             k, f = int(k), int(f)
-            if isolated:  # a measured stage's own reads were summed inside its readings: it hands its fused stage's
+            if own_calls:  # a measured stage's own reads were summed inside its readings: it hands its fused stage's
                 k, f = 1, int(k > 1 or f == 1)  # call one part, a sum (added into in place) where it read twice
             held = parts.setdefault(group_of[s], [0, 0])
             held[0] += k
             held[1] += k - f
-            readers.setdefault(group_of[s], []).append(s)
         last = max(group_of[s] for s in stages)
         for g, (k, fixed) in parts.items():
-            if k < 2 or not (isolated or g < last):
-                continue
-            if not isolated and len(readers[g]) == 1 and "split_sum_bytes" in data["stages"][readers[g][0] - 1]:
-                measured.add(readers[g][0])
-            else:  # the first part held; their sum beside both where the first to arrive (any, for all we know)
-                out[g] += (2 if fixed else 1) * allocator_bytes(int(item["nbytes"]), granule)  # cannot be added into
-    for s in measured:
-        out[group_of[s]] += allocator_bytes(int(data["stages"][s - 1]["split_sum_bytes"]), granule)
+            if k >= 2 and (own_calls or g < last) and (index, g) not in composed:  # the first part held; their
+                # sum beside both where the first to arrive (any, for all we know) cannot be added into
+                out[g] += (2 if fixed else 1) * allocator_bytes(int(item["nbytes"]), granule)
     return out
 
 

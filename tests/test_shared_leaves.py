@@ -57,6 +57,12 @@ def shared_of(stages, sample, **kwargs):
     return wrapped._last.profile["shared_leaves"], wrapped._last.chain
 
 
+def data_of(model):
+    probe = wrap(model, budget=None)
+    probe.prepare(IDS)
+    return probe._last.profile
+
+
 def test_the_tied_weight_is_found_once_per_reader():
     model = tied_model()
     recorded, chain = shared_of(model, IDS)
@@ -65,7 +71,10 @@ def test_the_tied_weight_is_found_once_per_reader():
     assert recorded == [{"stages": [1, len(model)], "nbytes": WEIGHT_BYTES, "summed": True, "reads": [1, 1],
                          "fresh_reads": [1, 0]}]
     assert chain.shared_leaves() == [((1, len(model)), WEIGHT_BYTES, True)]
-    assert chain.shared_grads() == [(1, len(model), WEIGHT_BYTES)]
+    # the readings summed the parts stage by stage (Note [Leaves summed stage by stage]): plain autograd's buffer
+    # from the last reader's backward to the first's, and the sum the first reader's makes beside it
+    assert data_of(model)["split_leaves"] is True
+    assert chain.shared_grads() == [(1, len(model), WEIGHT_BYTES), (1, 2, WEIGHT_BYTES)]
     assert Chain.from_dict(chain.to_dict()).shared_grads() == chain.shared_grads()  # kept in the chain's JSON
     # an untied model has no shared leaf
     assert shared_of(nn.Sequential(nn.Linear(2, 2), nn.ReLU(), nn.Linear(2, 1)), torch.randn(3, 2))[0] == []
@@ -75,7 +84,7 @@ def test_stage_by_stage_profiling_finds_the_same_readers():
     """Note [Profiling stage by stage]: each stage's graph walked alone, from its own input."""
     whole, _ = shared_of(tied_model(), IDS)
     alone, chain = shared_of(tied_model(), IDS, profile_isolated=True)
-    assert alone == whole and chain.shared_grads() == [(1, len(tied_model()), WEIGHT_BYTES)]
+    assert alone == whole and chain.shared_grads() == [(1, len(tied_model()), WEIGHT_BYTES), (1, 2, WEIGHT_BYTES)]
 
 
 def test_the_graph_finds_readers_however_they_hold_the_leaf():
@@ -158,32 +167,28 @@ def test_readers_merged_into_one_stage_share_nothing_and_a_bad_record_is_refused
 
 
 def test_a_stage_reading_a_leaf_twice_before_a_later_reader_counts_its_buffer():
-    """Note [A leaf read twice in one stage], hand-computed on the tied model's profile: a stage whose graph reads
-    the weight twice holds the first part in a buffer of its size through its backward call, and their sum beside
-    it, which the whole step's readings do not show where a later stage's backward made the buffer first; a last
-    reader's readings do."""
+    """Note [A leaf read twice in one stage], on the tied model's profile: summed stage by stage, a stage reading the
+    weight twice reads its own call's sums, and nothing is charged; an older whole-step profile's reading showed one
+    part at a time where a later stage's backward made the buffer first, and such a stage is charged the first part
+    held and their sum beside it (a last reader's readings show them)."""
     profile = wrap(tied_model(), budget=None)
     profile.prepare(IDS)
     data = profile._last.profile
     (item,) = data["shared_leaves"]
-    assert item["fresh_reads"] == [1, 0]  # the embedding's part is a tensor of its own, the head's a view
-    base = Chain.from_profile(data)
+    assert item["fresh_reads"] == [1, 0] and data["split_leaves"] is True  # the embedding's part is its own tensor,
+    base = Chain.from_profile(data)  # the head's a view
 
-    def read(reads, fresh, **stage1):
-        stages = [{**data["stages"][0], **stage1}] + data["stages"][1:]
-        return Chain.from_profile({**data, "stages": stages,
+    def read(reads, fresh, split):
+        return Chain.from_profile({**data, "split_leaves": split,
                                    "shared_leaves": [{**item, "reads": reads, "fresh_reads": fresh}]})
-    first, last = read([2, 1], [0, 0]), read([1, 3], [0, 0])
+    assert list(read([2, 1], [0, 0], True).bwd_extra) == list(base.bwd_extra)
+    first, last = read([2, 1], [0, 0], False), read([1, 3], [0, 0], False)
     assert list(first.bwd_extra) == [base.bwd_extra[0] + 2 * WEIGHT_BYTES] + list(base.bwd_extra[1:])
     assert list(last.bwd_extra) == list(base.bwd_extra)
     # every part one autograd adds into in place: the first part held, no sum beside both; one that is not may arrive
     # first, and the next makes their sum
-    assert list(read([2, 1], [2, 0]).bwd_extra) == [base.bwd_extra[0] + WEIGHT_BYTES] + list(base.bwd_extra[1:])
-    assert list(read([3, 1], [3, 0]).bwd_extra) == [base.bwd_extra[0] + WEIGHT_BYTES] + list(base.bwd_extra[1:])
-    assert list(read([2, 1], [1, 0]).bwd_extra) == list(first.bwd_extra)
-    # measured by the profile's whole pass: that figure, not the bound
-    assert list(read([2, 1], [0, 0], split_sum_bytes=1000).bwd_extra) == [base.bwd_extra[0] + 1000] + \
-        list(base.bwd_extra[1:])
+    assert list(read([2, 1], [2, 0], False).bwd_extra) == [base.bwd_extra[0] + WEIGHT_BYTES] + list(base.bwd_extra[1:])
+    assert list(read([2, 1], [1, 0], False).bwd_extra) == list(first.bwd_extra)
     # stage by stage no later reader made the buffer first: a stage's own two reads are in its readings
     alone = Chain.from_profile({**data, "isolated": True, "shared_leaves": [{**item, "reads": [2, 1]}]})
     assert list(alone.bwd_extra) == list(Chain.from_profile({**data, "isolated": True}).bwd_extra)
@@ -191,8 +196,45 @@ def test_a_stage_reading_a_leaf_twice_before_a_later_reader_counts_its_buffer():
         Chain.from_profile({**data, "shared_leaves": [{**item, "reads": [0, 1]}]})
     with pytest.raises(ValueError, match="shared_leaves entry .* 'fresh_reads'"):
         Chain.from_profile({**data, "shared_leaves": [{**item, "fresh_reads": [2, 0]}]})
-    with pytest.raises(ValueError, match="split_sum_bytes"):
-        read([2, 1], [0, 0], split_sum_bytes=-1)
+    with pytest.raises(ValueError, match="split_leaves = 'yes' must be true or false"):
+        Chain.from_profile({**data, "split_leaves": "yes"})
+
+
+@pytest.mark.parametrize("kind", ["split_leaves", "isolated"])
+def test_a_fused_stage_whose_members_read_a_leaf_is_charged_by_hand(kind):
+    """Note [A leaf read twice in one stage], hand-computed: where each measured stage's readings are its own call's,
+    a chain stage fusing two readers of a 100 B leaf holds the first member's part while the second's backward runs
+    (one leaf), and where the first to arrive may be one autograd cannot add into, their sum beside both (two); a
+    member that read the leaf twice hands over its own sum, which autograd can add into. Where every member has
+    ``bwd_delta`` this is composed member by member instead (``_fused_readers``)."""
+    from gpusolve.chain import _summed_in_a_stage
+
+    def charged(reads, fresh, group_of, n):
+        item = {"stages": [1, 2, 3], "nbytes": 100, "summed": True, "reads": reads, "fresh_reads": fresh}
+        return _summed_in_a_stage({kind: True, "shared_leaves": [item]}, group_of, n, 1)
+    each, fused = {1: 0, 2: 1, 3: 2}, {1: 0, 2: 0, 3: 1}
+    assert charged([1, 2, 1], [0, 0, 0], each, 3) == [0, 0, 0]  # one member: its own readings
+    assert charged([1, 1, 1], [0, 0, 0], fused, 2) == [200, 0]
+    assert charged([1, 1, 1], [1, 1, 0], fused, 2) == [100, 0]
+    assert charged([2, 1, 1], [0, 1, 0], fused, 2) == [100, 0]
+    assert charged([2, 1, 1], [0, 0, 0], fused, 2) == [200, 0]
+    # composed member by member where every member has bwd_delta: the first reader's part held to the last
+    # reader's end, and the sum at the second where that part cannot be added into
+    from gpusolve.chain import _fused_readers
+    member = {"bwd_peak": 10, "bwd_delta": 0}
+    groups, owner = [[member, member, member]], {1: 0, 2: 0, 3: 0}
+
+    def composed(reads, fresh, members=groups):
+        item = {"stages": [2, 3], "nbytes": 100, "summed": True, "reads": reads, "fresh_reads": fresh}
+        return _fused_readers({kind: True, "shared_leaves": [item]}, members, owner, 1)
+    assert composed([1, 1], [0, 0]) == ({3: [0, 100], 2: [100, -100]}, {(0, 0)})
+    assert composed([1, 1], [0, 1]) == ({3: [0, 100], 2: [0, -100]}, {(0, 0)})
+    assert composed([1, 2], [0, 0]) == ({3: [0, 100], 2: [0, -100]}, {(0, 0)})  # its own sum: added into
+    assert composed([1, 1], [0, 0], [[member, {**member, "bwd_delta": None}, member]]) == ({}, set())
+    # a whole-step profile of old, each read a part, charged only before a later reader
+    old = {"shared_leaves": [{"stages": [1, 2, 3], "nbytes": 100, "summed": True, "reads": [1, 2, 2],
+                              "fresh_reads": [0, 0, 2]}]}
+    assert _summed_in_a_stage(old, each, 3, 1) == [0, 200, 0]
 
 
 def _shared_fc_model(kind: str):
@@ -277,18 +319,18 @@ def _deep_reader_model():
     return nn.Sequential(Lin(), Deep(), Lin(), Loss())
 
 
-def test_a_stage_summing_its_parts_away_from_its_peak_is_charged_what_was_measured():
-    """Note [A leaf read twice in one stage], measured (review rv16: tiny ALBERT's fused blocks, 0.83 x): the whole
-    pass marks each part as the backward makes it, and the stage's peak with the first parts held and their sums
-    made is read off the meter. Here nothing rises above the wide op's peak, so the least budget is the executor's
-    measured peak, below plain autograd's (which sums in a buffer a later reader began); charged two leaves it was
-    plain autograd's peak, and the plan was plain autograd itself."""
+def test_a_stage_summing_its_parts_away_from_its_peak_is_charged_nothing_more():
+    """Note [Leaves summed stage by stage] (review rv16: tiny ALBERT's fused blocks, 0.83 x): the whole pass sums the
+    stage's three parts in its own reading, as the executor's call does, before its backward reaches the wide op,
+    where it peaks. So the least budget is the executor's measured peak, below plain autograd's (which sums in a
+    buffer a later reader began); charged two leaves on top it was plain autograd's peak, and the plan was plain
+    autograd itself."""
     from torch_exec.meter import measure_peak
     x = torch.randn(16, 64, generator=torch.Generator().manual_seed(0))
     probe = wrap(_deep_reader_model(), budget=None)
     probe.prepare(x)
     assert [item["reads"] for item in probe._last.profile["shared_leaves"]] == [[1, 3, 1]] * 2
-    assert probe._last.profile["stages"][1]["split_sum_bytes"] == 0
+    assert probe._last.profile["split_leaves"] is True
     plain = _deep_reader_model()
     zero_grads(plain)
     for _ in range(2):
@@ -312,7 +354,7 @@ def test_a_profile_without_the_record_falls_back_to_the_modules_saying_so():
     wrapped = wrap(model, budget="95%")
     with pytest.warns(FallbackWarning, match="does not record which stages read one leaf"):
         wrapped.prepare(IDS, profile=old)
-    assert wrapped._last.chain.shared_grads() == [(1, len(model), WEIGHT_BYTES)]
+    assert wrapped._last.chain.shared_grads() == [(1, len(model), WEIGHT_BYTES), (1, 2, WEIGHT_BYTES)]
     assert wrapped._last.breaks == {(None, len(model))}
 
 
@@ -347,11 +389,11 @@ def test_the_paper_plan_is_charged_the_summed_gradient():
     model = tied_model()
     wrapped = wrap(model)
     chain = planning_instance(wrapped, IDS)
-    assert chain.shared_grads() == [(1, len(model), WEIGHT_BYTES)]
+    assert chain.shared_grads() == [(1, len(model), WEIGHT_BYTES), (1, 2, WEIGHT_BYTES)]
     least = paper_least_bytes(chain, LINK, True)
     runner = PaperOffloadRunner.of(wrapped, IDS, least, LINK)
     plan = runner.plan
-    assert plan.decisions and plan.shared_grads == ((1, len(model), WEIGHT_BYTES),)
+    assert plan.decisions and plan.shared_grads == ((1, len(model), WEIGHT_BYTES), (1, 2, WEIGHT_BYTES))
     peak = step_peak(runner, model)
     assert peak <= plan.predicted_peak_bytes <= plan.budget_bytes == least
     assert all(torch.equal(a, b) for a, b in zip(plain_grads(), [p.grad for p in model.parameters()], strict=True))
@@ -552,29 +594,3 @@ def test_gradient_hooks_of_a_shared_parameter_run_once_on_the_whole_gradient(pri
     assert [n for n, _ in ours] and sorted(n for n, _ in ours) == sorted(n for n, _ in theirs)
     for (n, g), (_, h) in zip(sorted(ours, key=lambda t: t[0]), sorted(theirs, key=lambda t: t[0])):
         torch.testing.assert_close(g, h, rtol=0, atol=0, msg=n)
-
-
-class _Levels:
-    """A meter's readings from given levels at marks 0, 1, ...: ``between(a, b)`` as MemoryMeter's."""
-
-    def __init__(self, levels):
-        self.levels = levels
-
-    def between(self, a, b):
-        from torch_exec.meter import Reading
-        return Reading(peak=max(self.levels[a:b + 1]) - self.levels[a], delta=self.levels[b] - self.levels[a])
-
-
-@pytest.mark.parametrize("first_fresh, rise", [(False, 200), (True, 100)])
-def test_split_sums_rise_by_the_held_part_and_a_sum_where_the_first_part_is_a_view(first_fresh, rise):
-    """Note [A leaf read twice in one stage], by hand: a stage's whole-pass reading shows each 100 B part alone
-    (levels 0, 100 at the first part, 100 at the second, 0); its own call holds the first part from its mark on (200
-    at the second), and where the first to arrive is one autograd cannot add into (the engine asks the buffer only),
-    their sum beside both (300). The second part's kind does not matter."""
-    from torch_exec.profiler import split_sum_bytes
-    meter = _Levels([0, 100, 100, 0])
-    assert split_sum_bytes(meter, 0, 3, 100, [(100, [(1, first_fresh), (2, not first_fresh)])]) == rise
-    # a peak elsewhere in the stage (500 B after the parts are summed) is not raised
-    assert split_sum_bytes(_Levels([0, 100, 100, 0, 500, 0]), 0, 5, 500, [(100, [(1, False), (2, False)])]) == 0
-    # a part made outside the stage's span: not measured
-    assert split_sum_bytes(meter, 1, 3, 100, [(100, [(0, True), (2, True)])]) is None

@@ -1328,16 +1328,17 @@ def stood_for(t: torch.Tensor) -> torch.Tensor:
 @dataclass(eq=False)
 class _LeafRead:
     """What :class:`LeafReaders` knows of one leaf: a weak reference to it, its bytes, the stages reading it (in
-    order), the ids of the tensors read (the leaf, its stand-in), and per stage the reads, how many of them handed
-    over a part autograd can add into in place, and the parts' ``(mark, adds in place)`` in the order the backward
-    made them (where marks were taken)."""
+    order), the ids of the tensors read (the leaf, its stand-in), per stage the reads and how many of them handed
+    over a part autograd can add into in place, per (stage, tensor read) the reads, and the parts of a split
+    backward summed so far."""
     ref: weakref.ref
     nbytes: int
     stages: list = field(default_factory=list)
     read: set = field(default_factory=set)
     count: dict = field(default_factory=dict)
     fresh: dict = field(default_factory=dict)
-    arrivals: dict = field(default_factory=dict)
+    edges: dict = field(default_factory=dict)
+    pending: dict = field(default_factory=dict)
 
 
 class LeafReaders:
@@ -1351,14 +1352,16 @@ class LeafReaders:
     backward would keep its saved tensors), leaves only weakly (a leaf a stage makes for itself, and its
     gradient, would otherwise live to the end of profiling). Each edge into a leaf's AccumulateGrad node is a
     read; a hook on the node it leaves tells, when the backward runs, whether the part it hands over is one
-    autograd can add another into in place (:func:`_adds_in_place`), and takes a mark of ``mark`` where it is set
-    (the whole memory pass): Note [A leaf read twice in one stage] in gpusolve/chain.py."""
+    autograd can add another into in place (:func:`_adds_in_place`), and while ``split`` is set (the whole memory
+    pass's backward) sums the parts of a leaf several stages read stage by stage, as the executor's split tape runs
+    do (Note [Leaves summed stage by stage] in torch_exec/profiler.py)."""
 
     def __init__(self):
         self.readers: dict[int, _LeafRead] = {}  # by id of the leaf stood for
         self.passed: set = set()  # nodes walked since enter()
         self.inputs: set = set()  # ids of the leaves behind the input (the caller's, not a stage's)
-        self.mark = None  # a meter's mark(), for the parts' marks
+        self.split = False  # sum shared leaves' parts stage by stage (the whole memory pass's backward)
+        self.was_split = False  # a backward did
 
     def _walk(self, state) -> list[tuple]:
         """``(leaf, node, i)`` per read of a leaf below ``state``: the edge ``i`` of ``node`` into the leaf's
@@ -1399,24 +1402,79 @@ class LeafReaders:
                     entry.stages.append(s)
                 entry.read.add(id(t))
                 entry.count[s] = entry.count.get(s, 0) + 1  # each edge into its AccumulateGrad node is a read
+                entry.edges[s, id(t)] = entry.edges.get((s, id(t)), 0) + 1
             if node is not None and not isinstance(node, torch.autograd.function.BackwardCFunction):
-                node.register_hook(self._part_hook(entry, s, i))  # a custom Function's part may be a tensor it holds
+                node.register_hook(self._part_hook(entry, s, i, weakref.ref(t)))  # a custom Function's part may be
+                # a tensor it holds
 
-    def _part_hook(self, entry: _LeafRead, s: int, i: int):
-        """A post hook for the node whose edge ``i`` reads ``entry``'s leaf in stage ``s``: counts, once, a part
-        autograd can add into in place, and notes the part's mark (where ``mark`` is set)."""
+    def _part_hook(self, entry: _LeafRead, s: int, i: int, variable: weakref.ref):
+        """A post hook for the node whose edge ``i`` reads ``entry``'s leaf (``variable``, the tensor read) in stage
+        ``s``: counts, once, a part autograd can add into in place; while ``split``, takes the part over
+        (:meth:`_sum_part`)."""
         fired = []
 
         def hook(grad_inputs, grad_outputs):
-            part = grad_inputs[i]
-            if fired or part is None:
-                return
+            if fired:
+                return None
             fired.append(True)
-            fresh = _adds_in_place(part, [g for j, g in enumerate(grad_inputs) if j != i] + list(grad_outputs))
+            part = grad_inputs[i]
+            fresh = part is not None and _adds_in_place(part, [g for j, g in enumerate(grad_inputs) if j != i]
+                                                        + list(grad_outputs))
             entry.fresh[s] = entry.fresh.get(s, 0) + fresh
-            if self.mark is not None:
-                entry.arrivals.setdefault(s, []).append((self.mark(), fresh))
+            if not (self.split and len(entry.stages) > 1):
+                return None
+            handed = self._sum_part(entry, s, variable, part, fresh)
+            return tuple(handed if j == i else g for j, g in enumerate(grad_inputs))
         return hook
+
+    def _sum_part(self, entry: _LeafRead, s: int, variable: weakref.ref, part, fresh: bool):
+        """Note [Leaves summed stage by stage] in torch_exec/profiler.py: ``part`` (None: no gradient on this read)
+        summed with stage ``s``'s other parts for ``variable`` as autograd's input buffer sums them (in place where
+        the first to arrive allows, else beside both), and at the stage's last part added into its ``.grad``, as
+        AccumulateGrad does; the first reader of ``variable`` (the last to run) hands its sum to the engine instead,
+        whose AccumulateGrad adds it (and runs the leaf's hooks on it). Returns what goes on the edge: that sum, or
+        None."""
+        key = (s, id(variable()))
+        pending = entry.pending.setdefault(key, [None, 0, False, variable])  # [the sum so far, parts arrived, adds
+        # in place, the tensor read]
+        pending[1] += 1
+        with torch.no_grad():
+            if part is not None:
+                if pending[0] is None:
+                    pending[0], pending[2] = part, fresh
+                elif pending[2]:
+                    pending[0].add_(part)
+                else:
+                    pending[0], pending[2] = pending[0] + part, True
+            del part
+            if pending[1] < entry.edges.get(key, 1):
+                return None
+            total = entry.pending.pop(key)[0]
+            if s == min(t for t, ident in entry.edges if ident == key[1]):
+                return total
+            self._accumulate(total, variable())
+            return None
+
+    @staticmethod
+    def _accumulate(total, leaf) -> None:
+        """AccumulateGrad's step, for a sum :meth:`_sum_part` took over: into ``leaf.grad`` in place (the profiler
+        allocates parameter gradients first), or ``leaf.grad`` becomes it."""
+        if total is None or leaf is None:
+            return
+        with torch.no_grad():
+            if leaf.grad is None:
+                leaf.grad = total
+            else:
+                leaf.grad.add_(total)
+
+    def flush(self) -> None:
+        """After a split backward: what a stage summed whose parts did not all arrive (a read no gradient reached)
+        goes into the leaf's ``.grad``."""
+        self.was_split = self.was_split or any(len(e.stages) > 1 for e in self.readers.values())
+        for e in self.readers.values():
+            for total, _, _, variable in e.pending.values():
+                self._accumulate(total, variable())
+            e.pending.clear()
 
     def leave(self) -> None:
         self.passed, self.inputs = set(), set()
@@ -1431,19 +1489,6 @@ class LeafReaders:
                  "reads": [e.count[s] for s in sorted(e.stages)],
                  "fresh_reads": [min(e.fresh.get(s, 0), e.count[s]) for s in sorted(e.stages)]}
                 for e in self.readers.values() if len(e.stages) > 1]
-
-    def split_parts(self, s: int) -> list[tuple[int, list]] | None:
-        """For stage ``s``: ``(bytes, [(mark, adds in place)] in order)`` per leaf it reads at least twice while a
-        later stage reads it too, each part marked (Note [A leaf read twice in one stage] in gpusolve/chain.py);
-        None where a part of one went unmarked."""
-        out = []
-        for e in self.readers.values():
-            if e.count.get(s, 0) >= 2 and max(e.stages) > s:
-                parts = e.arrivals.get(s, [])
-                if len(parts) != e.count[s]:
-                    return None
-                out.append((e.nbytes, parts))
-        return out
 
 
 def _adds_in_place(part, others) -> bool:

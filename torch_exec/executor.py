@@ -59,8 +59,10 @@ Note [Shared leaves split tape runs]
     must fit with twice the leaf on top (``Entry.unseen_shared_bytes``; an upper bound: the tied model's
     plain step measured one leaf above its profile); a given ``schedule_fn`` never runs as plain autograd
     over such stages (its simulated peak does not count the buffer).
-    A stage that reads the leaf twice in its one backward call (two fused members, or one stage) holds a
-    buffer too: charged to that stage (Note [A leaf read twice in one stage] in gpusolve/chain.py).
+    The profiler's whole pass sums each stage's parts of such a leaf as one of these calls does, so a stage's
+    readings are its own call's (Note [Leaves summed stage by stage] in torch_exec/profiler.py); a fused stage
+    whose members read the leaf holds a buffer across them: charged to that stage (Note [A leaf read twice in one
+    stage] in gpusolve/chain.py).
     What this leaves (a review, 2026-11-27):
 
     - A stage that reads another stage's intermediate result through module state (not through the

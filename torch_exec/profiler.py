@@ -128,6 +128,29 @@ Note [Leaves several stages read]
     itself lives as long as its graph); only ``AccumulateGrad`` nodes count as leaves (a custom
     Function's ``ctx`` may carry a ``variable`` of its own: a review found the walk stopped there).
 
+Note [Leaves summed stage by stage]
+    The executor runs each stage that reads a shared leaf in its own backward call (Note [Shared leaves split
+    tape runs] in torch_exec/executor.py): the call sums the stage's own parts of the leaf and adds them into its
+    ``.grad``. Plain autograd's one backward sums every stage's parts in one buffer, which a later reader made:
+    an earlier reader's readings showed the buffer's sums, not its own. Where the buffer was a view (a Linear
+    head's weight gradient, the transpose of a product) the first earlier part was added beside it: a tied
+    language model's embedding stage read 2 031 616 B where its own call peaks at 1 024 000 B (a review, 2026-11-29:
+    its least budget 2 048 008 B whole against 1 606 152 B stage by stage, measured 1 950 216 B); and a stage that
+    reads the leaf twice held its first part besides in its own call, which no reading showed (12 032-16 384 B
+    over: bench/repros/rv16_review_tied_linear_fused_pair_over_budget.py). So the whole memory pass's backward
+    sums a shared leaf's parts stage by stage, as the executor does: a post hook on each node that hands a part to
+    the leaf (found by the walk above) takes the part over, sums it with the stage's others as autograd's input
+    buffer would (in place where the first part to arrive allows, ``_adds_in_place`` in torch_exec/_util.py; else
+    beside both), and at the stage's last part adds the sum into ``.grad`` as AccumulateGrad does; the engine gets
+    None on that edge, except at the first reader's last part (the last to run), which hands the engine that
+    stage's sum: the leaf's AccumulateGrad adds it, and the leaf's own hooks get a gradient (given None, a user's
+    ``p.register_hook(lambda g: g.clamp(...))`` failed). No buffer of the leaf's size then lives across stages,
+    as in the executor (left to the engine, the last reader's parts made one that the first reader's backward
+    freed: each stage's change of bytes read a leaf off). The stage's readings are then its own call's (``split_leaves`` in the profile: the
+    offloading paper's plans, which run one backward, are charged the sum, ``Chain.shared_grads``; Note [Gradients
+    summed across stages] in gpusolve/offload/compare.py). Stage by stage (Note [Profiling stage by stage]) each stage's
+    backward is its own call already. The plain step's reference figures are measured on a graph of their own.
+
 Note [Host time of a stage]
     A CUDA event times the stream, not the host that queues it. Where the host cannot queue a stage's
     kernels as fast as the device runs them (many small kernels: DenseNet-121 at batch 64 on the H200,
@@ -168,7 +191,7 @@ from gpusolve.errors import FallbackWarning, warn_once
 from gpusolve.progress import work_progress
 
 from ._util import (LeafReaders, ModelSnapshot, RngState, aliases, backward_segment, block_bytes, buffers_of,
-                    by_origin, clone, copyable, cuda_devices, device_block_bytes, generators_of, grad_storages,
+                    by_origin, clone, copyable, cuda_devices, generators_of, grad_storages,
                     held_from, held_nbytes, make_leaf, map_state, output_facts, params_of, progress_setting,
                     register_grad_hook, stage_list, stage_state, state_nbytes, storage_key, storages, tensors)
 from .meter import MemoryMeter, room_for_a_cpu_meter
@@ -305,7 +328,7 @@ def profile_dict(stages, sample_input, passes: int = 5, warmup: int = 1, network
     (the output shares all its storage with the input), ``rng`` (its forward draws random numbers),
     ``buffer_writes`` (its forward writes a buffer: BatchNorm's statistics, spectral norm's vectors),
     ``bwd_delta``, ``grad_ready_delta``, ``saved_bytes``, ``out_saved_bytes``, ``in_saved_bytes``,
-    ``out_saved_from``, ``in_dropped_from`` and ``split_sum_bytes`` — readers that do not know them ignore them.
+    ``out_saved_from`` and ``in_dropped_from``, and ``split_leaves`` — readers that do not know them ignore them.
 
     The state profiling restores and keeps out of the measurements (parameters, their gradients,
     buffers) is that of the module stages, of ``modules``, and of the modules and tensors requiring grad
@@ -377,6 +400,7 @@ def profile_dict(stages, sample_input, passes: int = 5, warmup: int = 1, network
         "reference": reference,
         "stages": [dict(name=name, **fields) for name, fields in zip(names, per_stage)],
         "shared_leaves": profiler.readers.shared(),  # Note [Leaves several stages read]
+        "split_leaves": profiler.readers.was_split,  # Note [Leaves summed stage by stage]
     }
     for s, stage in enumerate(data["stages"]):
         if stage.pop("mutates_input", False):
@@ -653,6 +677,9 @@ class _Passes:
         n = self.n
         mem = [dict() for _ in range(n)]
         ng_marks = []
+        # the readers of this pass alone: stage by stage the warm-up runs it too, and counted twice, every leaf read
+        # twice (a review, 2026-11-29: bench/repros/rv17_review_isolated_reads_doubled.py)
+        self.readers = LeafReaders()
         with _no_cycle_collection(), MemoryMeter(self.device) as meter:
             self.nograd_memory(meter, mem, ng_marks)
             g_marks, readings = (self.isolated_memory if self.isolated else self.whole_memory)(meter, mem)
@@ -689,12 +716,6 @@ class _Passes:
                     peak = max(before.peak, before.delta + meter.between(last, max(last, stop)).peak)
                     delta, ready_delta = delta + held, before.delta
             mem[s - 1].update(bwd_peak=int(peak), bwd_delta=int(delta), grad_ready_delta=int(ready_delta))
-            parts = None if self.isolated else self.readers.split_parts(s)
-            if parts:  # Note [A leaf read twice in one stage] in gpusolve/chain.py, measured
-                blocks = [(device_block_bytes(self.device, nbytes), arrived) for nbytes, arrived in parts]
-                split = split_sum_bytes(meter, start, max(start, stop), peak, blocks)
-                if split is not None:
-                    mem[s - 1]["split_sum_bytes"] = split
         return mem, reference
 
     def nograd_memory(self, meter, mem: list, ng_marks: list) -> None:
@@ -771,7 +792,6 @@ class _Passes:
         bounds = _Boundaries(n, meter.mark, grads=True)
         a0 = make_leaf(self.sample, self.rg)
         outs = [a0]
-        self.readers.mark = meter.mark  # the parts of leaves several stages read, marked as the backward makes them
         with torch.enable_grad(), _closed_on_error(bounds):
             held_input = state = clone(a0)  # held as the caller holds its input
             self.readers.enter(state)
@@ -800,10 +820,12 @@ class _Passes:
         # backward as plain autograd runs it: no stage output referenced from here
         final = [t for t in tensors(outs[n]) if t.requires_grad]
         del outs, a0
+        self.readers.split = True  # Note [Leaves summed stage by stage]
         try:
             bounds.backward(final)
         finally:
-            self.readers.mark = None
+            self.readers.split = False
+            self.readers.flush()
         del final, held_input
         for s in range(1, n):
             mem[s - 1]["grad_held_bytes"] = bounds.grad_held_bytes(s)  # Note [Gradients that are views] (chain.py)
@@ -825,6 +847,7 @@ class _Passes:
         seeds are there at its start), and what the host copies took; no plain step)."""
         g_marks = self.isolated_forward(meter.mark, mem)
         bwd_marks = self.isolated_backward(meter.mark, mem)
+        self.readers.was_split = True  # each stage's backward its own call (Note [Leaves summed stage by stage])
         host = int(self.stash.host_bytes())
         return g_marks, lambda: ([(c, d) if c is not None else None for _, _, c, d in bwd_marks], [None] * self.n,
                                  {"host_copies_bytes": host})
@@ -1102,28 +1125,6 @@ class _Passes:
         stop = self.mark()
         self.sync()
         return self.elapsed(start, stop)
-
-
-def split_sum_bytes(meter, start: int, stop: int, peak: int, parts: list) -> int | None:
-    """How far stage s's backward peak rises above its reading ``peak`` (from mark ``start`` to ``stop``, the whole
-    memory pass) where its own call sums the parts of leaves a later stage reads too, as the executor's split tape
-    runs do, and not the buffer a later reader began, as the plain step does: Note [A leaf read twice in one stage]
-    in gpusolve/chain.py. ``parts``: ``(the leaf's bytes in blocks, [(mark, adds in place)] in order)`` per leaf the
-    stage reads at least twice. None where a part was made outside the stage's span."""
-    marks = sorted({m for _, arrived in parts for m, _ in arrived})
-    if not marks or marks[0] < start or marks[-1] > stop:
-        return None
-    points = [start] + marks + [stop]
-    level = {m: meter.between(start, m).delta for m in points}
-
-    def held(a: int, b: int) -> int:  # first parts held from the first part's mark through the last part's
-        return sum(nbytes for nbytes, arrived in parts if arrived[0][0] <= a and b <= arrived[-1][0])
-    top = max(level[a] + meter.between(a, b).peak + held(a, b) for a, b in zip(points, points[1:]) if a < b)
-    for nbytes, arrived in parts:  # a first part autograd cannot add into: the second makes their sum beside both
-        (_, first_fresh), (m, _) = arrived[:2]
-        if not first_fresh:
-            top = max(top, level[m] + nbytes + sum(b for b, other in parts if other[0][0] < m <= other[-1][0]))
-    return max(0, int(top - peak))
 
 
 def _storage_ref(t) -> StorageWeakRef | None:

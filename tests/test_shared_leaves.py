@@ -240,7 +240,9 @@ def test_a_fused_stage_whose_members_read_a_leaf_is_charged_by_hand(kind):
 def _shared_fc_model(kind: str):
     """Review rv16 (bench/repros/rv16_review_tied_linear_fused_pair_over_budget.py): one Linear read by every
     weighted stage; ``pair``: a fork then ``tanh(fc(a + b))`` (fused: no backward saves the pair), ``twice``: a
-    stage reading it twice, ``tanh(fc(a) + fc(b))``; a later Linear reads it again."""
+    stage reading it twice, ``tanh(fc(a) + fc(b))``; a later Linear reads it again. ``deep``: between two readers, a
+    stage reading it three times after a wide op: its parts are summed before its backward reaches the wide op,
+    where it peaks."""
     torch.manual_seed(0)
     fc = nn.Linear(64, 64)
 
@@ -264,9 +266,18 @@ def _shared_fc_model(kind: str):
         def forward(self, p):
             return torch.tanh(self.fc(p[0]) + self.fc(p[1]))
 
+    class Deep(Lin):  # a wide op (64 copies of its input through tanh, summed back), then the Linear three times
+        def forward(self, t):
+            h = torch.tanh(t.repeat(1, 64)).view(t.shape[0], 64, 64).sum(1)
+            for _ in range(3):
+                h = torch.tanh(self.fc(h))
+            return h
+
     class Loss(nn.Module):
         def forward(self, t):
             return t.square().mean()
+    if kind == "deep":
+        return nn.Sequential(Lin(), Deep(), Lin(), Loss())
     return nn.Sequential(Lin(), Fork(), Pair() if kind == "pair" else Twice(), Lin(), Loss())
 
 
@@ -292,33 +303,6 @@ def test_a_leaf_read_twice_in_one_stage_holds_the_least_budget(kind, isolated):
         assert predicted <= 1.05 * reading.peak, (predicted, reading.peak)
 
 
-def _deep_reader_model():
-    """A stage reading one Linear three times after a wide op (64 copies of its input through tanh, summed back),
-    between two other readers: its parts are summed before its backward reaches the wide op, where it peaks."""
-    torch.manual_seed(0)
-    fc = nn.Linear(64, 64)
-
-    class Lin(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.fc = fc
-
-        def forward(self, t):
-            return torch.tanh(self.fc(t))
-
-    class Deep(Lin):
-        def forward(self, t):
-            h = torch.tanh(t.repeat(1, 64)).view(t.shape[0], 64, 64).sum(1)
-            for _ in range(3):
-                h = torch.tanh(self.fc(h))
-            return h
-
-    class Loss(nn.Module):
-        def forward(self, t):
-            return t.square().mean()
-    return nn.Sequential(Lin(), Deep(), Lin(), Loss())
-
-
 def test_a_stage_summing_its_parts_away_from_its_peak_is_charged_nothing_more():
     """Note [Leaves summed stage by stage] (review rv16: tiny ALBERT's fused blocks, 0.83 x): the whole pass sums the
     stage's three parts in its own reading, as the executor's call does, before its backward reaches the wide op,
@@ -327,16 +311,16 @@ def test_a_stage_summing_its_parts_away_from_its_peak_is_charged_nothing_more():
     autograd itself."""
     from torch_exec.meter import measure_peak
     x = torch.randn(16, 64, generator=torch.Generator().manual_seed(0))
-    probe = wrap(_deep_reader_model(), budget=None)
+    probe = wrap(_shared_fc_model("deep"), budget=None)
     probe.prepare(x)
     assert [item["reads"] for item in probe._last.profile["shared_leaves"]] == [[1, 3, 1]] * 2
     assert probe._last.profile["split_leaves"] is True
-    plain = _deep_reader_model()
+    plain = _shared_fc_model("deep")
     zero_grads(plain)
     for _ in range(2):
         plain(x).backward()
     plain_peak = measure_peak(lambda: plain(x).backward())[1].peak
-    model = _deep_reader_model()
+    model = _shared_fc_model("deep")
     zero_grads(model)
     wrapped = wrap(model, budget=probe.min_budget_bytes)
     for _ in range(2):
@@ -594,3 +578,45 @@ def test_gradient_hooks_of_a_shared_parameter_run_once_on_the_whole_gradient(pri
     assert [n for n, _ in ours] and sorted(n for n, _ in ours) == sorted(n for n, _ in theirs)
     for (n, g), (_, h) in zip(sorted(ours, key=lambda t: t[0]), sorted(theirs, key=lambda t: t[0])):
         torch.testing.assert_close(g, h, rtol=0, atol=0, msg=n)
+
+
+def _unused_read_model(unused: bool):
+    """Review rv17b (bench/repros/rv17_review_unused_read_held.py): a tied 4000 x 64 embedding read by the first
+    stage, the head, and a middle stage twice on the output used and, with ``unused``, once more on a tuple output
+    ``u`` that the next stage drops (its node never runs in the backward)."""
+    torch.manual_seed(0)
+    emb = nn.Embedding(4000, 64)
+    targets = torch.randint(0, 4000, (32,), generator=torch.Generator().manual_seed(1))
+
+    class Side(nn.Module):
+        def forward(self, h):
+            w = emb.weight
+            a = torch.softmax(h @ w.T, -1) @ w
+            return torch.tanh(h + a), (h @ w.T if unused else h[:, :1] * 1.0)
+
+    class Head(nn.Module):
+        def forward(self, h):
+            return nn.functional.cross_entropy(h @ emb.weight.T, targets)
+    return nn.Sequential(emb, nn.Sequential(nn.Linear(64, 64), nn.Tanh()), Side(), _First(),
+                         nn.Sequential(nn.Linear(64, 64), nn.Tanh()), Head())
+
+
+class _First(nn.Module):
+    def forward(self, q):
+        return q[0]
+
+
+def test_a_read_whose_node_never_runs_leaves_the_stage_readings_as_they_are():
+    """Note [Leaves summed stage by stage]: a stage's parts of a shared leaf are counted by the reads the backward
+    reaches (``LeafReaders.expect``); counting the read on ``u`` too, the stage's sum waited for it to the end of the
+    backward and its change of bytes read the 1 024 000 B leaf held (503 808 B where it is -520 192 B)."""
+    ids = torch.randint(0, 4000, (32,), generator=torch.Generator().manual_seed(0))
+    readings = {}
+    for unused in (True, False):
+        probe = wrap(_unused_read_model(unused), budget=None)
+        probe.prepare(ids)
+        data = probe._last.profile
+        assert data["split_leaves"] and [item["reads"] for item in data["shared_leaves"]] == [[1, 3 if unused else 2,
+                                                                                               1]]
+        readings[unused] = [(st["bwd_peak"], st["bwd_delta"]) for st in data["stages"]]
+    assert readings[True] == readings[False]

@@ -1329,8 +1329,8 @@ def stood_for(t: torch.Tensor) -> torch.Tensor:
 class _LeafRead:
     """What :class:`LeafReaders` knows of one leaf: a weak reference to it, its bytes, the stages reading it (in
     order), the ids of the tensors read (the leaf, its stand-in), per stage the reads and how many of them handed
-    over a part autograd can add into in place, per (stage, tensor read) the reads, and the parts of a split
-    backward summed so far."""
+    over a part autograd can add into in place, per (stage, tensor read) the parts a split backward will bring
+    (:meth:`LeafReaders.expect`), and those summed so far."""
     ref: weakref.ref
     nbytes: int
     stages: list = field(default_factory=list)
@@ -1339,6 +1339,9 @@ class _LeafRead:
     fresh: dict = field(default_factory=dict)
     edges: dict = field(default_factory=dict)
     pending: dict = field(default_factory=dict)
+
+
+_READS = "gpusolve_leaf_reads"  # a node's metadata: (the leaf read, stage, id of the tensor read) per edge into a leaf
 
 
 class LeafReaders:
@@ -1402,10 +1405,10 @@ class LeafReaders:
                     entry.stages.append(s)
                 entry.read.add(id(t))
                 entry.count[s] = entry.count.get(s, 0) + 1  # each edge into its AccumulateGrad node is a read
-                entry.edges[s, id(t)] = entry.edges.get((s, id(t)), 0) + 1
             if node is not None and not isinstance(node, torch.autograd.function.BackwardCFunction):
                 node.register_hook(self._part_hook(entry, s, i, weakref.ref(t)))  # a custom Function's part may be
                 # a tensor it holds
+                node.metadata.setdefault(_READS, []).append((entry, s, id(t)))  # for expect()
 
     def _part_hook(self, entry: _LeafRead, s: int, i: int, variable: weakref.ref):
         """A post hook for the node whose edge ``i`` reads ``entry``'s leaf (``variable``, the tensor read) in stage
@@ -1467,14 +1470,37 @@ class LeafReaders:
             else:
                 leaf.grad.add_(total)
 
-    def flush(self) -> None:
-        """After a split backward: what a stage summed whose parts did not all arrive (a read no gradient reached)
-        goes into the leaf's ``.grad``."""
-        self.was_split = self.was_split or any(len(e.stages) > 1 for e in self.readers.values())
+    def expect(self, roots) -> None:
+        """Before a split backward from ``roots``: per stage and tensor read, how many of its parts will arrive, the
+        reads whose nodes the backward reaches (a read on a tensor no later stage uses never runs: waited for, the
+        stage's sum was held to the end of the backward, a leaf through every earlier stage's readings; a review:
+        bench/repros/rv17_review_unused_read_held.py)."""
         for e in self.readers.values():
-            for total, _, _, variable in e.pending.values():
+            e.edges.clear()
+        seen, stack = set(), [t.grad_fn for t in roots if t.grad_fn is not None]
+        while stack:
+            node = stack.pop()
+            if node is None or node in seen:
+                continue
+            seen.add(node)
+            for entry, s, ident in node.metadata.get(_READS, ()):
+                entry.edges[s, ident] = entry.edges.get((s, ident), 0) + 1
+            stack.extend(next_node for next_node, _ in node.next_functions)
+
+    def stage_done(self, s: int) -> None:
+        """Stage ``s``'s backward has ended: what stages ``s`` and after summed whose parts did not all arrive (a
+        read on a tensor no later stage uses: its node never runs) goes into the leaf's ``.grad``, as the stage's own
+        call would have added it (a review: held to the end of the backward, it read as a leaf held through every
+        earlier stage; bench/repros/rv17_review_unused_read_held.py)."""
+        for e in self.readers.values():
+            for key in [key for key in e.pending if key[0] >= s]:
+                total, _, _, variable = e.pending.pop(key)
                 self._accumulate(total, variable())
-            e.pending.clear()
+
+    def flush(self) -> None:
+        """After a split backward: what is left of the stages' sums goes into the leaves' ``.grad``."""
+        self.was_split = self.was_split or any(len(e.stages) > 1 for e in self.readers.values())
+        self.stage_done(0)
 
     def leave(self) -> None:
         self.passed, self.inputs = set(), set()

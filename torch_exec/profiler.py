@@ -146,7 +146,11 @@ Note [Leaves summed stage by stage]
     stage's sum: the leaf's AccumulateGrad adds it, and the leaf's own hooks get a gradient (given None, a user's
     ``p.register_hook(lambda g: g.clamp(...))`` failed). No buffer of the leaf's size then lives across stages,
     as in the executor (left to the engine, the last reader's parts made one that the first reader's backward
-    freed: each stage's change of bytes read a leaf off). The stage's readings are then its own call's (``split_leaves`` in the profile: the
+    freed: each stage's change of bytes read a leaf off). A stage's last part is known by the reads the backward
+    reaches (``LeafReaders.expect``, from the roots, before it runs: a read on a tuple output no later stage uses
+    never runs, and waited for, the stage's sum was held to the end of the backward; a review:
+    bench/repros/rv17_review_unused_read_held.py); what a stage still holds when its backward ends goes into
+    ``.grad`` then (``_Boundaries.done``). The stage's readings are then its own call's (``split_leaves`` in the profile: the
     offloading paper's plans, which run one backward, are charged the sum, ``Chain.shared_grads``; Note [Gradients
     summed across stages] in gpusolve/offload/compare.py). Stage by stage (Note [Profiling stage by stage]) each stage's
     backward is its own call already. The plain step's reference figures are measured on a graph of their own.
@@ -821,6 +825,8 @@ class _Passes:
         final = [t for t in tensors(outs[n]) if t.requires_grad]
         del outs, a0
         self.readers.split = True  # Note [Leaves summed stage by stage]
+        self.readers.expect(final)
+        bounds.done = self.readers.stage_done
         try:
             bounds.backward(final)
         finally:
@@ -1177,6 +1183,7 @@ class _Boundaries:
         # a tensor several alias stages pass on as itself (Note [Inputs held through a backward])
         self.hooked: dict = {}
         self.end = None
+        self.done = None  # called with s once stage s's backward has ended (the last gradient of a_{s-1} ready)
 
     def watch(self, out, s: int, passed: dict | None = None) -> None:
         """Hook a_s = ``out``. Tensors the stage passed on untouched from its input (``passed``:
@@ -1239,6 +1246,8 @@ class _Boundaries:
                 if self.held[s] and self.at[s] is not None:  # stage s has started with them held
                     self.dropped[s] = self.mark()
                 self.held[s] = []
+        if not self.waiting[s] and self.done is not None:  # before the mark: stage s + 1 reads what it frees
+            self.done(s + 1)
         mark = self.mark()
         if self.at[s] is None:
             self.at[s] = mark

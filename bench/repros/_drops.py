@@ -55,11 +55,12 @@ def least_and_plain(make, x) -> tuple[int, int, object]:
 
 
 def planned(make, profiled, measured, attrs=None, **kwargs):
-    """(the wrapper, the peaks measured): ``make()`` wrapped (``kwargs``: the budget, a schedule_fn), the wrapper's
+    """(the wrapper, the peaks measured): ``make()`` wrapped (``kwargs``: the budget, a schedule_fn, profiling
+    settings), the wrapper's
     ``attrs`` set, parameter gradients allocated, two warm steps on ``profiled`` (the first profiles), then one
     measured step on each input of ``measured``."""
     model = make()
-    w = te.CheckpointedSequential(model, backend="cpu", profile_passes=1, profile_warmup=0, **kwargs)
+    w = te.CheckpointedSequential(model, **{"backend": "cpu", "profile_passes": 1, "profile_warmup": 0, **kwargs})
     for name, value in (attrs or {}).items():
         setattr(w, name, value)
     for p in model.parameters():

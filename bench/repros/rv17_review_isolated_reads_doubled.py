@@ -14,13 +14,13 @@ Fixed (session 17): each memory pass counts with readers of its own (``_Passes.m
 import sys
 import warnings
 
-from _setup import te, torch  # the tree under test: GS_ROOT
+from _drops import planned, te, torch  # the tree under test: GS_ROOT
 from torch import nn  # noqa: E402
+
+from torch_exec.executor import plain_peak_bytes  # noqa: E402
 
 warnings.simplefilter("ignore")
 torch.set_num_threads(1)
-from torch_exec.executor import plain_peak_bytes  # noqa: E402
-from torch_exec.meter import measure_peak  # noqa: E402
 
 W, B, SEED = 64, 16, 16
 
@@ -99,18 +99,12 @@ def run(warmup: int, x) -> bool:
     CHARGES[warmup] = extra
     bad = False
     for budget in sorted({int(least + f * (plain - least)) for f in (0.0, 0.25, 0.5, 0.8)}):
-        model = make()
-        w = te.CheckpointedSequential(model, budget=budget, **kw)
-        for p in model.parameters():
-            p.grad = torch.zeros_like(p)
-        for _ in range(2):
-            w(x).backward()
-        _, r = measure_peak(lambda: w(x).backward())
+        w, (peak,) = planned(make, x, [x], budget=budget, **kw)
         pred = w.plan.predicted_peak_bytes
-        over = r.peak > budget + 64 or r.peak > pred + 64
+        over = peak > budget + 64 or peak > pred + 64
         bad |= over
-        print(f"  budget {budget} predicted {pred} measured {r.peak} (measured - budget {r.peak - budget:+d} B, "
-              f"measured / predicted {r.peak / pred:.3f}) members {w._last.chain.provenance['members']}"
+        print(f"  budget {budget} predicted {pred} measured {peak} (measured - budget {peak - budget:+d} B, "
+              f"measured / predicted {peak / pred:.3f}) members {w._last.chain.provenance['members']}"
               f"{'  OVER' if over else ''}")
     return bad
 

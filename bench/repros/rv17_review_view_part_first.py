@@ -12,13 +12,13 @@ the least budget is plain autograd's, 542 728 B, measured 542 728 B."""
 import sys
 import warnings
 
-from _setup import te, torch  # the tree under test: GS_ROOT
+from _drops import least_and_plain, planned, torch  # the tree under test: GS_ROOT
 from torch import nn  # noqa: E402
+
+from torch_exec.meter import measure_peak  # noqa: E402
 
 warnings.simplefilter("ignore")
 torch.set_num_threads(1)
-from torch_exec.executor import plain_peak_bytes  # noqa: E402
-from torch_exec.meter import measure_peak  # noqa: E402
 
 W, B = 256, 4  # the weight (256 KiB) outweighs the activations
 
@@ -60,28 +60,19 @@ def make():
 def main() -> int:
     engine_demo()
     x = torch.randn(B, W, generator=torch.Generator().manual_seed(0))
-    kw = dict(backend="cpu", profile_passes=1, profile_warmup=0)
-    probe = te.CheckpointedSequential(make(), budget="1TiB", **kw)
-    probe.prepare(x)
-    data = probe._last.profile
-    print("shared_leaves", [{k: v for k, v in i.items() if k != "summed"} for i in data["shared_leaves"]])
-    print("split_sum_bytes", [s.get("split_sum_bytes") for s in data["stages"]])
-    least, plain = probe.min_budget_bytes, plain_peak_bytes(probe._last)
+    least, plain, entry = least_and_plain(make, x)
+    data = entry.profile
+    print("shared_leaves", [{k: v for k, v in i.items() if k != "summed"} for i in data["shared_leaves"]],
+          "split_leaves", data.get("split_leaves"))
     print(f"least budget {least} B, plain autograd {plain} B")
     bad = False
     for budget in sorted({least, (least + plain) // 2}):
-        model = make()
-        w = te.CheckpointedSequential(model, budget=budget, **kw)
-        for p in model.parameters():
-            p.grad = torch.zeros_like(p)
-        for _ in range(2):
-            w(x).backward()
-        _, r = measure_peak(lambda: w(x).backward())
+        w, (peak,) = planned(make, x, [x], budget=budget)
         pred = w.plan.predicted_peak_bytes
-        over = r.peak > budget + 64 or r.peak > pred + 64
+        over = peak > budget + 64 or peak > pred + 64
         bad |= over
-        print(f"budget {budget} predicted {pred} measured {r.peak} (measured - budget {r.peak - budget:+d} B, "
-              f"measured / predicted {r.peak / pred:.3f}){'  OVER' if over else ''}")
+        print(f"budget {budget} predicted {pred} measured {peak} (measured - budget {peak - budget:+d} B, "
+              f"measured / predicted {peak / pred:.3f}){'  OVER' if over else ''}")
     print("overrun: the view part made first is summed beside both" if bad else "ok")
     return 1 if bad else 0
 

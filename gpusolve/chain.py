@@ -334,19 +334,19 @@ class Chain:
         grad_in = input_grad
         first = 1  # the measured stage number of each group's first member
         group_of: dict[int, int] = {}  # measured stage number -> its group's index
+        start = 1
+        for g, group in enumerate(groups):
+            group_of.update(dict.fromkeys(range(start, start + len(group)), g))
+            start += len(group)
         shared = [False] * len(groups)  # the group's output shares a storage with another group's
         # Note [Storage-exact peaks] in gpusolve/exact_peak.py: per stage, [maker stage, bytes] of the storages
         # made by earlier stages that its output passes on, and that it drops (None where the profile does not say)
         passed_from: list[list | None] = []
         dropped_from: list[list | None] = []
         # Note [A leaf read twice in one stage]: a fused stage's readers of a shared leaf, composed member by member
-        # (the record checked first, by the groups' numbers)
-        owner, start = {}, 1  # measured stage number -> its chain stage
-        for g, group in enumerate(groups):
-            owner.update(dict.fromkeys(range(start, start + len(group)), g))
-            start += len(group)
-        shared_leaves = _shared_leaves(data, source, owner, granule)
-        adjust, composed = _fused_readers(data, groups, owner, granule)
+        # (the record checked first)
+        shared_leaves = _shared_leaves(data, source, group_of, granule)
+        adjust, composed = _fused_readers(data, groups, group_of, granule)
         for g, group in enumerate(groups):
             if any(first + m in adjust for m in range(len(group))):
                 group = [dict(st, bwd_peak=int(st["bwd_peak"]) + adjust[first + m][0],
@@ -358,7 +358,6 @@ class Chain:
             dropped_from.append(_by_group([(int(o), int(b)) for st in group for o, b in st["in_dropped_from"]
                                            if 1 <= int(o) < first], group_of)
                                 if all("in_dropped_from" in st for st in group) else None)
-            group_of.update(dict.fromkeys(range(first, first + len(group)), g))
             for origin, _ in before:
                 shared[g] = shared[group_of[origin]] = True
             first += len(group)
@@ -885,7 +884,7 @@ def _fused_readers(data: dict, groups: list[list[dict]], owner: dict[int, int], 
     composed: set = set()
     if not _own_calls(data):
         return adjust, composed
-    starts = [min(s for s, g in owner.items() if g == h) for h in range(len(groups))]
+    starts = [min(s for s, g in owner.items() if g == h) for h in range(len(groups))]  # each's first member
     for index, item in enumerate(data.get("shared_leaves") or ()):
         parts = _effective_parts(item)
         leaf = allocator_bytes(int(item["nbytes"]), granule)
@@ -918,11 +917,12 @@ def _summed_in_a_stage(data: dict, group_of: dict[int, int], n: int, granule: in
         stages = [int(s) for s in item["stages"]]
         reads = item.get("reads") or [1] * len(stages)
         fresh = item.get("fresh_reads") or [0] * len(stages)  # without the field: no part added into in place
+        effective = _effective_parts(item)
         parts: dict[int, list[int]] = {}  # chain stage -> [parts summed in its call, of them not added into in place]
         for s, k, f in zip(stages, reads, fresh, strict=False):
             k, f = int(k), int(f)
             if own_calls:  # a measured stage's own reads were summed inside its readings: it hands its fused stage's
-                k, f = 1, int(k > 1 or f == 1)  # call one part, a sum (added into in place) where it read twice
+                k, f = 1, int(effective[s][1])  # call one part
             held = parts.setdefault(group_of[s], [0, 0])
             held[0] += k
             held[1] += k - f

@@ -1453,7 +1453,7 @@ class LeafReaders:
             if pending[1] < entry.edges.get(key, 1):
                 return None
             total = entry.pending.pop(key)[0]
-            if s == min(t for t, ident in entry.edges if ident == key[1]):
+            if s == min((t for t, ident in entry.edges if ident == key[1]), default=s):
                 return total
             self._accumulate(total, variable())
             return None
@@ -1519,10 +1519,11 @@ class LeafReaders:
 
 def _adds_in_place(part, others) -> bool:
     """Whether autograd's input buffer can add a later gradient into ``part`` in place, ``part`` having arrived first,
-    as it sums a leaf's parts (else it makes their sum beside both): a plain dense tensor of its own, not a view, not also handed to another edge or passed
-    through from the node's incoming gradients (``others``), the engine's condition (InputBuffer's
-    ``can_accumulate_inplace``) as far as Python sees it without a reference that would change the answer (taking
-    the storage object does: the sum is then made). Note [A leaf read twice in one stage] in gpusolve/chain.py."""
+    as it sums a leaf's parts (else it makes their sum beside both): a plain dense tensor of its own, not a view, not
+    also handed to another edge or passed through from the node's incoming gradients (``others``), the engine's
+    condition (InputBuffer's ``can_accumulate_inplace``) as far as Python sees it without a reference that would
+    change the answer (taking the storage object does: the sum is then made). Note [A leaf read twice in one stage]
+    in gpusolve/chain.py."""
     return (type(part) is torch.Tensor and part.layout == torch.strided and part._base is None
             and part.is_contiguous() and not any(o is part for o in others))
 

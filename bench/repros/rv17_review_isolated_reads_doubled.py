@@ -6,7 +6,8 @@ takes each fused member for one that "read twice and hands over a sum added into
 so a fused Fork + MergeFc whose two parts are nn.Linear transposes (views: their sum is made beside both) is charged
 one leaf, not two. The same model with ``profile_warmup=0`` (reads 1) holds, and 84fd581^ held at either.
 Model: bench/tuple_fuzz.py seed 16 of ``--tied --weighted-merges`` kinds, isolated profiling.
-Run: GS_ROOT=<tree> python rv17_review_isolated_reads_doubled.py ; exits 1 on an overrun (> 64 B over budget/prediction) or
+Run: GS_ROOT=<tree> python rv17_review_isolated_reads_doubled.py ; exits 1 on an overrun (> 64 B over
+budget/prediction) or
 where the warm-up lowers the fused chain's charge (bwd_extra) below the same profile's without it. The measured overrun
 needs the plan to pick the fused grouping, which depends on profiled times (bench/tuple_fuzz.py seed 16 under isolated
 profiling: budget 53 518 B, predicted 49 672 B, measured 57 352 B; 57 616 B: predicted 53 776, measured 61 456).

@@ -1,5 +1,5 @@
-"""Overrun (review rv17 of Note [A leaf read twice in one stage] in gpusolve/chain.py): a stage reads a tied weight twice,
-first (in forward order) as ``t @ weight`` (MmBackward0: a fresh part) and then through ``nn.Linear`` (TBackward0: a
+"""Overrun (review rv17 of Note [A leaf read twice in one stage] in gpusolve/chain.py): a stage reads a tied weight
+twice, first (in forward order) as ``t @ weight`` (MmBackward0: a fresh part) and then through ``nn.Linear`` (TBackward0: a
 view part), while earlier and later stages read it as ``t @ weight`` (fresh parts). The backward makes the view part
 first; torch's InputBuffer::accumulate tries to add in place only into the part already in the buffer (old_var), so a
 view first means ``old + new`` is made beside both although the second part is fresh. ``split_sum_bytes`` (and the

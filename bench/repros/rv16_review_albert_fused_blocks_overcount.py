@@ -5,10 +5,11 @@ charged twice each shared leaf (the first part held and the sum made beside the 
 have autograd add the parts in place, so no sum is made. Before the charge (354f67d) the least budget was exact:
 1 861 032 B predicted, 1 860 824 B measured; with it (4548b95) 2 248 672 B predicted, 1 869 016 B measured (0.83 x),
 and stage by stage 3 480 800 B against 2 633 760 B (0.76 x; since narrowed: stage by stage a measured stage's own
-reads are in its readings). Fixed (session 17): the whole pass measures the charge (``split_sum_bytes``, marks at
-each part): 0 here, the parts are summed before the backward reaches the embedding, where the stage peaks; least
-budget 1 861 032 B again, measured 1 860 824 B. Exits 1 when measured / predicted < 0.9 at the least budget. CPU;
-transformers needed."""
+reads are in its readings). The diagnosis above was short: ALBERT's weight parts are views, summed beside each
+other, but before the backward reaches the embedding, where the stage peaks. Fixed (session 17): the whole pass sums
+each shared leaf's parts stage by stage, as the executor's calls do (Note [Leaves summed stage by stage] in
+torch_exec/profiler.py), and charges nothing on top; least budget 1 861 032 B again, measured 1 860 824 B. Exits 1
+when measured / predicted < 0.9 at the least budget. CPU; transformers needed."""
 import sys
 
 from _setup import torch  # the tree under test: GS_ROOT

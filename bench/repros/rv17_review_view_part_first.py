@@ -2,11 +2,11 @@
 twice, first (in forward order) as ``t @ weight`` (MmBackward0: a fresh part) and then through ``nn.Linear``
 (TBackward0: a view part), while earlier and later stages read it as ``t @ weight`` (fresh parts). The backward makes
 the view part first; torch's InputBuffer::accumulate tries to add in place only into the part already in the buffer
-(old_var), so a view first means ``old + new`` is made beside both although the second part is fresh.
-An intermediate version's measured charge (``split_sum_bytes``, since removed) and the chain's bound only added the
-sum where *both* first parts cannot be added in place: the stage was charged ~1 leaf where the executor's call holds 2 above its reading. Before 84fd581 (2 leaves charged) the
-plan held its budget. Run: GS_ROOT=<tree> python rv17_review_view_part_first.py ; exits 1 on an overrun (> 64 B over
-budget or prediction).
+(old_var), so a view first means ``old + new`` is made beside both although the second part is fresh. An intermediate
+version's measured charge (``split_sum_bytes``, since removed) and the chain's bound only added the sum where *both*
+first parts cannot be added in place: the stage was charged ~1 leaf where the executor's call holds 2 above its
+reading. Before 84fd581 (2 leaves charged) the plan held its budget. Run: GS_ROOT=<tree> python
+rv17_review_view_part_first.py ; exits 1 on an overrun (> 64 B over budget or prediction).
 Fixed (session 17): the engine's rule (the buffer, the first part, decides) is followed, and the whole pass now sums
 shared leaves stage by stage (Note [Leaves summed stage by stage]): the executor's own calls are read as they run;
 the least budget is plain autograd's, 542 728 B, measured 542 728 B."""

@@ -51,6 +51,7 @@ Note [Outputs passed through]
 """
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import numbers
@@ -863,33 +864,36 @@ def _own_calls(data: dict) -> bool:
     return data.get("isolated") is True or data.get("split_leaves") is True
 
 
-def _effective_parts(item: dict) -> dict[int, tuple[int, bool]]:
-    """Per measured stage reading a shared leaf (``item`` of the profile's ``shared_leaves``): (its reads, whether
-    the one part its own call leaves, its sum where it read the leaf twice, is one autograd can add into)."""
+def _effective_parts(item: dict) -> dict[int, tuple[int, int, bool]]:
+    """Per measured stage reading a shared leaf (``item`` of the profile's ``shared_leaves``): (its reads, how many of
+    their parts autograd can add into, whether the one part its own call leaves, its sum where it read the leaf
+    twice, is one it can add into). Without ``reads``, one per stage; without ``fresh_reads``, none in place."""
     reads = item.get("reads") or [1] * len(item["stages"])
     fresh = item.get("fresh_reads") or [0] * len(item["stages"])
-    return {int(s): (int(k), int(k) > 1 or int(f) == 1) for s, k, f in zip(item["stages"], reads, fresh, strict=False)}
+    return {int(s): (int(k), int(f), int(k) > 1 or int(f) == 1)
+            for s, k, f in zip(item["stages"], reads, fresh, strict=False)}
 
 
-def _fused_readers(data: dict, groups: list[list[dict]], owner: dict[int, int], granule: int) -> tuple[dict, set]:
+def _fused_readers(data: dict, groups: list[list[dict]], group_of: dict[int, int],
+                   granule: int) -> tuple[dict, set]:
     """Note [A leaf read twice in one stage], where each measured stage's readings are its own call's
     (:func:`_own_calls`): a chain stage fusing members that read one shared leaf runs them in one backward call,
     which holds the first member's part (its sum) from the end of that member's backward to the end of the last
     reading member's, and where that part is one autograd cannot add into, makes their sum beside both as the next
     reading member's part arrives. Composed member by member where every member has ``bwd_delta`` (the held part
-    raises the level of the members in between; the sum, the next reader's peak; ``owner``: measured stage number
-    -> its chain stage): ``({measured stage: [bwd_peak added, bwd_delta added]}, {(leaf index, chain stage)})``,
+    raises the level of the members in between; the sum, the next reader's peak; ``group_of``: measured stage
+    number -> its chain stage): ``({measured stage: [bwd_peak added, bwd_delta added]}, {(leaf index, chain stage)})``,
     the second what :func:`_summed_in_a_stage` leaves."""
     adjust: dict[int, list[int]] = {}
     composed: set = set()
-    if not _own_calls(data):
+    if not _own_calls(data) or not data.get("shared_leaves"):
         return adjust, composed
-    starts = [min(s for s, g in owner.items() if g == h) for h in range(len(groups))]  # each's first member
-    for index, item in enumerate(data.get("shared_leaves") or ()):
+    starts = list(itertools.accumulate([1] + [len(group) for group in groups[:-1]]))  # each's first member
+    for index, item in enumerate(data["shared_leaves"]):
         parts = _effective_parts(item)
         leaf = allocator_bytes(int(item["nbytes"]), granule)
-        for g in {owner[s] for s in parts}:
-            readers = sorted((s for s in parts if owner[s] == g), reverse=True)  # in the backward's order
+        for g in {group_of[s] for s in parts}:
+            readers = sorted((s for s in parts if group_of[s] == g), reverse=True)  # in the backward's order
             members = groups[g]
             if len(readers) < 2 or not all(st.get("bwd_delta") is not None and st["bwd_peak"] is not None
                                            for st in members):
@@ -898,7 +902,7 @@ def _fused_readers(data: dict, groups: list[list[dict]], owner: dict[int, int], 
             for s in range(starts[g], starts[g] + len(members)):
                 adjust.setdefault(s, [0, 0])
             adjust[readers[0]][1] += leaf   # its part stays in the buffer
-            if not parts[readers[0]][1]:    # a part autograd cannot add into: the next one's makes their sum
+            if not parts[readers[0]][2]:    # a part autograd cannot add into: the next one's makes their sum
                 adjust[readers[1]][0] += leaf
             adjust[readers[-1]][1] -= leaf  # AccumulateGrad takes the buffer at the last reader's end
     return {s: a for s, a in adjust.items() if a != [0, 0]}, composed
@@ -914,19 +918,14 @@ def _summed_in_a_stage(data: dict, group_of: dict[int, int], n: int, granule: in
     out = [0] * n
     own_calls = _own_calls(data)
     for index, item in enumerate(data.get("shared_leaves") or ()):
-        stages = [int(s) for s in item["stages"]]
-        reads = item.get("reads") or [1] * len(stages)
-        fresh = item.get("fresh_reads") or [0] * len(stages)  # without the field: no part added into in place
-        effective = _effective_parts(item)
         parts: dict[int, list[int]] = {}  # chain stage -> [parts summed in its call, of them not added into in place]
-        for s, k, f in zip(stages, reads, fresh, strict=False):
-            k, f = int(k), int(f)
+        for s, (k, f, own) in _effective_parts(item).items():
             if own_calls:  # a measured stage's own reads were summed inside its readings: it hands its fused stage's
-                k, f = 1, int(effective[s][1])  # call one part
+                k, f = 1, int(own)  # call one part
             held = parts.setdefault(group_of[s], [0, 0])
             held[0] += k
             held[1] += k - f
-        last = max(group_of[s] for s in stages)
+        last = max(group_of[int(s)] for s in item["stages"])
         for g, (k, fixed) in parts.items():
             if k >= 2 and (own_calls or g < last) and (index, g) not in composed:  # the first part held; their
                 # sum beside both where the first to arrive (any, for all we know) cannot be added into

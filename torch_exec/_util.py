@@ -1364,7 +1364,6 @@ class LeafReaders:
         self.passed: set = set()  # nodes walked since enter()
         self.inputs: set = set()  # ids of the leaves behind the input (the caller's, not a stage's)
         self.split = False  # sum shared leaves' parts stage by stage (the whole memory pass's backward)
-        self.was_split = False  # a backward did
 
     def _walk(self, state) -> list[tuple]:
         """``(leaf, node, i)`` per read of a leaf below ``state``: the edge ``i`` of ``node`` into the leaf's
@@ -1377,8 +1376,9 @@ class LeafReaders:
                 continue
             self.passed.add(node)
             for i, (next_node, _) in enumerate(node.next_functions):
-                if type(next_node).__name__ == "AccumulateGrad":  # the leaf it adds into (a custom Function's ctx
-                    found.append((next_node.variable, node, i))   # may have a ``variable`` of its own)
+                leaf = accumulated_leaf(next_node)
+                if leaf is not None:
+                    found.append((leaf, node, i))
                 else:
                     stack.append(next_node)
         return found
@@ -1395,10 +1395,9 @@ class LeafReaders:
                 continue
             leaf = stood_for(t)
             entry = self.readers.get(id(leaf))
-            if not count:
-                if entry is None or entry.ref() is not leaf:
+            if entry is None or entry.ref() is not leaf:  # new, or another tensor at a dead one's id
+                if not count:
                     continue
-            elif entry is None or entry.ref() is not leaf:  # new, or another tensor at a dead one's id
                 entry = self.readers[id(leaf)] = _LeafRead(weakref.ref(leaf), int(leaf.numel() * leaf.element_size()))
             if count:
                 if s not in entry.stages:
@@ -1477,15 +1476,9 @@ class LeafReaders:
         bench/repros/rv17_review_unused_read_held.py)."""
         for e in self.readers.values():
             e.edges.clear()
-        seen, stack = set(), [t.grad_fn for t in roots if t.grad_fn is not None]
-        while stack:
-            node = stack.pop()
-            if node is None or node in seen:
-                continue
-            seen.add(node)
+        for node in graph_nodes(t.grad_fn for t in roots):
             for entry, s, ident in node.metadata.get(_READS, ()):
                 entry.edges[s, ident] = entry.edges.get((s, ident), 0) + 1
-            stack.extend(next_node for next_node, _ in node.next_functions)
 
     def stage_done(self, s: int) -> None:
         """Stage ``s``'s backward has ended: what stages ``s`` and after summed whose parts did not all arrive (a
@@ -1499,7 +1492,6 @@ class LeafReaders:
 
     def flush(self) -> None:
         """After a split backward: what is left of the stages' sums goes into the leaves' ``.grad``."""
-        self.was_split = self.was_split or any(len(e.stages) > 1 for e in self.readers.values())
         self.stage_done(0)
 
     def leave(self) -> None:

@@ -150,10 +150,11 @@ Note [Leaves summed stage by stage]
     reaches (``LeafReaders.expect``, from the roots, before it runs: a read on a tuple output no later stage uses
     never runs, and waited for, the stage's sum was held to the end of the backward; a review:
     bench/repros/rv17_review_unused_read_held.py); what a stage still holds when its backward ends goes into
-    ``.grad`` then (``_Boundaries.done``). The stage's readings are then its own call's (``split_leaves`` in the profile: the
-    offloading paper's plans, which run one backward, are charged the sum, ``Chain.shared_grads``; Note [Gradients
-    summed across stages] in gpusolve/offload/compare.py). Stage by stage (Note [Profiling stage by stage]) each stage's
-    backward is its own call already. The plain step's reference figures are measured on a graph of their own.
+    ``.grad`` then (``_Boundaries.done``). The stage's readings are then its own call's, as they are stage by stage
+    (Note [Profiling stage by stage]), where each stage's backward is its own call already: the profile says
+    ``split_leaves``, and the offloading paper's plans, which run one backward, are charged the sum
+    (``Chain.shared_grads``; Note [Gradients summed across stages] in gpusolve/offload/compare.py). The plain
+    step's reference figures are measured on a graph of their own.
 
 Note [Host time of a stage]
     A CUDA event times the stream, not the host that queues it. Where the host cannot queue a stage's
@@ -328,11 +329,11 @@ def profile_dict(stages, sample_input, passes: int = 5, warmup: int = 1, network
     ``progress``: profiling that runs longer than a couple of seconds reports its progress on stderr
     (:func:`gpusolve.progress.work_progress`; False: never).
 
-    Extra fields beyond the shared format: ``input_requires_grad``, and per stage ``aliases``
+    Extra fields beyond the shared format: ``input_requires_grad``, ``split_leaves``, and per stage ``aliases``
     (the output shares all its storage with the input), ``rng`` (its forward draws random numbers),
     ``buffer_writes`` (its forward writes a buffer: BatchNorm's statistics, spectral norm's vectors),
     ``bwd_delta``, ``grad_ready_delta``, ``saved_bytes``, ``out_saved_bytes``, ``in_saved_bytes``,
-    ``out_saved_from`` and ``in_dropped_from``, and ``split_leaves`` — readers that do not know them ignore them.
+    ``out_saved_from`` and ``in_dropped_from`` — readers that do not know them ignore them.
 
     The state profiling restores and keeps out of the measurements (parameters, their gradients,
     buffers) is that of the module stages, of ``modules``, and of the modules and tensors requiring grad
@@ -404,7 +405,7 @@ def profile_dict(stages, sample_input, passes: int = 5, warmup: int = 1, network
         "reference": reference,
         "stages": [dict(name=name, **fields) for name, fields in zip(names, per_stage)],
         "shared_leaves": profiler.readers.shared(),  # Note [Leaves several stages read]
-        "split_leaves": profiler.readers.was_split,  # Note [Leaves summed stage by stage]
+        "split_leaves": True,  # each stage's readings its own call's: Note [Leaves summed stage by stage]
     }
     for s, stage in enumerate(data["stages"]):
         if stage.pop("mutates_input", False):
@@ -853,7 +854,6 @@ class _Passes:
         seeds are there at its start), and what the host copies took; no plain step)."""
         g_marks = self.isolated_forward(meter.mark, mem)
         bwd_marks = self.isolated_backward(meter.mark, mem)
-        self.readers.was_split = True  # each stage's backward its own call (Note [Leaves summed stage by stage])
         host = int(self.stash.host_bytes())
         return g_marks, lambda: ([(c, d) if c is not None else None for _, _, c, d in bwd_marks], [None] * self.n,
                                  {"host_copies_bytes": host})

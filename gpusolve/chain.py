@@ -139,9 +139,11 @@ class Chain:
         if self.input_grad_bytes is None:
             self.input_grad_bytes = self.input_bytes
         n = len(self.t_fwd)
+        _check_chain_flags(self.names, self.multi_tape, self.provenance, "")
         if self.names is None:
             self.names = [f"stage{s}" for s in range(1, n + 1)]
         self.names = [str(name) for name in self.names]
+        self.multi_tape = bool(self.multi_tape)
         self.validate()
 
     # ------------------------------------------------------------------ validation
@@ -235,6 +237,11 @@ class Chain:
         if len(lengths) != 1 or min(lengths) < 3:
             raise ValueError(f"thesis arrays must all have the same length N + 2 >= 3, got {[len(a) for a in arrays]}")
         af, ab, bf, bb = arrays
+        for arr, label in ((af, "alpha_f"), (ab, "alpha_b"), (bf, "beta_f"), (bb, "beta_b")):
+            bad = np.flatnonzero(~np.isfinite(arr) | (arr < 0))
+            if len(bad):  # every entry, those the model never reads too: a file that holds one is malformed
+                i = int(bad[0])
+                raise ValueError(f"{label}[{i}] = {float(arr[i])!r}: every thesis cost and size must be finite and >= 0")
         for arr, label in ((bf, "beta_f"), (bb, "beta_b")):
             if np.any(arr != np.round(arr)):
                 raise ValueError(f"{label} must hold whole memory units, got {arr.tolist()}")
@@ -560,10 +567,19 @@ def _check_chain_fields(data: dict, where: str) -> None:
     names = data.get("names")
     if names is not None and not (isinstance(names, list) and all(isinstance(v, str) for v in names)):
         raise ValueError(f"{where}names = {str(names)[:60]} is not a list of strings")
-    if not isinstance(data.get("multi_tape", True), (bool, np.bool_)):
-        raise ValueError(f"{where}multi_tape = {data['multi_tape']!r} must be true or false")
-    if not isinstance(data.get("provenance", {}), dict):
-        raise ValueError(f"{where}provenance = {str(data['provenance'])[:60]} is not an object")
+    _check_chain_flags(names, data.get("multi_tape", True), data.get("provenance", {}), where)
+
+
+def _check_chain_flags(names, multi_tape, provenance, where: str) -> None:
+    """Raise ``ValueError`` naming ``names`` (given, not a list or tuple of names: a string would be read letter by
+    letter), ``multi_tape`` (not a bool: "false" would read true, the other cost model) or ``provenance`` (not a
+    dict), as :class:`Chain` and :meth:`Chain.from_dict` take them."""
+    if names is not None and not isinstance(names, (list, tuple, np.ndarray)):
+        raise ValueError(f"{where}names = {str(names)[:60]!r} is not a list of stage names")
+    if not isinstance(multi_tape, (bool, np.bool_)):
+        raise ValueError(f"{where}multi_tape = {multi_tape!r} must be true or false")
+    if not isinstance(provenance, dict):
+        raise ValueError(f"{where}provenance = {str(provenance)[:60]} is not an object (a dict)")
 
 
 def _as_bytes(values, name: str) -> np.ndarray:

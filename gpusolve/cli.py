@@ -15,7 +15,7 @@ from .data import THESIS_CASES
 from .dp.buckets import DEFAULT_BUCKETS, parse_bucket
 from .errors import BackendUnavailableError, FallbackWarning, ProfileWarning
 from .simulate import budget_bytes_of, store_all_peak_bytes
-from .units import exact_bytes, format_bytes, parse_bytes
+from .units import exact_bytes, format_bytes, parse_bytes, whole_bytes
 
 PROFILE_DIR = profiles.DIRECTORY
 DEMO_PROFILE = "densenet121_b64"
@@ -56,7 +56,7 @@ def version() -> str:
 
 
 def _bytes(value: str, what: str) -> int:
-    return parse_bytes(value, what)
+    return parse_bytes(whole_bytes(value, what, percent=False), what)
 
 
 def _budget(chain: Chain, value: str, what: str = "budget") -> int:
@@ -222,7 +222,7 @@ def cmd_thesis(args) -> int:
                                       name=case.get("name", "thesis"))
             if not isinstance(case["budgets"], list):
                 raise ValueError(f"budgets = {case['budgets']!r} is not a list")
-            budgets = [parse_bytes(b, "budget") for b in case["budgets"]]
+            budgets = [_bytes(b, "budget") for b in case["budgets"]]
         except KeyError as err:
             raise CliError(f"{path}: case {number} lacks field {err}") from None
         except (TypeError, ValueError) as err:

@@ -220,6 +220,9 @@ def simulate(chain: Chain, schedule: list[Op], start: tuple[int, int] | None = N
     state = Holdings(arr, i, grads=(j,), channel=None if link is None else CopyChannel(link))
     tally = Tally(int(arr["grad_bytes"][j]) + int(chain.reserved_bytes), trace)
     for index, op in enumerate(schedule):
+        if not isinstance(op, Op):
+            raise TypeError(f"schedule[{index}] = {op!r} is not a gpusolve.schedule.Op: a schedule is a list of Ops "
+                            f"(gpusolve.schedule.policy_to_schedule makes one from a policy)")
         if op.kind is OpKind.TURN or op.branch is not None:
             raise ScheduleError(f"op {index} {op}: a join operation in a chain schedule (use gpusolve.join.simulate)")
         if not i < op.stage <= j:

@@ -49,7 +49,7 @@ from .errors import BackendUnavailableError, FallbackWarning, InfeasibleBudgetEr
 from .progress import pair_progress, table_work, work_progress
 from .schedule import Op, Policy, policy_to_schedule, schedule_to_json, segments_policy
 from .simulate import budget_bytes_of, overhead, simulate, store_all_peak_bytes, store_all_time_ms
-from .units import exact_bytes, format_bytes, parse_bytes, percent_hint
+from .units import check_flag, exact_bytes, format_bytes, parse_bytes, percent_hint
 
 BACKENDS = ("auto", "cpu", "cuda", "exact")
 # "auto" solves chains of at most this many stages with the exact, bucket-free DP: the true optimum
@@ -247,6 +247,8 @@ def _solve(chain: Chain, budget_bytes: int, bucket, backend: str, strict: bool, 
            below: list | None = None) -> list[Plan]:
     """:func:`solve` at ``budget_bytes``, then at each budget of ``below`` from the same table
     (:func:`solve_budgets`)."""
+    check_flag(strict, "strict")
+    check_flag(progress, "progress", none="report long solves")
     below = below or []
     timings: dict = {}
     notes: list[str] = []

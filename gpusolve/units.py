@@ -5,6 +5,8 @@ import math
 import numbers
 import re
 
+import numpy as np
+
 # The most bytes a size, a budget or a whole chain (all its sizes together) may be: 2^50 (1 PiB), far
 # beyond any device, and small enough that every sum the DP and the simulator form stays within int64.
 MAX_BYTES = 1 << 50
@@ -16,6 +18,15 @@ _UNITS = {
     "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4,
 }
 _PATTERN = re.compile(r"^\s*([+-]?[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
+
+
+def check_flag(value, what: str, none: str | None = None) -> None:
+    """Raise ``TypeError`` naming ``what`` unless ``value`` is True or False (or None, where ``none`` says what
+    None means): a string such as "False" would read as true."""
+    if isinstance(value, (bool, np.bool_)) or (none is not None and value is None):
+        return
+    also = f", or None ({none})" if none is not None else ""
+    raise TypeError(f"{what} must be True or False{also}, got {value!r}")
 
 
 def split_size(text: str) -> tuple[str, str] | None:
@@ -109,14 +120,15 @@ def parse_budget(value, reference_bytes, what: str = "budget") -> int:
     percentage) such as ``"50%"`` (:func:`parse_percentage`), rounded down to whole bytes."""
     percent = parse_percentage(value, what)
     if percent is None:
-        return parse_bytes(_whole_budget(value, what), what)
+        return parse_bytes(whole_bytes(value, what), what)
     reference = reference_bytes() if callable(reference_bytes) else reference_bytes
     return int(int(reference) * (percent / 100.0))
 
 
-def _whole_budget(value, what: str):
-    """``value`` unless it is a bare number (no unit) with a fraction of a byte: refused, as most likely a share
-    meant as a percentage ("0.5"); a size with a unit ("1.5GiB") is whole bytes once scaled, rounded down."""
+def whole_bytes(value, what: str, percent: bool = True):
+    """``value`` unless it is a bare number (no unit) with a fraction of a byte: refused (for a budget, as most
+    likely a share meant as a percentage, "0.5"; ``percent``: the error names percentages); a size with a unit
+    ("1.5GiB") is whole bytes once scaled, rounded down."""
     bare = value.strip() if isinstance(value, str) else value
     if isinstance(bare, str):
         try:
@@ -125,8 +137,8 @@ def _whole_budget(value, what: str):
             return value
     if (isinstance(bare, numbers.Real) and not isinstance(bare, numbers.Integral) and math.isfinite(bare)
             and not float(bare).is_integer()):  # NumPy's float32 and float16 too
-        raise ValueError(f"{what} {value!r} is a fraction of a byte: give bytes ('6GiB', 6e9) or a percentage "
-                         f"('50%'); a bare number is bytes")
+        raise ValueError(f"{what} {value!r} is a fraction of a byte: give bytes ('6GiB', 6e9)"
+                         + (" or a percentage ('50%')" if percent else "") + "; a bare number is bytes")
     return value
 
 

@@ -201,7 +201,7 @@ def test_cli_curve_errors_name_their_option(capsys, tmp_path):
     assert code == 0 and "optimal points" in out and (tmp_path / "c.png").exists(), (out, err)
     line = error_line(capsys, "solve", RESNET, "--budget", "5GiB", "--bucket", "1MiB", "--backend", "exact")
     assert "the exact backend has no buckets, but bucket 1048576 was given" in line
-    assert "bucket '0.5' is 0 whole bytes" in error_line(capsys, "solve", RESNET, "--budget", "5GiB",
+    assert "bucket '0.5' is a fraction of a byte" in error_line(capsys, "solve", RESNET, "--budget", "5GiB",
                                                           "--bucket", "0.5", "--backend", "cpu")
     line = error_line(capsys, "solve", RESNET, "--budget", "35%", "--offload", "--bandwidth", "12")
     assert "'12GB/s' or '12e6/ms'" in line
@@ -259,7 +259,7 @@ def test_auto_checkpoint_max_stages(max_stages):
 
 @pytest.mark.parametrize("kwargs, error, message", [
     (dict(backend="gpu"), ValueError, r"backend 'gpu' is not one of 'auto', 'cpu', 'cuda', 'exact'"),
-    (dict(bucket="0.5"), ValueError, r"bucket '0.5' is 0 whole bytes"),
+    (dict(bucket="0.5"), ValueError, r"bucket '0.5' is a fraction of a byte"),
     (dict(bucket="lots"), ValueError, r"bucket 'lots' is not a size"),
     (dict(device="cuda"), TypeError, r"auto_checkpoint got unexpected keyword argument\(s\) 'device'"),
 ])
@@ -424,3 +424,153 @@ def test_the_offload_example_keeps_the_users_link_flags_and_quotes_the_path(caps
     data["t_fwd"] = []
     path.write_text(json.dumps(data))
     assert "field 't_fwd' has 0 values but the chain has" in error_line(capsys, "solve", str(path), "--budget", "5GiB")
+
+
+# ---------------------------------------------------------------------------- a review of settings' types (rv18)
+# Each case was taken before: a string flag read as true (multi_tape="no" solved the thesis's case 1 at budget 8 to
+# 21.0, the other cost model's, not 55.0), a setting checked by the constructor and not by replan, a raw error from
+# deep inside, a fraction of a byte rounded down (bench/repros/rv18_input_*.py).
+
+def _three_stages(**kwargs) -> Chain:
+    return Chain(t_fwd=[1.0] * 3, t_fwd_nograd=[1.0] * 3, t_bwd=[2.0] * 3, act_bytes=[10] * 3, grad_bytes=[10] * 3,
+                 tape_bytes=[10] * 3, fwd_nograd_extra=[0] * 3, fwd_grad_extra=[0] * 3, bwd_extra=[0] * 3, **kwargs)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(multi_tape="no"), r"multi_tape = 'no' must be true or false"),
+    (dict(multi_tape="False"), r"multi_tape = 'False' must be true or false"),
+    (dict(provenance="x"), r"provenance = x is not an object"),
+    (dict(names="abc"), r"names = 'abc' is not a list of stage names"),
+])
+def test_a_chains_flags_are_checked_when_it_is_made(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        _three_stages(**kwargs)
+    chain = _three_stages(multi_tape=np.False_, names=("a", "b", "c"))
+    assert chain.multi_tape is False and chain.names == ["a", "b", "c"]
+    assert Chain.from_dict(chain.to_dict()).multi_tape is False  # what it writes reads back
+
+
+def test_option_types_are_named():
+    chain = _three_stages()
+    with pytest.raises(TypeError, match=r"strict must be True or False, got 'False'"):
+        solve(chain, 10, strict="False")
+    with pytest.raises(TypeError, match=r"progress must be True or False, or None"):
+        solve(chain, 100, progress="yes")
+    with pytest.raises(ValueError, match=r"bucket 1.5 is a fraction of a byte"):
+        solve(chain, 100, bucket=1.5)
+    from gpusolve.simulate import simulate
+    with pytest.raises(TypeError, match=r"schedule\[0\] = 1 is not a gpusolve.schedule.Op"):
+        simulate(chain, [1, 2, 3])
+    from gpusolve.offload import solve_offload
+    with pytest.raises(TypeError, match=r"strict must be True or False, got 'x'"):
+        solve_offload(chain, 100, "12GB/s", strict="x")
+
+
+def test_a_joins_turn_and_options_are_checked():
+    from gpusolve.join import Turn, solve_join
+    branches = [_three_stages(), _three_stages()]
+    with pytest.raises(ValueError, match=r"frees_inputs = 'no' must be True or False"):
+        solve_join(branches, Turn(frees_inputs="no"), 1000)
+    with pytest.raises(ValueError, match=r"tape_bytes = 1152921504606846976; .* at most 2\^50"):
+        solve_join(branches, Turn(tape_bytes=2 ** 60), 1000)
+    with pytest.raises(TypeError, match=r"progress must be a function progress\(rows\) or None, got 5"):
+        solve_join(branches, Turn(), 1000, progress=5)
+    with pytest.raises(TypeError, match=r"baselines must be True or False"):
+        solve_join(branches, Turn(), 1000, baselines="no")
+
+
+@pytest.mark.parametrize("cases, message", [
+    ('[{"alpha_f": [1, 1, 1], "alpha_b": [1, 1, 1], "beta_f": [1, Infinity, 1], "beta_b": [1, 1, 1], "budgets": [5]}]',
+     r"case 1 \(\?\): beta_f\[1\] = inf: every thesis cost and size must be finite and >= 0"),
+    ('[{"alpha_f": [NaN, 1, 1], "alpha_b": [1, 1, 1], "beta_f": [1, 1, 1], "beta_b": [1, 1, 1], "budgets": [5]}]',
+     r"case 1 \(\?\): alpha_f\[0\] = nan"),  # an entry the model never reads: the file is malformed all the same
+    ('[{"alpha_f": [1, 1, 1], "alpha_b": [1, 1, 1], "beta_f": [1, 1, 1], "beta_b": [1, 1, 1], "budgets": [5.5]}]',
+     r"case 1 \(\?\): budget 5.5 is a fraction of a byte"),
+])
+def test_thesis_entries_are_finite_and_budgets_whole(tmp_path, capsys, cases, message):
+    path = tmp_path / "cases.json"
+    path.write_text('{"format": "thesis-reference/1", "cases": ' + cases + "}")
+    assert pytest.importorskip("re").search(message, error_line(capsys, "thesis", str(path)))
+
+
+def test_cli_sizes_are_whole_bytes(capsys):
+    line = error_line(capsys, "join", "vgg16_b64", "resnet50_b128", "--budget", "90%", "--turn-bytes", "1.5",
+                      "--backend", "cpu")
+    assert "--turn-bytes '1.5' is a fraction of a byte" in line, line
+
+
+def test_wrapper_settings_of_the_wrong_type_are_refused():
+    with pytest.raises(TypeError, match=r"modules=5: give an nn.Module or a list of them"):
+        torch_exec.CheckpointedSequential(_bn_mlp(), budget="50%", modules=5)
+    with pytest.raises(TypeError, match=r"profile_isolated must be True or False, or None"):
+        torch_exec.CheckpointedSequential(_bn_mlp(), budget="50%", profile_isolated="x")
+    with pytest.raises(TypeError, match=r"join must be True or False, got 'no'"):
+        torch_exec.auto_checkpoint(_Untouchable(), "50%", join="no")
+
+
+def test_replan_checks_what_the_constructor_checks():
+    cs = torch_exec.CheckpointedSequential(_bn_mlp(), budget="80%", backend="cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cs.prepare(torch.randn(8, 16))
+    plan = cs.plan
+    with pytest.raises(TypeError, match=r"schedule_fn must be a function chain -> schedule \(or None\), got 5"):
+        cs.replan(schedule_fn=5)
+    assert cs.schedule_fn is None and cs.plan is plan
+    wrapped = torch_exec.auto_checkpoint(_bn_mlp(), "80%", backend="cpu")
+    with pytest.raises(TypeError, match=r"replan got unexpected keyword argument\(s\) 'foo'"):
+        wrapped.replan(foo=1)
+    with pytest.raises(TypeError, match=r"schedule_fn must be a function"):
+        wrapped.replan(schedule_fn=5)
+    calls = []
+
+    def store_all(chain):
+        calls.append(chain.n)
+        from gpusolve.schedule import policy_to_schedule, segments_policy
+        return policy_to_schedule(segments_policy([], chain.n), 0, chain.n)
+    wrapped.replan(schedule_fn=store_all)  # before any capture: kept for the signatures captured later
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        wrapped(torch.randn(8, 16)).sum().backward()
+    assert calls
+
+
+def test_a_model_that_needs_no_gradient_runs_as_under_no_grad():
+    """Every parameter frozen and an input without requires_grad, in grad mode (features read without
+    torch.no_grad()): no backward comes, so the wrappers run the model plainly, as under no_grad, instead of
+    profiling a training step and refusing the budget with a message about unsaved boundaries."""
+    model = _bn_mlp().eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    x = torch.randn(8, 16)
+    expected = model(x)
+    for wrapped in (torch_exec.CheckpointedSequential(model, budget="60%", backend="cpu"),
+                    torch_exec.auto_checkpoint(model, "60%", backend="cpu")):
+        out = wrapped(x)
+        assert torch.equal(out, expected) and not out.requires_grad
+    assert not wrapped._captures  # nothing captured, nothing profiled
+    model[0][0].weight.requires_grad_(True)  # one trainable parameter: a training step again, planned
+    cs = torch_exec.CheckpointedSequential(model, budget="100%", backend="cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cs(x).sum().backward()
+    assert cs.plan is not None and model[0][0].weight.grad is not None
+
+
+def test_a_malformed_profile_given_to_prepare_is_one_error():
+    stages = _bn_mlp()
+    cs = torch_exec.CheckpointedSequential(stages, budget="80%", backend="cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        profile = torch_exec.profile_dict(stages, torch.randn(8, 16), passes=1, warmup=0)
+    for edit, message in (
+            (lambda p: p["stages"].__setitem__(1, None), r"prepare\(profile=...\): .*stage 2 is None, not an object"),
+            (lambda p: p["stages"][1].pop("name"), r"prepare\(profile=...\): .*stage 2 lacks field 'name'"),
+            (lambda p: p.__setitem__("args", "x"), r"prepare\(profile=...\): args = 'x' is not an object"),
+            (lambda p: p["stages"].pop(), r"the profile has 4 stages, this module 5"),
+            (lambda p: p["stages"][2].__setitem__("name", "other"), r"stage 3 is 'other' in the profile, '2' here")):
+        bad = copy.deepcopy(profile)
+        edit(bad)
+        with pytest.raises(ValueError, match=message):
+            cs.prepare(torch.randn(8, 16), profile=bad)
+    assert not cs._entries

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+from torch.utils import _pytree as pytree
 
 
 # ---------------------------------------------------------------------------- stages
@@ -783,6 +784,18 @@ def parametrize_cache_off():
         yield
     finally:
         param._cache_enabled = was
+
+
+def nothing_requires_grad(values, module: nn.Module) -> bool:
+    """Whether a call on ``values`` (tensors, nested in tuples, lists and dicts) records no graph in grad mode:
+    neither they nor ``module``'s parameters require grad (a frozen model's features read without
+    ``torch.no_grad()``). The wrappers then run the model plainly, as under ``no_grad``: there is no backward to
+    plan for, and profiling it would plan a training step that never comes (a review, 2026-11-29: refused with an
+    InfeasibleBudgetError naming unsaved boundaries, bench/repros/rv18_input_frozen_no_grad_infeasible.py)."""
+    leaves = pytree.tree_leaves(values)
+    if any(isinstance(t, torch.Tensor) and t.requires_grad for t in leaves):
+        return False
+    return not any(p.requires_grad for p in module.parameters())
 
 
 def refuse_inference_mode(who: str) -> None:

@@ -337,12 +337,12 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from gpusolve.errors import warn_once
 from gpusolve.dp.buckets import parse_bucket
 from gpusolve.join.solve import JOIN_BACKENDS
-from gpusolve.units import format_bytes
+from gpusolve.units import check_flag, format_bytes
 
 from . import _util as U
 from .meter import MemoryMeter, ProfilerBusyError, measure_peak
 from .executor import (CheckpointedSequential, _backend_setting, _budget_setting, _caller_keeps_setting,
-                       _compiler_disable, _standin_params, check_offload_backend)
+                       _compiler_disable, _offload_setting, _standin_params, check_offload_backend, check_schedule_fn)
 from .join import CheckpointedJoin
 from .profiler import a_wrapper_step, runs_as_a_stage
 
@@ -2113,6 +2113,7 @@ class AutoCheckpointed(nn.Module):
         _check_executor_kwargs(executor_kwargs)
         check_offload_backend(executor_kwargs.get("offload"), self.backend)
         self.capture_method = capture
+        check_flag(join, "join")
         self.join = join
         self._executor_kwargs = dict(executor_kwargs)
         self._captures: dict = {}
@@ -2189,8 +2190,18 @@ class AutoCheckpointed(nn.Module):
         leaves them all, and this wrapper's budget, as they were."""
         setting = self.budget if budget == "keep" else _budget_setting(budget)
         caps = [cap for cap in self._captures.values() if cap.executor is not None]
+        unknown = sorted(set(kwargs) - {"schedule_fn", "profile", "offload"})
+        if unknown:
+            raise TypeError(f"replan got unexpected keyword argument(s) {', '.join(map(repr, unknown))}; it takes "
+                            f"budget, schedule_fn, profile and offload")
+        schedule_fn = kwargs.get("schedule_fn", "keep")
+        changes_schedule = not (isinstance(schedule_fn, str) and schedule_fn == "keep")
+        if changes_schedule:
+            check_schedule_fn(schedule_fn)
         offload = kwargs.pop("offload", "keep")
         changes_offload = not (isinstance(offload, str) and offload == "keep")
+        if changes_offload:
+            check_offload_backend(_offload_setting(offload), self.backend)
         joins = [cap for cap in caps if cap.branches is not None]
         if changes_offload and offload is not None and joins:
             raise ValueError(
@@ -2204,6 +2215,8 @@ class AutoCheckpointed(nn.Module):
                 extra = {"offload": offload} if changes_offload and cap.branches is None else {}
                 cap.executor.replan(budget=budget, **kwargs, **extra)
         self.budget = setting
+        if changes_schedule:  # the signatures captured from now on too
+            self._executor_kwargs["schedule_fn"] = schedule_fn
         if changes_offload:  # the signatures captured from now on are planned with it too
             if offload is None:
                 self._executor_kwargs.pop("offload", None)
@@ -2417,7 +2430,8 @@ class AutoCheckpointed(nn.Module):
     def forward(self, *args, **kwargs):
         # inside another wrapper's profiling or step this model is one of its stages, run plainly (Note [A
         # wrapper inside another's step] in torch_exec/profiler.py)
-        if self.budget is None or not torch.is_grad_enabled() or runs_as_a_stage():
+        if (self.budget is None or not torch.is_grad_enabled() or runs_as_a_stage()
+                or U.nothing_requires_grad((args, kwargs), self._model)):  # no backward comes: as under no_grad
             return self._model(*args, **kwargs)
         return self._call_scheduled(args, kwargs)
 

@@ -525,7 +525,7 @@ from gpusolve.offload.solver import OFFLOAD_BACKENDS, OffloadPlan, solve_offload
 from gpusolve.schedule import SWAP_OPS, Op, OpKind, policy_to_schedule
 from gpusolve.simulate import budget_bytes_of, simulate, store_all_peak_bytes, store_all_time_ms
 from gpusolve.solve import BACKENDS, Curve, Plan, release_device_memory, solve
-from gpusolve.units import exact_bytes, format_bytes, parse_budget, parse_percentage, percent_hint
+from gpusolve.units import check_flag, exact_bytes, format_bytes, parse_budget, parse_percentage, percent_hint
 
 from . import _util as U
 from . import opclock
@@ -1907,7 +1907,30 @@ def _profile_argument(profile) -> dict:
     if not isinstance(profile, dict) or not isinstance(profile.get("stages"), list):
         raise TypeError(f"prepare(profile=...) takes a measured-chain/1 profile: the dict torch_exec.profile_dict "
                         f"returns, or the path of a JSON file holding one; got {type(profile).__name__}")
+    if not isinstance(profile.get("args", {}), dict):
+        raise ValueError(f"prepare(profile=...): args = {str(profile['args'])[:60]!r} is not an object (the profiler "
+                         f"writes {{'input_shapes': ..., 'passes': ...}}); re-profile, or drop the field")
+    with warnings.catch_warnings():  # each stage's fields, as planning reads them (its warnings come then)
+        warnings.simplefilter("ignore")
+        try:
+            Chain.from_profile(profile)
+        except ValueError as err:
+            raise ValueError(f"prepare(profile=...): {err}") from None
     return profile
+
+
+def _check_profile_names(names: list[str], own: list[str]) -> None:
+    """``prepare(profile=...)``: the profile's stage names are this module's, in order; raises ``ValueError``
+    naming the first that differs, or both counts."""
+    if names == own:
+        return
+    if len(names) != len(own):
+        where = f"the profile has {len(names)} stages, this module {len(own)}"
+    else:
+        i = next(i for i, (a, b) in enumerate(zip(names, own)) if a != b)
+        where = f"stage {i + 1} is {names[i]!r} in the profile, {own[i]!r} here"
+    raise ValueError(f"prepare(profile=...): the profile is not of this module's stages ({where}); profile these "
+                     f"stages (drop profile=), or load the profile taken on them")
 
 
 def _check_profile_input(profile: dict, state, param_bytes: int) -> None:
@@ -1939,6 +1962,9 @@ def _extra_modules(modules) -> list[nn.Module]:
         return []
     if isinstance(modules, nn.Module) and not isinstance(modules, nn.ModuleList):
         return [modules]
+    if isinstance(modules, (str, bytes)) or not hasattr(modules, "__iter__"):
+        raise TypeError(f"modules={modules!r}: give an nn.Module or a list of them (the modules whose parameters and "
+                        f"buffers callable stages use)")
     modules = list(modules)
     for i, m in enumerate(modules):
         if not isinstance(m, nn.Module):
@@ -2010,11 +2036,16 @@ def _budget_setting(budget):
     return parse_budget(budget, None, "budget")  # bytes (a fraction of a byte refused: the one rule)
 
 
+def check_schedule_fn(schedule_fn) -> None:
+    """A ``schedule_fn`` setting (the wrappers' and their ``replan``'s): a function or None."""
+    if schedule_fn is not None and not callable(schedule_fn):
+        raise TypeError(f"schedule_fn must be a function chain -> schedule (or None), got {schedule_fn!r}")
+
+
 def _check_settings(schedule_fn, profile_passes, profile_warmup, preserve_rng_state, measure_steps) -> None:
     """The wrappers' other settings, checked when the wrapper is made (they failed at the first call, after
     profiling, naming none of them, or were taken with another meaning: a review, 2026-11-27)."""
-    if schedule_fn is not None and not callable(schedule_fn):
-        raise TypeError(f"schedule_fn must be a function chain -> schedule (or None), got {schedule_fn!r}")
+    check_schedule_fn(schedule_fn)
     for name, value, least in (("profile_passes", profile_passes, 1), ("profile_warmup", profile_warmup, 0),
                                ("measure_steps", measure_steps, 0)):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
@@ -2082,6 +2113,8 @@ class _PlannedModule(nn.Module):
         self.backend = _backend_setting(backend, backends)
         self.profile_passes = profile_passes
         self.profile_warmup = profile_warmup
+        check_flag(profile_isolated, "profile_isolated", none="one stage at a time only where the whole step runs out "
+                   "of memory")
         self.profile_isolated = profile_isolated  # Note [Profiling stage by stage] in torch_exec/profiler.py
         self.schedule_fn = schedule_fn
         self.preserve_rng_state = preserve_rng_state
@@ -2176,7 +2209,8 @@ class _PlannedModule(nn.Module):
         with self._all_or_nothing():
             if budget != "keep":
                 self.budget = _budget_setting(budget)
-            if schedule_fn != "keep":
+            if not (isinstance(schedule_fn, str) and schedule_fn == "keep"):
+                check_schedule_fn(schedule_fn)
                 self.schedule_fn = schedule_fn
             if profile:
                 for entry in self._entries.values():  # the faces refer to each other (Entry.regrouped)
@@ -2389,6 +2423,7 @@ class CheckpointedSequential(_PlannedModule):
             self.extra_modules = nn.ModuleList(extras)
         _check_callables(self.names, fns, module_stages + extras)
         self._fns = fns  # the callables, in order (modules are also registered above)
+        self._modules_only = len(module_stages) == len(fns)  # every parameter a stage reads is self's
         self._set_solver(budget, bucket, backend, profile_passes, profile_warmup, schedule_fn, preserve_rng_state,
                          network, measure_steps, profile_isolated)
         self.offload = _offload_setting(offload)
@@ -2425,9 +2460,7 @@ class CheckpointedSequential(_PlannedModule):
         U.refuse_inference_mode("CheckpointedSequential")
         if profile is not None:
             profile = _profile_argument(profile)
-            names = [stage["name"] for stage in profile["stages"]]
-            if names != self.names:
-                raise ValueError(f"the profile's stages {names[:4]}... are not this module's {self.names[:4]}...")
+            _check_profile_names([stage["name"] for stage in profile["stages"]], self.names)
             _check_profile_input(profile, state, param_bytes_of(U.stage_state(self._fns, self._extras)))
             self._entries[self._key(state)] = self._build(state, profile)
         entry = self._entry(state)
@@ -2739,10 +2772,12 @@ class CheckpointedSequential(_PlannedModule):
         flat = U.tensors(state)
         if len(flat) != (1 if isinstance(state, torch.Tensor) else len(state)):
             raise TypeError("CheckpointedSequential takes a tensor or a tuple of tensors")
-        if self._runs_plain() or not torch.is_grad_enabled() or runs_as_a_stage():
+        if (self._runs_plain() or not torch.is_grad_enabled() or runs_as_a_stage()
+                or (self._modules_only and U.nothing_requires_grad(flat, self))):
             # torch.compile traces this path (Note [torch.compile]); inside the profiling or the step of an
             # outer wrapper this one is one of its stages: it runs plainly, as it was measured (Note [A
-            # wrapper inside another's step] in torch_exec/profiler.py).
+            # wrapper inside another's step] in torch_exec/profiler.py). Nothing requiring grad: no backward
+            # comes (a callable stage may reach a leaf that does: those run as before)
             return self._plain(state)
         return self._scheduled(state, flat)
 

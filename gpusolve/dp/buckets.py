@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 
-from ..units import exact_bytes, format_bytes, parse_bytes
+from ..units import exact_bytes, format_bytes, parse_bytes, whole_bytes
 
 # Buckets per budget when the caller leaves the bucket to us.
 DEFAULT_BUCKETS = {"cpu": 1024, "cuda": 8192}
@@ -38,7 +38,7 @@ def parse_bucket(bucket) -> int | None:
     if bucket is None:
         return None
     fix = "a bucket must be at least 1 byte (leave it out to let the solver choose)"  # not the 0 B of a size
-    bucket_bytes = parse_bytes(bucket, "bucket", fix)
+    bucket_bytes = parse_bytes(whole_bytes(bucket, "bucket", percent=False), "bucket", fix)
     if bucket_bytes < 1:
         raise ValueError(f"bucket {bucket!r} is {bucket_bytes} whole bytes: {fix}")
     return bucket_bytes

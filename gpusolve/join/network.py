@@ -39,8 +39,9 @@ from typing import Union
 
 import numpy as np
 
-from ..chain import ALL_BYTE_FIELDS, TIME_FIELDS, Chain
+from ..chain import ALL_BYTE_FIELDS, MAX_TIME_MS, TIME_FIELDS, Chain
 from ..schedule import Op, OpKind, Policy, policy_to_schedule
+from ..units import MAX_BYTES
 
 
 @dataclass(frozen=True)
@@ -94,20 +95,22 @@ class Turn:
         for label in ("t_fwd", "t_bwd"):
             value = getattr(self, label)
             if isinstance(value, bool) or not isinstance(value, (int, float, np.number)) or \
-                    not math.isfinite(float(value)) or value < 0:
+                    not math.isfinite(float(value)) or not 0 <= value <= MAX_TIME_MS:
                 raise ValueError(f"turn {self.name!r}: {label} = {value!r}; a time must be a finite number of "
-                                 f"ms >= 0 (use 0 for a head whose time is negligible)")
+                                 f"ms >= 0 and at most {MAX_TIME_MS:.0e} (use 0 for a head whose time is negligible)")
         for label in ("tape_bytes", "fwd_extra", "bwd_extra"):
             _check_bytes(getattr(self, label), f"turn {self.name!r}: {label}")
+        if not isinstance(self.frees_inputs, (bool, np.bool_)):
+            raise ValueError(f"turn {self.name!r}: frees_inputs = {self.frees_inputs!r} must be True or False")
 
 
 def _check_bytes(value, what: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value <= MAX_BYTES:
         hint = ""
         if isinstance(value, float):
             hint = (" (got a float: NaN or a fraction of a byte)" if not math.isfinite(value) or value != round(value)
                     else f" (pass int({value!r}))")
-        raise ValueError(f"{what} = {value!r}; it must be a whole number of bytes >= 0{hint}")
+        raise ValueError(f"{what} = {value!r}; it must be a whole number of bytes >= 0 and at most 2^50{hint}")
 
 
 class JoinNet:

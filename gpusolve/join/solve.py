@@ -32,7 +32,7 @@ from ..dp.buckets import HOST_MEMORY_FRACTION, available_host_bytes, check_user_
 from ..errors import InfeasibleBudgetError
 from ..solve import (Curve, PlanBase, naming_percent, outside_class_candidates, pick_kernel_backend, plan_dict,
                      plan_summary, slack_band_fit, slack_buckets, slack_note)
-from ..units import exact_bytes, format_bytes, parse_budget
+from ..units import check_flag, exact_bytes, format_bytes, parse_budget
 from .baselines import equiv_chain, split_budget, store_all
 from .bytesim import simulate_join, store_all_join_peak_bytes
 from .dp import JoinProblem, fill_join, host_bytes_for, min_peak_join
@@ -126,6 +126,10 @@ def solve_join(branches, turn: Turn, budget, bucket=None, reserved_bytes: int = 
     """
     started = time.perf_counter()
     timings: dict = {}
+    check_flag(strict, "strict")
+    check_flag(baselines, "baselines")
+    if progress is not None and not callable(progress):
+        raise TypeError(f"progress must be a function progress(rows) or None, got {progress!r}")
     net = JoinNet(branches, turn, reserved_bytes)
     budget_bytes = parse_budget(budget, lambda: store_all_join_peak_bytes(net), "budget")
     notes: list[str] = []

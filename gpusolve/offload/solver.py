@@ -19,7 +19,7 @@ from ..simulate import budget_bytes_of, simulate, store_all_peak_bytes, store_al
 from ..solve import (Curve, Plan, _infeasible, _zero_budget_bucket, auto_is_exact, below_progress, exact_candidates,
                      json_number, naming_percent, pick_kernel_backend, slack_buckets, solve, solve_budgets,
                      table_progress)
-from ..units import format_bytes
+from ..units import check_flag, format_bytes
 from . import dp as offload_dp
 from .dp import min_offload_policy
 from .link import Link
@@ -125,6 +125,9 @@ def _solve_offload(chain: Chain, budget, link, bucket, backend: str, strict: boo
     started = time.perf_counter()
     if not isinstance(chain, Chain):
         raise TypeError(f"solve_offload() needs a gpusolve.Chain, got {type(chain).__name__}")
+    check_flag(strict, "strict")
+    check_flag(progress, "progress", none="report long solves")
+    check_flag(reference, "reference")
     if isinstance(link, str):
         link = Link.parse(link)
     if not isinstance(link, Link):

@@ -10,7 +10,7 @@ import warnings
 import numpy as np
 import pytest
 
-from gpusolve import Chain, InfeasibleBudgetError, parse_bytes, solve
+from gpusolve import Chain, FallbackWarning, InfeasibleBudgetError, parse_bytes, solve
 from gpusolve.cli import main
 
 MAX_BYTES = 1 << 50  # gpusolve.units.MAX_BYTES (checked below), a literal so that this file runs on older code
@@ -549,6 +549,16 @@ def test_a_model_that_needs_no_gradient_runs_as_under_no_grad():
         out = wrapped(x)
         assert torch.equal(out, expected) and not out.requires_grad
     assert not wrapped._captures  # nothing captured, nothing profiled
+    scale = torch.ones(16, requires_grad=True)  # a leaf requiring grad that is no parameter: said, not hidden
+
+    class Scaled(nn.Module):
+        def forward(self, t):
+            return t * scale
+    hidden = torch_exec.CheckpointedSequential(nn.Sequential(Scaled(), *model), budget="60%", backend="cpu")
+    with pytest.warns(FallbackWarning, match=r"but its output requires grad .* register such tensors as nn.Parameter"):
+        out = hidden(x)
+    out.sum().backward()
+    assert torch.equal(scale.grad, torch.autograd.grad(model(x * scale).sum(), scale)[0])  # plain autograd's
     model[0][0].weight.requires_grad_(True)  # one trainable parameter: a training step again, planned
     cs = torch_exec.CheckpointedSequential(model, budget="100%", backend="cpu")
     with warnings.catch_warnings():

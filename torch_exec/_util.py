@@ -14,6 +14,8 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
+from gpusolve.errors import FallbackWarning, warn_once
+
 
 # ---------------------------------------------------------------------------- stages
 def stage_list(stages) -> tuple[list[str], list]:
@@ -796,6 +798,17 @@ def nothing_requires_grad(values, module: nn.Module) -> bool:
     if any(isinstance(t, torch.Tensor) and t.requires_grad for t in leaves):
         return False
     return not any(p.requires_grad for p in module.parameters())
+
+
+def ran_without_grad(output, who: str):
+    """``output`` of a call run plainly because :func:`nothing_requires_grad`; where it requires grad all the same
+    (a tensor attribute requiring grad that is no parameter), that call was plain autograd's: said once."""
+    if any(isinstance(t, torch.Tensor) and t.requires_grad for t in pytree.tree_leaves(output)):
+        warn_once(f"{who}: no parameter and no input requires grad, so the call ran the model plainly, but its output "
+                  f"requires grad (a tensor requiring grad that is no nn.Parameter?): its backward is plain "
+                  f"autograd's, without checkpointing; register such tensors as nn.Parameter", FallbackWarning,
+                  stacklevel=3)
+    return output
 
 
 def refuse_inference_mode(who: str) -> None:

@@ -2430,9 +2430,10 @@ class AutoCheckpointed(nn.Module):
     def forward(self, *args, **kwargs):
         # inside another wrapper's profiling or step this model is one of its stages, run plainly (Note [A
         # wrapper inside another's step] in torch_exec/profiler.py)
-        if (self.budget is None or not torch.is_grad_enabled() or runs_as_a_stage()
-                or U.nothing_requires_grad((args, kwargs), self._model)):  # no backward comes: as under no_grad
+        if self.budget is None or not torch.is_grad_enabled() or runs_as_a_stage():
             return self._model(*args, **kwargs)
+        if U.nothing_requires_grad((args, kwargs), self._model):  # no backward comes: as under no_grad
+            return U.ran_without_grad(self._model(*args, **kwargs), "auto_checkpoint")
         return self._call_scheduled(args, kwargs)
 
     @_compiler_disable  # capture, profiling and the step run eagerly: Note [torch.compile] in the executor

@@ -2772,13 +2772,13 @@ class CheckpointedSequential(_PlannedModule):
         flat = U.tensors(state)
         if len(flat) != (1 if isinstance(state, torch.Tensor) else len(state)):
             raise TypeError("CheckpointedSequential takes a tensor or a tuple of tensors")
-        if (self._runs_plain() or not torch.is_grad_enabled() or runs_as_a_stage()
-                or (self._modules_only and U.nothing_requires_grad(flat, self))):
+        if self._runs_plain() or not torch.is_grad_enabled() or runs_as_a_stage():
             # torch.compile traces this path (Note [torch.compile]); inside the profiling or the step of an
             # outer wrapper this one is one of its stages: it runs plainly, as it was measured (Note [A
-            # wrapper inside another's step] in torch_exec/profiler.py). Nothing requiring grad: no backward
-            # comes (a callable stage may reach a leaf that does: those run as before)
+            # wrapper inside another's step] in torch_exec/profiler.py).
             return self._plain(state)
+        if self._modules_only and U.nothing_requires_grad(flat, self):  # no backward comes (a callable stage may
+            return U.ran_without_grad(self._plain(state), type(self).__name__)  # reach a leaf that requires grad)
         return self._scheduled(state, flat)
 
     @_compiler_disable

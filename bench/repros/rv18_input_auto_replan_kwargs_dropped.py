@@ -7,20 +7,14 @@ Fix: torch_exec/auto.py AutoCheckpointed.replan (validate kwargs; update self._e
 Review rv18 (bad input). Run: GS_ROOT=<tree> python rv18_input_auto_replan_kwargs_dropped.py
 Fixed in session 18: AutoCheckpointed.replan checks its keywords and keeps schedule_fn for later captures; exits 0."""
 import sys, warnings
-from pathlib import Path
-ROOT = __import__("os").environ.get("GS_ROOT",
-                                  str(Path(__file__).resolve().parents[2]))
-sys.path.insert(0, ROOT)
+from _rv18 import mlp  # the tree under test: GS_ROOT
 warnings.simplefilter("ignore")
 import torch
-from torch import nn
 import torch_exec
 from gpusolve.baselines import store_all
 
 def model():
-    torch.manual_seed(0)
-    return nn.Sequential(*[nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 16), nn.Tanh()) for _ in range(6)],
-                         nn.Linear(16, 4))
+    return mlp()
 x = torch.randn(8, 16)
 bad = False
 a = torch_exec.auto_checkpoint(model(), "100%", backend="cpu")

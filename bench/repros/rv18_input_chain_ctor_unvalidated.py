@@ -9,10 +9,7 @@ Expected: Chain() refuses each with the ValueError from_dict gives. Fix: gpusolv
 Review rv18 (bad input). Run: GS_ROOT=<tree> python rv18_input_chain_ctor_unvalidated.py
 Fixed in session 18: Chain.__post_init__ checks names, multi_tape and provenance (_check_chain_flags, shared with from_dict); exits 0."""
 import os, sys, tempfile, warnings
-from pathlib import Path
-ROOT = __import__("os").environ.get("GS_ROOT",
-                                  str(Path(__file__).resolve().parents[2]))
-sys.path.insert(0, ROOT)
+from _rv18 import ROOT  # the tree under test: GS_ROOT
 warnings.simplefilter("ignore")
 from gpusolve import Chain
 

@@ -6,12 +6,9 @@ parse_bucket in gpusolve/dp/buckets.py, cli._bytes, cmd_thesis).
 Review rv18 (bad input). Run: GS_ROOT=<tree> python rv18_input_fraction_sizes.py
 Fixed in session 18: gpusolve.units.whole_bytes refuses a bare fraction of a byte for buckets, CLI sizes and thesis budgets; exits 0."""
 import copy, json, os, subprocess, sys, tempfile, warnings
-from pathlib import Path
-ROOT = __import__("os").environ.get("GS_ROOT",
-                                  str(Path(__file__).resolve().parents[2]))
-sys.path.insert(0, ROOT)
+from _rv18 import ROOT, chain4  # the tree under test: GS_ROOT
 warnings.simplefilter("ignore")
-from gpusolve import Chain, solve
+from gpusolve import solve
 
 env = dict(os.environ, PYTHONPATH=ROOT)
 def cli(*args):
@@ -20,9 +17,7 @@ def cli(*args):
 bad = False
 rc, err = cli("solve", "vgg16_b64", "--budget", "1.5")
 print("--budget 1.5:", rc, err)
-n = 4
-c = Chain(t_fwd=[1.0] * n, t_fwd_nograd=[1.0] * n, t_bwd=[2.0] * n, act_bytes=[1000] * n, grad_bytes=[1000] * n,
-          tape_bytes=[2000] * n, fwd_nograd_extra=[0] * n, fwd_grad_extra=[0] * n, bwd_extra=[0] * n)
+c = chain4()
 try:
     p = solve(c, 10000, bucket=1.5, backend="cpu")
     print("solve(bucket=1.5): accepted, plan.bucket_bytes =", p.bucket_bytes); bad = True

@@ -9,19 +9,13 @@ as the no-grad path.
 Review rv18 (bad input). Run: GS_ROOT=<tree> python rv18_input_frozen_no_grad_infeasible.py
 Fixed in session 18: the wrappers run plainly where nothing requires grad (torch_exec._util.nothing_requires_grad); exits 0."""
 import sys, warnings
-from pathlib import Path
-ROOT = __import__("os").environ.get("GS_ROOT",
-                                  str(Path(__file__).resolve().parents[2]))
-sys.path.insert(0, ROOT)
+from _rv18 import mlp  # the tree under test: GS_ROOT
 warnings.simplefilter("ignore")
 import torch
-from torch import nn
 import torch_exec
 
 def model():
-    torch.manual_seed(0)
-    m = nn.Sequential(*[nn.Sequential(nn.Linear(64, 256), nn.Tanh(), nn.Linear(256, 64), nn.Tanh()) for _ in range(6)],
-                      nn.Linear(64, 4))
+    m = mlp(64, 256)
     for p in m.parameters():
         p.requires_grad_(False)
     return m

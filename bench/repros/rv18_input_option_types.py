@@ -9,21 +9,15 @@ Expected: one error naming the option, the value and what it takes.
 Review rv18 (bad input). Run: GS_ROOT=<tree> python rv18_input_option_types.py
 Fixed in session 18: gpusolve.units.check_flag and the settings' own checks name each value; exits 0."""
 import sys, traceback, warnings
-from pathlib import Path
-ROOT = __import__("os").environ.get("GS_ROOT",
-                                  str(Path(__file__).resolve().parents[2]))
-sys.path.insert(0, ROOT)
+from _rv18 import chain4  # the tree under test: GS_ROOT
 warnings.simplefilter("ignore")
-import torch
 from torch import nn
 import torch_exec
-from gpusolve import Chain, simulate, solve
+from gpusolve import simulate, solve
 from gpusolve.join import solve_join
 from gpusolve.join.network import Turn
 
-n = 4
-c = Chain(t_fwd=[1.0] * n, t_fwd_nograd=[1.0] * n, t_bwd=[2.0] * n, act_bytes=[1000] * n, grad_bytes=[1000] * n,
-          tape_bytes=[2000] * n, fwd_nograd_extra=[0] * n, fwd_grad_extra=[0] * n, bwd_extra=[0] * n)
+c = chain4()
 stages = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 4))
 checks = {
     "solve(strict='False') at an infeasible budget": lambda: solve(c, 10, backend="cpu", strict="False"),

@@ -5,18 +5,12 @@ Expected: one ValueError naming the field and the fix, as Chain.from_profile giv
 Review rv18 (bad input). Run: GS_ROOT=<tree> python rv18_input_prepare_profile_malformed.py
 Fixed in session 18: prepare(profile=...) reads the profile as planning does first and names the first stage that differs; exits 0."""
 import copy, sys, warnings
-from pathlib import Path
-ROOT = __import__("os").environ.get("GS_ROOT",
-                                  str(Path(__file__).resolve().parents[2]))
-sys.path.insert(0, ROOT)
+from _rv18 import mlp  # the tree under test: GS_ROOT
 warnings.simplefilter("ignore")
 import torch
-from torch import nn
 import torch_exec
 
-torch.manual_seed(0)
-m = nn.Sequential(*[nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 16), nn.Tanh()) for _ in range(6)],
-                  nn.Linear(16, 4))
+m = mlp()
 x = torch.randn(8, 16)
 prof = torch_exec.profile_dict(m, x)
 w = torch_exec.CheckpointedSequential(m, budget="70%", backend="cpu")

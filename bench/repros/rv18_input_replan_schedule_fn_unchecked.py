@@ -6,18 +6,12 @@ Fix: torch_exec/executor.py _PlannedModule.replan (check schedule_fn as _set_sol
 Review rv18 (bad input). Run: GS_ROOT=<tree> python rv18_input_replan_schedule_fn_unchecked.py
 Fixed in session 18: replan checks schedule_fn as the constructor does (check_schedule_fn); exits 0."""
 import sys, traceback, warnings
-from pathlib import Path
-ROOT = __import__("os").environ.get("GS_ROOT",
-                                  str(Path(__file__).resolve().parents[2]))
-sys.path.insert(0, ROOT)
+from _rv18 import mlp  # the tree under test: GS_ROOT
 warnings.simplefilter("ignore")
 import torch
-from torch import nn
 import torch_exec
 
-torch.manual_seed(0)
-m = nn.Sequential(*[nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 16), nn.Tanh()) for _ in range(6)],
-                  nn.Linear(16, 4))
+m = mlp()
 x = torch.randn(8, 16)
 bad = False
 try:

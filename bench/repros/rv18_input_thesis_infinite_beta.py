@@ -4,10 +4,7 @@ Expected: one line `gpusolve: error: ...: beta_f ... must be finite` and exit 2.
 Review rv18 (bad input). Run: GS_ROOT=<tree> python rv18_input_thesis_infinite_beta.py
 Fixed in session 18: Chain.from_thesis checks every entry is finite and >= 0, naming it; exits 0."""
 import copy, json, os, subprocess, sys, tempfile
-from pathlib import Path
-ROOT = __import__("os").environ.get("GS_ROOT",
-                                  str(Path(__file__).resolve().parents[2]))
-sys.path.insert(0, ROOT)
+from _rv18 import ROOT  # the tree under test: GS_ROOT
 from gpusolve import Chain
 
 base = json.load(open(ROOT + "/gpusolve/data/thesis_dp_cases.json"))

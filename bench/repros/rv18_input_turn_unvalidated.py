@@ -7,18 +7,12 @@ Fix: gpusolve/join/network.py Turn.validate / _check_bytes.
 Review rv18 (bad input). Run: GS_ROOT=<tree> python rv18_input_turn_unvalidated.py
 Fixed in session 18: Turn.validate checks frees_inputs and the 2^50 limit; exits 0."""
 import sys, traceback, warnings
-from pathlib import Path
-ROOT = __import__("os").environ.get("GS_ROOT",
-                                  str(Path(__file__).resolve().parents[2]))
-sys.path.insert(0, ROOT)
+from _rv18 import chain4  # the tree under test: GS_ROOT
 warnings.simplefilter("ignore")
-from gpusolve import Chain
 from gpusolve.join import solve_join
 from gpusolve.join.network import Turn
 
-n = 4
-c = Chain(t_fwd=[1.0] * n, t_fwd_nograd=[1.0] * n, t_bwd=[2.0] * n, act_bytes=[1000] * n, grad_bytes=[1000] * n,
-          tape_bytes=[2000] * n, fwd_nograd_extra=[0] * n, fwd_grad_extra=[0] * n, bwd_extra=[0] * n)
+c = chain4()
 bad = False
 for turn in (Turn(frees_inputs="no"), Turn(tape_bytes=2 ** 60)):
     try:

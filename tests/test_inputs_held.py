@@ -8,7 +8,7 @@ autograd. A review measured steps 1.05x over their budget (bench/repros/rv6_manu
 from __future__ import annotations
 
 import pytest
-import torch
+torch = pytest.importorskip("torch")  # the suite runs without torch: these tests skip
 import torch.nn.functional as F
 from torch import nn
 

@@ -643,8 +643,9 @@ def _check_profile_stage(stage: dict, where: str) -> None:
                 raise ValueError(f"{where}: {key} = {value} ms is more than {MAX_TIME_MS:.0e} ms: times are in ms")
         elif key != "bwd_peak" and value < 0:
             raise ValueError(f"{where}: {key} = {value} bytes is negative")
-        elif abs(value) > MAX_BYTES:
-            raise ValueError(f"{where}: {key} = {value} bytes is more than 2^50 (1 PiB): sizes are in bytes")
+        elif abs(value) > MAX_BYTES:  # bwd_peak, which may be negative, beyond -2^50 too
+            beyond = "less than -2^50" if value < 0 else "more than 2^50 (1 PiB)"
+            raise ValueError(f"{where}: {key} = {value} bytes is {beyond}: sizes are in bytes")
         elif not float(value).is_integer():
             raise ValueError(f"{where}: {key} = {value!r} is not a whole number of bytes")
     for key, (least, nullable) in _OPTIONAL_STAGE_BYTES.items():

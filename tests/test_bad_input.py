@@ -450,6 +450,14 @@ def test_a_chains_flags_are_checked_when_it_is_made(kwargs, message):
     assert Chain.from_dict(chain.to_dict()).multi_tape is False  # what it writes reads back
 
 
+def test_a_profile_bwd_peak_far_below_zero_is_named_as_such():
+    # bwd_peak may be negative (the bundled profiles' are, read as 0); -1e18 was reported "more than 2^50"
+    stage = dict(name="s", t_fwd=1.0, t_fwd_nograd=1.0, t_bwd=2.0, x=8, x_nbytes=8, xbar=8, fwd_peak_nograd=8,
+                 fwd_peak_grad=8, bwd_peak=-1e18)
+    with pytest.raises(ValueError, match=r"bwd_peak = -1e\+18 bytes is less than -2\^50"):
+        Chain.from_profile({"format": "measured-chain/1", "stages": [stage]})
+
+
 def test_option_types_are_named():
     chain = _three_stages()
     with pytest.raises(TypeError, match=r"strict must be True or False, got 'False'"):

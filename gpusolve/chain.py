@@ -139,7 +139,7 @@ class Chain:
         if self.input_grad_bytes is None:
             self.input_grad_bytes = self.input_bytes
         n = len(self.t_fwd)
-        _check_chain_flags(self.names, self.multi_tape, self.provenance, "")
+        _check_chain_flags(self.names, self.multi_tape, self.provenance)
         if self.names is None:
             self.names = [f"stage{s}" for s in range(1, n + 1)]
         self.names = [str(name) for name in self.names]
@@ -567,19 +567,19 @@ def _check_chain_fields(data: dict, where: str) -> None:
     names = data.get("names")
     if names is not None and not (isinstance(names, list) and all(isinstance(v, str) for v in names)):
         raise ValueError(f"{where}names = {str(names)[:60]} is not a list of strings")
-    _check_chain_flags(names, data.get("multi_tape", True), data.get("provenance", {}), where)
+    # multi_tape and provenance: the constructor's check (_check_chain_flags), its error prefixed by from_dict
 
 
-def _check_chain_flags(names, multi_tape, provenance, where: str) -> None:
+def _check_chain_flags(names, multi_tape, provenance) -> None:
     """Raise ``ValueError`` naming ``names`` (given, not a list or tuple of names: a string would be read letter by
     letter), ``multi_tape`` (not a bool: "false" would read true, the other cost model) or ``provenance`` (not a
-    dict), as :class:`Chain` and :meth:`Chain.from_dict` take them."""
+    dict), as :class:`Chain` takes them (:meth:`Chain.from_dict` adds the file)."""
     if names is not None and not isinstance(names, (list, tuple, np.ndarray)):
-        raise ValueError(f"{where}names = {str(names)[:60]!r} is not a list of stage names")
+        raise ValueError(f"names = {str(names)[:60]!r} is not a list of stage names")
     if not isinstance(multi_tape, (bool, np.bool_)):
-        raise ValueError(f"{where}multi_tape = {multi_tape!r} must be true or false")
+        raise ValueError(f"multi_tape = {multi_tape!r} must be true or false")
     if not isinstance(provenance, dict):
-        raise ValueError(f"{where}provenance = {str(provenance)[:60]} is not an object (a dict)")
+        raise ValueError(f"provenance = {str(provenance)[:60]} is not an object (a dict)")
 
 
 def _as_bytes(values, name: str) -> np.ndarray:

@@ -794,16 +794,18 @@ def nothing_requires_grad(values, module: nn.Module) -> bool:
     ``torch.no_grad()``). The wrappers then run the model plainly, as under ``no_grad``: there is no backward to
     plan for, and profiling it would plan a training step that never comes (a review, 2026-11-29: refused with an
     InfeasibleBudgetError naming unsaved boundaries, bench/repros/rv18_input_frozen_no_grad_infeasible.py)."""
-    leaves = pytree.tree_leaves(values)
-    if any(isinstance(t, torch.Tensor) and t.requires_grad for t in leaves):
-        return False
-    return not any(p.requires_grad for p in module.parameters())
+    return not _any_requires_grad(values) and not any(p.requires_grad for p in module.parameters())
+
+
+def _any_requires_grad(values) -> bool:
+    """Whether a tensor among ``values`` (nested in tuples, lists and dicts) requires grad."""
+    return any(isinstance(t, torch.Tensor) and t.requires_grad for t in pytree.tree_leaves(values))
 
 
 def ran_without_grad(output, who: str):
     """``output`` of a call run plainly because :func:`nothing_requires_grad`; where it requires grad all the same
     (a tensor attribute requiring grad that is no parameter), that call was plain autograd's: said once."""
-    if any(isinstance(t, torch.Tensor) and t.requires_grad for t in pytree.tree_leaves(output)):
+    if _any_requires_grad(output):
         warn_once(f"{who}: no parameter and no input requires grad, so the call ran the model plainly, but its output "
                   f"requires grad (a tensor requiring grad that is no nn.Parameter?): its backward is plain "
                   f"autograd's, without checkpointing; register such tensors as nn.Parameter", FallbackWarning,

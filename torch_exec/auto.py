@@ -342,7 +342,8 @@ from gpusolve.units import check_flag, format_bytes
 from . import _util as U
 from .meter import MemoryMeter, ProfilerBusyError, measure_peak
 from .executor import (CheckpointedSequential, _backend_setting, _budget_setting, _caller_keeps_setting,
-                       _compiler_disable, _offload_setting, _standin_params, check_offload_backend, check_schedule_fn)
+                       _compiler_disable, _offload_setting, _standin_params, check_offload_backend, check_schedule_fn,
+                       kept)
 from .join import CheckpointedJoin
 from .profiler import a_wrapper_step, runs_as_a_stage
 
@@ -2195,11 +2196,11 @@ class AutoCheckpointed(nn.Module):
             raise TypeError(f"replan got unexpected keyword argument(s) {', '.join(map(repr, unknown))}; it takes "
                             f"budget, schedule_fn, profile and offload")
         schedule_fn = kwargs.get("schedule_fn", "keep")
-        changes_schedule = not (isinstance(schedule_fn, str) and schedule_fn == "keep")
+        changes_schedule = not kept(schedule_fn)
         if changes_schedule:
             check_schedule_fn(schedule_fn)
         offload = kwargs.pop("offload", "keep")
-        changes_offload = not (isinstance(offload, str) and offload == "keep")
+        changes_offload = not kept(offload)
         if changes_offload:
             check_offload_backend(_offload_setting(offload), self.backend)
         joins = [cap for cap in caps if cap.branches is not None]

@@ -2036,6 +2036,12 @@ def _budget_setting(budget):
     return parse_budget(budget, None, "budget")  # bytes (a fraction of a byte refused: the one rule)
 
 
+def kept(value) -> bool:
+    """Whether a ``replan`` argument was left as it was (``"keep"``); compared only as a string (a schedule_fn, a
+    Link or a dict is never "keep")."""
+    return isinstance(value, str) and value == "keep"
+
+
 def check_schedule_fn(schedule_fn) -> None:
     """A ``schedule_fn`` setting (the wrappers' and their ``replan``'s): a function or None."""
     if schedule_fn is not None and not callable(schedule_fn):
@@ -2209,7 +2215,7 @@ class _PlannedModule(nn.Module):
         with self._all_or_nothing():
             if budget != "keep":
                 self.budget = _budget_setting(budget)
-            if not (isinstance(schedule_fn, str) and schedule_fn == "keep"):
+            if not kept(schedule_fn):
                 check_schedule_fn(schedule_fn)
                 self.schedule_fn = schedule_fn
             if profile:
@@ -2756,7 +2762,7 @@ class CheckpointedSequential(_PlannedModule):
     def replan(self, budget="keep", schedule_fn="keep", profile: bool = False, offload="keep") -> None:
         """As :meth:`_PlannedModule.replan`, and ``offload`` may change too."""
         with self._all_or_nothing():
-            if not (isinstance(offload, str) and offload == "keep"):
+            if not kept(offload):
                 self.offload = _offload_setting(offload)
                 check_offload_backend(self.offload, self.backend)
             super().replan(budget, schedule_fn, profile)

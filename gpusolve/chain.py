@@ -3,7 +3,7 @@
 Stage s (1-based, s = 1..N) maps activation a_{s-1} to a_s; a_0 is the chain's input, held by the
 caller and never counted against the budget. Arrays below are indexed by ``s - 1``.
 
-Memory model (every size in bytes; see DESIGN in README for the recurrences):
+Memory model (every size in bytes; see docs/cost-model.md for the recurrences):
 - ``act_bytes[s]``: a_s, kept as a checkpoint after a no-grad forward.
 - ``grad_bytes[s]``: the gradient of a_s.
 - ``tape_bytes[s]``: held from a forward-with-grad of s until its backward (a_s and what autograd saved).

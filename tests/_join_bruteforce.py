@@ -1,6 +1,6 @@
 """Exhaustive search over every schedule of a tiny join in the byte model (the tests' reference).
 
-Written from the model's statement (README "Cost model", ``gpusolve/join/network.py``), not from
+Written from the model's statement (docs/cost-model.md, ``gpusolve/join/network.py``), not from
 the DP or the simulators: Dijkstra over memory states, one state = per branch the checkpoints held,
 the stages recorded and not yet back-propagated, and which gradient is held (none before the turn).
 Edges are every op the model allows (no-grad forward keeping or dropping its input, recording

@@ -1,8 +1,8 @@
-"""The README's examples run as written: every ``gpusolve`` command of its shell blocks (optional
-``[...]`` parts dropped) and every Python block, in order, in one namespace (a block that does not
-start with an import continues the one before it). Two names are the user's own and get small
-stand-ins here: ``MyModel`` (GPT-2 from transformers, two tiny layers) and ``loader``. A README edit
-that breaks an example fails here."""
+"""The README's and docs/'s examples run as written: every ``gpusolve`` command of their shell blocks
+(optional ``[...]`` parts dropped) and every Python block, in order, one namespace per page (a block that
+does not start with an import continues the one before it). Two names are the user's own and get small
+stand-ins here: ``MyModel`` (GPT-2 from transformers, two tiny layers) and ``loader``. An edit that breaks
+an example fails here."""
 from __future__ import annotations
 
 import contextlib
@@ -15,36 +15,54 @@ import pytest
 
 from gpusolve.cli import main
 
-README = Path(__file__).resolve().parent.parent / "README.md"
-ROOT = README.parent
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+PAGES = (README, *sorted((ROOT / "docs").glob("*.md")))
 # Names a Python block may take from the user's program: the test supplies them (stand_ins()).
 USER_NAMES = ("MyModel", "loader")
 
 
-def shell_commands() -> list[str]:
-    """The ``gpusolve`` command lines of the README's shell blocks (comments, continuations and
-    optional ``[...]`` parts resolved); the profile the Python example writes later is left out."""
-    text = README.read_text()
+def shell_commands(page: Path | None = None) -> list[str]:
+    """The ``gpusolve`` command lines of the shell blocks of ``page`` (default: every page; comments,
+    continuations and optional ``[...]`` parts resolved); the profile the Python example writes later is
+    left out."""
     commands = []
-    for lang, body in re.findall(r"```(\w*)\n(.*?)```", text, re.S):
-        if lang not in ("bash", ""):
-            continue
-        for line in body.replace("\\\n", " ").splitlines():
-            line = line.split("  #")[0].strip()
-            if not re.match(r"gpusolve(\s|$)", line) or "my_profile.json" in line:
+    for path in (page,) if page else PAGES:
+        for lang, body in re.findall(r"```(\w*)\n(.*?)```", path.read_text(), re.S):
+            if lang not in ("bash", ""):
                 continue
-            commands.append(re.sub(r"\s*\[[^\]]*\]", "", line))
+            for line in body.replace("\\\n", " ").splitlines():
+                line = line.split("  #")[0].strip()
+                if not re.match(r"gpusolve(\s|$)", line) or "my_profile.json" in line:
+                    continue
+                commands.append(re.sub(r"\s*\[[^\]]*\]", "", line))
     return commands
 
 
-def python_blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+def python_blocks(page: Path = README) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", page.read_text(), re.S)
 
 
 def test_the_readme_has_examples():
-    commands, blocks = shell_commands(), python_blocks()
-    assert "gpusolve demo" in commands and any("--offload" in c for c in commands) and len(commands) >= 12
-    assert len(blocks) >= 5 and any("auto_checkpoint" in b for b in blocks)
+    assert {p.name for p in PAGES} >= {"README.md", "pytorch.md", "join.md", "offload.md", "cost-model.md",
+                                       "results.md"}
+    readme = shell_commands(README)
+    assert "gpusolve demo" in readme and any("--offload" in c for c in readme) and len(readme) >= 10
+    assert any("auto_checkpoint" in b for b in python_blocks(README))
+    assert len(shell_commands()) >= 14 and sum(len(python_blocks(p)) for p in PAGES) >= 8
+
+
+def test_the_pages_link_each_other():
+    """Every relative link of a page names a file that exists (and a heading of it, where it names one)."""
+    for page in PAGES:
+        for target in re.findall(r"\]\(([^)#:]*)(?:#([^)]*))?\)", page.read_text()):
+            path, anchor = target
+            file = (page.parent / path) if path else page
+            assert file.exists(), (page.name, path)
+            if anchor:
+                slugs = {re.sub(r"[^a-z0-9 _-]", "", h.lower()).replace(" ", "-")
+                         for h in re.findall(r"^#+ (.*)$", file.read_text(), re.M)}
+                assert anchor in slugs, (page.name, path, anchor)
 
 
 @pytest.mark.parametrize("command", shell_commands())
@@ -75,13 +93,14 @@ def stand_ins() -> dict:
     return {"MyModel": my_model, "loader": [{"input_ids": ids, "labels": ids}] * 2}
 
 
-def test_python_blocks(tmp_path, monkeypatch):
-    """In order, sharing one namespace; the first block (a one-line teaser on an undefined
-    ``model``) is shown again in full later and is skipped."""
+@pytest.mark.parametrize("page", [p for p in PAGES if python_blocks(p)], ids=lambda p: p.name)
+def test_python_blocks(page, tmp_path, monkeypatch):
+    """In order, sharing one namespace per page; the README's first block (a one-line teaser on an
+    undefined ``model``) is shown again in full later and is skipped."""
     monkeypatch.chdir(tmp_path)  # the profile example writes my_profile.json
     namespace: dict = {}
     ran, previous = [], False
-    for block in python_blocks():
+    for block in python_blocks(page):
         first = block.lstrip().splitlines()[0]
         if not (first.startswith(("import ", "from ")) or previous):
             previous = False
@@ -91,8 +110,9 @@ def test_python_blocks(tmp_path, monkeypatch):
         elif "torch" in block:
             pytest.importorskip("torch")
         with contextlib.redirect_stdout(io.StringIO()):
-            exec(compile(block, f"README.md block {len(ran)}", "exec"), namespace)
+            exec(compile(block, f"{page.name} block {len(ran)}", "exec"), namespace)
         ran.append(first)
         previous = True
-    assert len(ran) == len(python_blocks()) - 1
-    assert (tmp_path / "my_profile.json").exists()
+    assert len(ran) == len(python_blocks(page)) - (page == README)
+    if page.name == "pytorch.md":
+        assert (tmp_path / "my_profile.json").exists()

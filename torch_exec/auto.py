@@ -1224,7 +1224,7 @@ class _NoSavedTensors:
 _DIFFERENTIATES_ITSELF = (
     "the model's forward differentiates itself (torch.autograd.grad or .backward() inside forward), which "
     "auto_checkpoint cannot capture (Note [Probing the model]); cut it by hand around that part "
-    "(torch_exec.CheckpointedSequential(stages, budget=...), see the README, 'The manual route'), or train it with "
+    "(torch_exec.CheckpointedSequential(stages, budget=...), see docs/pytorch.md, 'The manual route'), or train it with "
     "budget=None")
 
 
@@ -2012,7 +2012,7 @@ def _refuse_block_hooks(blocks: _Blocks) -> None:
                            f"chain's result, and the schedule runs a block once more for each recomputation. Return "
                            f"what the hook takes from the model's forward instead, hook a module inside the block (it "
                            f"then runs at every run of the block, as under torch.utils.checkpoint), or cut the model "
-                           f"by hand: torch_exec.CheckpointedSequential (see the README, 'The manual route')")
+                           f"by hand: torch_exec.CheckpointedSequential (see docs/pytorch.md, 'The manual route')")
 
 
 def _refuse_plain_tensor_parameters(model: nn.Module) -> None:
@@ -2074,7 +2074,7 @@ def _refuse_parallel_wrapper(model: nn.Module) -> None:
     from torch.nn.parallel import DataParallel, DistributedDataParallel
     if isinstance(model, DistributedDataParallel):
         raise TypeError("auto_checkpoint got a DistributedDataParallel; wrap the model first and give the wrapper to "
-                        "DDP: DistributedDataParallel(auto_checkpoint(ddp.module, budget), ...) (see the README, "
+                        "DDP: DistributedDataParallel(auto_checkpoint(ddp.module, budget), ...) (see docs/pytorch.md, "
                         "'Distributed training')")
     if isinstance(model, DataParallel):
         raise TypeError("auto_checkpoint got an nn.DataParallel, whose replicas it cannot plan for; train with "
@@ -2320,7 +2320,7 @@ class AutoCheckpointed(nn.Module):
             raise CaptureError(
                 f"auto_checkpoint could not find a chain in {type(self._model).__name__}: " + "; ".join(errors)
                 + ". Cut the model by hand: torch_exec.CheckpointedSequential(stages, budget=...) with an nn.Sequential "
-                  "of stages, each taking the previous stage's output (a tensor or a tuple of tensors); see the README, "
+                  "of stages, each taking the previous stage's output (a tensor or a tuple of tensors); see docs/pytorch.md, "
                   "'The manual route'")
         kwargs_exec = {"budget": self.budget, "bucket": self.bucket, "backend": self.backend,
                        "network": type(self._model).__name__}
@@ -2348,7 +2348,7 @@ class AutoCheckpointed(nn.Module):
                  "where its exported graph allows")
         cap.executor.cut_remedy = (  # _merged_hint in torch_exec/executor.py: the cuts are this capture's
             f"auto_checkpoint cut the model {where}: raise the budget, or cut the model by hand where an op saves its "
-            f"input (torch_exec.CheckpointedSequential(stages, budget=...), README 'The manual route')")
+            f"input (torch_exec.CheckpointedSequential(stages, budget=...), docs/pytorch.md, 'The manual route')")
         return cap
 
     def _join_setting(self):
@@ -2654,7 +2654,7 @@ def _check_blocks(wrapper: AutoCheckpointed, cap: Capture, args, kwargs) -> None
                            f"the last block's output (such as router logits kept for an auxiliary loss: "
                            f"output_router_logits=True), which the block fallback cannot recompute; turn that "
                            f"output off, or cut the model by hand: torch_exec.CheckpointedSequential(stages, "
-                           f"budget=...) (see the README, 'The manual route')")
+                           f"budget=...) (see docs/pytorch.md, 'The manual route')")
     got = pytree.tree_map(lambda v: v.detach() if isinstance(v, torch.Tensor) else v, got)
     ref_leaves = [t for t in pytree.tree_leaves(ref) if isinstance(t, torch.Tensor)]
     got_leaves = [t for t in pytree.tree_leaves(got) if isinstance(t, torch.Tensor)]

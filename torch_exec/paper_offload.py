@@ -6,7 +6,7 @@ The paper's algorithms were only ever simulated. This runner executes a
 :class:`gpusolve.offload.compare.PaperPlan` so that the paper's model can be checked against a measured
 step, beside this project's recompute-only and combined plans (``bench/offload_executor.py``). It is a
 baseline, not a feature: every plan of the paper keeps every tape (no recomputation) and is several
-times slower than recomputing on the networks measured here (README, "Offloading").
+times slower than recomputing on the networks measured here (docs/offload.md).
 
 How a tape moves (Note [Tapes through saved-tensor hooks])
     x_k, the paper's k-th activation, is the tape of stage k (Note [Mapping a gpusolve chain onto the

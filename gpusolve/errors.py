@@ -32,7 +32,9 @@ class BackendUnavailableError(RuntimeError):
 
 
 class FallbackWarning(UserWarning):
-    """``backend="auto"`` could not use CUDA and solved on the CPU."""
+    """A documented fallback was taken, said in one line: ``backend="auto"`` could not use CUDA and solved on
+    the CPU, profiling went stage by stage, a percentage budget ran within another signature's budget, a
+    call ran as plain autograd (the message says which)."""
 
 
 class ProfileWarning(UserWarning):

@@ -65,6 +65,27 @@ def test_the_pages_link_each_other():
                 assert anchor in slugs, (page.name, path, anchor)
 
 
+def test_the_pages_name_real_api():
+    """Every dotted ``gpusolve.`` / ``torch_exec.`` name in a page's code spans resolves (a renamed class,
+    function or module breaks the page)."""
+    import importlib
+    pytest.importorskip("torch")
+    names = {m.group(1) for page in PAGES for code in re.findall(r"`([^`]+)`", page.read_text())
+             for m in re.finditer(r"\b((?:torch_exec|gpusolve)(?:\.[A-Za-z_]\w*)+)", code)}
+    assert len(names) >= 15
+    for name in sorted(names):
+        parts = name.split(".")
+        for i in range(len(parts), 0, -1):
+            try:
+                obj = importlib.import_module(".".join(parts[:i]))
+            except ImportError:
+                continue
+            for attr in parts[i:]:
+                assert hasattr(obj, attr), name
+                obj = getattr(obj, attr)
+            break
+
+
 @pytest.mark.parametrize("command", shell_commands())
 def test_shell_command(command, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # --out files land here

@@ -2157,6 +2157,12 @@ class AutoCheckpointed(nn.Module):
         return None if self._last is None else self._last.executor
 
     @property
+    def last_profile(self) -> dict | list | None:
+        """The latest input signature's measured profile, its executor's ``last_profile``: one ``measured-chain/1``
+        dict for a chain, one per branch for a join network; None before the first call or :meth:`prepare`."""
+        return None if self.executor is None else self.executor.last_profile
+
+    @property
     def min_budget_bytes(self) -> int:
         """The least budget of the latest input signature (its executor's ``min_budget_bytes``; call the
         model or :meth:`prepare` first)."""

@@ -2178,6 +2178,14 @@ class _PlannedModule(nn.Module):
         return None if self._last is None or self._runs_plain() else self._last.plan
 
     @property
+    def last_profile(self) -> dict | None:
+        """The measured profile (``measured-chain/1``) the latest input signature was planned from, as
+        :func:`torch_exec.profile_dict` makes it; None before the first call or :meth:`prepare`. Save it with
+        :func:`torch_exec.save_profile` for :meth:`prepare` (``profile=``) on another process, or for the command
+        line (``gpusolve solve|compare|curve PATH``)."""
+        return None if self._last is None else self._last.profile
+
+    @property
     def plans(self) -> dict:
         """Cached plans by input signature (none under plain autograd, ``budget=None``)."""
         return {} if self._runs_plain() else {key: entry.plan for key, entry in self._entries.items()

@@ -422,6 +422,15 @@ class CheckpointedJoin(_PlannedModule):
 
     # ------------------------------------------------------------ plans
     @property
+    def last_profile(self) -> list | None:
+        """The measured profiles (``measured-chain/1``) of the latest input signature's branches, in order (None for
+        a branch of no stages); None before the first call. ``gpusolve join`` reads them, saved with
+        :func:`torch_exec.save_profile`, with the head's time from ``net.turn`` (``--turn-ms``)."""
+        if self._last is None:
+            return None
+        return [None if isinstance(b, types.SimpleNamespace) else b.profile for b in self._last.branches]
+
+    @property
     def net(self) -> JoinNet | None:
         """The byte model of the latest call's join, as the executor runs it."""
         return None if self._last is None else self._last.net

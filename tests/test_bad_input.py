@@ -575,6 +575,33 @@ def test_a_model_that_needs_no_gradient_runs_as_under_no_grad():
     assert cs.plan is not None and model[0][0].weight.grad is not None
 
 
+def test_a_model_that_needs_no_gradient_runs_plainly_with_functions_and_as_a_join():
+    """The same with a plain function among the stages (it reaches no tensor) and through CheckpointedJoin: both were
+    profiled and refused with the budget message (review rv19: bench/repros/rv19_diff_callable_stage_frozen_no_grad.py,
+    rv19_diff_join_frozen_no_grad.py). A leaf requiring grad that a callable reaches is a gradient to come."""
+    from torch_exec import _util as U
+    model = _bn_mlp().eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    x = torch.randn(8, 16)
+    stages = [*model[:2], torch.tanh, *model[2:]]
+    expected = x
+    for stage in stages:
+        expected = stage(expected)
+    seq = torch_exec.CheckpointedSequential(stages, budget="60%", backend="cpu")
+    out = seq(x)
+    assert torch.equal(out, expected) and not out.requires_grad and not seq._entries
+    join = torch_exec.CheckpointedJoin([list(model[:3]), list(model[:3])], lambda a, b: (a * b).mean(), budget="60%",
+                                       backend="cpu")
+    out = join(x, 2 * x)
+    assert torch.equal(out, (model[:3](x) * model[:3](2 * x)).mean()) and not out.requires_grad and not join._entries
+    scale = torch.ones(16)
+    assert U.nothing_requires_grad(x, model, [lambda t: t * scale])
+    scale.requires_grad_(True)  # reached by the callable only: a backward may come
+    assert not U.nothing_requires_grad(x, model, [lambda t: t * scale])
+    assert U.nothing_requires_grad(x, model, [nn.Identity()])
+
+
 def test_a_malformed_profile_given_to_prepare_is_one_error():
     stages = _bn_mlp()
     cs = torch_exec.CheckpointedSequential(stages, budget="80%", backend="cpu")

@@ -788,13 +788,20 @@ def parametrize_cache_off():
         param._cache_enabled = was
 
 
-def nothing_requires_grad(values, module: nn.Module) -> bool:
+def nothing_requires_grad(values, module: nn.Module, fns=()) -> bool:
     """Whether a call on ``values`` (tensors, nested in tuples, lists and dicts) records no graph in grad mode:
     neither they nor ``module``'s parameters require grad (a frozen model's features read without
-    ``torch.no_grad()``). The wrappers then run the model plainly, as under ``no_grad``: there is no backward to
-    plan for, and profiling it would plan a training step that never comes (a review, 2026-11-29: refused with an
-    InfeasibleBudgetError naming unsaved boundaries, bench/repros/rv18_input_frozen_no_grad_infeasible.py)."""
-    return not _any_requires_grad(values) and not any(p.requires_grad for p in module.parameters())
+    ``torch.no_grad()``), nor a leaf tensor that the plain callables among ``fns`` reach (:func:`stage_state`; looked
+    for only when the rest needs no gradient). The wrappers then run the model plainly, as under ``no_grad``: there
+    is no backward to plan for, and profiling it would plan a training step that never comes (a review, 2026-11-29:
+    refused with an InfeasibleBudgetError naming unsaved boundaries, bench/repros/rv18_input_frozen_no_grad_infeasible.py;
+    with a function among the stages, or through a join, it still was: rv19_diff_callable_stage_frozen_no_grad.py,
+    rv19_diff_join_frozen_no_grad.py). What a callable reaches only as it runs shows in its output
+    (:func:`ran_without_grad`)."""
+    if _any_requires_grad(values) or any(p.requires_grad for p in module.parameters()):
+        return False
+    callables = [fn for fn in fns if not isinstance(fn, nn.Module)]
+    return not callables or not any(t.requires_grad for t in stage_state(callables)[1])
 
 
 def _any_requires_grad(values) -> bool:

@@ -2437,7 +2437,6 @@ class CheckpointedSequential(_PlannedModule):
             self.extra_modules = nn.ModuleList(extras)
         _check_callables(self.names, fns, module_stages + extras)
         self._fns = fns  # the callables, in order (modules are also registered above)
-        self._modules_only = len(module_stages) == len(fns)  # every parameter a stage reads is self's
         self._set_solver(budget, bucket, backend, profile_passes, profile_warmup, schedule_fn, preserve_rng_state,
                          network, measure_steps, profile_isolated)
         self.offload = _offload_setting(offload)
@@ -2791,8 +2790,8 @@ class CheckpointedSequential(_PlannedModule):
             # outer wrapper this one is one of its stages: it runs plainly, as it was measured (Note [A
             # wrapper inside another's step] in torch_exec/profiler.py).
             return self._plain(state)
-        if self._modules_only and U.nothing_requires_grad(flat, self):  # no backward comes (a callable stage may
-            return U.ran_without_grad(self._plain(state), type(self).__name__)  # reach a leaf that requires grad)
+        if U.nothing_requires_grad(flat, self, self._fns):  # no backward comes
+            return U.ran_without_grad(self._plain(state), type(self).__name__)
         return self._scheduled(state, flat)
 
     @_compiler_disable

@@ -720,6 +720,9 @@ class CheckpointedJoin(_PlannedModule):
         self._check_inputs(inputs)
         if self._runs_plain() or not torch.is_grad_enabled() or runs_as_a_stage():
             return self._plain(inputs)
+        fns = [fn for seq, empty in zip(self.branches, self.empty, strict=True) if not empty for fn in seq._fns]
+        if U.nothing_requires_grad(inputs, self, fns + [self.head_fn]):  # no backward comes (as the chain's)
+            return U.ran_without_grad(self._plain(inputs), type(self).__name__)
         return self._scheduled(inputs)
 
     @_compiler_disable

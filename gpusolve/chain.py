@@ -257,7 +257,8 @@ class Chain:
                    provenance={"source": "thesis", "name": name})
 
     @classmethod
-    def from_profile(cls, path_or_dict, fuse_aliasing: bool = True, merge_unsaved: bool = True) -> "Chain":
+    def from_profile(cls, path_or_dict, fuse_aliasing: bool = True, merge_unsaved: bool = True,
+                     free_drops: bool = True) -> "Chain":
         """Read a ``measured-chain/1`` profile (see ``gpusolve/profiles/README.md``).
 
         With ``fuse_aliasing`` (the default) a stage is merged into the stage before it when
@@ -270,7 +271,9 @@ class Chain:
         The merged costs compose the members' measured sums and peaks exactly. With
         ``merge_unsaved=False`` the second kind of boundary stays (Note [Tensors no backward saves]). With
         ``fuse_aliasing=False`` every measured stage stays a stage (useful to benchmark the solver on
-        the raw stage count), but such a chain may not be executable.
+        the raw stage count), but such a chain may not be executable. With ``free_drops=False`` a merged
+        member's output that the next member dropped on the profiled call is counted held until the merged
+        stage's backward (Note [Drops seen on one call]).
         """
         data, source = read_json_object(path_or_dict)
         if data.get("format") != PROFILE_FORMAT:
@@ -360,7 +363,7 @@ class Chain:
                 group = [dict(st, bwd_peak=int(st["bwd_peak"]) + adjust[first + m][0],
                               bwd_delta=int(st["bwd_delta"]) + adjust[first + m][1])
                          if first + m in adjust else st for m, st in enumerate(group)]
-            merged = _merge_group(group, grad_in, notes, granule, first=first)
+            merged = _merge_group(group, grad_in, notes, granule, first=first, free_drops=free_drops)
             before = _held_from(group[-1], range(1, first))  # storages made before the group that it passes on
             passed_from.append(_by_group(before, group_of) if "held_from" in group[-1] else None)
             dropped_from.append(_by_group([(int(o), int(b)) for st in group for o, b in st["in_dropped_from"]
@@ -742,6 +745,23 @@ def _with_input_clone(stages: list[dict], input_bytes: int, granule: int) -> lis
 #     Profiles without the two fields are read as before.
 
 
+# Note [Drops seen on one call]
+#     Which storages a stage drops, and which no backward saves, is read off one call. A stage written in Python
+#     may read a tensor on some calls only (a random route, a branch on the data) and save it there, holding what
+#     the profiled call dropped. Planning frees the storages a stage drops that earlier stages made only for
+#     stages that run one graph on every call (auto_checkpoint's exported ones: ``static_stages`` in
+#     torch_exec/executor.py, Note [Planning to the exact peak] in gpusolve/exact_peak.py). Inside a merged stage
+#     (:func:`_merge_group`'s ``freed``) the profiled call's drops are still taken as every call's: two Python
+#     stages merged on them went 78 647 B over their budget on the calls that read both tensors (review rv19:
+#     bench/repros/rv19_diff_fused_member_drop_data_dependent.py, which exits 1). Counting them held instead
+#     (``free_drops=False``) costs every Python model whose merged stages drop large tensors, also those that never
+#     vary (a Linear's output that a Tanh reads and nothing saves): of the fidelity models (``python
+#     bench/drops_one_call.py``, bench/results/drops_one_call_cpu.md) a GPT-style model's least budget rose from 33.7 %
+#     to 44.4 % of plain autograd's peak, and six Linear-Tanh layers counted their store-all peak at 1.875 x plain
+#     autograd's (1.125 x). So the default stays, and the excess is documented (docs/pytorch.md, "Predicted =
+#     measured") beside the other two a profile cannot see.
+
+
 def _output_unsaved(group: list[dict], stage: dict, first: int = 1) -> bool:
     """Note [Tensors no backward saves]: whether the tensor between ``group`` (its first member measured
     stage ``first``) and the next ``stage`` is saved by no backward (known only from profiles that record
@@ -996,7 +1016,7 @@ def _summed_in_a_stage(data: dict, group_of: dict[int, int], n: int, granule: in
 
 
 def _merge_group(group: list[dict], grad_in: int, notes: list[str], granule: int = ALLOCATOR_GRANULE,
-                 first: int = 1) -> dict:
+                 first: int = 1, free_drops: bool = True) -> dict:
     """Costs of one executor stage made of several measured stages run back to back.
 
     Members are a base stage, the aliasing stages after it, and stages joined because the tensor
@@ -1014,7 +1034,7 @@ def _merge_group(group: list[dict], grad_in: int, notes: list[str], granule: int
     """
     times = {key: sum(max(0.0, float(st[key])) for st in group) for key in TIME_FIELDS}
     freed = [0] * len(group)  # bytes of member m's output freed once member m + 1 has run
-    for m in range(len(group) - 1):
+    for m in range(len(group) - 1 if free_drops else 0):  # Note [Drops seen on one call]
         nxt = group[m + 1]
         if "in_dropped_from" in nxt:  # storage by storage (Note [Storages a stage drops])
             freed[m] = _dropped(nxt, range(first, first + m + 1))

@@ -571,3 +571,19 @@ def test_one_tensor_fed_to_a_branch_that_writes_it_in_place_is_refused():
     for mine, theirs in zip(branches[:2], reference[:2], strict=True):
         for p, q in zip(nn.Sequential(*mine).parameters(), nn.Sequential(*theirs).parameters(), strict=True):
             assert torch.equal(p.grad, q.grad)
+
+
+def test_a_head_that_writes_a_branch_output_in_place_is_refused_before_any_step():
+    """Seen while profiling the head, the refusal comes before a step: BatchNorm statistics and the RNG are as the
+    call found them (review rv19: the step's forward ran first, bench/repros/rv19_join_head_inplace_refusal_after_step.py)."""
+    branches = [tower(1, bn=True, dropout=0.1), tower(2)]
+    join = te.CheckpointedJoin([list(b) for b in branches], lambda a, b: ((a.relu_() - b) ** 2).mean(), budget="60%",
+                               backend="cpu", **OPTS)
+    xs = [torch.randn(16, 6, dtype=DT) for _ in range(2)]
+    stats = [t.clone() for t in branches[0].buffers()]
+    rng = torch.get_rng_state()
+    for call in (join.prepare, join):
+        with pytest.warns(te.InputMutationWarning), pytest.raises(RuntimeError, match="the head wrote in place into"):
+            call(*xs)
+        assert all(torch.equal(a, b) for a, b in zip(stats, branches[0].buffers()))
+        assert torch.equal(rng, torch.get_rng_state()) and not join._entries

@@ -97,6 +97,10 @@ from .meter import MemoryMeter
 from .profiler import chain_from_profile, profile_dict, runs_as_a_stage
 
 
+_HEAD_WROTE_ERROR = ("CheckpointedJoin: the head wrote in place into a branch output, which the schedule holds and may "
+                     "read again; make that operation out of place (e.g. a.relu() for a.relu_())")
+
+
 class JoinOrderWarning(UserWarning):
     """The plan draws random numbers or updates shared buffers in another branch order than plain
     autograd (Note [Draw order])."""
@@ -192,9 +196,8 @@ class JoinRuntime:
                   for rt in self.branches]
         with torch.enable_grad():
             out = self.entry.head(*(leaf.state for leaf in leaves))
-        if any(leaf.written() for leaf in leaves):
-            raise RuntimeError("CheckpointedJoin: the head wrote in place into a branch output, which the schedule "
-                               "holds; make that operation out of place")
+        if any(leaf.written() for leaf in leaves):  # on this call only: the profiled one did not (_profile_head)
+            raise RuntimeError(_HEAD_WROTE_ERROR)
         flat, spec = tree_flatten(out)
         del out
         outs = tuple(t for t in flat if isinstance(t, torch.Tensor))
@@ -528,6 +531,8 @@ class CheckpointedJoin(_PlannedModule):
             data = profile_dict([head_stage], sample, passes=self.profile_passes, warmup=self.profile_warmup,
                                 network=f"{self.network or 'join'}:head", names=["head"], modules=modules,
                                 isolated=self.profile_isolated)
+        if data["stages"][0].get("writes_input"):  # refused before a step runs, the model as it was (a review:
+            raise RuntimeError(_HEAD_WROTE_ERROR)  # bench/repros/rv19_join_head_inplace_refusal_after_step.py)
         head_chain = chain_from_profile(data, fuse_aliasing=False)
         arr = head_chain.padded()
         # The caller may hold the head's output through the backward (Note [The caller holds a_N] in

@@ -296,6 +296,29 @@ def test_towers_run_in_lockstep_with_dropout_keep_the_chain():
     assert any("interleave random draws or buffer updates" in note for note in wrapped.capture.notes)
 
 
+class _AuxTower(_Towers):
+    """Tower a also feeds the loss from its middle (an auxiliary loss): its branch ends at its last cut before that
+    and its later layers run in the head, after tower b."""
+
+    def forward(self, x, y):
+        middle = self.a[:4](x)
+        a, b = self.a[4:](middle), self.b(y)
+        return F.mse_loss(a, b) + 0.1 * middle.pow(2).mean()
+
+
+@pytest.mark.parametrize("drop", [0.0, 0.2])
+def test_a_head_that_draws_before_a_branch_would_keeps_the_chain(drop):
+    """The head runs after every branch: where what it computes draws random numbers the model drew before a later
+    branch (tower a's last dropouts, moved into the head by its auxiliary loss), a join would draw other masks than
+    plain autograd, silently (review rv19: bench/repros/rv19_join_head_remainder_draw_order.py); without dropout
+    the same model is a join."""
+    torch.manual_seed(0)
+    args = (torch.randn(8, 16), torch.randn(8, 16))
+    wrapped = _holds_and_matches(_AuxTower(drop=drop), args)
+    assert isinstance(wrapped.executor, te.CheckpointedSequential if drop else CheckpointedJoin)
+    assert any("head interleave random draws" in note for note in wrapped.capture.notes) == bool(drop)
+
+
 def test_inputs_that_require_grad_still_make_a_join():
     """ep.module()'s input guard read every input: it carried gradient and blocked the join."""
     torch.manual_seed(0)

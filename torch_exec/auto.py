@@ -982,12 +982,21 @@ def _join_attempt(g: _Graph, model_outputs: list, merged: list) -> tuple:
     branches, grad_inputs, groups_of, crossing = ([x[i] for i in perm]
                                                   for x in (branches, grad_inputs, groups_of, crossing))
     # Random draws and buffer updates must keep plain autograd's order: the join runs (and re-orders
-    # its forward phase to) one branch after the other, so branches the model runs in lockstep stay a chain.
+    # its forward phase to) one branch after the other, then the head, so branches the model runs in lockstep
+    # stay a chain, and so does a model that draws in its head (what a branch computes after its last cut
+    # included) before a branch runs, or writes there a buffer a branch writes (review rv19:
+    # bench/repros/rv19_join_head_remainder_draw_order.py; the head's own BatchNorm beside, SimSiam's predictor,
+    # keeps its order against the branches' statistics).
     rank = {n: beta for beta, b in enumerate(branches) for n in b}
-    sensitive = [rank[n] for n in g.main if n in rank and _draws_or_updates(n, base)]
+    written = {base[t] for n in rank for t in _written_args(n, opaque=True) if base[t].op == "get_attr"}
+    heads = set(head)
+    sensitive = [rank.get(n, k) for n in g.main
+                 if n in rank and _draws_or_updates(n, base)
+                 or n in heads and (_draws(n) or any(base[t] in written for t in _written_args(n, opaque=True)))]
     if sensitive != sorted(sensitive):
-        return fail("its branches interleave random draws or buffer updates (dropout, BatchNorm statistics) in the "
-                    "order the model runs them, which a join cannot keep")
+        return fail("its branches and head interleave random draws or buffer updates (dropout, BatchNorm "
+                    "statistics) in the order the model runs them, which a join (each branch in turn, then the "
+                    "head) cannot keep")
     return _JoinSplit(branches, grad_inputs, groups_of, crossing, head), "", join_unit, first_meet
 
 

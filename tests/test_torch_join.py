@@ -587,3 +587,36 @@ def test_a_head_that_writes_a_branch_output_in_place_is_refused_before_any_step(
             call(*xs)
         assert all(torch.equal(a, b) for a, b in zip(stats, branches[0].buffers()))
         assert torch.equal(rng, torch.get_rng_state()) and not join._entries
+
+
+def test_a_branch_whose_boundaries_no_backward_saves_is_checkpointed_inside():
+    """A branch of transformer layers, whose boundaries no backward saves, merged into one stage, and the join's
+    least budget was plain autograd's peak (review rv19: bench/repros/rv19_join_branch_unsaved_boundaries_merged.py).
+    The join is planned over both groupings of its branches, as a chain is (Note [Two groupings of unsaved
+    boundaries]): at half of plain autograd's peak the kept grouping's plan runs, within its budget, with plain
+    autograd's loss and gradients."""
+    torch.manual_seed(0)
+    text = nn.Sequential(*[nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True) for _ in range(4)])
+    other = nn.Sequential(*[nn.Sequential(nn.Linear(32, 32), nn.Tanh()) for _ in range(4)])
+    reference = copy.deepcopy(nn.ModuleList([text, other]))
+    tokens, feats = torch.randn(8, 8, 32), torch.randn(8, 32)
+
+    def head(a, b):
+        return ((a.mean(1) - b) ** 2).mean()
+    join = te.CheckpointedJoin([list(text), list(other)], head, budget="50%", backend="cpu", **OPTS)
+    join.prepare(tokens, feats)
+    faces = (join._last, join._last.regrouped)
+    assert [f.branches[0].chain.n for f in faces] == [1, 4] or [f.branches[0].chain.n for f in faces] == [4, 1]
+    assert join._last.unsaved_kept and join._last.branches[0].chain.n == 4
+    assert join.min_budget_bytes < 0.5 * join.plain_peak_bytes_for(join._last)
+    peak = measured_step(join, lambda: join(tokens, feats).backward())
+    assert peak.peak <= join.plan.budget_bytes
+    for p in join.parameters():
+        p.grad = None
+    loss = join(tokens, feats)
+    loss.backward()
+    expected = head(reference[0](tokens), reference[1](feats))
+    expected.backward()
+    assert torch.equal(loss, expected)
+    for p, q in zip(join.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-6, atol=1e-7)

@@ -129,8 +129,11 @@ Note [Two groupings of unsaved boundaries]
     CPU (bench/results/repros_session8_cpu.md, rv8_seq_unsaved_groupings_fidelity): the least budget went from
     100 % to 37.8 % (dropout first) and 34.8 % (bias first; the same blocks without either: 31.3 %); every
     step held its budget and its prediction, at 0.897 to 0.996 of the predicted peak (the over-count). A
-    ``schedule_fn`` is given the profile's own grouping; a join's branches and the offloading paper's runner
-    (torch_exec/paper_offload.py) keep it too, whatever the wrapper's budget chose. A review of this
+    ``schedule_fn`` is given the profile's own grouping; the offloading paper's runner
+    (torch_exec/paper_offload.py) keeps it too, whatever the wrapper's budget chose. A join is planned over both
+    groupings of its branches in the same way (:meth:`torch_exec.join.CheckpointedJoin._plan_entry`): planned over
+    its branches' own grouping only, a branch of transformer layers was one stage and the join's least budget plain
+    autograd's peak (review rv19). A review of this
     (bench/repros/rv8_rg_*.py) made four rules, each once it had gone wrong: the other grouping runs only where
     it adds no parameter read by several stages (a tied weight with a gradient hook was refused where the merged
     grouping ran); a percentage falls back to another signature's budget (:meth:`_percent_ceiling`) only where

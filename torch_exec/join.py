@@ -70,7 +70,7 @@ from __future__ import annotations
 
 import types
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -137,6 +137,10 @@ class JoinEntry(ProgramSplit):
     # parameters two or more branches (or a branch and the head) hold: Note [Hooks on a leaf several segments
     # read] in the executor
     shared_params: tuple = ()
+    # the same join with its branches' boundaries that no backward saves kept as stages (Note [Two groupings of
+    # unsaved boundaries] in the executor; None: no branch has such a boundary) and whether this face keeps them
+    regrouped: "JoinEntry | None" = None
+    unsaved_kept: bool = False
 
 
 # ---------------------------------------------------------------------------- runtime
@@ -445,7 +449,9 @@ class CheckpointedJoin(_PlannedModule):
         there), as for CheckpointedSequential."""
         if self._last is None:
             return None
-        model = max(min_peak_join(self._last.net).min_bytes, self._last.floor_bytes)
+        faces = (self._last,) if self._last.regrouped is None or self.schedule_fn is not None else \
+            (self._last, self._last.regrouped)  # Note [Two groupings of unsaved boundaries]
+        model = min(max(min_peak_join(face.net).min_bytes, face.floor_bytes) for face in faces)
         if self._last.plain_peak_bytes is None:
             return model
         return min(model, self.plain_peak_bytes_for(self._last))
@@ -477,11 +483,7 @@ class CheckpointedJoin(_PlannedModule):
                 exec_chains.append(branch)
                 plain_chains.append(branch)
                 continue
-            entry = seq._build(sample, regroup=False)  # profiles the branch (the join plans it: _plan_entry)
-            entry.exec_chain = executor_chain(entry.plain_chain, entry.rng, sample, self.preserve_rng_state,
-                                              entry.group_modules, output_grad_held=False, allocator=False,
-                                              buffer_writes=entry.buffer_writes, generators=entry.generators)
-            entry.chain = entry.exec_chain
+            entry = self._branch_entry(seq, sample)  # profiles the branch (the join plans it: _plan_entry)
             branch_entries.append(entry)
             exec_chains.append(entry.exec_chain)
             plain_chains.append(entry.plain_chain)
@@ -496,10 +498,33 @@ class CheckpointedJoin(_PlannedModule):
                           structures=structures, head=self.head_fn, head_profile=head_profile,
                           plain_peak_bytes=self._plain_step_peak(inputs), held_bytes=int(self.held_bytes),
                           beside_bytes=int(self.beside_bytes), floor_bytes=int(self.floor_bytes),
-                          shared_params=U.params_read_by_several(
-                              [mods for b in branch_entries if not isinstance(b, types.SimpleNamespace)
-                               for mods in b.group_modules] + [U.modules_of([self.head_fn])]))
+                          shared_params=self._shared_params(branch_entries))
+        if any(not isinstance(b, types.SimpleNamespace) and b.plain_chain.provenance.get("merged_unsaved", 0) > 0
+               for b in branch_entries):  # Note [Two groupings of unsaved boundaries], per branch, from its profile
+            kept = [b if isinstance(b, types.SimpleNamespace) else
+                    self._branch_entry(seq, U.make_leaf(x, [t.requires_grad for t in U.tensors(x)]), b.profile)
+                    for x, seq, b in zip(inputs, self.branches, branch_entries, strict=True)]
+            entry.regrouped = replace(entry, net=JoinNet([b.chain for b in kept], turn, reserved + remainder),
+                                      plain_net=JoinNet([b.chain if isinstance(b, types.SimpleNamespace) else b.plain_chain
+                                                         for b in kept], turn, reserved),
+                                      branches=kept, shared_params=self._shared_params(kept), regrouped=entry,
+                                      unsaved_kept=True)
         return entry
+
+    def _branch_entry(self, seq: CheckpointedSequential, sample, data: dict | None = None):
+        """A branch's executor entry: profiled (``data`` None) over the profile's own grouping, or from ``data`` with
+        the boundaries no backward saves kept as stages; its chain as the join's executor runs it."""
+        entry = seq._build(sample, data, merge_unsaved=data is None, regroup=False)
+        entry.exec_chain = executor_chain(entry.plain_chain, entry.rng, sample, self.preserve_rng_state,
+                                          entry.group_modules, output_grad_held=False, allocator=False,
+                                          buffer_writes=entry.buffer_writes, generators=entry.generators)
+        entry.chain = entry.exec_chain
+        return entry
+
+    def _shared_params(self, branch_entries) -> tuple:
+        """Parameters that two or more stages of the branches (or a stage and the head) read."""
+        return U.params_read_by_several([mods for b in branch_entries if not isinstance(b, types.SimpleNamespace)
+                                         for mods in b.group_modules] + [U.modules_of([self.head_fn])])
 
     def _profile_head(self, inputs, turn_grads: int):
         """The head as a one-stage chain over the k branch outputs (flattened): its profile, the
@@ -613,7 +638,36 @@ class CheckpointedJoin(_PlannedModule):
         return parse_budget(self.budget, lambda: self.plain_peak_bytes_for(entry), "budget")
 
     def _plan_entry(self, entry: JoinEntry) -> JoinEntry:
-        """Plan ``entry`` and return it (the entry that runs: ``_PlannedModule._entry`` keeps it)."""
+        """Plan ``entry`` and return the face that runs (``_PlannedModule._entry`` keeps it): where a branch has
+        boundaries that no backward saves, the join over the profile's own grouping and over the branches with those
+        boundaries kept, as :meth:`CheckpointedSequential._plan_entry` plans a chain's (Note [Two groupings of
+        unsaved boundaries] in the executor: its rules, the same). A join of transformer layers was one stage per
+        branch, and its least budget plain autograd's peak (review rv19:
+        bench/repros/rv19_join_branch_unsaved_boundaries_merged.py)."""
+        merged = entry.regrouped if entry.unsaved_kept else entry
+        kept = merged.regrouped
+        if kept is None or self.schedule_fn is not None:  # a given schedule is over the profile's own grouping
+            return self._plan_face(merged)
+        for fallback in (False, True):
+            planned, errors = [], []
+            for face in (merged, kept):
+                try:
+                    planned.append(self._plan_face(face, fallback=fallback))
+                except InfeasibleBudgetError as err:  # a fresh error: the caught one's traceback holds frames
+                    errors.append(InfeasibleBudgetError(str(err), err.min_bytes))
+            if planned:
+                break
+        if not planned:
+            raise min(errors, key=lambda err: err.min_bytes)
+        if len(planned) == 2:
+            faster = kept.plan.predicted_time_ms < merged.plan.predicted_time_ms * (1 - 1e-6)
+            shared = {id(p) for p in kept.shared_params} <= {id(p) for p in merged.shared_params}
+            return kept if faster and shared else merged
+        return planned[0]
+
+    def _plan_face(self, entry: JoinEntry, fallback: bool = True) -> JoinEntry:
+        """Plan one face of a signature's entry and return it. ``fallback``: a percentage budget below its least may
+        fall back to another signature's budget (:meth:`_percent_ceiling`)."""
         net = entry.net
         budget = self.budget_bytes_for(entry)
         if self.schedule_fn is not None:
@@ -646,7 +700,7 @@ class CheckpointedJoin(_PlannedModule):
                 plan = solve_join(net.branches, net.turn, budget, bucket=self.bucket, reserved_bytes=net.reserved_bytes,
                                   backend=self.backend)
             except InfeasibleBudgetError as err:
-                ceiling = self._percent_ceiling(entry, err.min_bytes)
+                ceiling = self._percent_ceiling(entry, err.min_bytes) if fallback else None
                 plain_least = None if entry.plain_peak_bytes is None else self.plain_peak_bytes_for(entry)
                 if ceiling is None and plain_least is not None and plain_least < err.min_bytes:
                     err = InfeasibleBudgetError(below_plain_message(budget, plain_least, err.min_bytes), plain_least)

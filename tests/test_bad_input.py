@@ -602,6 +602,17 @@ def test_a_model_that_needs_no_gradient_runs_plainly_with_functions_and_as_a_joi
     assert U.nothing_requires_grad(x, model, [nn.Identity()])
 
 
+@pytest.mark.parametrize("setting, error", [
+    ({"schedule_fn": 5}, "schedule_fn must be a function"), ({"profile_isolated": "yes"}, "profile_isolated must be"),
+    ({"profile_passes": 0}, "profile_passes must be a whole number >= 1"),
+    ({"preserve_rng_state": "no"}, "preserve_rng_state must be True or False"),
+    ({"measure_steps": -1}, "measure_steps must be a whole number >= 0")])
+def test_auto_checkpoint_checks_the_executor_settings_when_made(setting, error):
+    """As CheckpointedSequential does: they failed at the first call, after the capture (review rv19)."""
+    with pytest.raises((TypeError, ValueError), match=error):
+        torch_exec.auto_checkpoint(_bn_mlp(), "50%", **setting)
+
+
 def test_a_malformed_profile_given_to_prepare_is_one_error():
     stages = _bn_mlp()
     cs = torch_exec.CheckpointedSequential(stages, budget="80%", backend="cpu")

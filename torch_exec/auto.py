@@ -343,7 +343,7 @@ from . import _util as U
 from .meter import MemoryMeter, ProfilerBusyError, measure_peak
 from .executor import (CheckpointedSequential, _backend_setting, _budget_setting, _caller_keeps_setting,
                        _compiler_disable, _offload_setting, _standin_params, check_offload_backend, check_schedule_fn,
-                       kept)
+                       check_settings, kept)
 from .join import CheckpointedJoin
 from .profiler import a_wrapper_step, runs_as_a_stage
 
@@ -2056,6 +2056,8 @@ def _check_executor_kwargs(kwargs: dict) -> None:
     if unknown:
         raise TypeError(f"auto_checkpoint got unexpected keyword argument(s) {', '.join(map(repr, unknown))}; it takes "
                         f"budget, backend, bucket, sample, max_stages, capture, join and {', '.join(sorted(known))}")
+    defaults = inspect.signature(CheckpointedSequential.__init__).parameters
+    check_settings(**{name: kwargs.get(name, defaults[name].default) for name in known})  # the executor's checks
 
 
 class _Forward:

@@ -2051,10 +2051,14 @@ def check_schedule_fn(schedule_fn) -> None:
         raise TypeError(f"schedule_fn must be a function chain -> schedule (or None), got {schedule_fn!r}")
 
 
-def _check_settings(schedule_fn, profile_passes, profile_warmup, preserve_rng_state, measure_steps) -> None:
+def check_settings(schedule_fn, profile_passes, profile_warmup, preserve_rng_state, measure_steps,
+                   profile_isolated=None, **_) -> None:
     """The wrappers' other settings, checked when the wrapper is made (they failed at the first call, after
-    profiling, naming none of them, or were taken with another meaning: a review, 2026-11-27)."""
+    profiling, naming none of them, or were taken with another meaning: a review, 2026-11-27); auto_checkpoint checks
+    the ones it passes on so too (it checked them at its first capture: review rv19)."""
     check_schedule_fn(schedule_fn)
+    check_flag(profile_isolated, "profile_isolated", none="one stage at a time only where the whole step runs out "
+               "of memory")
     for name, value, least in (("profile_passes", profile_passes, 1), ("profile_warmup", profile_warmup, 0),
                                ("measure_steps", measure_steps, 0)):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
@@ -2104,7 +2108,7 @@ class _PlannedModule(nn.Module):
 
     def _set_solver(self, budget, bucket, backend, profile_passes, profile_warmup, schedule_fn, preserve_rng_state,
                     network, measure_steps: int, profile_isolated: bool | None = None, backends=BACKENDS) -> None:
-        _check_settings(schedule_fn, profile_passes, profile_warmup, preserve_rng_state, measure_steps)
+        check_settings(schedule_fn, profile_passes, profile_warmup, preserve_rng_state, measure_steps, profile_isolated)
         self.budget = _budget_setting(budget)
         self._meter = StepMeter(cuda_steps=measure_steps)
         # Bytes the caller holds through each step beside the stages, made before the step (its meter
@@ -2122,8 +2126,6 @@ class _PlannedModule(nn.Module):
         self.backend = _backend_setting(backend, backends)
         self.profile_passes = profile_passes
         self.profile_warmup = profile_warmup
-        check_flag(profile_isolated, "profile_isolated", none="one stage at a time only where the whole step runs out "
-                   "of memory")
         self.profile_isolated = profile_isolated  # Note [Profiling stage by stage] in torch_exec/profiler.py
         self.schedule_fn = schedule_fn
         self.preserve_rng_state = preserve_rng_state

@@ -1014,6 +1014,36 @@ def below_plain_message(budget: int, plain_least: int, model_least: int) -> str:
             f"{plain_least} B")
 
 
+def plan_faces(merged, kept, plan_face):
+    """Note [Two groupings of unsaved boundaries]: plan the two faces of a signature's entry (a chain's, a join's) with
+    ``plan_face(face, fallback)``, which raises :class:`InfeasibleBudgetError` where the face does not fit; a budget
+    below a face's least falls back to another signature's (``fallback``) only where neither face fits its own.
+    Returns the face whose plan runs; raises where neither fits, naming the lesser least budget."""
+    for fallback in (False, True):
+        planned, errors = [], []
+        for face in (merged, kept):
+            try:
+                plan_face(face, fallback)
+                planned.append(face)
+            except InfeasibleBudgetError as err:
+                # a fresh error: the caught one's traceback holds this frame, and through it the caller's frames
+                # with their locals (the model's outputs) until the garbage collector runs, so a dropped output
+                # read as held by the caller (a review: bench/repros/rv12_hf_gptj_output_held_by_error_cycle.py)
+                errors.append(InfeasibleBudgetError(str(err), err.min_bytes))
+        if planned:
+            break
+    if not planned:
+        raise min(errors, key=lambda err: err.min_bytes)
+    if len(planned) == 2:
+        # the merged grouping's plan (its prediction is exact) unless the other's is faster (beyond rounding: a
+        # merged stage's time is its members' sum) and holds no parameter in several stages that the merged
+        # one does not (a step would be refused, or defer hooks, where the merged grouping's is not)
+        faster = kept.plan.predicted_time_ms < merged.plan.predicted_time_ms * (1 - 1e-6)
+        shared = {id(p) for p in kept.shared_params} <= {id(p) for p in merged.shared_params}
+        return kept if faster and shared else merged
+    return planned[0]
+
+
 def faces_of(entry) -> tuple:
     """The faces of an input signature's entry (Note [Two groupings of unsaved boundaries]): the entry and the other
     grouping's, or the entry alone (a profile without such boundaries; a join's entry)."""
@@ -2638,29 +2668,7 @@ class CheckpointedSequential(_PlannedModule):
         _share_learned(entry)
         kept.exec_chain, kept.replan_due = with_learned_outputs(kept), False  # what the backwards so far showed of a_N
         merged.exec_chain, merged.replan_due = with_learned_outputs(merged), False
-        for fallback in (False, True):
-            planned, errors = [], []
-            for face in (merged, kept):
-                try:
-                    self._plan_grouping(face, fallback=fallback)
-                    planned.append(face)
-                except InfeasibleBudgetError as err:
-                    # a fresh error: the caught one's traceback holds this frame, and through it the caller's frames
-                    # with their locals (the model's outputs) until the garbage collector runs, so a dropped output
-                    # read as held by the caller (a review: bench/repros/rv12_hf_gptj_output_held_by_error_cycle.py)
-                    errors.append(InfeasibleBudgetError(str(err), err.min_bytes))
-            if planned:
-                break
-        if not planned:
-            raise min(errors, key=lambda err: err.min_bytes)
-        if len(planned) == 2:
-            # the merged grouping's plan (its prediction is exact) unless the other's is faster (beyond rounding: a
-            # merged stage's time is its members' sum) and holds no parameter in several stages that the merged
-            # one does not (a step would be refused, or defer hooks, where the merged grouping's is not)
-            faster = kept.plan.predicted_time_ms < merged.plan.predicted_time_ms * (1 - 1e-6)
-            shared = {id(p) for p in kept.shared_params} <= {id(p) for p in merged.shared_params}
-            return kept if faster and shared else merged
-        return planned[0]
+        return plan_faces(merged, kept, lambda face, fallback: self._plan_grouping(face, fallback=fallback))
 
     def _plan_grouping(self, entry: Entry, fallback: bool = True) -> None:
         """Plan one face of a signature's entry. ``fallback``: a percentage budget below its least may fall back to

@@ -92,7 +92,8 @@ from .executor import (IN_FLIGHT, NOT_MEASURED, TURN, CheckpointedSequential, Pr
                        _backward_segment, _compiler_disable, _detached_results, _needs_at_least,
                        _PlannedModule, _SegmentMode, _standin_params, _with_beside, annotate,
                        below_floor_message, below_plain_message, executor_chain, interpret, interpret_backward,
-                       kept_graph_leaves, output_out_of_tape, refuse_shared_hazards, state_requires_grad)
+                       kept_graph_leaves, output_out_of_tape, plan_faces, refuse_shared_hazards,
+                       state_requires_grad)
 from .meter import MemoryMeter
 from .profiler import chain_from_profile, profile_dict, runs_as_a_stage
 
@@ -648,22 +649,7 @@ class CheckpointedJoin(_PlannedModule):
         kept = merged.regrouped
         if kept is None or self.schedule_fn is not None:  # a given schedule is over the profile's own grouping
             return self._plan_face(merged)
-        for fallback in (False, True):
-            planned, errors = [], []
-            for face in (merged, kept):
-                try:
-                    planned.append(self._plan_face(face, fallback=fallback))
-                except InfeasibleBudgetError as err:  # a fresh error: the caught one's traceback holds frames
-                    errors.append(InfeasibleBudgetError(str(err), err.min_bytes))
-            if planned:
-                break
-        if not planned:
-            raise min(errors, key=lambda err: err.min_bytes)
-        if len(planned) == 2:
-            faster = kept.plan.predicted_time_ms < merged.plan.predicted_time_ms * (1 - 1e-6)
-            shared = {id(p) for p in kept.shared_params} <= {id(p) for p in merged.shared_params}
-            return kept if faster and shared else merged
-        return planned[0]
+        return plan_faces(merged, kept, lambda face, fallback: self._plan_face(face, fallback=fallback))
 
     def _plan_face(self, entry: JoinEntry, fallback: bool = True) -> JoinEntry:
         """Plan one face of a signature's entry and return it. ``fallback``: a percentage budget below its least may

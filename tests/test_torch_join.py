@@ -574,19 +574,29 @@ def test_one_tensor_fed_to_a_branch_that_writes_it_in_place_is_refused():
 
 
 def test_a_head_that_writes_a_branch_output_in_place_is_refused_before_any_step():
-    """Seen while profiling the head, the refusal comes before a step: BatchNorm statistics and the RNG are as the
-    call found them (review rv19: the step's forward ran first, bench/repros/rv19_join_head_inplace_refusal_after_step.py)."""
+    """Seen while profiling the head, the refusal comes before a step under a plan: BatchNorm statistics and the RNG
+    are as the call found them (review rv19: the step's forward ran first,
+    bench/repros/rv19_join_head_inplace_refusal_after_step.py); where the step runs as plain autograd the head runs
+    (review rv19b: it was refused at any budget, bench/repros/rv19b_join_head_inplace_refused_when_plain_runs.py)."""
     branches = [tower(1, bn=True, dropout=0.1), tower(2)]
-    join = te.CheckpointedJoin([list(b) for b in branches], lambda a, b: ((a.relu_() - b) ** 2).mean(), budget="60%",
-                               backend="cpu", **OPTS)
+    head = lambda a, b: ((a.relu_() - b) ** 2).mean()  # noqa: E731
+    join = te.CheckpointedJoin([list(b) for b in branches], head, budget="96%", backend="cpu", **OPTS)
     xs = [torch.randn(16, 6, dtype=DT) for _ in range(2)]
+    with pytest.warns(te.InputMutationWarning):
+        join.prepare(*xs)
+    assert not join._last.plain
     stats = [t.clone() for t in branches[0].buffers()]
     rng = torch.get_rng_state()
-    for call in (join.prepare, join):
-        with pytest.warns(te.InputMutationWarning), pytest.raises(RuntimeError, match="the head wrote in place into"):
-            call(*xs)
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="the head wrote in place into"):
+            join(*xs)
         assert all(torch.equal(a, b) for a, b in zip(stats, branches[0].buffers()))
-        assert torch.equal(rng, torch.get_rng_state()) and not join._entries
+        assert torch.equal(rng, torch.get_rng_state())
+    join.replan(budget="100%")
+    torch.manual_seed(0)
+    loss = join(*xs)
+    torch.manual_seed(0)
+    assert join._last.plain and torch.equal(loss, head(branches[0](xs[0]), branches[1](xs[1])))
 
 
 def test_a_branch_whose_boundaries_no_backward_saves_is_checkpointed_inside():
@@ -620,3 +630,43 @@ def test_a_branch_whose_boundaries_no_backward_saves_is_checkpointed_inside():
     assert torch.equal(loss, expected)
     for p, q in zip(join.parameters(), reference.parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-6, atol=1e-7)
+
+
+def test_a_percentage_without_a_measured_peak_is_of_the_profiles_own_grouping():
+    """Profiled stage by stage (no plain step measured), a percentage is of the store-all peak of the join over the
+    branches' own grouping, whichever face runs: the kept face's over-counts (review rv19b:
+    bench/repros/rv19b_join_kept_face_percent_of_overcount.py, 60 % planned within 64.0 % of it)."""
+    torch.manual_seed(0)
+    text = nn.Sequential(*[nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True) for _ in range(4)])
+    other = nn.Sequential(*[nn.Sequential(nn.Linear(32, 32), nn.Tanh()) for _ in range(4)])
+    join = te.CheckpointedJoin([list(text), list(other)], lambda a, b: ((a.mean(1) - b) ** 2).mean(), budget="60%",
+                               backend="cpu", profile_isolated=True, **OPTS)
+    plan = join.prepare(torch.randn(8, 8, 32), torch.randn(8, 32))
+    entry = join._last
+    merged = entry.regrouped if entry.unsaved_kept else entry
+    exact = max(store_all_join_peak_bytes(merged.plain_net), merged.floor_bytes)
+    assert store_all_join_peak_bytes(merged.regrouped.plain_net) > exact  # the other face's over-count
+    assert plan.budget_bytes == int(0.6 * exact) and join.plain_peak_bytes_for(merged.regrouped) == exact
+
+
+def test_the_face_that_keeps_plain_autograds_results_runs_first():
+    """executor.plan_faces with ``keeps`` (a join's draw order): a face whose plan keeps plain autograd's order runs
+    before a faster one that does not, unless it would add a parameter read by several stages (review rv19b:
+    bench/repros/rv19b_join_face_choice_ignores_draw_order.py, the faster face's dropout masks differed)."""
+    from torch_exec.executor import plan_faces
+    shared = object()
+
+    def faces(merged_ms, kept_ms, merged_keeps, kept_keeps, kept_shared=()):
+        merged = types.SimpleNamespace(ms=merged_ms, ok=merged_keeps, shared_params=(), name="merged")
+        kept = types.SimpleNamespace(ms=kept_ms, ok=kept_keeps, shared_params=kept_shared, name="kept")
+        return merged, kept
+
+    def plan(face, fallback):
+        face.plan = types.SimpleNamespace(predicted_time_ms=face.ms)
+    for args, runs in (((10, 8, True, False), "merged"), ((8, 10, False, True), "kept"),
+                       ((10, 8, True, True), "kept"), ((10, 8, False, False), "kept"),
+                       ((10, 8, False, True, (shared,)), "merged")):
+        merged, kept = faces(*args)
+        assert plan_faces(merged, kept, plan, keeps=lambda face: face.ok).name == runs, args
+    merged, kept = faces(10, 8, True, False)
+    assert plan_faces(merged, kept, plan).name == "kept"  # without keeps: the faster

@@ -1014,11 +1014,12 @@ def below_plain_message(budget: int, plain_least: int, model_least: int) -> str:
             f"{plain_least} B")
 
 
-def plan_faces(merged, kept, plan_face):
+def plan_faces(merged, kept, plan_face, keeps=None):
     """Note [Two groupings of unsaved boundaries]: plan the two faces of a signature's entry (a chain's, a join's) with
     ``plan_face(face, fallback)``, which raises :class:`InfeasibleBudgetError` where the face does not fit; a budget
     below a face's least falls back to another signature's (``fallback``) only where neither face fits its own.
-    Returns the face whose plan runs; raises where neither fits, naming the lesser least budget."""
+    Returns the face whose plan runs; raises where neither fits, naming the lesser least budget. ``keeps(face)``:
+    whether its plan keeps plain autograd's results (a join's draw order): such a face runs before a faster one."""
     for fallback in (False, True):
         planned, errors = [], []
         for face in (merged, kept):
@@ -1040,6 +1041,8 @@ def plan_faces(merged, kept, plan_face):
         # one does not (a step would be refused, or defer hooks, where the merged grouping's is not)
         faster = kept.plan.predicted_time_ms < merged.plan.predicted_time_ms * (1 - 1e-6)
         shared = {id(p) for p in kept.shared_params} <= {id(p) for p in merged.shared_params}
+        if keeps is not None and keeps(merged) != keeps(kept) and (keeps(merged) or shared):
+            return merged if keeps(merged) else kept
         return kept if faster and shared else merged
     return planned[0]
 

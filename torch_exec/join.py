@@ -142,6 +142,8 @@ class JoinEntry(ProgramSplit):
     # unsaved boundaries] in the executor; None: no branch has such a boundary) and whether this face keeps them
     regrouped: "JoinEntry | None" = None
     unsaved_kept: bool = False
+    head_writes: bool = False        # the head wrote a branch output in place when profiled: refused under a plan
+    order_warning: str = ""          # Note [Draw order]: what the plan's order changes, warned where this face runs
 
 
 # ---------------------------------------------------------------------------- runtime
@@ -499,7 +501,8 @@ class CheckpointedJoin(_PlannedModule):
                           structures=structures, head=self.head_fn, head_profile=head_profile,
                           plain_peak_bytes=self._plain_step_peak(inputs), held_bytes=int(self.held_bytes),
                           beside_bytes=int(self.beside_bytes), floor_bytes=int(self.floor_bytes),
-                          shared_params=self._shared_params(branch_entries))
+                          shared_params=self._shared_params(branch_entries),
+                          head_writes=bool(head_profile["stages"][0].get("writes_input")))
         if any(not isinstance(b, types.SimpleNamespace) and b.plain_chain.provenance.get("merged_unsaved", 0) > 0
                for b in branch_entries):  # Note [Two groupings of unsaved boundaries], per branch, from its profile
             kept = [b if isinstance(b, types.SimpleNamespace) else
@@ -557,8 +560,6 @@ class CheckpointedJoin(_PlannedModule):
             data = profile_dict([head_stage], sample, passes=self.profile_passes, warmup=self.profile_warmup,
                                 network=f"{self.network or 'join'}:head", names=["head"], modules=modules,
                                 isolated=self.profile_isolated)
-        if data["stages"][0].get("writes_input"):  # refused before a step runs, the model as it was (a review:
-            raise RuntimeError(_HEAD_WROTE_ERROR)  # bench/repros/rv19_join_head_inplace_refusal_after_step.py)
         head_chain = chain_from_profile(data, fuse_aliasing=False)
         arr = head_chain.padded()
         # The caller may hold the head's output through the backward (Note [The caller holds a_N] in
@@ -627,8 +628,9 @@ class CheckpointedJoin(_PlannedModule):
         """Plain autograd's step peak for one signature: measured when it was profiled, with what the
         caller holds or makes beside the join (``held_bytes``, ``beside_bytes``); the model's store-all
         peak where none was measured (which counts them as reserved); never below ``floor_bytes``."""
-        if entry.plain_peak_bytes is None:
-            return max(store_all_join_peak_bytes(entry.plain_net), entry.floor_bytes)
+        if entry.plain_peak_bytes is None:  # the profile's own grouping's: exact (the other face over-counts; a
+            merged = entry.regrouped if entry.unsaved_kept else entry  # review: rv19b_join_kept_face_percent_...)
+            return max(store_all_join_peak_bytes(merged.plain_net), entry.floor_bytes)
         return _with_beside(entry, entry.plain_peak_bytes)
 
     def budget_bytes_for(self, entry: JoinEntry) -> int | None:
@@ -648,8 +650,13 @@ class CheckpointedJoin(_PlannedModule):
         merged = entry.regrouped if entry.unsaved_kept else entry
         kept = merged.regrouped
         if kept is None or self.schedule_fn is not None:  # a given schedule is over the profile's own grouping
-            return self._plan_face(merged)
-        return plan_faces(merged, kept, lambda face, fallback: self._plan_face(face, fallback=fallback))
+            runs = self._plan_face(merged)
+        else:  # a face whose plan keeps plain autograd's draw order first (a review: rv19b_join_face_choice_...)
+            runs = plan_faces(merged, kept, lambda face, fallback: self._plan_face(face, fallback=fallback),
+                              keeps=lambda face: not face.order_warning)
+        if runs.order_warning:
+            warnings.warn(f"CheckpointedJoin: {runs.order_warning}", JoinOrderWarning, stacklevel=5)
+        return runs
 
     def _plan_face(self, entry: JoinEntry, fallback: bool = True) -> JoinEntry:
         """Plan one face of a signature's entry and return it. ``fallback``: a percentage budget below its least may
@@ -705,6 +712,7 @@ class CheckpointedJoin(_PlannedModule):
             plan.notes.insert(0, f"budget {self.budget} of plain autograd's peak {self.plain_peak_bytes_for(entry)} B "
                                  f"({what}): {budget} B")
         entry.plain = plan.decided_by == "plain autograd"
+        entry.order_warning = ""
         if not entry.plain:
             self._draw_order(entry, plan)
         # each branch's tape runs split between two readers of a leaf (Note [Shared leaves split tape runs] in
@@ -747,7 +755,7 @@ class CheckpointedJoin(_PlannedModule):
                    f"{plan.budget_bytes} B: dropout masks (and statistics of BatchNorm modules shared by branches) "
                    f"follow the plan's order, not plain autograd's (Note [Draw order] in torch_exec/join.py)")
         plan.notes.append(message)
-        warnings.warn(f"CheckpointedJoin: {message}", JoinOrderWarning, stacklevel=4)
+        entry.order_warning = message  # warned by _plan_entry where this face runs
 
     # ------------------------------------------------------------ forward
     def _check_inputs(self, inputs) -> None:
@@ -779,6 +787,8 @@ class CheckpointedJoin(_PlannedModule):
         refuse_shared_hazards(() if entry.plain else entry.shared_params, "CheckpointedJoin")
         if not entry.plain:
             _refuse_shared_input_written(entry, inputs)
+            if entry.head_writes:  # seen when profiling the head: refused before the step runs, the model as it was
+                raise RuntimeError(_HEAD_WROTE_ERROR)  # (a review: bench/repros/rv19_join_head_inplace_*.py)
         U.settle_deferred_hooks()  # a backward that raised left hooks suspended
         self._last = entry
         flat = [t for x in inputs for t in U.tensors(x)]

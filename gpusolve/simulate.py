@@ -130,6 +130,7 @@ class Holdings:
             if not op.keep_input:
                 if s - 1 not in self.acts:
                     raise ScheduleError(f"op {index} {op}: drops a_{s - 1}, which is not a droppable checkpoint")
+                self._check_drop(op, index, s - 1)
                 self.acts.discard(s - 1)
                 change -= int(act[s - 1])
             return transient, change, float(arr["t_fwd_nograd"][s])
@@ -152,9 +153,21 @@ class Holdings:
         if op.kind is OpKind.FREE:
             if s not in self.acts:
                 raise ScheduleError(f"op {index} {op}: a_{s} is not a held checkpoint")
+            self._check_drop(op, index, s)
             self.acts.discard(s)
             return -int(act[s]), -int(act[s]), 0.0
         raise ScheduleError(f"op {index} {op}: not an operation on a chain's stage")
+
+    def _check_drop(self, op: Op, index: int, k: int) -> None:
+        """a_k leaves the counted memory: not while it is the input of stage k + 1's tape (recorded, not yet
+        back-propagated). A tape counts what its recording forward allocated, not its input, which the model holds
+        until the tape's backward (every DP keeps a checkpoint until the sub-chain after it is done); a schedule
+        that dropped it was counted below what runs, where the stage saved it (a review: simulate accepted a
+        2-stage schedule at 18 B against the chain's least budget of 21 B,
+        bench/repros/rv19c_simulate_frees_input_of_live_tape.py)."""
+        if k + 1 in self.tapes and k not in self.tapes:
+            raise ScheduleError(f"op {index} {op}: drops a_{k}, the input of stage {k + 1}'s tape, before bwd({k + 1}); "
+                                f"a tape is counted without its input, which stays held until the tape's backward")
 
     def _apply_swap(self, op: Op, index: int, now: float) -> tuple[int, int, float]:
         """OFFLOAD, RELEASE, PREFETCH, ACQUIRE of the plain checkpoint a_s (module docstring)."""
@@ -172,6 +185,7 @@ class Holdings:
         if op.kind is OpKind.RELEASE:
             if s not in self.d2h:
                 raise ScheduleError(f"op {index} {op}: a_{s} was not offloaded")
+            self._check_drop(op, index, s)
             end = self.d2h.pop(s)
             self.acts.discard(s)
             self.host.add(s)

@@ -52,8 +52,8 @@ from .simulate import budget_bytes_of, overhead, simulate, store_all_peak_bytes,
 from .units import check_flag, exact_bytes, format_bytes, parse_bytes, percent_hint
 
 BACKENDS = ("auto", "cpu", "cuda", "exact")
-# "auto" solves chains of at most this many stages with the exact, bucket-free DP: the true optimum
-# in tens of milliseconds there (bench/results/exact_speed.md: 21 and 25 stages in 0.03-0.04 s).
+# "auto" solves chains of at most this many stages with the exact, bucket-free DP: the optimum (among
+# persistent schedules, docs/cost-model.md) in exact bytes, in tens of milliseconds there (bench/results/exact_speed.md: 21 and 25 stages in 0.03-0.04 s).
 EXACT_AUTO_STAGES = 32
 # A table of at least this many candidate evaluations (gpusolve.progress.table_work; the CPU does
 # ~1e8 a second) reports its progress, on stderr, once it has run gpusolve.progress.PROGRESS_DELAY_S.
@@ -543,7 +543,8 @@ def release_device_memory() -> None:
 
 def _solve_exact(chain: Chain, budget_bytes: int, bucket, strict: bool, progress, started: float, timings: dict,
                  notes: list[str]) -> Plan:
-    """The exact, bucket-free DP (:mod:`gpusolve.dp.exact`): the true optimum at the budget. Its curve
+    """The exact, bucket-free DP (:mod:`gpusolve.dp.exact`): the optimum at the budget in exact bytes (among
+    persistent schedules: docs/cost-model.md, "The class of schedules"). Its curve
     holds the exact budgets at which the optimal time drops (and the budget itself)."""
     from .dp import exact
     if bucket is not None:

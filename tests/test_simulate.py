@@ -39,6 +39,11 @@ def test_checkpoint_by_hand():
     assert sim.peak_bytes == 3709
 
 
+def test_a_checkpoint_goes_once_the_tape_it_feeds_is_back_propagated():
+    sched = [Op(F, 1, True), Op(T, 2), Op(T, 3), Op(B, 3), Op(B, 2), Op(X, 1), Op(T, 1), Op(B, 1)]
+    assert simulate(chain3(), sched).time_ms == pytest.approx(0.5 + 2 + 3 + 30 + 20 + 1 + 10)
+
+
 def test_segments_policy_keeps_boundaries():
     sched = policy_to_schedule(segments_policy([2], 4), 0, 4)
     assert [str(op) for op in sched][:4] == ["fwd_nograd(1, keep)", "fwd_nograd(2)", "fwd_tape(3)", "fwd_tape(4)"]
@@ -52,6 +57,10 @@ def test_segments_policy_keeps_boundaries():
     ([Op(T, 1), Op(T, 1)], "already recorded"),
     ([Op(T, 4)], "outside the sub-chain"),
     ([Op(T, 1), Op(T, 2), Op(T, 3), Op(B, 3)], "schedule ends with"),
+    # a tape is counted without its input: a_1 may not go before bwd(2) (review rv19c:
+    # bench/repros/rv19c_simulate_frees_input_of_live_tape.py, 18 B against a least budget of 21 B)
+    ([Op(F, 1, True), Op(T, 2), Op(X, 1)], r"drops a_1, the input of stage 2's tape, before bwd\(2\)"),
+    ([Op(F, 1, True), Op(F, 2, True), Op(T, 3), Op(F, 3, False)], r"drops a_2, the input of stage 3's tape"),
 ])
 def test_invalid_schedules_are_rejected(ops, message):
     with pytest.raises(ScheduleError, match=message):

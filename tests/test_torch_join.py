@@ -670,3 +670,36 @@ def test_the_face_that_keeps_plain_autograds_results_runs_first():
         assert plan_faces(merged, kept, plan, keeps=lambda face: face.ok).name == runs, args
     merged, kept = faces(10, 8, True, False)
     assert plan_faces(merged, kept, plan).name == "kept"  # without keeps: the faster
+
+
+def test_only_random_draws_and_buffers_several_branches_write_are_order_sensitive():
+    """Note [Draw order]: a tower's own BatchNorm gives the same statistics in any branch order; a module two branches
+    share does not, nor does a dropout (review rv19e: every stage with a buffer was counted, and the join warned and ran
+    a slower face for it, bench/repros/rv19e_join_order_warning_unshared_buffers.py)."""
+    from torch_exec.join import _order_sensitive
+    xs = [torch.randn(16, 6, dtype=DT) for _ in range(2)]
+    head = lambda a, b: ((a - b) ** 2).mean()  # noqa: E731
+    for towers, sensitive in (((tower(1, bn=True), tower(2, bn=True)), False),
+                              ((tower(1, bn=True),) * 2, True), ((tower(1, dropout=0.1), tower(2)), True)):
+        join = te.CheckpointedJoin([list(t) for t in towers], head, budget="1GiB", backend="cpu", **OPTS)
+        join.prepare(*xs)
+        assert any(_order_sensitive(join._last.branches)) == sensitive, towers
+
+
+def test_a_draw_order_warning_comes_with_the_plans_first_step():
+    """Once per plan, as it runs: not for a plan a refused replan throws away or a face that does not run (review
+    rv19e: bench/repros/rv19e_join_refused_replan_warns_order.py)."""
+    import warnings
+    from torch_exec.join import JoinOrderWarning
+    join = te.CheckpointedJoin([list(tower(1)), list(tower(2))], lambda a, b: ((a - b) ** 2).mean(), budget="96%",
+                               backend="cpu", **OPTS)
+    xs = [torch.randn(16, 6, dtype=DT) for _ in range(2)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", JoinOrderWarning)
+        join.prepare(*xs)
+    join._last.order_warning = "stand-in message"  # what _draw_order writes where the order cannot be kept
+    with pytest.warns(JoinOrderWarning, match="stand-in message"):
+        join(*xs).backward()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", JoinOrderWarning)
+        join(*xs).backward()  # once per plan

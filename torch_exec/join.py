@@ -49,8 +49,9 @@ Note [Draw order]
     and the plan runs them out of branch order, the forward phase is re-ordered branch by branch (a
     stable sort: each branch's ops keep their order; times are unchanged) and the re-ordered schedule
     is simulated in exact bytes: it is used when it still fits the budget (a note on the plan says
-    so), else the plan is kept and a :class:`JoinOrderWarning` says that random numbers or shared
-    statistics follow the plan's order, not plain autograd's. Recomputations replay their RNG state
+    so), else the plan is kept, with a note, and a :class:`JoinOrderWarning` at its first step says that
+    random numbers or shared statistics follow the plan's order, not plain autograd's. Of two faces
+    (Note [Two groupings of unsaved boundaries] in the executor) one that keeps the order runs first. Recomputations replay their RNG state
     and update scratch copies of the buffers as in the chain executor, whatever the order.
 
 ``torch.autograd.grad(...)`` and ``backward(inputs=...)`` run as through the chain executor: the
@@ -143,7 +144,8 @@ class JoinEntry(ProgramSplit):
     regrouped: "JoinEntry | None" = None
     unsaved_kept: bool = False
     head_writes: bool = False        # the head wrote a branch output in place when profiled: refused under a plan
-    order_warning: str = ""          # Note [Draw order]: what the plan's order changes, warned where this face runs
+    order_warning: str = ""          # Note [Draw order]: what the plan's order changes, warned at its first step
+    order_warned: bool = False
 
 
 # ---------------------------------------------------------------------------- runtime
@@ -298,6 +300,26 @@ def _is_empty(stages) -> bool:
 def _device_type(inputs) -> str:
     """The device type of the join's inputs (their first tensor's)."""
     return next(t for x in inputs for t in U.tensors(x)).device.type
+
+
+def _order_sensitive(branches) -> list[set]:
+    """Note [Draw order]: per branch, the stages whose order against other branches' stages changes what the step
+    computes: those that draw random numbers (one stream for every branch), and those whose forward writes a buffer
+    that a stage of another branch writes too (a module shared by branches: Siamese). A tower's own BatchNorm is
+    not: its statistics come out the same in any branch order (it was counted, and the join warned and ran a slower
+    face for it: a review, bench/repros/rv19e_join_order_warning_unshared_buffers.py)."""
+    written = [{} if isinstance(b, types.SimpleNamespace) else
+               {s: {id(t) for t in U.buffers_of(b.group_modules[s - 1])} for s in range(1, b.chain.n + 1)
+                if b.buffer_writes[s]} for b in branches]
+    owners: dict[int, set] = {}
+    for beta, stages in enumerate(written):
+        for ids in stages.values():
+            for i in ids:
+                owners.setdefault(i, set()).add(beta)
+    shared = {i for i, betas in owners.items() if len(betas) > 1}
+    return [set() if isinstance(b, types.SimpleNamespace) else
+            {s for s in range(1, b.chain.n + 1) if b.rng[s] or written[beta].get(s, set()) & shared}
+            for beta, b in enumerate(branches)]
 
 
 def _writes_its_input(branch) -> bool:
@@ -654,8 +676,6 @@ class CheckpointedJoin(_PlannedModule):
         else:  # a face whose plan keeps plain autograd's draw order first (a review: rv19b_join_face_choice_...)
             runs = plan_faces(merged, kept, lambda face, fallback: self._plan_face(face, fallback=fallback),
                               keeps=lambda face: not face.order_warning)
-        if runs.order_warning:
-            warnings.warn(f"CheckpointedJoin: {runs.order_warning}", JoinOrderWarning, stacklevel=5)
         return runs
 
     def _plan_face(self, entry: JoinEntry, fallback: bool = True) -> JoinEntry:
@@ -712,7 +732,7 @@ class CheckpointedJoin(_PlannedModule):
             plan.notes.insert(0, f"budget {self.budget} of plain autograd's peak {self.plain_peak_bytes_for(entry)} B "
                                  f"({what}): {budget} B")
         entry.plain = plan.decided_by == "plain autograd"
-        entry.order_warning = ""
+        entry.order_warning, entry.order_warned = "", False
         if not entry.plain:
             self._draw_order(entry, plan)
         # each branch's tape runs split between two readers of a leaf (Note [Shared leaves split tape runs] in
@@ -735,8 +755,7 @@ class CheckpointedJoin(_PlannedModule):
     def _draw_order(self, entry: JoinEntry, plan: JoinPlan) -> None:
         """Note [Draw order]: run the forward phase in branch order when stages draw random numbers or
         update buffers in more than one branch and the re-ordered schedule still fits the budget."""
-        sensitive = [set() if isinstance(b, types.SimpleNamespace) else
-                     {s for s in range(1, b.chain.n + 1) if b.rng[s] or b.has_buffers[s]} for b in entry.branches]
+        sensitive = _order_sensitive(entry.branches)
         turn_at = next(i for i, op in enumerate(plan.schedule) if op.kind is OpKind.TURN)
         forward = plan.schedule[:turn_at]
         order = [op.branch for op in forward if op.stage in sensitive[op.branch]]
@@ -755,7 +774,8 @@ class CheckpointedJoin(_PlannedModule):
                    f"{plan.budget_bytes} B: dropout masks (and statistics of BatchNorm modules shared by branches) "
                    f"follow the plan's order, not plain autograd's (Note [Draw order] in torch_exec/join.py)")
         plan.notes.append(message)
-        entry.order_warning = message  # warned by _plan_entry where this face runs
+        entry.order_warning = message  # warned at the plan's first step (_scheduled): a plan a refused replan
+        # discards, or the other face's, warns nothing (a review: bench/repros/rv19e_join_refused_replan_warns_order.py)
 
     # ------------------------------------------------------------ forward
     def _check_inputs(self, inputs) -> None:
@@ -789,6 +809,9 @@ class CheckpointedJoin(_PlannedModule):
             _refuse_shared_input_written(entry, inputs)
             if entry.head_writes:  # seen when profiling the head: refused before the step runs, the model as it was
                 raise RuntimeError(_HEAD_WROTE_ERROR)  # (a review: bench/repros/rv19_join_head_inplace_*.py)
+            if entry.order_warning and not entry.order_warned:  # Note [Draw order]: once per plan, as it runs
+                entry.order_warned = True
+                warnings.warn(f"CheckpointedJoin: {entry.order_warning}", JoinOrderWarning, stacklevel=3)
         U.settle_deferred_hooks()  # a backward that raised left hooks suspended
         self._last = entry
         flat = [t for x in inputs for t in U.tensors(x)]

@@ -613,6 +613,23 @@ def test_auto_checkpoint_checks_the_executor_settings_when_made(setting, error):
         torch_exec.auto_checkpoint(_bn_mlp(), "50%", **setting)
 
 
+def test_a_budget_below_the_floor_names_the_least_budget():
+    """Below what the step reaches outside the stages (``floor_bytes``: auto_checkpoint's code before its blocks), the
+    error named that floor, and a budget raised to it was refused again (review rv19d: bench/repros/
+    rv19d_hf_floor_error_names_wrong_least.py): it names the least budget, the stages' own where that is higher."""
+    cs = torch_exec.CheckpointedSequential(_bn_mlp(), budget="1GiB", backend="cpu")
+    cs.floor_bytes = 1000
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cs.prepare(torch.randn(8, 16))
+    least = cs.min_budget_bytes
+    assert least > cs.floor_bytes
+    with pytest.raises(InfeasibleBudgetError, match=rf"raise the budget to at least {least} B") as info:
+        cs.replan(budget=cs.floor_bytes - 1)
+    assert info.value.min_bytes == least
+    cs.replan(budget=least)  # the named budget fits
+
+
 def test_a_malformed_profile_given_to_prepare_is_one_error():
     stages = _bn_mlp()
     cs = torch_exec.CheckpointedSequential(stages, budget="80%", backend="cpu")

@@ -998,12 +998,15 @@ def plain_peak_measured(entry) -> bool:
     return bool(entry.profile.get("reference", {}).get("store_all_peak_bytes"))
 
 
-def below_floor_message(budget: int, floor: int) -> str:
-    """An infeasible budget's message where the step reaches ``floor`` outside the stages."""
+def below_floor_message(budget: int, floor: int, least: int) -> str:
+    """An infeasible budget's message where the step reaches ``floor`` outside the stages; ``least``: the least
+    budget, the floor or the stages' own least where higher (the floor alone was named, and a budget raised to it
+    was refused again: a review, bench/repros/rv19d_hf_floor_error_names_wrong_least.py)."""
     return (f"budget {exact_bytes(budget)} is below the {floor} B the step reaches outside the stages, which "
             f"checkpointing them cannot lower (the model's code before its blocks, or the part that needs no "
             f"gradient, such as a frozen encoder: Note [The rest of the model], Note [Side values nothing reads] in "
-            f"torch_exec/auto.py); raise the budget to at least {floor} B")
+            f"torch_exec/auto.py); raise the budget to at least {least} B"
+            + (" (the stages' own least budget with that code beside them)" if least > floor else ""))
 
 
 def below_plain_message(budget: int, plain_least: int, model_least: int) -> str:
@@ -2651,7 +2654,8 @@ class CheckpointedSequential(_PlannedModule):
         peak fits the budget, which it predicts (Note [Planning to the exact peak] in gpusolve/exact_peak.py;
         ``plan_exact_peak = False``: the model's peak, as before)."""
         if budget < entry.floor_bytes:
-            raise InfeasibleBudgetError(below_floor_message(budget, entry.floor_bytes), entry.floor_bytes)
+            least = max(entry.floor_bytes, least_budget_bytes(chain, link))
+            raise InfeasibleBudgetError(below_floor_message(budget, entry.floor_bytes, least), least)
         if link is not None or not self.plan_exact_peak:
             return self._solve(chain, budget, link)
         return solve_within(chain, budget, lambda at: self._solve(chain, at, link),

@@ -709,7 +709,8 @@ class CheckpointedJoin(_PlannedModule):
         else:
             try:
                 if budget < entry.floor_bytes:
-                    raise InfeasibleBudgetError(below_floor_message(budget, entry.floor_bytes), entry.floor_bytes)
+                    least = max(entry.floor_bytes, min_peak_join(net).min_bytes)
+                    raise InfeasibleBudgetError(below_floor_message(budget, entry.floor_bytes, least), least)
                 plan = solve_join(net.branches, net.turn, budget, bucket=self.bucket, reserved_bytes=net.reserved_bytes,
                                   backend=self.backend)
             except InfeasibleBudgetError as err:

@@ -149,6 +149,7 @@ class _GradientsSet:
         self.marks: list[tuple[int, int]] = []  # (mark, bytes set just before it, or allocated just after it)
         self.host = 0                            # bytes of the host buffers among them (CPU offloading)
         self.named = 0                           # bytes of the gradients an autograd.grad call returned among them
+        self.seen: set = set()                   # buffers counted for gradients that are views of them
         self.handles = [p.register_post_accumulate_grad_hook(self._hook(device)) for p in params]
 
     def _hook(self, device):
@@ -159,7 +160,7 @@ class _GradientsSet:
                 return
             done[0] = True
             # CUDA: the peak counter is left alone, so a caller's max_memory_allocated() still reads the step
-            self.marks.append((self.meter.mark(reset_peak=False), p.grad.numel() * p.grad.element_size()))
+            self.marks.append((self.meter.mark(reset_peak=False), _held_by_grad(p.grad, self.seen)))
         hook.meter_hook = True  # never deferred (torch_exec._util.leaf_hooks_deferred)
         return hook
 
@@ -207,9 +208,28 @@ def _grad_bytes(pending) -> int:
     """Bytes of the gradients a measured step allocated (its parameters without one when it began),
     read when its backward ends: by the time the record is made (the next step, or the report read) an
     optimizer loop's ``zero_grad()`` has freed them."""
-    without_grad, device = pending[1], pending[4]
-    return sum(p.grad.numel() * p.grad.element_size() for p in without_grad
-               if p.grad is not None and p.grad.device == device)
+    without_grad, device, seen = pending[1], pending[4], set()
+    return sum(_held_by_grad(p.grad, seen) for p in without_grad if p.grad is not None and p.grad.device == device)
+
+
+def _held_by_grad(grad: torch.Tensor, seen: set) -> int:
+    """Bytes a parameter's gradient holds: its storage's, once (``seen``: the storages counted). Autograd may keep a
+    slice of a larger buffer as ``.grad`` (a ``cat``'s gradient: MobileBERT's head reads ``cat([decoder.weight.t(),
+    dense.weight])``, and ``dense.weight.grad`` is half of that gradient's storage); counted by the tensor's size
+    alone, such a step measured 1.068 x its budget at its least (a review: bench/repros/
+    rv19d_hf_mobilebert_grad_view_storage_over_budget.py)."""
+    nbytes = grad.numel() * grad.element_size()
+    if grad.layout != torch.strided:
+        return nbytes
+    try:  # a wrapper subclass's storage may raise (as in torch_exec._util.storage_key)
+        storage = grad.untyped_storage()
+        key, total = (str(grad.device), storage.data_ptr()), storage.nbytes()
+    except (RuntimeError, NotImplementedError):
+        return nbytes
+    if key in seen:
+        return 0
+    seen.add(key)
+    return max(total, nbytes)
 
 
 class StepMeter:
@@ -230,6 +250,7 @@ class StepMeter:
         self.steps = 0
         self._pending = None            # measuring: (meter, params without grad, plan, budget, device)
         self._opened = None             # started at the model's call, for begin() to adopt (open)
+        self._postponed = False         # the next begin() starts no meter (postpone)
         self._ended = None              # ended, not yet recorded: (the same, closing mark)
         self._calls = 0                 # calls in the pending measurement (Note [Calls before one backward])
         self._pending_armed = False     # whether the pending measurement took one of ``armed``
@@ -333,6 +354,16 @@ class StepMeter:
         if self._pending is None and self._opened is None and self.due(device):
             self._opened = self._start(device, params)
 
+    def postpone(self) -> None:
+        """The next :meth:`begin` (this call's, which profiles before it) starts no meter: the step stays due, and
+        the next call is measured from the model's call (auto_checkpoint's block fallback on the CPU: Note [A step
+        measured from the model's call] in torch_exec/auto.py); :meth:`resume` undoes it."""
+        self._postponed = True
+
+    def resume(self) -> None:
+        """Undo :meth:`postpone` where no step began since."""
+        self._postponed = False
+
     def withdraw(self) -> None:
         """Give up a meter :meth:`open` started, whose step now profiles (a CPU meter cannot run beside the
         profiler's own): the step stays due, measured as it was before the model's call was metered."""
@@ -350,6 +381,10 @@ class StepMeter:
         nothing is added as held."""
         if self._pending is not None and join:
             self.join_call()
+            return
+        if self._postponed:  # :meth:`postpone`: the step counts, its measurement stays due
+            self._postponed = False
+            self.steps += 1
             return
         started, self._opened = self._opened, None
         if started is not None:

@@ -32,16 +32,7 @@ Run: GS_ROOT=<tree> python bench/repros/rv19d_hf_mobilebert_grad_view_storage_ov
 import sys
 import warnings
 
-try:  # a torchvision built for another torch breaks transformers' imports; these models need none of it
-    import torchvision  # noqa: F401
-except Exception:  # noqa: BLE001
-    for _name in [n for n in sys.modules if n == "torchvision" or n.startswith("torchvision.")]:
-        del sys.modules[_name]
-    sys.modules["torchvision"] = None
-
-import transformers
-
-from _setup import te, torch  # the tree under test: GS_ROOT
+from _hf import te, torch, transformers  # the tree under test: GS_ROOT
 
 CONFIG = dict(vocab_size=97, hidden_size=32, embedding_size=16, intermediate_size=32, intra_bottleneck_size=16,
               num_hidden_layers=2, num_attention_heads=4, true_hidden_size=16, num_feedforward_networks=2,

@@ -30,17 +30,9 @@ Run: GS_ROOT=<tree> python bench/repros/rv19d_hf_wav2vec2_first_call_learned_exc
 import sys
 import warnings
 
-try:  # a torchvision built for another torch breaks transformers' imports; these models need none of it
-    import torchvision  # noqa: F401
-except Exception:  # noqa: BLE001
-    for _name in [n for n in sys.modules if n == "torchvision" or n.startswith("torchvision.")]:
-        del sys.modules[_name]
-    sys.modules["torchvision"] = None
+from _hf import te, torch, transformers  # the tree under test: GS_ROOT
 
-import gpusolve
-import transformers
-
-from _setup import te, torch  # the tree under test: GS_ROOT
+import gpusolve  # noqa: E402  (the tree's: after _setup)
 
 g = torch.Generator().manual_seed(3)
 kw = dict(input_values=torch.randn(2, 800, generator=g), labels=torch.randint(3, 64, (2, 6), generator=g))

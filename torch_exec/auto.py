@@ -2055,13 +2055,12 @@ def _max_stages_setting(value) -> int:
 def _check_executor_kwargs(kwargs: dict) -> None:
     """The keywords :func:`auto_checkpoint` passes on to :class:`CheckpointedSequential`: known ones only,
     checked before any capture."""
-    known = set(inspect.signature(CheckpointedSequential.__init__).parameters) - {"self", "stages", "budget", "bucket",
-                                                                                   "backend"}
+    defaults = inspect.signature(CheckpointedSequential.__init__).parameters
+    known = set(defaults) - {"self", "stages", "budget", "bucket", "backend"}
     unknown = sorted(set(kwargs) - known)
     if unknown:
         raise TypeError(f"auto_checkpoint got unexpected keyword argument(s) {', '.join(map(repr, unknown))}; it takes "
                         f"budget, backend, bucket, sample, max_stages, capture, join and {', '.join(sorted(known))}")
-    defaults = inspect.signature(CheckpointedSequential.__init__).parameters
     check_settings(**{name: kwargs.get(name, defaults[name].default) for name in known})  # the executor's checks
 
 
@@ -2554,16 +2553,16 @@ class AutoCheckpointed(nn.Module):
         executor = cap.executor
         # Note [A step measured from the model's call]: a due step's meter starts here, not at the first block,
         # once the signature is profiled (the first call profiles inside the step, with meters of its own)
-        measuring = any(m._meter.measuring for m in [executor, *executor.siblings])
-        found = U.tensors(pytree.tree_leaves((args, kwargs))) or list(self._model.parameters())
-        if found and not measuring and not executor._unsettled():
-            executor._meter.open(found[0].device, executor.step_params())
-        elif found and not measuring and found[0].device.type != "cuda" and executor._meter.due(found[0].device):
-            # this call profiles, so its meter would start at the first block, and on the CPU a meter started there
-            # misses the frees of what the code before it made: a Wav2Vec2 step read 10 112 B over its least budget,
-            # learned it as the caller's, and refused its next call (a review: bench/repros/
-            # rv19d_hf_wav2vec2_first_call_learned_excess.py). The next call is measured, from the model's call.
-            executor._meter.postpone()
+        if not any(m._meter.measuring for m in [executor, *executor.siblings]):
+            found = U.tensors(pytree.tree_leaves((args, kwargs))) or list(self._model.parameters())
+            if found and not executor._unsettled():
+                executor._meter.open(found[0].device, executor.step_params())
+            elif found and found[0].device.type != "cuda" and executor._meter.due(found[0].device):
+                # this call profiles, so its meter would start at the first block, and on the CPU a meter started
+                # there misses the frees of what the code before it made: a Wav2Vec2 step read 10 112 B over its
+                # least budget, learned it as the caller's, and refused its next call (a review: bench/repros/
+                # rv19d_hf_wav2vec2_first_call_learned_excess.py). The next call is measured, from the model's call.
+                executor._meter.postpone()
         try:
             with _substituted(blocks, box, executor):
                 return self._model(*args, **kwargs)

@@ -1051,8 +1051,8 @@ def plan_faces(merged, kept, plan_face, keeps=None):
 
 
 def faces_of(entry) -> tuple:
-    """The faces of an input signature's entry (Note [Two groupings of unsaved boundaries]): the entry and the other
-    grouping's, or the entry alone (a profile without such boundaries; a join's entry)."""
+    """The faces of an input signature's entry, a chain's or a join's (Note [Two groupings of unsaved boundaries]): the
+    entry and the other grouping's, or the entry alone (a profile without such boundaries)."""
     other = getattr(entry, "regrouped", None)
     return (entry,) if other is None else (entry, other)
 

@@ -93,8 +93,8 @@ from .executor import (IN_FLIGHT, NOT_MEASURED, TURN, CheckpointedSequential, Pr
                        _backward_segment, _compiler_disable, _detached_results, _needs_at_least,
                        _PlannedModule, _SegmentMode, _standin_params, _with_beside, annotate,
                        below_floor_message, below_plain_message, executor_chain, interpret, interpret_backward,
-                       kept_graph_leaves, output_out_of_tape, plan_faces, refuse_shared_hazards,
-                       state_requires_grad)
+                       faces_of, kept_graph_leaves, merged_face, output_out_of_tape, plan_faces,
+                       refuse_shared_hazards, state_requires_grad)
 from .meter import MemoryMeter
 from .profiler import chain_from_profile, profile_dict, runs_as_a_stage
 
@@ -449,6 +449,11 @@ class CheckpointedJoin(_PlannedModule):
         return len(self.branches)
 
     @property
+    def _branch_fns(self) -> list:
+        """The stages of every branch, in order (the callables, modules among them)."""
+        return [fn for seq, empty in zip(self.branches, self.empty, strict=True) if not empty for fn in seq._fns]
+
+    @property
     def head_fn(self):
         return self._modules["head"] if "head" in self._modules else self._head_fn
 
@@ -474,8 +479,8 @@ class CheckpointedJoin(_PlannedModule):
         there), as for CheckpointedSequential."""
         if self._last is None:
             return None
-        faces = (self._last,) if self._last.regrouped is None or self.schedule_fn is not None else \
-            (self._last, self._last.regrouped)  # Note [Two groupings of unsaved boundaries]
+        # Note [Two groupings of unsaved boundaries]: a given schedule is over the profile's own grouping
+        faces = faces_of(self._last) if self.schedule_fn is None else (merged_face(self._last),)
         model = min(max(min_peak_join(face.net).min_bytes, face.floor_bytes) for face in faces)
         if self._last.plain_peak_bytes is None:
             return model
@@ -558,8 +563,7 @@ class CheckpointedJoin(_PlannedModule):
         may hold, and its gradient, which the engine holds (Note [The caller holds a_N]).
         ``turn_grads``: the bytes of the k branch-output gradients as the join model counts them (the
         head's measured backward peak, which includes them, is what the turn may hold at most)."""
-        fns = [fn for seq, empty in zip(self.branches, self.empty, strict=True) if not empty for fn in seq._fns]
-        snapshot = U.ModelSnapshot(*U.stage_state(fns))
+        snapshot = U.ModelSnapshot(*U.stage_state(self._branch_fns))
         try:  # sample branch outputs: their shapes are what the head reads
             with torch.no_grad():
                 outs = [U.detach(x) if empty else seq._plain(U.clone(U.detach(x)))
@@ -651,8 +655,8 @@ class CheckpointedJoin(_PlannedModule):
         caller holds or makes beside the join (``held_bytes``, ``beside_bytes``); the model's store-all
         peak where none was measured (which counts them as reserved); never below ``floor_bytes``."""
         if entry.plain_peak_bytes is None:  # the profile's own grouping's: exact (the other face over-counts; a
-            merged = entry.regrouped if entry.unsaved_kept else entry  # review: rv19b_join_kept_face_percent_...)
-            return max(store_all_join_peak_bytes(merged.plain_net), entry.floor_bytes)
+            # review: bench/repros/rv19b_join_kept_face_percent_of_overcount.py)
+            return max(store_all_join_peak_bytes(merged_face(entry).plain_net), entry.floor_bytes)
         return _with_beside(entry, entry.plain_peak_bytes)
 
     def budget_bytes_for(self, entry: JoinEntry) -> int | None:
@@ -669,14 +673,13 @@ class CheckpointedJoin(_PlannedModule):
         unsaved boundaries] in the executor: its rules, the same). A join of transformer layers was one stage per
         branch, and its least budget plain autograd's peak (review rv19:
         bench/repros/rv19_join_branch_unsaved_boundaries_merged.py)."""
-        merged = entry.regrouped if entry.unsaved_kept else entry
+        merged = merged_face(entry)
         kept = merged.regrouped
         if kept is None or self.schedule_fn is not None:  # a given schedule is over the profile's own grouping
-            runs = self._plan_face(merged)
-        else:  # a face whose plan keeps plain autograd's draw order first (a review: rv19b_join_face_choice_...)
-            runs = plan_faces(merged, kept, lambda face, fallback: self._plan_face(face, fallback=fallback),
-                              keeps=lambda face: not face.order_warning)
-        return runs
+            return self._plan_face(merged)
+        # a face whose plan keeps plain autograd's draw order first (a review: rv19b_join_face_choice_...)
+        return plan_faces(merged, kept, lambda face, fallback: self._plan_face(face, fallback=fallback),
+                          keeps=lambda face: not face.order_warning)
 
     def _plan_face(self, entry: JoinEntry, fallback: bool = True) -> JoinEntry:
         """Plan one face of a signature's entry and return it. ``fallback``: a percentage budget below its least may
@@ -794,8 +797,7 @@ class CheckpointedJoin(_PlannedModule):
         self._check_inputs(inputs)
         if self._runs_plain() or not torch.is_grad_enabled() or runs_as_a_stage():
             return self._plain(inputs)
-        fns = [fn for seq, empty in zip(self.branches, self.empty, strict=True) if not empty for fn in seq._fns]
-        if U.nothing_requires_grad(inputs, self, fns + [self.head_fn]):  # no backward comes (as the chain's)
+        if U.nothing_requires_grad(inputs, self, self._branch_fns + [self.head_fn]):  # no backward comes (as a chain's)
             return U.ran_without_grad(self._plain(inputs), type(self).__name__)
         return self._scheduled(inputs)
 

@@ -50,7 +50,7 @@ import torch
 from gpusolve.errors import warn_once
 from gpusolve.units import exact_bytes, format_bytes
 
-from ._util import allocator_reserve_bytes, grad_storages
+from ._util import allocator_reserve_bytes, grad_storages, storage_key
 from . import meter as _meter_module
 from .meter import MarksLostError, MemoryMeter, ProfilerBusyError
 
@@ -219,17 +219,14 @@ def _held_by_grad(grad: torch.Tensor, seen: set) -> int:
     alone, such a step measured 1.068 x its budget at its least (a review: bench/repros/
     rv19d_hf_mobilebert_grad_view_storage_over_budget.py)."""
     nbytes = grad.numel() * grad.element_size()
-    if not isinstance(grad, torch.Tensor) or grad.layout != torch.strided:  # a sparse gradient; a test's stand-in
-        return nbytes
-    try:  # a wrapper subclass's storage may raise (as in torch_exec._util.storage_key)
-        storage = grad.untyped_storage()
-        key, total = (str(grad.device), storage.data_ptr()), storage.nbytes()
-    except (RuntimeError, NotImplementedError):
+    strided = isinstance(grad, torch.Tensor) and grad.layout == torch.strided  # not sparse, not a test's stand-in
+    key = storage_key(grad) if strided else None  # (device, address, bytes); None where it has no storage
+    if key is None:
         return nbytes
     if key in seen:
         return 0
     seen.add(key)
-    return max(total, nbytes)
+    return max(key[2], nbytes)
 
 
 class StepMeter:

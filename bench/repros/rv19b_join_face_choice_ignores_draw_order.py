@@ -26,20 +26,14 @@ import copy
 import sys
 import warnings
 
-from _setup import nn, te, torch  # the tree under test: GS_ROOT
+from _rv19_joins import D, OPTS, head, nn, step, te, torch  # the tree under test: GS_ROOT
 
-D = 32
-OPTS = dict(backend="cpu", profile_passes=1, profile_warmup=0)
 BAD = "not plain autograd's"
 
 torch.manual_seed(0)
 towers = [[nn.TransformerEncoderLayer(D, 4, 2 * D, dropout=0.1, batch_first=True) for _ in range(n)] for n in (3, 4)]
 reference = copy.deepcopy(nn.ModuleList([nn.Sequential(*t) for t in towers]))
 x1, x2 = torch.randn(8, 8, D), torch.randn(8, 12, D)
-
-
-def head(a, b):
-    return ((a.mean(1) - b.mean(1)) ** 2).mean()
 
 
 join = te.CheckpointedJoin([list(t) for t in towers], head, budget="100%", **OPTS)
@@ -55,16 +49,6 @@ def faces():
 
 def order_kept(face) -> bool:
     return not any(BAD in note for note in face.plan.notes)
-
-
-def step(model_a, model_b, run):
-    for m in (model_a, model_b):
-        for p in m.parameters():
-            p.grad = None
-    torch.manual_seed(1)
-    loss = run()
-    loss.backward()
-    return loss.detach(), [p.grad.clone() for p in model_a.parameters()]
 
 
 _, merged, _ = faces()
@@ -94,8 +78,8 @@ if found is None:
     print(f"no budget between {low} B and {plain} B where the face run breaks the draw order that the other keeps")
     sys.exit(0)
 budget, warned, t_kept, t_merged = found
-got_loss, got_grads = step(join, reference, lambda: join(x1, x2))
-exp_loss, exp_grads = step(reference, join, lambda: head(reference[0](x1), reference[1](x2)))
+got_loss, got_grads = step(join, [reference], lambda: join(x1, x2))
+exp_loss, exp_grads = step(reference, [join], lambda: head(reference[0](x1), reference[1](x2)))
 dgrad = max(float((a - b).abs().max()) for a, b in zip(got_grads, exp_grads, strict=True))
 print(f"budget {budget} B = {100 * budget / plain:.1f} % of plain autograd's peak {plain} B: the kept face runs "
       f"(predicted {t_kept:.3f} ms, JoinOrderWarnings {warned}); the merged face's plan keeps plain autograd's order "

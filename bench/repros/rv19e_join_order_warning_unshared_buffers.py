@@ -26,10 +26,8 @@ import copy
 import sys
 import warnings
 
-from _setup import nn, te, torch  # the tree under test: GS_ROOT
+from _rv19_joins import D, OPTS, head, nn, step, te, torch  # the tree under test: GS_ROOT
 
-D = 32
-OPTS = dict(backend="cpu", profile_passes=1, profile_warmup=0)
 
 
 class BNT(nn.Module):
@@ -51,24 +49,10 @@ reference = copy.deepcopy(holder)
 x1, x2 = torch.randn(8, 8, D), torch.randn(8, 12, D)
 
 
-def head(a, b):
-    return ((a.mean(1) - b.mean(1)) ** 2).mean()
-
-
 join = te.CheckpointedJoin([list(t) for t in towers], head, budget="100%", **OPTS)
 join.prepare(x1, x2)
 plain = join.plain_peak_bytes_for(join._last)
 low = join.min_budget_bytes
-
-
-def step(model, others, run):
-    for m in (model, *others):
-        for p in m.parameters():
-            p.grad = None
-    torch.manual_seed(1)
-    loss = run()
-    loss.backward()
-    return loss.detach(), [p.grad.clone() for p in model.parameters()]
 
 
 false_warnings, slower = [], []

@@ -26,12 +26,10 @@ import copy
 import sys
 import warnings
 
-from _setup import nn, te, torch  # the tree under test: GS_ROOT
+from _rv19_joins import D, OPTS, head, nn, step, te, torch  # the tree under test: GS_ROOT
 
 from gpusolve.errors import InfeasibleBudgetError  # noqa: E402
 
-D = 32
-OPTS = dict(backend="cpu", profile_passes=1, profile_warmup=0)
 torch.manual_seed(0)
 towers = [[nn.TransformerEncoderLayer(D, 4, 2 * D, dropout=0.1, batch_first=True) for _ in range(n)] for n in (3, 4)]
 holder = nn.ModuleList(nn.ModuleList(t) for t in towers)
@@ -40,26 +38,12 @@ a_in = [torch.randn(8, 8, D), torch.randn(8, 12, D)]
 b_in = [torch.randn(24, 8, D), torch.randn(24, 12, D)]
 
 
-def head(a, b):
-    return ((a.mean(1) - b.mean(1)) ** 2).mean()
-
-
 join = te.CheckpointedJoin([list(t) for t in towers], head, budget="100%", **OPTS)
 join.prepare(*a_in)
 a_least = join.min_budget_bytes
 join.prepare(*b_in)
 b_least, b_plain = join.min_budget_bytes, join.plain_peak_bytes_for(join._last)
 join.replan(b_plain)  # a byte budget both signatures fit
-
-
-def step(model, others, run):
-    for m in (model, *others):
-        for p in m.parameters():
-            p.grad = None
-    torch.manual_seed(1)
-    loss = run()
-    loss.backward()
-    return loss.detach(), [p.grad.clone() for p in model.parameters()]
 
 
 found = []

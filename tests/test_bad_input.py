@@ -606,9 +606,13 @@ def test_a_model_that_needs_no_gradient_runs_plainly_with_functions_and_as_a_joi
     ({"schedule_fn": 5}, "schedule_fn must be a function"), ({"profile_isolated": "yes"}, "profile_isolated must be"),
     ({"profile_passes": 0}, "profile_passes must be a whole number >= 1"),
     ({"preserve_rng_state": "no"}, "preserve_rng_state must be True or False"),
-    ({"measure_steps": -1}, "measure_steps must be a whole number >= 0")])
+    ({"measure_steps": -1}, "measure_steps must be a whole number >= 0"),
+    ({"offload": "bogus"}, "bandwidth 'bogus' is not a rate"), ({"offload": True}, "offload must be None"),
+    ({"offload": "12GB/s", "backend": "exact"}, "has no 'exact' backend"), ({"modules": 3}, "modules=3: give"),
+    ({"network": 5}, "network must be a name"), ({"caller_keeps": "all"}, "caller_keeps='all': give")])
 def test_auto_checkpoint_checks_the_executor_settings_when_made(setting, error):
-    """As CheckpointedSequential does: they failed at the first call, after the capture (review rv19)."""
+    """As CheckpointedSequential does: they failed at the first call, after the capture (review rv19; offload, modules
+    and network: rv20)."""
     with pytest.raises((TypeError, ValueError), match=error):
         torch_exec.auto_checkpoint(_bn_mlp(), "50%", **setting)
 

@@ -346,9 +346,9 @@ from gpusolve.units import check_flag, format_bytes
 
 from . import _util as U
 from .meter import MemoryMeter, ProfilerBusyError, measure_peak
-from .executor import (CheckpointedSequential, _backend_setting, _budget_setting, _caller_keeps_setting,
+from .executor import (CheckpointedSequential, _backend_setting, _budget_setting,
                        _compiler_disable, _offload_setting, _standin_params, check_offload_backend, check_schedule_fn,
-                       check_settings, kept)
+                       check_sequential_settings, kept)
 from .join import CheckpointedJoin
 from .profiler import a_wrapper_step, runs_as_a_stage
 
@@ -2052,7 +2052,7 @@ def _max_stages_setting(value) -> int:
     return value
 
 
-def _check_executor_kwargs(kwargs: dict) -> None:
+def _check_executor_kwargs(kwargs: dict, backend: str) -> None:
     """The keywords :func:`auto_checkpoint` passes on to :class:`CheckpointedSequential`: known ones only,
     checked before any capture."""
     defaults = inspect.signature(CheckpointedSequential.__init__).parameters
@@ -2061,7 +2061,7 @@ def _check_executor_kwargs(kwargs: dict) -> None:
     if unknown:
         raise TypeError(f"auto_checkpoint got unexpected keyword argument(s) {', '.join(map(repr, unknown))}; it takes "
                         f"budget, backend, bucket, sample, max_stages, capture, join and {', '.join(sorted(known))}")
-    check_settings(**{name: kwargs.get(name, defaults[name].default) for name in known})  # the executor's checks
+    check_sequential_settings(backend, **{name: kwargs.get(name, defaults[name].default) for name in known})
 
 
 class _Forward:
@@ -2121,13 +2121,10 @@ class AutoCheckpointed(nn.Module):
         self.training = model.training
         self.__dict__["forward"] = _Forward(self)  # the model's signature (Trainer's column filter)
         self.budget = _budget_setting(budget)  # a bad budget fails here, before any capture
-        if "caller_keeps" in executor_kwargs:  # so does a bad caller_keeps
-            _caller_keeps_setting(executor_kwargs["caller_keeps"])
         self.backend = _backend_setting(backend)  # and a bad backend, bucket or max_stages, or an unknown keyword
         self.bucket = parse_bucket(bucket)
         self.max_stages = DEFAULT_MAX_STAGES[backend] if max_stages is None else _max_stages_setting(max_stages)
-        _check_executor_kwargs(executor_kwargs)
-        check_offload_backend(executor_kwargs.get("offload"), self.backend)
+        _check_executor_kwargs(executor_kwargs, self.backend)  # and every setting passed on to the executor
         self.capture_method = capture
         check_flag(join, "join")
         self.join = join

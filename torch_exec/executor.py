@@ -2088,11 +2088,14 @@ def check_schedule_fn(schedule_fn) -> None:
 
 
 def check_settings(schedule_fn, profile_passes, profile_warmup, preserve_rng_state, measure_steps,
-                   profile_isolated=None, **_) -> None:
+                   profile_isolated=None, network=None) -> None:
     """The wrappers' other settings, checked when the wrapper is made (they failed at the first call, after
     profiling, naming none of them, or were taken with another meaning: a review, 2026-11-27); auto_checkpoint checks
-    the ones it passes on so too (it checked them at its first capture: review rv19)."""
+    the ones it passes on so too (:func:`check_sequential_settings`; it checked them at its first capture: review
+    rv19)."""
     check_schedule_fn(schedule_fn)
+    if network is not None and not isinstance(network, str):
+        raise TypeError(f"network must be a name (str) for the profile, or None, got {network!r}")
     check_flag(profile_isolated, "profile_isolated", none="one stage at a time only where the whole step runs out "
                "of memory")
     for name, value, least in (("profile_passes", profile_passes, 1), ("profile_warmup", profile_warmup, 0),
@@ -2101,6 +2104,17 @@ def check_settings(schedule_fn, profile_passes, profile_warmup, preserve_rng_sta
             raise ValueError(f"{name} must be a whole number >= {least}, got {value!r}")
     if not isinstance(preserve_rng_state, (bool, np.bool_)):
         raise TypeError(f"preserve_rng_state must be True or False, got {preserve_rng_state!r}")
+
+
+def check_sequential_settings(backend: str, *, offload=None, modules=(), caller_keeps: str = "output",
+                              **settings) -> None:
+    """Every keyword setting of :class:`CheckpointedSequential` but its budget and bucket, checked as its constructor
+    checks them, for auto_checkpoint to check those it passes on before any capture (``offload='bogus'``,
+    ``modules=3`` or ``network=5`` failed at the first call, after capture and profiling: a review, rv20)."""
+    check_settings(**settings)
+    _caller_keeps_setting(caller_keeps)
+    _extra_modules(modules)
+    check_offload_backend(_offload_setting(offload), _backend_setting(backend))
 
 
 def _backend_setting(backend, backends=BACKENDS) -> str:
@@ -2144,7 +2158,8 @@ class _PlannedModule(nn.Module):
 
     def _set_solver(self, budget, bucket, backend, profile_passes, profile_warmup, schedule_fn, preserve_rng_state,
                     network, measure_steps: int, profile_isolated: bool | None = None, backends=BACKENDS) -> None:
-        check_settings(schedule_fn, profile_passes, profile_warmup, preserve_rng_state, measure_steps, profile_isolated)
+        check_settings(schedule_fn, profile_passes, profile_warmup, preserve_rng_state, measure_steps, profile_isolated,
+                       network)
         self.budget = _budget_setting(budget)
         self._meter = StepMeter(cuda_steps=measure_steps)
         # Bytes the caller holds through each step beside the stages, made before the step (its meter

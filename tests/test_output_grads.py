@@ -446,11 +446,11 @@ class _Scratch(nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.extra = 0
+        self.extra = [0]  # a list: a scalar attribute is part of the input signature (its change re-profiles)
 
     def forward(self, x):
-        if self.extra:
-            scratch = torch.ones(self.extra)
+        if self.extra[0]:
+            scratch = torch.ones(self.extra[0])
             x = x + scratch[:1] * 0
         return torch.tanh(x)
 
@@ -468,7 +468,7 @@ def _scratch_net(monkeypatch, unsplit):
     net.prepare(x)
     net.replan(budget=net.min_budget_bytes + 2_000_000)
     assert net.plan.budget_bytes < plain_peak_bytes(net._last), net.plan  # a planned step: it marks the caller's turn
-    scratch.extra = 1_000_000 // 4
+    scratch.extra[0] = 1_000_000 // 4
     return net, x
 
 
@@ -480,7 +480,12 @@ def test_a_step_over_its_budget_by_the_allocators_rounding_is_reserved_from_the_
         over, raised = _measured_steps(net, x, lambda y: y.sum(), 3)
     assert raised is None and over[0] > 0 and over[1:] and all(o <= 0 for o in over[1:]), over
     entry = net._last
-    assert entry.blocks_reserve + entry.caller_reserve == over[0], (entry.blocks_reserve, entry.caller_reserve, over)
+    # what the step measured above its prediction (the excess over the budget and the plan's slack below it: a
+    # reserve of the excess alone let a plan as high run again, rv20a_caller_turn_learns_excess_not_shortfall)
+    first = net.memory_report()[0]
+    short = first.beyond_param_grads - first.predicted_peak
+    assert short >= over[0]
+    assert entry.blocks_reserve + entry.caller_reserve == short, (entry.blocks_reserve, entry.caller_reserve, short)
     assert entry.caller_reserve <= 4, entry.caller_reserve  # the loss scalar: the caller's turn takes its share first
     assert any("unsplit" in n for n in net.plan.notes), net.plan.notes
 

@@ -13,6 +13,7 @@ from .executor import CheckpointedSequential, interpret, plan_from_schedule, spl
 from .join import CheckpointedJoin
 from .meter import ProfilerBusyError
 from .profiler import (
+    AttributeWriteError,
     CPUTimingWarning,
     InputMutationWarning,
     ParameterWriteError,
@@ -23,7 +24,7 @@ from .profiler import (
     save_profile,
 )
 
-__all__ = ["AutoCheckpointed", "CPUTimingWarning", "CaptureError", "CheckpointedJoin", "CheckpointedSequential",
+__all__ = ["AttributeWriteError", "AutoCheckpointed", "CPUTimingWarning", "CaptureError", "CheckpointedJoin", "CheckpointedSequential",
            "InputMutationWarning", "ParameterWriteError", "ProfilerBusyError", "auto_checkpoint", "chain_from_profile",
            "interpret", "load_profile", "plan_from_schedule", "profile", "profile_dict", "save_profile",
            "split_schedule"]

@@ -211,6 +211,18 @@ def tensors(state) -> list[torch.Tensor]:
     return []
 
 
+def check_state(state, where: str) -> None:
+    """Refuse a state between stages whose tensors :func:`tensors` does not see (a dict, a tuple inside the
+    tuple): no checkpoint of it was made a leaf and no gradient crossed it, and every stage before it trained
+    without a gradient, silently (a review: bench/repros/rv20a_seq_dict_state_grads_dropped.py)."""
+    hidden = [t for t in pytree.tree_leaves(state) if isinstance(t, torch.Tensor)]
+    if len(hidden) != len(tensors(state)):
+        raise TypeError(f"{where} is a {type(state).__name__} holding {len(hidden)} tensor(s) in a structure the "
+                        f"stages cannot pass on (a dict, or a tuple or list inside the tuple): pass a tensor or a flat "
+                        f"tuple of tensors (and other values) between stages, e.g. return (h, h2, tag) and unpack "
+                        f"it in the next stage")
+
+
 def map_state(fn, state):
     """Apply ``fn`` to every tensor of ``state``, keeping its structure."""
     if isinstance(state, torch.Tensor):
@@ -846,22 +858,39 @@ def module_state_key(module, trainable: list | None = None) -> tuple:
     """What of ``module``'s state a profile, a plan and a captured graph depend on beside the inputs, as
     part of an input signature: each submodule's training mode (a captured graph has its dropout and
     BatchNorm mode fixed), which parameters require grad (a frozen one gets no gradient: the profile
-    holds none for it, and a captured graph computes it as data, without grad), and the parameters'
+    holds none for it, and a captured graph computes it as data, without grad), the parameters'
     and buffers' dtypes and devices (``model.double()`` after the first call keeps the same
-    Parameter objects: a float32 profile under-counted the float64 step by 84-93 %). ``trainable``: a list
+    Parameter objects: a float32 profile under-counted the float64 step by 84-93 %), and each submodule's
+    scalar attributes (:func:`scalar_attributes`): a dropout switched on after the first step (``m.p = 0.3``)
+    kept the profile's "this stage draws nothing", its recomputations drew other masks than its forward, and
+    the gradients were 2.2e-3 off plain autograd's (review rv20b:
+    bench/repros/rv20b_dropout_enabled_after_profile_not_replayed.py). ``trainable``: a list
     that gets the parameters requiring grad met in the same walk, each once, in ``module.parameters()``'s
     order (the parameter tap's: Note [One walk of the model per call] in torch_exec/executor.py)."""
     return _state_key(module, captured=False, trainable=trainable)
 
 
-_SCALARS = (bool, int, float, str, type(None))
+SCALAR_TYPES = (bool, int, float, str, type(None))
+# torch's own flags no hook's removal resets: a full backward hook registered and removed left
+# ``_is_full_backward_hook`` True, and the signature then named the capture made with the hook (review rv20b:
+# bench/repros/rv20b_auto_removed_backward_hook_keeps_fallback.py); the hooks themselves are keyed
+_UNKEYED = frozenset({"_is_full_backward_hook"})
+
+
+def scalar_attributes(m) -> list:
+    """``(name, value)`` of module ``m``'s scalar attributes (``training``, ``Dropout.p``, a temperature), for an
+    input signature (:func:`_state_key`) and the profiler (Note [Attributes a forward writes] in
+    torch_exec/profiler.py). None for a wrapper's own (its class sets ``OWN_SCALARS_UNKEYED``): its settings and
+    caches are no state of the model's (its latest entry, None before the first call, made each signature twice)."""
+    if getattr(type(m), "OWN_SCALARS_UNKEYED", False):
+        return []
+    return [(k, v) for k, v in m.__dict__.items() if type(v) in SCALAR_TYPES and k not in _UNKEYED]
 
 
 def captured_state_key(module, tensor_ids: list | None = None) -> tuple:
-    """:func:`module_state_key` and what else a graph captured by ``torch.export`` has fixed in it: each
-    submodule's scalar attributes (``Dropout.p``, a softmax temperature annealed by the loop) and which
-    forward hooks it and the global registries hold (Note [What a captured graph fixes] in
-    torch_exec/auto.py). Modules called as themselves (CheckpointedSequential) read these live.
+    """:func:`module_state_key` and what else a graph captured by ``torch.export`` has fixed in it: which
+    forward and backward hooks each submodule and the global registries hold (Note [What a captured graph
+    fixes] in torch_exec/auto.py). Modules called as themselves (CheckpointedSequential) run their hooks live.
     About 0.5 ms a call on GPT-2 small's 164 modules (CPU; bench/results/state_key_cost_cpu.md).
     ``tensor_ids``: a list that gets the ids of the parameters and buffers met in the same walk (Note
     [Sharing the model's state])."""
@@ -928,11 +957,14 @@ def _state_key(module, captured: bool, tensor_ids: list | None = None, trainable
                     seen.add(id(p))
                     if p.requires_grad:
                         trainable.append(p)
-        if captured:  # the scalar attributes include `training`
-            out.append((params, buffers, tuple([(k, v) for k, v in d.items() if type(v) in _SCALARS]),
-                        tuple(d.get("_forward_hooks", ())), tuple(d.get("_forward_pre_hooks", ()))))
+        # the scalar attributes include `training`
+        scalars = tuple(scalar_attributes(m))
+        if captured:
+            out.append((params, buffers, scalars, tuple(d.get("_forward_hooks", ())),
+                        tuple(d.get("_forward_pre_hooks", ())), tuple(d.get("_backward_hooks", ())),
+                        tuple(d.get("_backward_pre_hooks", ()))))
         else:
-            out.append((m.training, params, buffers))
+            out.append((params, buffers, scalars))
     return tuple(out)
 
 

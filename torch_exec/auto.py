@@ -46,6 +46,14 @@ Note [What a captured graph fixes]
     first step's temperature, 0.386 off). A forward hook runs while capturing, on FakeTensors too, and
     what it does to outputs is in the graph; it does not run at each step, so the capture says so once
     (hooks that must run every step, logging or activation statistics: ``capture="blocks"``).
+    A plain tensor attribute (``self.scale = torch.tensor(1.0)``, not a buffer) is held by the graph as a
+    constant, the very tensor object: written in place it is read live, but a loop that replaced it
+    (``model.scale = torch.tensor(1.5)``) trained on with the old value, silently (a review, 2026-11-29:
+    bench/repros/rv20a_auto_tensor_attribute_fixed_in_graph.py: loss 1.53 where plain autograd gave 163.9).
+    The capture records which module attributes its constants are (``Capture.constants``, from
+    ``ep.constants``) and a call that finds one replaced captures again, warning once (a capture costs
+    seconds; a buffer written in place costs nothing). Python values read in the forward that no module
+    attribute holds as a scalar (a global, a list attribute's items) stay fixed at capture, unseen.
 
 Note [Gradient hooks registered in the forward]
     A forward that calls ``h.register_hook(fn)`` on an intermediate tensor (gradient scaling, a
@@ -53,9 +61,16 @@ Note [Gradient hooks registered in the forward]
     the operations, not the hook: the layers before it got plain gradients (a review: a third of plain
     autograd's). The block fallback runs the model's code around the blocks once per step, with every
     block call after the first returning the chain's output: a hook the model puts on a block's output
-    lands on the last block's. Both captures therefore watch ``Tensor.register_hook`` (a
-    ``TorchFunctionMode``, :class:`_TensorHooks`) in their checking run and refuse, naming the line; a
-    hook inside a block's own forward runs with the block and is left alone.
+    lands on the last block's. ``h.retain_grad()`` is such a hook too (it fills ``h.grad`` in the backward):
+    export dropped it and ``h.grad`` stayed None, silently (a review, 2026-11-29: bench/repros/
+    rv20a_auto_retain_grad_in_forward_dropped.py); and no capture could fill it, since the schedule
+    back-propagates through its own runs of the layers, not through the ``h`` it returned. Both captures
+    therefore watch ``Tensor.register_hook`` and ``Tensor.retain_grad`` on a non-leaf (a
+    ``TorchFunctionMode``, :class:`_TensorHooks`, :data:`_WATCHED_HOOKS`) in their checking run and refuse,
+    naming the method and the line; a ``register_hook`` inside a block's own forward runs with the block and
+    is left alone. ``retain_grad`` is refused wherever it is, by the probe (Note [Probing the model]), before
+    either capture: the block fallback's runs without grad would raise on it, or it would fill the ``.grad``
+    of a tensor the user never sees.
 
 Note [Probing the model]
     Before either capture, the first call of an input signature runs the model once as plain autograd
@@ -78,6 +93,14 @@ Note [Probing the model]
       A stored tensor the outputs' graph reaches is left alone: weight norm's and spectral norm's hooks
       set ``module.weight`` that way, and a kept attention map is one (a second review: the first
       version of the probe refused all three, which export trains with plain autograd's gradients).
+
+    - ``h.retain_grad()`` on an intermediate (Note [Gradient hooks registered in the forward]).
+    - reentrant ``torch.utils.checkpoint`` (``use_reentrant=True``: :data:`CHECKPOINT_FUNCTION`, seen by
+      :func:`_reentrant_checkpoints`). Its forward runs the layers without grad, so export's graph gave them
+      no gradient; export was refused (Note [Custom autograd Functions]), and the block fallback then trained
+      with every gradient wrong (its backward recomputes the block, which the fallback answers with the
+      chain's output; a review, 2026-11-29: bench/repros/rv20a_blocks_reentrant_checkpoint_wrong_grads.py).
+      ``use_reentrant=False`` is captured by export and trains as plain autograd.
 
     A forward that seeds the generator itself (``np.random.seed(1234)`` before a fixed permutation, as
     transformers' BigBird does) draws the same numbers from any state: the probe runs once more from
@@ -195,8 +218,8 @@ Note [Custom autograd Functions]
     runs through a Function too, but export keeps the op and its backward: not checked. A backward
     that agrees with the derivative on those arguments and not on others would pass wrongly (a
     clamp's estimator whose first inputs all lie inside the clamp). Reentrant
-    ``torch.utils.checkpoint`` is refused: its forward runs under ``no_grad``, and export made a graph
-    in which the layers inside it got no gradient. A forward that runs a backward itself
+    ``torch.utils.checkpoint`` is refused before, by the probe (Note [Probing the model]): its forward runs
+    under ``no_grad``, and export made a graph in which the layers inside it got no gradient. A forward that runs a backward itself
     (``torch.autograd.grad`` inside the model) cannot run with its saved tensors dropped; the message
     says that the check raised, and the block fallback is tried.
 
@@ -452,6 +475,9 @@ class Capture:
     kw_order: list[str]
     tensors: list[tuple[str, torch.Tensor]] = field(default_factory=list)  # (name, tensor) of the model it reads
     tensor_ids: tuple = ()                # ids of the model's parameters and buffers, in captured_state_key's walk
+    # (module, attribute, tensor) of the plain tensor attributes the graph holds as constants (Note [What a captured
+    # graph fixes])
+    constants: list = field(default_factory=list)
     executor: CheckpointedSequential | None = None
     side_bytes: int | None = None     # bytes the prologue makes (besides the inputs), once known
     prologue_peak: int | None = None  # the prologue's peak on the first step (Note [Side values nothing reads])
@@ -635,14 +661,17 @@ class _Graph:
         grad_inputs = {n for n, v in zip(self.placeholders, flat_inputs)
                        if isinstance(v, torch.Tensor) and v.requires_grad}
         self.grad_inputs = [n for n in self.placeholders if n in grad_inputs]
+        regions = _transform_regions(nodes)
         forced: set = set()
         bases = _view_bases([n for n in nodes if n.op != "output"])  # what each value aliases: fixed by the graph
         while True:  # Note [Side values the chain writes]
             self._classify(nodes, grad_inputs, forced)
             written = self._side_written_by_chain(bases)
-            if written <= forced:
+            # Note [Function transforms in the graph]: a vmap region with a carrying node runs whole in one stage
+            self.regions = {n for r in regions if any(n in self.carry for n in r) for n in r}
+            if written | self.regions <= forced:
                 break
-            forced |= written
+            forced |= written | self.regions
         self._check_side_effects()
 
     def _classify(self, nodes: list, grad_inputs: set, forced: set) -> None:
@@ -667,11 +696,18 @@ class _Graph:
 
     def _side_written_by_chain(self, base: dict) -> set:
         """The side nodes a carrying node writes into, through views (the written view's base, from ``base``, and
-        every side view of it), where that base is made in the step: a view of a module's buffer (an observer's
-        ``resize_``) is the buffer's, whose writes Note [Recomputing from the step's buffers] in
-        torch_exec/executor.py handles. Note [Side values the chain writes]."""
+        every side view of it), where that base is made in the step or is a module's buffer: a buffer written in
+        place in the prologue (an EMA's ``mul_``) and again in a stage (its ``add_``) was read by the stage as a side
+        value, not as its buffer, so neither profiling nor Note [Recomputing from the step's buffers] in
+        torch_exec/executor.py put it back, and the first step's profiling passes left it 18 x plain autograd's
+        (review rv20a: bench/repros/rv20a_first_call_profiling_writes_buffer_ema.py); moved into the stage, it is
+        the stage's buffer. Note [Side values the chain writes]."""
         side = set(self.side)
-        hit = {base[t] for n in self.main for t in _written_args(n, opaque=True) if t in side and base[t] in side}
+        # a buffer the prologue resizes (a QAT observer's first forward sizes its min/max) stays there: the re-runs'
+        # copies of it are of its old shape (tests/test_auto.py::test_a_buffer_the_first_forward_resizes_...)
+        resized = {base[t] for n in self.side if n.target is torch.ops.aten.resize_.default for t in _written_args(n)}
+        hit = {base[t] for n in self.main for t in _written_args(n, opaque=True)
+               if t in side and (base[t] in side or base[t].op == "get_attr" and base[t] not in resized)}
         return {n for n in self.side if base[n] in hit}
 
     def _check_side_effects(self) -> None:
@@ -719,7 +755,9 @@ def _cuts(main: list, grad_inputs: list, ends, blockers: dict | None = None,
                 written_after[base[target]] = i
     positions, crossing = [], []
     live: dict = {n: None for n in grad_inputs if last.get(n, -1) >= 0}
+    depth = 0  # inside a vmap level: no cut (Note [Function transforms in the graph])
     for p, n in enumerate(main[:-1]):
+        depth += _nesting(n)
         live[n] = None
         for a in _node_inputs(n):
             if a in live and last.get(a, -1) <= p:
@@ -730,7 +768,7 @@ def _cuts(main: list, grad_inputs: list, ends, blockers: dict | None = None,
         if blockers is not None and len(cross) > limit:
             for c in cross:
                 blockers[c] = blockers.get(c, 0) + 1
-        if not cross or len(cross) > limit:
+        if not cross or len(cross) > limit or depth:
             continue
         if not all(_is_tensor_value(c) for c in cross):
             continue
@@ -1133,10 +1171,72 @@ def _drop_guards(gm: fx.GraphModule) -> None:
 
 CHECKPOINT_FUNCTION = "torch.utils.checkpoint.CheckpointFunction"  # reentrant torch.utils.checkpoint
 
+# Note [Function transforms in the graph]
+#     torch.export keeps a ``torch.vmap`` inside the forward as calls that change functorch's global state around the
+#     ops they wrap: ``_vmap_increment_nesting``, ``_add_batch_dim``, the ops on batched tensors, ``_remove_batch_dim``,
+#     ``_vmap_decrement_nesting``. The nesting calls make no tensor, so they were side nodes run in the prologue, while
+#     the batched ops carried gradient and ran in a stage at no vmap level: the first call's profiling raised
+#     functorch's "your tensor may have escaped from inside a function being vmapped" (a review, 2026-11-29:
+#     bench/repros/rv20a_auto_vmap_region_cut.py). Such a region, from an increment to its decrement, now runs in one
+#     stage, in program order, when one of its nodes carries: then all of them carry (:func:`_transform_regions`, the
+#     ``forced`` nodes of :class:`_Graph`: made again at each run of the stage, as any carrying node), no cut lies
+#     inside it (:func:`_cuts`), and a graph holding one is not run as a join (whose branches reorder nodes). A region
+#     of side data only (a mask made with vmap from the inputs) runs whole in the prologue, in program order. ``torch.func.jvp`` and forward-mode AD
+#     (dual levels) are refused by name (:func:`_refuse_transforms`): not tried; under capture="auto" the block
+#     fallback runs the model's own code, the transform included, around its blocks.
+_VMAP_NESTING = {"_vmap_increment_nesting": 1, "_vmap_decrement_nesting": -1}
+_TRANSFORMS = {"_jvp_increment_nesting": "torch.func.jvp", "_enter_dual_level": "forward-mode AD (torch.autograd.forward_ad)"}
+
+
+def _nesting(n: fx.Node) -> int:
+    """+1 where the node enters a vmap level, -1 where it leaves one, else 0 (Note [Function transforms in the
+    graph])."""
+    if n.op != "call_function" or getattr(n.target, "__module__", "") != "torch._functorch.predispatch":
+        return 0
+    return _VMAP_NESTING.get(getattr(n.target, "__name__", ""), 0)
+
+
+def _transform_regions(nodes: list) -> list[list]:
+    """The nodes from each outermost vmap level's entry to its exit, both included, one list per region (Note
+    [Function transforms in the graph]); ``nodes`` in program order."""
+    regions, depth = [], 0
+    for n in nodes:
+        step = _nesting(n)
+        if step > 0 and not depth:
+            regions.append([])
+        if depth or step > 0:
+            regions[-1].append(n)
+        depth += step
+    if depth:
+        raise CaptureError("internal error: the exported graph enters a vmap level it does not leave")
+    return regions
+
+
+def _refuse_transforms(gm: fx.GraphModule) -> None:
+    """Note [Function transforms in the graph]: a CaptureError naming the function transforms other than vmap that the
+    graph runs."""
+    found: dict = {}
+    for n in gm.graph.nodes:
+        name = getattr(n.target, "__name__", "") if n.op == "call_function" else ""
+        if name in _TRANSFORMS and getattr(n.target, "__module__", "") == "torch._functorch.predispatch":
+            found.setdefault(_TRANSFORMS[name], _module_path(n) or "the model's forward")
+    if found:
+        raise CaptureError(f"the model's forward runs {', '.join(f'{t} (in {w})' for t, w in found.items())}, "
+                           f"which the exported graph's stages cannot run apart (Note [Function transforms in the "
+                           f"graph]); use capture='blocks' (the model's code runs around its blocks, the transform "
+                           f"inside one block or between them), or cut the model by hand: "
+                           f"torch_exec.CheckpointedSequential(stages, budget=...) (see docs/pytorch.md, 'The manual "
+                           f"route')")
+
+
+_WATCHED_HOOKS = {torch.Tensor.register_hook: "register_hook", torch.Tensor.retain_grad: "retain_grad"}
+"""The tensor methods that put a gradient hook on a tensor (Note [Gradient hooks registered in the forward])."""
+
 
 class _TensorHooks(TorchFunctionMode):
-    """Records where the code it watches registers gradient hooks on tensors (``Tensor.register_hook``),
-    except while ``paused`` (Note [Gradient hooks registered in the forward])."""
+    """Records where the code it watches puts gradient hooks on tensors (``Tensor.register_hook``, and
+    ``Tensor.retain_grad`` on a non-leaf), each as "method at file:line", except while ``paused`` (Note
+    [Gradient hooks registered in the forward])."""
 
     def __init__(self):
         super().__init__()
@@ -1144,19 +1244,31 @@ class _TensorHooks(TorchFunctionMode):
         self.paused = False
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        if func is torch.Tensor.register_hook and not self.paused:
+        method = _WATCHED_HOOKS.get(func) if not self.paused else None
+        # retain_grad on a leaf does nothing (a leaf's .grad is set anyway)
+        if method is not None and not (method == "retain_grad" and args and getattr(args[0], "is_leaf", True)):
             import traceback
             frames = [f for f in traceback.extract_stack()[:-1]
                       if "/torch/" not in f.filename and not f.filename.endswith("torch_exec/auto.py")]
-            self.sites.append(f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "the model's forward")
+            site = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "the model's forward"
+            self.sites.append(f"Tensor.{method} at {site}")
         return func(*args, **(kwargs or {}))
 
 
 def _hooks_error(sites: list[str], where: str, consequence: str) -> CaptureError:
-    return CaptureError(f"the model registers a gradient hook on a tensor {where} (Tensor.register_hook at "
-                        f"{', '.join(sorted(set(sites))[:3])}), which {consequence} (Note [Gradient hooks registered "
-                        f"in the forward]); register it on a parameter, or inside a block's own forward (if "
-                        f"h.requires_grad: h.register_hook(fn))")
+    """Note [Gradient hooks registered in the forward]: the refusal, naming each site (:class:`_TensorHooks`) and
+    the fix for each kind of hook."""
+    fixes = []
+    if any(s.startswith("Tensor.register_hook") for s in sites):
+        fixes.append("register it on a parameter, or inside a block's own forward (if h.requires_grad: "
+                     "h.register_hook(fn))")
+    if any(s.startswith("Tensor.retain_grad") for s in sites):
+        fixes.append("for h.retain_grad(): the schedule back-propagates through its own runs of the layers, not "
+                     "through h, so read h.grad from a step of the unwrapped model (wrapper.model(...), plain "
+                     "autograd) on the steps that need it")
+    return CaptureError(f"the model registers a gradient hook on a tensor {where} ({', '.join(sorted(set(sites))[:3])}),"
+                        f" which {consequence} (Note [Gradient hooks registered in the forward]); "
+                        + "; ".join(fixes))
 
 
 def _probe_inputs(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
@@ -1244,11 +1356,32 @@ _DIFFERENTIATES_ITSELF = (
 
 @dataclass
 class _Probe:
-    """What one inspecting forward of the model saw: its outputs' autograd roots (``grad_fn``) and where it
-    registered gradient hooks on tensors (Note [Gradient hooks registered in the forward])."""
+    """What one inspecting forward of the model saw: its outputs' autograd roots (``grad_fn``), where it
+    registered gradient hooks on tensors (Note [Gradient hooks registered in the forward]) and what it ran
+    under reentrant ``torch.utils.checkpoint`` (Note [Probing the model])."""
 
     roots: list
     hook_sites: list
+    reentrant: list = field(default_factory=list)  # the functions CheckpointFunction ran (a block, a closure)
+
+
+@contextlib.contextmanager
+def _reentrant_checkpoints(calls: list):
+    """Appends to ``calls`` the function each call of reentrant ``torch.utils.checkpoint`` (``CheckpointFunction``,
+    :data:`CHECKPOINT_FUNCTION`) runs, while the context lasts (Note [Probing the model])."""
+    from torch.utils.checkpoint import CheckpointFunction
+    saved = CheckpointFunction.__dict__["forward"]
+    forward = saved.__func__
+
+    @functools.wraps(forward)  # Function.apply binds arguments by the forward's signature
+    def watched(ctx, run_function, *a, **kw):
+        calls.append(run_function)
+        return forward(ctx, run_function, *a, **kw)
+    CheckpointFunction.forward = staticmethod(watched)
+    try:
+        yield calls
+    finally:
+        CheckpointFunction.forward = saved
 
 
 def _probe_forward(model: nn.Module, args: tuple, kwargs: dict) -> _Probe:
@@ -1256,13 +1389,14 @@ def _probe_forward(model: nn.Module, args: tuple, kwargs: dict) -> _Probe:
     model's own errors are raised as they are."""
     hooks, sites = _NoSavedTensors(), _TensorHooks()
     try:
-        with torch.enable_grad(), U.fork_rng(U.all_rng_devices(), U.generators_of([model])), hooks, sites:
+        with (torch.enable_grad(), U.fork_rng(U.all_rng_devices(), U.generators_of([model])), hooks, sites,
+              _reentrant_checkpoints([]) as reentrant):
             out = model(*args, **kwargs)
     except Exception:
         if hooks.read:
             raise CaptureError(_DIFFERENTIATES_ITSELF) from None
         raise
-    return _Probe([t.grad_fn for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)], sites.sites)
+    return _Probe([t.grad_fn for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)], sites.sites, reentrant)
 
 
 class _Contents:
@@ -1393,6 +1527,19 @@ def _probe_model(model: nn.Module, args: tuple, kwargs: dict) -> _Probe:
     finally:
         _set_host_rng_state(host_rng)
         _restore_attributes(before)
+    if probe.reentrant:
+        around = sorted({names.get(id(fn)) or getattr(fn, "__qualname__", type(fn).__name__) for fn in probe.reentrant})
+        raise CaptureError(f"the model calls reentrant torch.utils.checkpoint ({CHECKPOINT_FUNCTION}, "
+                           f"use_reentrant=True) around {U.first_few(around)}, which neither capture can replay: its "
+                           f"forward runs the layers without grad (torch.export's graph gives them no gradient) and its "
+                           f"backward runs them again (the block fallback's chain would be back-propagated from the "
+                           f"wrong graph) (Note [Probing the model]). auto_checkpoint plans the recomputation itself: "
+                           f"call the layers without torch.utils.checkpoint (transformers: "
+                           f"model.gradient_checkpointing_disable()), or pass use_reentrant=False")
+    retained = [site for site in probe.hook_sites if site.startswith("Tensor.retain_grad")]
+    if retained:  # Note [Gradient hooks registered in the forward]: neither capture fills h.grad
+        raise _hooks_error(retained, "in its forward", "neither capture keeps (torch.export drops it, and the block "
+                           "fallback runs the layers again apart from the h it returned)")
     if moved:
         raise CaptureError(f"the model's forward draws from {' and '.join(moved)}, which neither capture can replay "
                            f"(torch.export fixes the first draw in the graph, and recomputation would draw again: Note "
@@ -1543,12 +1690,9 @@ def _capture_export(model: nn.Module, args: tuple, kwargs: dict, max_stages: int
     detection]) when ``join`` is True; a string ``join`` says why a join is cut as one chain instead.
     ``probe``: what :func:`_probe_model` saw of these inputs."""
     functions = _custom_functions(model, args, kwargs, probe)
-    if functions:
+    if functions:  # (reentrant torch.utils.checkpoint was refused by the probe: Note [Probing the model])
         raise CaptureError(f"the model runs custom autograd Functions whose backward torch.export would drop "
-                           f"(Note [Custom autograd Functions]): {'; '.join(functions)}"
-                           + ("; auto_checkpoint plans the recomputation itself: call the layers without "
-                              "torch.utils.checkpoint (transformers: model.gradient_checkpointing_disable())"
-                              if any(f.startswith(CHECKPOINT_FUNCTION + ":") for f in functions) else ""))
+                           f"(Note [Custom autograd Functions]): {'; '.join(functions)}")
     hooked = [name or type(model).__name__ for name, m in model.named_modules()
               if _users_hooks(m._forward_hooks) or _users_hooks(m._forward_pre_hooks)]
     if hooked or any(U.global_forward_hooks()):
@@ -1559,6 +1703,7 @@ def _capture_export(model: nn.Module, args: tuple, kwargs: dict, max_stages: int
     ep = _export(model, args, kwargs)
     gm = ep.module()
     _drop_guards(gm)
+    _refuse_transforms(gm)
     _drop_unchanged_conversions(gm)
     concatenations = _running_concatenation(gm)
     in_spec = ep.call_spec.in_spec
@@ -1575,6 +1720,12 @@ def _capture_export(model: nn.Module, args: tuple, kwargs: dict, max_stages: int
     chain_outputs = []
     outputs = []
     for leaf in out_nodes:
+        if isinstance(leaf, fx.Node) and leaf in g.carry and not _is_tensor_value(leaf):
+            # the chain hands back tensors only: the block fallback runs the model's own code for it
+            raise CaptureError(f"the model returns a number computed from tensors that carry gradient ({leaf.name}, "
+                               f"{leaf.target}: .item() or .tolist() in forward), which the captured chain, handing "
+                               f"back tensors only, cannot return; return a tensor instead (x.norm().detach()), or "
+                               f"use capture='blocks' (the model's own code runs around its blocks)")
         if isinstance(leaf, fx.Node) and leaf in g.carry:
             if leaf not in chain_outputs:
                 chain_outputs.append(leaf)
@@ -1590,6 +1741,9 @@ def _capture_export(model: nn.Module, args: tuple, kwargs: dict, max_stages: int
     side = U.CallData()
     notes = []
     split, why = _find_join(g, chain_outputs)
+    if split is not None and g.regions:
+        split, why = None, "it runs torch.vmap, whose region a join's branches could reorder (Note [Function " \
+                           "transforms in the graph])"
     if why:
         notes.append(f"not run as a join network: {why} (Note [Join detection]); cut as one chain")
     elif split is not None and join is not True:
@@ -1669,7 +1823,35 @@ def _capture_export(model: nn.Module, args: tuple, kwargs: dict, max_stages: int
     return Capture(method="export", prologue=prologue, stages=stages, side=side, chain_input=chain_input,
                    outputs=outputs, out_spec=ep.call_spec.out_spec, kw_order=kw_order,
                    tensors=_model_tensors(model), notes=notes, branches=branches, branch_inputs=branch_inputs,
-                   head=head)
+                   head=head, constants=_attribute_constants(model, ep))
+
+
+def _attribute_constants(model: nn.Module, ep) -> list:
+    """``(module, attribute, tensor)`` for each tensor constant of the exported program that is a plain attribute of
+    one of the model's modules (``self.scale = torch.tensor(...)``, not a buffer): the graph holds that tensor object,
+    and a call after the attribute was replaced captures again (Note [What a captured graph fixes]). Constants made in
+    the forward (``torch.tensor(3.0)``) are no attribute's."""
+    out = []
+    for name, value in ep.constants.items():
+        if not isinstance(value, torch.Tensor):
+            continue
+        prefix, _, attr = name.rpartition(".")
+        try:
+            owner = model.get_submodule(prefix)
+        except AttributeError:
+            continue
+        if owner.__dict__.get(attr) is value:
+            out.append((owner, attr, value))
+    return out
+
+
+def _replaced_constants(cap: Capture, model: nn.Module) -> list[str]:
+    """The attributes of :func:`_attribute_constants` that no longer hold the captured tensor."""
+    replaced = [(m, attr) for m, attr, t in cap.constants if m.__dict__.get(attr) is not t]
+    if not replaced:  # every call: no walk of the modules
+        return []
+    names = {id(m): name for name, m in model.named_modules()}
+    return [f"{names.get(id(m), type(m).__name__)}.{attr}".lstrip(".") for m, attr in replaced]
 
 
 def side_nbytes(values: list, inputs: list, model_tensors: list) -> int:
@@ -1804,12 +1986,16 @@ def _bytes_made(model: nn.Module, args: tuple, kwargs: dict, candidates: list) -
 def _find_blocks(model: nn.Module, args: tuple, kwargs: dict) -> tuple[_Blocks | None, list[str]]:
     """The list of blocks that makes the most activations, among those whose outputs feed the next
     (Note [Block fallback]); else None and why each list was not taken."""
-    candidates = []
+    candidates, scripted = [], []
     for name, mod in model.named_modules():
         if isinstance(mod, (nn.ModuleList, nn.Sequential)) and len(mod) >= 2:
+            if any(isinstance(b, torch.jit.ScriptModule) for b in mod):  # they take no hooks (review rv20a)
+                scripted.append(f"'{name}': its blocks are TorchScript modules (torch.jit.script), which take no "
+                                f"hooks; pass the modules before scripting, or cut them by hand (the manual route)")
+                continue
             candidates.append((name, list(mod)))
     if not candidates:
-        return None, []
+        return None, scripted
     made, failed = _bytes_made(model, args, kwargs, candidates)
     made = made or [0] * len(candidates)
     params = [sum(p.numel() for b in blocks for p in b.parameters()) for _, blocks in candidates]
@@ -1823,7 +2009,7 @@ def _find_blocks(model: nn.Module, args: tuple, kwargs: dict) -> tuple[_Blocks |
             probed[c] = _blocks_of(model, args, kwargs, *candidates[c])
         return probed[c]
 
-    refused, skipping = [], {}  # the lists LayerDrop skips: name -> blocks
+    refused, skipping = list(scripted), {}  # the lists LayerDrop skips: name -> blocks
     for c in order:
         name, blocks = candidates[c]
         found, why = probe(c)
@@ -1905,8 +2091,8 @@ def _blocks_of(model: nn.Module, args: tuple, kwargs: dict, name: str, blocks: l
         a, kw, out = calls[i][0]
         if tuple_out != isinstance(out, (tuple, list)):
             return None, f"block {i} returns a {type(out).__name__}, block 0 a {type(first_out).__name__}"
-        stale = [v for v in pytree.tree_leaves(list(out[1:])) if tuple_out
-                 and not (v is None or isinstance(v, (torch.Tensor, bool, int, str)))]
+        stale = [v for v in pytree.tree_leaves(list(out[1:]))
+                 if not (v is None or isinstance(v, (torch.Tensor, bool, int, str)))] if tuple_out else []
         if stale:  # handed back as the first run made them, a value that depends on the data would be stale
             return None, (f"block {i} returns {type(stale[0]).__name__} values beside its output, which the "
                           f"fallback cannot hand back")
@@ -2136,6 +2322,29 @@ class AutoCheckpointed(nn.Module):
         self._forward_takes_use_cache: bool | None = None
 
     # ------------------------------------------------------------ nn.Module behaviour
+    # Note [Saving the wrapper]
+    #     ``torch.save(wrapper)`` and ``pickle`` save the wrapper without its captures (:meth:`__getstate__`): the
+    #     loaded wrapper captures each input signature again at its first call, as a new one does. The captures'
+    #     stages are ``torch.fx.GraphModule``s, which torch.fx unpickles by tracing their code again, with the
+    #     model's buffers handed to the code as the real tensors: every in-place write of a buffer ran at load time,
+    #     once per graph holding it (BatchNorm's ``num_batches_tracked`` 2 where 1 was saved, an EMA buffer moved;
+    #     a review, 2026-11-29: bench/repros/rv20b_auto_pickle_load_writes_buffers.py). What the executors learned
+    #     (profiles, plans, a caller's measured memory) is not saved either. ``copy.deepcopy`` keeps the captures
+    #     (:meth:`__deepcopy__`: a GraphModule is deep-copied with its graph, not traced again, and the copies read the
+    #     copied model's tensors through the same memo), so a copy (a model EMA, AveragedModel) is not captured
+    #     again.
+    def __getstate__(self):
+        state = super().__getstate__()
+        state["_captures"], state["_last"] = {}, None  # Note [Saving the wrapper]
+        return state
+
+    def __deepcopy__(self, memo):
+        import copy
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new  # the copied _Forward and the captures refer to the copy
+        new.__setstate__(copy.deepcopy(super().__getstate__(), memo))  # captures and all: Note [Saving the wrapper]
+        return new
+
     def __getattr__(self, name):
         try:
             return super().__getattr__(name)
@@ -2401,6 +2610,13 @@ class AutoCheckpointed(nn.Module):
         cap = self._captures.get(key)
         if cap is not None and cap.tensor_ids != ids:
             cap = None  # Note [Sharing the model's state]: the model's tensors changed (.to(), reassignment)
+        elif cap is not None and cap.constants and (replaced := _replaced_constants(cap, self._model)):
+            warn_once(f"auto_checkpoint: the model's tensor attribute(s) {U.first_few(replaced)} (not buffers) were "
+                      f"replaced since the graph was captured, which is therefore captured again, profiled and solved "
+                      f"(seconds); register such a tensor as a buffer (register_buffer(name, t, persistent=False)) and "
+                      f"write it in place (model.scale.fill_(v)): the graph reads it live (Note [What a captured "
+                      f"graph fixes])", UserWarning, stacklevel=5)
+            cap = None
         if cap is None:
             U.refuse_meta("auto_checkpoint", [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)],
                           self._model)

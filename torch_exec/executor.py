@@ -249,8 +249,10 @@ Note [The caller's turn]
     marks the forward's return and the backward's start (``StepMeter.turn_start``/``turn_end``): the peak
     between them above the first mark, and what is still held at the second beyond a_N's gradients, is what that
     code used beyond the plan's reserve of a_N's gradients. Where that code's own peak went over the budget (or
-    the step did while that code held bytes through the backward), the reserve grows by that excess, to at most
-    what that code used, for the whole step from the next call on
+    the step did while that code held bytes through the backward), the reserve grows by how far it went above the
+    plan's prediction (the excess over the budget and the plan's slack below it: grown by the excess alone, a plan
+    with slack was made again as high and every step went over by as much, review rv20a), to at most what that
+    code used, for the whole step from the next call on
     (:func:`learn_caller_turn`, ``Entry.caller_reserve``, a re-plan as for Note [Outputs without a gradient];
     the step is recorded at the start of the next call, ``StepMeter.record_ended``, so that call plans with it).
     Where the budget then fits no plan, that call raises, naming what was learned. A step over its budget
@@ -262,6 +264,10 @@ Note [The caller's turn]
     ``measure_memory()``), and only steps of one call and one backward. On CUDA, where the meter's marks between
     the two leave the peak counter alone, the peak between them is known only where it rose above the step's
     peak so far (``MemoryMeter.rose_between``); otherwise what is held at the backward's start is taken.
+    A step run as plain autograd (a budget at or above its profiled peak) has no such marks: what it measured above
+    its prediction, where it went over the budget, is reserved whole (:func:`learn_plain_step`), and plain
+    autograd's least budget counts the reserve (:func:`plain_least_bytes`): "100%" went 12 168 B over at every step
+    by the loss's own tensor (review rv20a: bench/repros/rv20a_plain_budget_caller_turn_never_learned.py).
 
 Note [Allocator blocks learned]
     On CUDA every plan reserves one block the caching allocator may hand over unsplit (Note [Allocator blocks] in
@@ -501,6 +507,7 @@ Note [DistributedDataParallel]
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import numbers
@@ -810,16 +817,22 @@ def learn_output_holds(entry: Entry, refs: list) -> None:
     _share_learned(entry)
 
 
-def learn_caller_turn(entry: Entry, peak: int, kept: int, grads: int, over: int, excess: int) -> None:
+def learn_caller_turn(entry: Entry, peak: int, kept: int, grads: int, over: int, excess: int,
+                      slack: int = 0) -> None:
     """Note [The caller's turn]: a measured step's reading from the forward's return to the backward's start
     (``peak`` above the moment the forward returned, ``kept`` still held at the backward's start, of which ``grads``
-    are a_N's gradients), how far that code's own peak went ``over`` the budget, and the step's ``excess`` over it.
-    What the caller's code is seen to cost the budget (its own peak's excess, or the bytes it holds through the
-    backward), at most the step's excess, is added to the reserve, which never exceeds what that code used beyond
-    a_N and its gradients' reserve; the next call re-plans (``entry.replan_due``)."""
+    are a_N's gradients), how far that code's own peak went ``over`` the budget, the step's ``excess`` over it, and
+    the plan's ``slack`` (its predicted peak's distance below the budget). What the caller's code is seen to cost
+    the plan (its own peak above the prediction, or the bytes it holds through the backward), at most the step's
+    shortfall against its prediction, is added to the reserve, which never exceeds what that code used beyond a_N
+    and its gradients' reserve; the next call re-plans (``entry.replan_due``)."""
     kept_more = max(0, int(kept) - int(grads))
     beyond = kept_more + max(0, int(peak) - kept_more - int(entry.grad_reserve))
-    blamed = min(int(excess), max(int(over), kept_more))  # never more than the step's own excess
+    # measured against the prediction, not the budget: a plan below its budget by ``slack`` that grew its reserve
+    # by the step's excess alone was planned again as high, and each step went over by as much (review rv20a:
+    # bench/repros/rv20a_caller_turn_learns_excess_not_shortfall.py)
+    slack = max(0, int(slack))
+    blamed = min(int(excess) + slack, max(int(over) + slack, kept_more))  # never more than the step's shortfall
     reserve = _grown(entry.caller_reserve, blamed, beyond)
     if reserve <= entry.caller_reserve:
         return
@@ -832,13 +845,31 @@ def learn_caller_turn(entry: Entry, peak: int, kept: int, grads: int, over: int,
     _share_learned(entry)
 
 
-def learn_from_step(entry: Entry, peak: int, kept: int, grads: int, over: int, excess: int, unsplit: int) -> None:
+def learn_from_step(entry: Entry, peak: int, kept: int, grads: int, over: int, excess: int, unsplit: int,
+                    slack: int = 0) -> None:
     """What a measured step over its budget teaches (``StepMeter._learn_turn``): the caller's turn first (Note [The
-    caller's turn]), then, from what it left of the excess, the allocator's blocks (Note [Allocator blocks
+    caller's turn]), then, from what it left of the shortfall, the allocator's blocks (Note [Allocator blocks
     learned])."""
     before = entry.caller_reserve
-    learn_caller_turn(entry, peak, kept, grads, over, excess)
-    learn_allocator_blocks(entry, int(excess) - (entry.caller_reserve - before), unsplit)
+    learn_caller_turn(entry, peak, kept, grads, over, excess, slack)
+    learn_allocator_blocks(entry, int(excess) + max(0, int(slack)) - (entry.caller_reserve - before), unsplit)
+
+
+def learn_plain_step(entry: Entry, short: int) -> None:
+    """Note [The caller's turn] for a step run as plain autograd (a budget at or above its profiled peak): no mark
+    splits its forward from the caller's code, so what it measured above its prediction (``short``, over the budget)
+    is reserved, and the next call plans within the budget less it, or raises (a review: "100%" went 12 168 B over
+    at every step, the loss's own tensor, bench/repros/rv20a_plain_budget_caller_turn_never_learned.py)."""
+    reserve = entry.caller_reserve + max(0, int(short))
+    if reserve <= entry.caller_reserve:
+        return
+    entry.caller_reserve = reserve
+    warnings.warn(f"CheckpointedSequential: a step run as plain autograd measured {int(short)} B above its prediction "
+                  f"and went over the budget (the code between the model's forward and its backward, the loss, which "
+                  f"the profile does not see): the next steps reserve {entry.caller_reserve} B for it (Note [The "
+                  f"caller's turn] in torch_exec/executor.py)", MemoryBudgetWarning, stacklevel=3)
+    entry.replan_due = True
+    _share_learned(entry)
 
 
 def learn_allocator_blocks(entry: Entry, excess: int, unsplit: int) -> None:
@@ -1083,10 +1114,12 @@ def plain_least_bytes(entry) -> int | None:
     """The least budget at which the plain path runs this entry: plain autograd's measured peak in the
     caller's loop (:func:`reference_peak_bytes`) and the shared leaves' buffers it does not see, or None
     where it was not measured. The chain model's least budget can be above it (a frozen prefix: a review's
-    BERT linear probe, 102.6 % of it); the lower of the two is the wrapper's least budget."""
+    BERT linear probe, 102.6 % of it); the lower of the two is the wrapper's least budget. What measured steps
+    showed the caller's code add (Note [The caller's turn]) is added: the profile's plain step runs no loss of the
+    caller's."""
     if not plain_peak_measured(entry):
         return None
-    return reference_peak_bytes(entry)[0] + entry.unseen_shared_bytes
+    return reference_peak_bytes(entry)[0] + entry.unseen_shared_bytes + getattr(entry, "caller_reserve", 0)
 
 
 def entry_budget_bytes(budget, entry) -> int:
@@ -1448,14 +1481,39 @@ def _detached_results(ctx, outs, grad_only: bool = False) -> tuple:
     return results
 
 
+# Note [Parameters written before the backward]
+#     A parameter written in place between a step's forward and its backward (a second optimizer stepping after
+#     ``loss.backward(retain_graph=True)``, a weight clipped before the backward): plain autograd raises at the
+#     backward ("modified by an inplace operation"), since the tensor it saved moved on. A schedule saves no
+#     parameter across the two: its recomputations read the parameters as they are at the backward, and the step
+#     returned a loss of one function with the gradients of another, silently (a review:
+#     bench/repros/rv20b_param_written_before_backward_unchecked.py). So the forward records the versions of the
+#     parameters the step routes (its trainable ones, ``ctx.tap``), and the backward refuses as plain autograd does
+#     where one moved (also a parameter no op saved, which plain autograd lets pass: a bias).
+def mark_parameters(ctx) -> None:
+    """At a schedule Function's forward: the versions of the step's routed parameters (Note [Parameters written
+    before the backward])."""
+    ctx.param_versions = [p._version for p in ctx.tap[1]]
+
+
 def _backward_runtime(ctx, double_backward_error: str, twice_error: str):
     """The first refusals of a schedule Function's backward (before any state is consumed): double
-    backward, and a second backward after the first freed the step; returns the step's runtime."""
+    backward, a second backward after the first freed the step, and a parameter written since the forward
+    (Note [Parameters written before the backward]); returns the step's runtime."""
     if torch.is_grad_enabled():
         raise RuntimeError(double_backward_error)
     rt = getattr(ctx, "rt", None)
     if rt is None:
         raise RuntimeError(twice_error)
+    written = [p for p, v in zip(ctx.tap[1], ctx.param_versions) if p._version != v]
+    if written:
+        raise RuntimeError(
+            f"one of the variables needed for gradient computation has been modified by an inplace operation: "
+            f"{len(written)} parameter(s) (shapes {', '.join(str(tuple(p.shape)) for p in written[:3])}) were written "
+            f"in place after the forward of this checkpointed step and before its backward (an optimizer step after "
+            f"backward(retain_graph=True), a clipping of the weights), which would recompute its stages with the new "
+            f"values; run the backward before writing them, as plain autograd requires (Note [Parameters written "
+            f"before the backward] in torch_exec/executor.py)")
     return rt
 
 
@@ -1839,6 +1897,7 @@ class _ScheduleFunction(torch.autograd.Function):
         entry, structure, preserve_rng, meter, tap_args, call_data = runtime_args
         ctx.meter = meter
         ctx.tap = tap_args
+        mark_parameters(ctx)
         ctx.snapshot = None
         a0 = _rebuild(structure, [t.detach() for t in inputs])
         rt = Runtime(entry, a0, [t.requires_grad for t in inputs], U.autocast_state(), preserve_rng, call_data)
@@ -1858,7 +1917,7 @@ class _ScheduleFunction(torch.autograd.Function):
         results = _detached_results(ctx, outs)
         ctx.out_refs = output_storages(entry, outs) if entry.loss_only else []  # Note [The caller holds a_N]
         if meter is not None:  # Note [The caller's turn]
-            meter.turn_start(lambda *reading: learn_from_step(entry, *reading))
+            meter.turn_start(functools.partial(learn_from_step, entry))  # picklable (rv20b: a pending record)
         return results[0] if ctx.out_is_tensor else results
 
     @staticmethod
@@ -2156,6 +2215,8 @@ class _PlannedModule(nn.Module):
     solver settings, the plans cached per input signature (``_key``, ``_build`` and ``_plan_entry``
     are the subclass's), re-solving them, and the budget as ``extra_repr`` shows it."""
 
+    OWN_SCALARS_UNKEYED = True  # its settings are no part of an input signature (U.scalar_attributes)
+
     def _set_solver(self, budget, bucket, backend, profile_passes, profile_warmup, schedule_fn, preserve_rng_state,
                     network, measure_steps: int, profile_isolated: bool | None = None, backends=BACKENDS) -> None:
         check_settings(schedule_fn, profile_passes, profile_warmup, preserve_rng_state, measure_steps, profile_isolated,
@@ -2374,12 +2435,16 @@ class _PlannedModule(nn.Module):
                           join=joins)
         return entry.plain
 
-    def _plain_step(self, run):
-        """A step as plain autograd (``run()``): a measured one ends with the backward that reaches its output.
-        A wrapper among its stages runs plainly too (Note [A wrapper inside another's step])."""
+    def _plain_step(self, run, learn=None):
+        """A step as plain autograd (``run()``): a measured one ends with the backward that reaches its output,
+        and ``learn(short)`` is told what it measured above its prediction where it went over the budget
+        (:func:`learn_plain_step`). A wrapper among its stages runs plainly too (Note [A wrapper inside another's
+        step])."""
         with a_wrapper_step():
             out = run()
         if self._meter.measuring:
+            if learn is not None:
+                self._meter.plain_turn(learn)
             self._meter.end_with_backward_of([t for t in tree_leaves(out) if isinstance(t, torch.Tensor)])
         return out
 
@@ -2484,7 +2549,8 @@ class CheckpointedSequential(_PlannedModule):
         self.names, fns = U.stage_list(stages)
         extras = _extra_modules(modules)
         module_stages = [f for f in fns if isinstance(f, nn.Module)]
-        if isinstance(stages, nn.Sequential) and not extras:  # Note [A Sequential's own names]
+        self._shares_sequential = isinstance(stages, nn.Sequential) and not extras
+        if self._shares_sequential:  # Note [A Sequential's own names]
             for name in ("_parameters", "_buffers", "_modules", "_non_persistent_buffers_set"):
                 self.__dict__[name] = getattr(stages, name)
         else:
@@ -2493,6 +2559,7 @@ class CheckpointedSequential(_PlannedModule):
             self.extra_modules = nn.ModuleList(extras)
         _check_callables(self.names, fns, module_stages + extras)
         self._fns = fns  # the callables, in order (modules are also registered above)
+        self._registered = self._stage_ids()  # Note [Stages replaced after wrapping]
         self._set_solver(budget, bucket, backend, profile_passes, profile_warmup, schedule_fn, preserve_rng_state,
                          network, measure_steps, profile_isolated)
         self.offload = _offload_setting(offload)
@@ -2525,6 +2592,7 @@ class CheckpointedSequential(_PlannedModule):
         ``profile``: a ``measured-chain/1`` dict of these stages (e.g. from :func:`torch_exec.profile_dict`
         or a saved file) to use instead of profiling; its stage names must be this module's.
         """
+        self._follow_replaced_stages()  # Note [Stages replaced after wrapping]
         state = sample_input[0] if len(sample_input) == 1 else tuple(sample_input)
         U.refuse_inference_mode("CheckpointedSequential")
         if profile is not None:
@@ -2809,6 +2877,42 @@ class CheckpointedSequential(_PlannedModule):
                 check_offload_backend(self.offload, self.backend)
             super().replan(budget, schedule_fn, profile)
 
+    # ------------------------------------------------------------ stages replaced
+    # Note [Stages replaced after wrapping]
+    #     Transfer learning replaces a layer of the model it trains (``net[-1] = nn.Linear(64, 5)`` for a new task).
+    #     The wrapper registers the Sequential's own module dict (Note [A Sequential's own names]), or a ModuleList
+    #     of a list's modules, so the new layer showed in ``parameters()`` and ``state_dict()``, but the steps ran
+    #     the callables taken at construction: the old layer, which no optimizer held any more, and the new one got
+    #     no gradient (a review: bench/repros/rv20b_seq_replaced_stage_still_runs_old.py). Each call compares the
+    #     registered modules with those taken (their ids, in order); a change takes the stages again, as a new
+    #     model: every plan is dropped and the next step profiles and solves anew. CheckpointedJoin asks its
+    #     branches the same at each call.
+    def _stage_ids(self) -> tuple:
+        """The ids of the modules registered as stages, in order (Note [Stages replaced after wrapping])."""
+        registered = self._modules if self._shares_sequential else self._modules["stages"]._modules
+        return tuple([id(m) for m in registered.values() if m is not None])
+
+    def _follow_replaced_stages(self) -> bool:
+        """Take the stages again where a registered one was replaced, dropping every plan (Note [Stages replaced
+        after wrapping]); whether they were."""
+        ids = self._stage_ids()
+        if ids == self._registered:
+            return False
+        if not self._shares_sequential:  # a list: its modules' positions among the callables, in order
+            modules = iter([m for m in self._modules["stages"]._modules.values() if m is not None])
+            names = list(self.names)
+            fns = [next(modules, None) if isinstance(f, nn.Module) else f for f in self._fns]
+            if any(f is None for f in fns) or next(modules, None) is not None:
+                raise ValueError("CheckpointedSequential: stages were added to or removed from its module list after "
+                                 "it was made; make a new wrapper over the new stages")
+        else:
+            names, fns = U.stage_list(nn.Sequential(collections.OrderedDict(self._modules)))
+        _check_callables(names, fns, [f for f in fns if isinstance(f, nn.Module)] + self._extras)
+        self.names, self._fns, self._registered = names, fns, ids
+        self._entries.clear()
+        self._last = None
+        return True
+
     # ------------------------------------------------------------ forward
     def _plain(self, state):
         for fn in self._fns:
@@ -2816,6 +2920,7 @@ class CheckpointedSequential(_PlannedModule):
         return state
 
     def forward(self, *inputs):
+        self._follow_replaced_stages()  # Note [Stages replaced after wrapping]
         state = inputs[0] if len(inputs) == 1 else tuple(inputs)
         flat = U.tensors(state)
         if len(flat) != (1 if isinstance(state, torch.Tensor) else len(state)):
@@ -2842,7 +2947,7 @@ class CheckpointedSequential(_PlannedModule):
             entry = self._entries[self._key(state)] = self._replan_learned(entry)
         self._last = entry
         if self._begin_step(entry, flat[0].device):
-            return self._plain_step(lambda: self._plain(state))
+            return self._plain_step(lambda: self._plain(state), functools.partial(learn_plain_step, entry))
         structure = "tensor" if isinstance(state, torch.Tensor) else "tuple"
         tap, tap_args = self._parameter_tap(walked)
         return _ScheduleFunction.apply((entry, structure, self.preserve_rng_state, self._meter, tap_args,

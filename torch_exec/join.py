@@ -93,7 +93,7 @@ from .executor import (IN_FLIGHT, NOT_MEASURED, TURN, CheckpointedSequential, Pr
                        _backward_segment, _compiler_disable, _detached_results, _needs_at_least,
                        _PlannedModule, _SegmentMode, _standin_params, _with_beside, annotate,
                        below_floor_message, below_plain_message, executor_chain, interpret, interpret_backward,
-                       faces_of, kept_graph_leaves, merged_face, output_out_of_tape, plan_faces,
+                       faces_of, kept_graph_leaves, mark_parameters, merged_face, output_out_of_tape, plan_faces,
                        refuse_shared_hazards, state_requires_grad)
 from .meter import MemoryMeter
 from .profiler import chain_from_profile, profile_dict, runs_as_a_stage
@@ -250,6 +250,7 @@ class _JoinFunction(torch.autograd.Function):
         entry, preserve_rng, box, meter, tap_args, call_data = args
         ctx.meter = meter
         ctx.tap = tap_args
+        mark_parameters(ctx)
         ctx.snapshot = None
         ctx.set_materialize_grads(False)
         rt = JoinRuntime(entry, [t.detach() for t in inputs], [t.requires_grad for t in inputs],
@@ -489,6 +490,7 @@ class CheckpointedJoin(_PlannedModule):
     def prepare(self, *inputs) -> JoinPlan:
         """Profile and solve for inputs like these now (otherwise the first call does it)."""
         U.refuse_inference_mode("CheckpointedJoin")
+        self._follow_replaced_stages()
         self._check_inputs(inputs)
         self._last = self._entry(inputs)
         return self._last.plan
@@ -793,7 +795,16 @@ class CheckpointedJoin(_PlannedModule):
         outs = [x if empty else seq._plain(x) for x, seq, empty in zip(inputs, self.branches, self.empty, strict=True)]
         return self.head_fn(*outs)
 
+    def _follow_replaced_stages(self) -> None:
+        """A branch's stage replaced after wrapping drops every plan (Note [Stages replaced after wrapping] in
+        torch_exec/executor.py)."""
+        if any([seq._follow_replaced_stages() for seq, empty in zip(self.branches, self.empty, strict=True)
+                if not empty]):
+            self._entries.clear()
+            self._last = None
+
     def forward(self, *inputs):
+        self._follow_replaced_stages()
         self._check_inputs(inputs)
         if self._runs_plain() or not torch.is_grad_enabled() or runs_as_a_stage():
             return self._plain(inputs)

@@ -196,9 +196,10 @@ from gpusolve.errors import FallbackWarning, warn_once
 from gpusolve.progress import work_progress
 
 from ._util import (LeafReaders, ModelSnapshot, RngState, aliases, backward_segment, block_bytes, buffers_of,
-                    by_origin, clone, copyable, cuda_devices, generators_of, grad_storages,
+                    by_origin, check_state, clone, copyable, cuda_devices, generators_of, grad_storages,
                     held_from, held_nbytes, make_leaf, map_state, output_facts, params_of, progress_setting,
-                    register_grad_hook, stage_list, stage_state, state_nbytes, storage_key, storages, tensors)
+                    register_grad_hook, scalar_attributes, stage_list, stage_state, state_nbytes, storage_key, storages,
+                    tensors)
 from .meter import MemoryMeter, room_for_a_cpu_meter
 from .offload import HostCopies
 
@@ -494,6 +495,47 @@ def _refuse_parameter_writes(s: int, params: list, before: tuple) -> tuple:
     return after
 
 
+class AttributeWriteError(ParameterWriteError):
+    """A stage's forward writes a Python attribute of its module at each call (Note [Attributes a forward
+    writes])."""
+
+
+# Note [Attributes a forward writes]
+#     A forward that keeps a Python counter on its module (``self.calls += 1``: a warm-up factor, a temperature
+#     annealed per call, an observer's step count) is run again by each profiling pass and each recomputation of
+#     its stage, and nothing puts such an attribute back: after the first step of a CheckpointedSequential of six
+#     such blocks each counter read 18 where plain autograd's read 1, and the loss was 275428 against 4.80 (a
+#     review: bench/repros/rv20a_seq_stage_counter_attribute_rerun.py). So the first timing pass, which runs every
+#     stage again after the memory pass, compares the scalar attributes (numbers, strings, None) of the stages'
+#     modules: one that moved there is written at every call, and profiling refuses the stage, naming the attribute
+#     and the remedy, with the attributes put back as they were before profiling. A write on the first call only (a
+#     warn-once flag, a lazy module's sizes) is made by the warm-up or the memory pass and not refused.
+def _module_scalars(fns) -> dict:
+    """``(stage, module, name) -> value`` for the scalar attributes of the modules of the stages ``fns``
+    (Note [Attributes a forward writes])."""
+    return {(s, m, key): v for s, fn in enumerate(fns) if isinstance(fn, torch.nn.Module)
+            for m in fn.modules() for key, v in scalar_attributes(m)}
+
+
+def _refuse_attribute_writes(fns, before: dict, restore: dict) -> None:
+    """Note [Attributes a forward writes]: raise where the stages ``fns`` moved a scalar attribute from ``before``,
+    having put every attribute written back to its value in ``restore`` (before profiling)."""
+    now = _module_scalars(fns)
+    written = [k for k, v in before.items() if k in now and now[k] != v]
+    if not written:
+        return
+    for (s, m, key), v in restore.items():
+        if vars(m).get(key, v) != v:
+            setattr(m, key, v)
+    s, m, key = written[0]
+    raise AttributeWriteError(
+        f"stage {s + 1}'s forward writes {type(m).__name__}.{key} at every call ({before[(s, m, key)]!r} "
+        f"-> {now[(s, m, key)]!r}{f'; and {len(written) - 1} more' if len(written) > 1 else ''}): each profiling "
+        f"pass and each recomputation of the stage would write it again. Keep such state as a buffer "
+        f"(module.register_buffer(name, torch.tensor(0)), updated in place), which a re-run starts from a copy of, or "
+        f"update it in the training loop (Note [Attributes a forward writes] in torch_exec/profiler.py)")
+
+
 # Note [Buffers written behind their versions]
 #     A stage's ``buffer_writes`` (Note [Recomputing from the step's buffers] in torch_exec/executor.py) was read
 #     from the buffers' version counters alone. Some ops write a buffer without moving its counter: the fused
@@ -619,6 +661,7 @@ class _Passes:
         h_ng, h_f, h_b = ([[] for _ in range(n)] for _ in range(3))  # Note [Host time of a stage]
         ref = {"store_all_step_ms": [], "nograd_forward_ms": []}
         self.prepare_grads()
+        attributes = _module_scalars(self.fns)  # as they were (Note [Attributes a forward writes])
         if warmup > 0:  # Note [Lazy workspaces]: the first warm-up runs before memory is read
             self.warm()
             tick(PASS_WORK["memory"] if self.isolated else PASS_WORK["nograd"] + PASS_WORK["grad"])
@@ -626,8 +669,11 @@ class _Passes:
         mem, reference = self.memory_pass()
         tick(PASS_WORK["memory"])
         for it in range(warmup + passes):
+            seen = _module_scalars(self.fns) if it == 0 else None
             ng, host_ng = self.nograd_pass()
             (fwd, host_f), (bwd, host_b) = self.grad_pass()
+            if seen is not None:
+                _refuse_attribute_writes(self.fns, seen, attributes)
             tick(PASS_WORK["nograd"] + PASS_WORK["grad"])
             if it >= warmup:
                 for s in range(n):
@@ -754,6 +800,7 @@ class _Passes:
                 a = meter.mark()
                 out = fn(state)
                 ng_marks.append((a, meter.mark()))
+                check_state(out, f"stage {s + 1}'s output")
                 param_marks = _refuse_parameter_writes(s, self.params, param_marks)  # the next stage's before
                 alias = aliases(out, state)
                 # Does the stage draw random numbers? Only such stages get their RNG state

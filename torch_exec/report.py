@@ -229,6 +229,9 @@ def _held_by_grad(grad: torch.Tensor, seen: set) -> int:
     return max(key[2], nbytes)
 
 
+PLAIN_TURN = "plain"  # StepMeter.plain_turn's reading: the step's shortfall alone
+
+
 class StepMeter:
     """Arms, runs and records step measurements for one wrapper (see the module docstring).
 
@@ -300,7 +303,15 @@ class StepMeter:
         if turn is not None and turn[0] is self._pending and turn[2] is None and self._calls == 1:
             turn[2] = (self._pending[0].mark(reset_peak=False), sum(grad_storages(grads).values()))
 
-    def _learn_turn(self, step, meter: MemoryMeter, room: int | None, excess: int, unsplit: int = 0) -> None:
+    def plain_turn(self, learn) -> None:
+        """At the return of a plain autograd step's forward in a measured step of one call: ``learn(short)`` gets
+        how far the step's peak was above its prediction when the step is recorded over its budget (Note [The
+        caller's turn] in torch_exec/executor.py: no mark splits a plain step's turn from its backward)."""
+        if self._pending is not None and self._calls == 1:
+            self._turn = [self._pending, None, PLAIN_TURN, learn]
+
+    def _learn_turn(self, step, meter: MemoryMeter, room: int | None, excess: int, unsplit: int = 0,
+                    slack: int = 0) -> None:
         """Hand the recorded step's turn reading to its learner where the caller's code itself went over the
         budget (``room``: the budget less what was held before the meter started; None: no budget): the peak
         above the forward's return (where the meter knows it: :meth:`MemoryMeter.rose_between`), what was still
@@ -313,11 +324,14 @@ class StepMeter:
         if not learns or room is None or excess <= 0:
             return  # a step within its budget teaches nothing: its record counts host buffers and gradients set,
             # which the raw levels below do not take off (a review: rv12c_diff_caller_turn_cpu_host_buffers)
+        if turn[2] is PLAIN_TURN:
+            turn[3](excess + slack)
+            return
         (closing, grads), start = turn[2], turn[1]
         reading = meter.between(start, closing)
         peak = reading.peak if meter.rose_between(start, closing) else max(reading.delta, 0)
         over = reading.start + peak - room  # the turn's own level against the budget (raw: an upper bound)
-        turn[3](peak, reading.delta, grads, over, excess, unsplit)
+        turn[3](peak, reading.delta, grads, over, excess, unsplit, slack)
 
     def _learns_turn(self, step) -> bool:
         """Whether the recorded ``step`` has a turn reading (the wrappers that mark it: Note [The caller's turn])."""
@@ -537,4 +551,5 @@ class StepMeter:
                 f"(model.replan(profile=True)) or lower the budget by the excess; model.memory_report() has every "
                 f"measured step{blocks}{_calls_hint(record)}", MemoryBudgetWarning, stacklevel=4)
         self._learn_turn(ended_step, meter, None if budget is None else budget - int(held),
-                         0 if budget is None else record.beyond_param_grads - budget, meter.unsplit_at(closing))
+                         0 if budget is None else record.beyond_param_grads - budget, meter.unsplit_at(closing),
+                         0 if budget is None else max(0, budget - record.predicted_peak))

@@ -1,0 +1,319 @@
+"""auto_checkpoint on what a forward does beside its operations (CPU): reentrant torch.utils.checkpoint and
+``retain_grad()`` refused by name before either capture, a Python number returned beside the tensors, torch.vmap
+inside the forward, a replaced tensor attribute, and a saved and loaded wrapper (review rv20, 2026-11-29)."""
+from __future__ import annotations
+
+import copy
+import io
+import pickle
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.utils.checkpoint as tuc  # noqa: E402
+from torch import nn  # noqa: E402
+
+import torch_exec as te  # noqa: E402
+from gpusolve.errors import InfeasibleBudgetError  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::torch_exec.CPUTimingWarning", "ignore::gpusolve.FallbackWarning",
+                                        "ignore:auto_checkpoint. torch.export:UserWarning",
+                                        "ignore:`torch.jit.script` is deprecated:DeprecationWarning")  # forward AD's
+
+D = 16
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(D, 2 * D), nn.Linear(2 * D, D)
+
+    def forward(self, x):
+        return x + self.b(torch.tanh(self.a(x)))
+
+
+class Blocks(nn.Module):
+    """Residual blocks; ``kind`` adds what the review found."""
+
+    def __init__(self, kind: str, n: int = 4):
+        super().__init__()
+        self.kind = kind
+        self.l = nn.ModuleList(Block() for _ in range(n))
+        self.w = nn.Parameter(torch.randn(3, D, D) / D ** 0.5)
+        self.n = nn.ModuleList(Block() for _ in range(n))
+        self.scale = torch.tensor(1.0)  # a plain tensor attribute, not a buffer
+
+    def forward(self, x):
+        h = None
+        for i, block in enumerate(self.l):
+            if self.kind in ("reentrant", "non-reentrant") and i == len(self.l) - 1:
+                x = tuc.checkpoint(block, x, use_reentrant=self.kind == "reentrant")
+            else:
+                x = block(x)
+            if self.kind == "retain_grad" and i == 1:
+                h = x
+                h.retain_grad()
+        if self.kind == "vmap":
+            x = x + torch.vmap(lambda w: torch.tanh(x @ w))(self.w).mean(0)
+        if self.kind == "forward AD":
+            import torch.autograd.forward_ad as fwAD
+            with fwAD.dual_level():
+                x = x + 0.1 * fwAD.unpack_dual(torch.tanh(fwAD.make_dual(x, torch.ones_like(x)))).tangent
+        if self.kind == "attribute":
+            x = x * self.scale
+        for block in self.n:
+            x = block(x)
+        if self.kind == "item":
+            return x, x.norm().item()
+        return (x, h) if self.kind == "retain_grad" else x
+
+
+def _least(model, x, **kw) -> int:
+    with pytest.raises(InfeasibleBudgetError) as info:
+        te.auto_checkpoint(copy.deepcopy(model), "1%", backend="cpu", **kw)(x)
+    return info.value.min_bytes
+
+
+def _assert_grads_equal(model, reference):
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        assert (p.grad is None) == (q.grad is None), name
+        if p.grad is not None:
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def _recomputes(wrapped) -> bool:
+    plan = wrapped.plan
+    return sum(op.kind.name.startswith("FWD") for op in plan.schedule) > wrapped.executor.chain.n
+
+
+# ---------------------------------------------------------------------------- reentrant torch.utils.checkpoint
+@pytest.mark.parametrize("capture", ["auto", "blocks", "export"])
+def test_reentrant_checkpoint_is_refused_before_either_capture(capture):
+    # export was refused and the block fallback trained with every gradient wrong, silently (bench/repros/
+    # rv20a_blocks_reentrant_checkpoint_wrong_grads.py)
+    torch.manual_seed(0)
+    model = Blocks("reentrant")
+    wrapped = te.auto_checkpoint(model, "100%", backend="cpu", capture=capture)
+    with pytest.raises(te.CaptureError, match=r"reentrant torch\.utils\.checkpoint .*use_reentrant=True\) around l\.3"
+                                              r".*call the layers without torch\.utils\.checkpoint .*use_reentrant=False"):
+        wrapped(torch.randn(4, D))
+    assert wrapped.capture is None and not wrapped._captures and all(p.grad is None for p in model.parameters())
+
+
+def test_non_reentrant_checkpoint_trains_as_plain_autograd():
+    torch.manual_seed(0)
+    model, x = Blocks("non-reentrant"), torch.randn(4, 8, D)
+    reference = copy.deepcopy(model)
+    wrapped = te.auto_checkpoint(model, _least(model, x), backend="cpu")
+    wrapped(x).pow(2).mean().backward()
+    reference(x).pow(2).mean().backward()
+    assert wrapped.capture.method == "export" and _recomputes(wrapped)
+    _assert_grads_equal(model, reference)
+
+
+# ---------------------------------------------------------------------------- retain_grad in the forward
+@pytest.mark.parametrize("capture", ["auto", "blocks", "export"])
+def test_retain_grad_in_the_forward_is_refused_naming_the_line(capture):
+    # export dropped it: h.grad stayed None, silently (bench/repros/rv20a_auto_retain_grad_in_forward_dropped.py)
+    torch.manual_seed(0)
+    wrapped = te.auto_checkpoint(Blocks("retain_grad"), "100%", backend="cpu", capture=capture)
+    with pytest.raises(te.CaptureError, match=r"registers a gradient hook on a tensor in its forward \(Tensor\.retain_grad"
+                                              r" at .*test_capture_refusals\.py:\d+\), which neither capture keeps"
+                                              r".*for h\.retain_grad\(\): .*wrapper\.model"):
+        wrapped(torch.randn(4, D))
+
+
+def test_retain_grad_on_a_leaf_is_left_alone():
+    class Leaf(Blocks):
+        def forward(self, x):
+            x.retain_grad()  # a leaf's .grad is set anyway: nothing to refuse
+            return super().forward(x)
+    torch.manual_seed(0)
+    model, x = Leaf("plain"), torch.randn(4, 8, D, requires_grad=True)
+    reference, x2 = copy.deepcopy(model), x.detach().clone().requires_grad_()
+    te.auto_checkpoint(model, "100%", backend="cpu")(x).pow(2).mean().backward()
+    reference(x2).pow(2).mean().backward()
+    _assert_grads_equal(model, reference)
+    torch.testing.assert_close(x.grad, x2.grad)
+
+
+# ---------------------------------------------------------------------------- a number returned beside the tensors
+def test_a_number_computed_with_item_is_returned_from_this_call():
+    # the export path raised IndexError in _call_scheduled (bench/repros/rv20a_auto_item_output_indexerror.py):
+    # export now refuses it, and the block fallback runs the model's own code for it
+    torch.manual_seed(0)
+    model = Blocks("item")
+    reference = copy.deepcopy(model)
+    x = torch.randn(4, 8, D)
+    wrapped = te.auto_checkpoint(model, _least(model, x), backend="cpu")
+    for step in range(2):
+        x = torch.randn(4, 8, D, generator=torch.Generator().manual_seed(step))
+        model.zero_grad(set_to_none=True)
+        reference.zero_grad(set_to_none=True)
+        out, number = wrapped(x)
+        want, want_number = reference(x)
+        assert isinstance(number, float) and number == pytest.approx(want_number, rel=1e-6)
+        out.pow(2).mean().backward()
+        want.pow(2).mean().backward()
+        _assert_grads_equal(model, reference)
+    assert wrapped.capture.method == "blocks" and _recomputes(wrapped)
+    with pytest.raises(te.CaptureError, match=r"returns a number computed from tensors .*\.item\(\).*x\.norm\(\)\.detach"):
+        te.auto_checkpoint(Blocks("item"), "100%", backend="cpu", capture="export")(x)
+
+
+# ---------------------------------------------------------------------------- torch.vmap in the forward
+@pytest.mark.parametrize("capture", ["export", "blocks"])
+def test_a_vmap_region_runs_in_one_stage(capture):
+    # its nesting calls ran in the prologue and the batched ops in a stage at no vmap level: profiling raised
+    # functorch's "tensor may have escaped" (bench/repros/rv20a_auto_vmap_region_cut.py)
+    torch.manual_seed(0)
+    model, x = Blocks("vmap"), torch.randn(4, 8, D)
+    reference = copy.deepcopy(model)
+    wrapped = te.auto_checkpoint(model, _least(model, x, capture=capture), backend="cpu", capture=capture)
+    for _ in range(2):
+        model.zero_grad(set_to_none=True)
+        reference.zero_grad(set_to_none=True)
+        wrapped(x).pow(2).mean().backward()
+        reference(x).pow(2).mean().backward()
+        _assert_grads_equal(model, reference)
+    assert wrapped.capture.method == capture and _recomputes(wrapped)
+    if capture == "export":
+        code = [s.graph_module.code for s in wrapped.capture.stages]
+        assert "_vmap_increment_nesting" not in wrapped.capture.prologue.code
+        assert sum("_vmap_increment_nesting" in c for c in code) == 1
+        assert all(c.count("_vmap_increment_nesting") == c.count("_vmap_decrement_nesting") for c in code)
+
+
+class VmappedMask(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = nn.ModuleList(nn.Sequential(nn.Linear(D, D), nn.Tanh()) for _ in range(4))
+
+    def forward(self, x, m):
+        mask = torch.vmap(lambda r: (r > 0).float() * r.softmax(-1))(m)  # side data only: runs in the prologue
+        for block in self.l:
+            x = block(x) * mask
+        return x
+
+
+def test_a_vmap_region_of_side_data_runs_in_the_prologue():
+    torch.manual_seed(0)
+    model, x, m = VmappedMask(), torch.randn(4, D), torch.randn(4, D)
+    reference = copy.deepcopy(model)
+    wrapped = te.auto_checkpoint(model, "80%", backend="cpu")
+    wrapped(x, m).pow(2).mean().backward()
+    reference(x, m).pow(2).mean().backward()
+    _assert_grads_equal(model, reference)
+    assert wrapped.capture.method == "export" and wrapped.capture.branches is None
+    assert "_vmap_increment_nesting" in wrapped.capture.prologue.code
+    assert not any("_vmap" in s.graph_module.code for s in wrapped.capture.stages)
+    assert not any("join" in note for note in wrapped.capture.notes)
+
+
+def test_forward_ad_in_the_forward_is_refused_by_export_and_runs_in_the_block_fallback():
+    # the first call raised "Trying to access a forward AD level with an invalid index" (Note [Function transforms in
+    # the graph]); export now refuses it by name, and the block fallback runs the model's code around its blocks
+    torch.manual_seed(0)
+    model, x = Blocks("forward AD"), torch.randn(4, 8, D)
+    reference = copy.deepcopy(model)
+    with pytest.raises(te.CaptureError, match=r"runs forward-mode AD .*capture='blocks'"):
+        te.auto_checkpoint(copy.deepcopy(model), "100%", backend="cpu", capture="export")(x)
+    wrapped = te.auto_checkpoint(model, _least(model, x), backend="cpu")
+    wrapped(x).pow(2).mean().backward()
+    reference(x).pow(2).mean().backward()
+    assert wrapped.capture.method == "blocks" and _recomputes(wrapped)
+    _assert_grads_equal(model, reference)
+
+
+# ---------------------------------------------------------------------------- a replaced tensor attribute
+def test_a_replaced_tensor_attribute_captures_again():
+    # the graph held the first tensor: loss 1.53 where plain autograd gave 163.9, silently (bench/repros/
+    # rv20a_auto_tensor_attribute_fixed_in_graph.py)
+    torch.manual_seed(0)
+    model = Blocks("attribute")
+    reference = copy.deepcopy(model)
+    wrapped = te.auto_checkpoint(model, "100%", backend="cpu")
+    x = torch.randn(4, 8, D)
+    for step, value in enumerate((1.0, 1.0, 1.5)):
+        for m in (model, reference):
+            m.zero_grad(set_to_none=True)
+            if value != 1.0:
+                m.scale = torch.tensor(value)
+        if step == 2:
+            with pytest.warns(UserWarning, match=r"tensor attribute\(s\) scale \(not buffers\) were replaced"):
+                loss = wrapped(x).pow(2).mean()
+        else:
+            loss = wrapped(x).pow(2).mean()
+        want = reference(x).pow(2).mean()
+        torch.testing.assert_close(loss, want)
+        loss.backward()
+        want.backward()
+        _assert_grads_equal(model, reference)
+        if step == 1:  # the same tensor: not captured again
+            first = wrapped.capture
+            assert first.constants and first.constants[0][1] == "scale"
+    assert wrapped.capture is not first and len(wrapped._captures) == 1
+
+
+# ---------------------------------------------------------------------------- saving and loading the wrapper
+class WithBuffers(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(D, D), nn.BatchNorm1d(D), nn.Tanh(),
+                                  *[m for _ in range(4) for m in (nn.Linear(D, D), nn.Tanh())], nn.Linear(D, 4))
+        self.register_buffer("ema", torch.ones(D))
+
+    def forward(self, x, y):
+        self.ema.mul_(0.9).add_(0.1 * x.detach().mean(0))
+        return nn.functional.cross_entropy(self.body(x), y)
+
+
+def _torch_save_load(m):
+    buffer = io.BytesIO()
+    torch.save(m, buffer)
+    buffer.seek(0)
+    return torch.load(buffer, weights_only=False)
+
+
+@pytest.mark.parametrize("how", ["torch.save", "pickle", "deepcopy"])
+def test_loading_a_saved_wrapper_leaves_its_buffers_as_saved(how):
+    # unpickling traced the captured GraphModules again, running their in-place buffer writes at load time
+    # (bench/repros/rv20b_auto_pickle_load_writes_buffers.py)
+    load = {"torch.save": _torch_save_load, "pickle": lambda m: pickle.loads(pickle.dumps(m)),
+            "deepcopy": copy.deepcopy}[how]
+    torch.manual_seed(0)
+    model = WithBuffers()
+    reference = copy.deepcopy(model)
+    x, y = torch.randn(32, D), torch.randint(0, 4, (32,))
+    wrapped = te.auto_checkpoint(model, "60%", backend="cpu")
+    wrapped(x, y).backward()
+    reference(x, y).backward()
+    assert _recomputes(wrapped)
+    saved = {k: v.clone() for k, v in wrapped.state_dict().items()}
+    loaded, plain = load(wrapped), load(reference)
+    for key, value in loaded.state_dict().items():
+        torch.testing.assert_close(value, saved[key], rtol=0, atol=0, msg=key)
+    assert loaded.forward.wrapper is loaded
+    assert bool(loaded._captures) == (how == "deepcopy")  # a copy keeps its captures: Note [Saving the wrapper]
+    for m in (loaded, plain):
+        m.zero_grad(set_to_none=True)
+    torch.manual_seed(1)
+    loss = loaded(x, y)
+    torch.manual_seed(1)
+    want = plain(x, y)
+    torch.testing.assert_close(loss, want, rtol=0, atol=0)
+    loss.backward()
+    want.backward()
+    assert _recomputes(loaded)
+    _assert_grads_equal(loaded, plain)
+    for (key, b), c in zip(loaded.named_buffers(), plain.buffers()):
+        torch.testing.assert_close(b, c, rtol=1e-6, atol=1e-7, msg=key)
+    assert not {id(p) for p in loaded.parameters()} & {id(p) for p in wrapped.parameters()}

@@ -319,3 +319,30 @@ def test_exact_backend_through_solve_and_auto_choice():
         solve(small, min_feasible_bytes(small) - 1, backend="exact")
     big = Chain.from_profile(next(p for p in PROFILES if p.stem == "densenet121_b64"))
     assert solve(big, store_all_peak_bytes(big) // 2, backend="auto").backend in ("cpu", "cuda")  # 67 stages
+
+
+def test_the_least_peak_policy_is_a_candidate_near_the_tables_least():
+    """Note [Exact candidates] (4): one byte above the least budget, at the same bucket, the table's plan was 4.4 %
+    slower than the least-peak plan, which fits (review rv20c); only where the table had no plan was it tried."""
+    chain = Chain(t_fwd=[0.0, 0.0, 0.0, 0.0], t_fwd_nograd=[1.25, 3.75, 2.0, 3.5], t_bwd=[1.5, 7.25, 2.25, 5.25],
+                  act_bytes=[59, 37, 15, 55], grad_bytes=[39, 53, 11, 27], tape_bytes=[104, 94, 74, 108],
+                  bwd_tape_bytes=[72, 80, 69, 20], fwd_nograd_extra=[0, 0, 19, 0], fwd_grad_extra=[30, 0, 15, 54],
+                  bwd_extra=[15, 0, 0, 7], input_bytes=38, input_grad_bytes=5)
+    least = solve(chain, 231, bucket=4, backend="cpu")
+    above = solve(chain, 232, bucket=4, backend="cpu")
+    assert above.predicted_time_ms == least.predicted_time_ms == 28.25
+    assert any("least-peak policy" in note for note in above.notes), above.notes
+    assert simulate(chain, above.schedule).peak_bytes <= 232
+
+
+def test_the_join_least_peak_policy_is_a_candidate_beside_the_tables_plan():
+    from gpusolve.join import Turn, solve_join
+    a = Chain(t_fwd=[7.0, 4.75], t_fwd_nograd=[7.0, 4.75], t_bwd=[6.25, 4.5], act_bytes=[52, 51], grad_bytes=[14, 49],
+              tape_bytes=[87, 91], fwd_nograd_extra=[0, 0], fwd_grad_extra=[37, 41], bwd_extra=[0, 0], input_bytes=27,
+              input_grad_bytes=50)
+    b = Chain(t_fwd=[7.5, 4.5], t_fwd_nograd=[7.5, 4.5], t_bwd=[9.0, 3.25], act_bytes=[51, 30], grad_bytes=[48, 6],
+              tape_bytes=[90, 58], fwd_nograd_extra=[46, 0], fwd_grad_extra=[3, 0], bwd_extra=[22, 0], input_bytes=57,
+              input_grad_bytes=38)
+    least = solve_join([a, b], Turn(t_fwd=1.0, t_bwd=1.0), 248, bucket=26, backend="cpu")
+    above = solve_join([a, b], Turn(t_fwd=1.0, t_bwd=1.0), 260, bucket=26, backend="cpu")
+    assert above.predicted_time_ms == least.predicted_time_ms == 75.25 and above.decided_by == "least-peak policy"

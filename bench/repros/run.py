@@ -133,7 +133,23 @@ SCRIPTS = ("grad_hooks", "autograd_grad_measured", "returned_input", "measure_be
            "rv19d_hf_floor_error_names_wrong_least",
            # open (not fixed), exit 1: a merged stage's drops read off one call (Note [Drops seen on one call]); the
            # solvers' class of schedules (docs/cost-model.md, "The class of schedules")
-           "rv19_diff_fused_member_drop_data_dependent", "rv19c_exact_misses_nonpersistent_schedule")
+           "rv19_diff_fused_member_drop_data_dependent", "rv19c_exact_misses_nonpersistent_schedule",
+           # the twentieth session (2026-11-29): unusual user models (rv20a), the wrappers in training loops (rv20b),
+           # the solvers' metamorphic properties (rv20c)
+           "rv20a_blocks_reentrant_checkpoint_wrong_grads", "rv20a_auto_retain_grad_in_forward_dropped",
+           "rv20a_auto_item_output_indexerror", "rv20a_auto_vmap_region_cut", "rv20a_auto_tensor_attribute_fixed_in_graph",
+           "rv20a_first_call_profiling_writes_buffer_ema", "rv20a_seq_dict_state_grads_dropped",
+           "rv20a_seq_stage_counter_attribute_rerun", "rv20a_plain_budget_caller_turn_never_learned",
+           "rv20a_blocks_dict_output_typeerror", "rv20a_blocks_scripted_blocks_hook_error",
+           "rv20a_auto_forward_counter_attribute_frozen", "rv20a_auto_torch_manual_seed_in_forward",
+           "rv20a_auto_torch_cond_refused_wrong_cause",
+           "rv20b_auto_pickle_load_writes_buffers", "rv20b_auto_removed_backward_hook_keeps_fallback",
+           "rv20b_dropout_enabled_after_profile_not_replayed", "rv20b_param_written_before_backward_unchecked",
+           "rv20b_seq_replaced_stage_still_runs_old", "rv20b_pending_step_record_breaks_save",
+           # open, exit 1: a profile's own shortfall (spectral norm's power iteration) learned over two steps; grad-mode
+           # branches under a plan (docs/pytorch.md); the least-peak policy tried only where the table has no plan
+           "rv20a_caller_turn_learns_excess_not_shortfall", "rv20a_seq_nograd_forward_takes_inference_path",
+           "rv20c_least_peak_fallback_only_when_table_empty", "rv20c_join_least_peak_fallback_only_when_table_empty")
 
 
 def main(argv=None) -> int:

@@ -13,9 +13,11 @@ Note [Join candidates]
     persistent schedules: spec A.2.5 item 6). (2) and (3) record stages before the turn, which a branch
     in the thesis model (``multi_tape=False``) never does: with such a branch they are no candidates
     (Note [The thesis model's class] in :mod:`gpusolve.solve`; the encoding prices them wrongly, below
-    the minimum the solver names); (4) when the table has no plan at the budget although the
-    budget is at least the exact minimum of the DP's schedules (bucket rounding), the least-peak
-    policy (:func:`gpusolve.join.dp.min_peak_join`), which runs within exactly that minimum; (5) as
+    the minimum the solver names); (4) the least-peak policy (:func:`gpusolve.join.dp.min_peak_join`),
+    which runs within exactly the minimum of the DP's schedules: the plan where the table has none at the
+    budget (bucket rounding), and a candidate beside the table's where it has one (tried only then, a budget
+    12 B above the least got a plan 6 % slower than the least-peak plan it fits: review rv20c,
+    bench/repros/rv20c_join_least_peak_fallback_only_when_table_empty.py); (5) as
     for a chain (Note [Exact candidates] (2) in :mod:`gpusolve.solve`), when no bucket is given the
     table goes a little past the budget and the optima of its better plateaus there that fit the
     budget in exact bytes are candidates (the one search, :func:`gpusolve.solve.slack_band_fit`).
@@ -191,15 +193,15 @@ def solve_join(branches, turn: Turn, budget, bucket=None, reserved_bytes: int = 
         if baselines:
             others += [split_budget(net, budget_bytes, bucket_bytes), equiv_chain(net, budget_bytes, bucket_bytes)]
     candidates += [(b.time_ms, b.peak_bytes, b.schedule, None, b.name, None) for b in others if b.feasible]
-    if policy is None:  # Note [Join candidates] (4)
-        least_policy = least.policy()
-        schedule, sim = exact(least_policy)
-        if sim.peak_bytes != min_bytes:
-            raise AssertionError(f"internal error: least-peak join policy peaks at {sim.peak_bytes} B, "
-                                 f"not {min_bytes} B")
-        note = (f"at bucket {format_bytes(bucket_bytes)} the rounded sizes fit no plan; the plan is the least-peak "
-                f"policy (peak {exact_bytes(min_bytes)}); a finer bucket may find a faster one")
-        candidates.append((sim.time_ms, sim.peak_bytes, schedule, least_policy, "least-peak policy", note))
+    # Note [Join candidates] (4): always (its table is made anyway); with a table plan too, rounding may hide it
+    least_policy = least.policy()
+    schedule, sim = exact(least_policy)
+    if sim.peak_bytes != min_bytes:
+        raise AssertionError(f"internal error: least-peak join policy peaks at {sim.peak_bytes} B, "
+                             f"not {min_bytes} B")
+    note = (f"at bucket {format_bytes(bucket_bytes)} the rounded sizes fit no plan; the plan is the least-peak "
+            f"policy (peak {exact_bytes(min_bytes)}); a finer bucket may find a faster one") if policy is None else None
+    candidates.append((sim.time_ms, sim.peak_bytes, schedule, least_policy, "least-peak policy", note))
     timings["candidates"] = time.perf_counter() - clock
     best = min(candidates, key=lambda c: c[0])  # the first of equal times: the DP's
     time_ms, peak, schedule, chosen, origin, note = best

@@ -317,3 +317,199 @@ def test_loading_a_saved_wrapper_leaves_its_buffers_as_saved(how):
     for (key, b), c in zip(loaded.named_buffers(), plain.buffers()):
         torch.testing.assert_close(b, c, rtol=1e-6, atol=1e-7, msg=key)
     assert not {id(p) for p in loaded.parameters()} & {id(p) for p in wrapped.parameters()}
+
+
+# ---------------------------------------------------------------------------- torch.cond in the forward
+class CondBlock(Block):
+    def forward(self, x):
+        return x + torch.cond(x.sum() > 0, lambda x: self.b(torch.tanh(self.a(x))) * 2,
+                              lambda x: -self.b(torch.tanh(self.a(x))), (x,))
+
+
+class Conditional(Blocks):
+    """``torch.cond`` between the blocks (``where="between"``) or inside each block of ``n`` (``"inside"``)."""
+
+    def __init__(self, where: str):
+        super().__init__("plain")
+        self.where = where
+        self.g = nn.Linear(D, D)
+        if where == "inside":
+            self.n = nn.ModuleList(CondBlock() for _ in self.n)
+
+    def forward(self, x):
+        for i, block in enumerate(self.l):
+            x = block(x)
+            if self.where == "between" and i == 1:
+                x = torch.cond(x.sum() > 0, lambda x: self.g(x) * 2, lambda x: torch.tanh(self.g(x)), (x,))
+        for block in self.n:
+            x = block(x)
+        return x
+
+
+@pytest.mark.parametrize("where, capture", [("between", "auto"), ("inside", "blocks")])
+def test_torch_cond_trains_as_plain_autograd(where, capture):
+    # export's CondAutogradOp was refused as a user autograd Function, and the block fallback's dispatch mode raised
+    # torch's "no rule registered for HigherOrderOperator cond" (bench/repros/rv20a_auto_torch_cond_refused_wrong_cause.py)
+    torch.manual_seed(0)
+    model, x = Conditional(where), torch.randn(4, 8, D)
+    reference = copy.deepcopy(model)
+    wrapped = te.auto_checkpoint(model, _least(model, x, capture=capture), backend="cpu", capture=capture)
+    for step in range(2):  # the other branch at the second step
+        model.zero_grad(set_to_none=True)
+        reference.zero_grad(set_to_none=True)
+        xs = x if step == 0 else -x
+        wrapped(xs).pow(2).mean().backward()
+        reference(xs).pow(2).mean().backward()
+        _assert_grads_equal(model, reference)
+    assert wrapped.capture.method == ("export" if capture == "auto" else "blocks") and _recomputes(wrapped)
+    if capture == "auto":
+        assert sum("cond" in s.graph_module.code for s in wrapped.capture.stages) == 1
+
+
+# ---------------------------------------------------------------------------- torch.manual_seed in the forward
+class SeedingBlock(Block):
+    def forward(self, x):
+        torch.manual_seed(4321)
+        return nn.functional.dropout(super().forward(x), 0.2)
+
+
+class Seeding(nn.Module):
+    """Fixed noise drawn after ``torch.manual_seed`` in the forward (``where="before"`` the blocks, or inside the
+    third block), blocks with dropout."""
+
+    def __init__(self, where: str):
+        super().__init__()
+        self.where = where
+        self.l = nn.ModuleList(SeedingBlock() if where == "inside" and i == 2 else nn.Sequential(Block(), nn.Dropout(0.2))
+                               for i in range(6))
+
+    def forward(self, x):
+        if self.where == "before":
+            torch.manual_seed(1234)
+            x = x + 0.1 * torch.randn_like(x)
+        for block in self.l:
+            x = block(x)
+        return x
+
+
+@pytest.mark.parametrize("where", ["before", "inside"])
+def test_torch_manual_seed_in_the_forward_takes_the_block_fallback(where):
+    # export kept the draws, not the seeding: every gradient and the RNG state after the step off plain autograd's,
+    # silently (bench/repros/rv20a_auto_torch_manual_seed_in_forward.py)
+    torch.manual_seed(0)
+    model, x = Seeding(where), torch.randn(4, 8, D)
+    reference = copy.deepcopy(model)
+    with pytest.raises(te.CaptureError, match=r"forward seeds torch's default generator \(the CPU's: torch\.manual_seed"
+                                              r".*torch\.Generator of the module's own.*capture='blocks'"):
+        te.auto_checkpoint(copy.deepcopy(model), "100%", backend="cpu", capture="export")(x)
+    wrapped = te.auto_checkpoint(model, _least(model, x), backend="cpu")
+    for step in range(2):
+        model.zero_grad(set_to_none=True)
+        reference.zero_grad(set_to_none=True)
+        torch.manual_seed(50 + step)
+        loss = wrapped(x).pow(2).mean()
+        loss.backward()
+        after = torch.get_rng_state()
+        torch.manual_seed(50 + step)
+        want = reference(x).pow(2).mean()
+        want.backward()
+        torch.testing.assert_close(loss, want)
+        _assert_grads_equal(model, reference)
+        assert torch.equal(after, torch.get_rng_state())
+    assert wrapped.capture.method == "blocks" and _recomputes(wrapped)
+
+
+# ---------------------------------------------------------------------------- a Python counter written at every call
+class Counting(nn.Module):
+    """``self.calls += 1`` in the forward and a factor computed from it (``scaled="blocks"``: each block's output
+    scaled, which the block fallback cannot chain; ``"input"``: the input scaled); ``warned``: a flag set at the first
+    call only; the third block counts its own calls with ``inner``."""
+
+    def __init__(self, scaled: str = "input", inner: bool = False):
+        super().__init__()
+        self.scaled = scaled
+        self.l = nn.ModuleList(CountingBlock() if inner and i == 2 else Block() for i in range(4))
+        self.calls, self.warned = 0, False
+
+    def forward(self, x):
+        self.warned = True
+        if self.training:
+            self.calls += 1
+        factor = 0.5 + 0.5 * min(1.0, self.calls / 3)
+        x = x * factor if self.scaled == "input" else x
+        for block in self.l:
+            x = block(x) * factor if self.scaled == "blocks" else block(x)
+        return x
+
+
+class CountingBlock(Block):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        return super().forward(x) * min(self.calls, 2)
+
+
+def test_a_counter_the_forward_writes_is_refused_by_export_and_put_back():
+    # the graph kept the capture's value and the counter never moved again: loss 0.0705 where plain autograd gave
+    # 0.0121, silently (bench/repros/rv20a_auto_forward_counter_attribute_frozen.py)
+    torch.manual_seed(0)
+    for scaled, capture in (("input", "export"), ("blocks", "auto")):
+        model = Counting(scaled)
+        wrapped = te.auto_checkpoint(model, "100%", backend="cpu", capture=capture)
+        with pytest.raises(te.CaptureError, match=r"forward writes the attribute\(s\) Counting\.calls \(1 -> 2\) at "
+                                                  r"every call.*buffer updated in place.*capture='blocks'") as info:
+            wrapped(torch.randn(4, 8, D))
+        assert "warned" not in str(info.value)
+        assert model.calls == 0 and not wrapped._captures  # (warned: written at the first call only, the probe's)
+        assert all(p.grad is None for p in model.parameters())
+
+
+def test_a_counter_the_forward_writes_moves_as_in_plain_autograd_under_the_block_fallback():
+    torch.manual_seed(0)
+    model, x = Counting("input"), torch.randn(4, 8, D)
+    reference = copy.deepcopy(model)
+    wrapped = te.auto_checkpoint(model, _least(model, x), backend="cpu")
+    wrapped.prepare(x)  # prepares, not a step: the counter stays
+    assert model.calls == 0
+    for step in range(4):
+        model.zero_grad(set_to_none=True)
+        reference.zero_grad(set_to_none=True)
+        loss = wrapped(x).pow(2).mean()
+        want = reference(x).pow(2).mean()
+        torch.testing.assert_close(loss, want)
+        loss.backward()
+        want.backward()
+        _assert_grads_equal(model, reference)
+        assert model.calls == reference.calls == step + 1 and model.warned
+    assert wrapped.capture.method == "blocks" and _recomputes(wrapped) and len(wrapped._captures) == 1
+    assert any("Counting.calls at every call" in note for note in wrapped.capture.notes)
+
+
+def test_what_the_first_call_alone_writes_is_captured():
+    # a warn-once flag and a lazy module's sizes are written by the probe's forward only: not refused
+    torch.manual_seed(0)
+    model, x = nn.Sequential(nn.LazyLinear(D), Counting("input")), torch.randn(4, 8, 12)
+    model.train(False)  # the counter moves in training only: the flag alone is written
+    wrapped = te.auto_checkpoint(model, "100%", backend="cpu")
+    wrapped(x).pow(2).mean().backward()
+    reference = copy.deepcopy(model)
+    for m in (model, reference):
+        m.zero_grad(set_to_none=True)
+    wrapped(x).pow(2).mean().backward()
+    reference(x).pow(2).mean().backward()
+    _assert_grads_equal(model, reference)
+    assert wrapped.capture.method == "export" and model[1].warned and model[1].calls == 0
+    assert model[0].in_features == 12
+
+
+@pytest.mark.parametrize("capture", ["auto", "blocks"])
+def test_a_counter_a_block_writes_is_refused_once_and_put_back(capture):
+    torch.manual_seed(0)
+    model = Counting("none", inner=True)
+    wrapped = te.auto_checkpoint(model, "100%", backend="cpu", capture=capture)
+    with pytest.raises(te.AttributeWriteError, match=r"forward writes CountingBlock\.calls at every call"):
+        wrapped(torch.randn(4, 8, D))
+    assert model.l[2].calls == 0 and model.calls == 0

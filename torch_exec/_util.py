@@ -887,14 +887,16 @@ def scalar_attributes(m) -> list:
     return [(k, v) for k, v in m.__dict__.items() if type(v) in SCALAR_TYPES and k not in _UNKEYED]
 
 
-def captured_state_key(module, tensor_ids: list | None = None) -> tuple:
+def captured_state_key(module, tensor_ids: list | None = None, unkeyed: dict | None = None) -> tuple:
     """:func:`module_state_key` and what else a graph captured by ``torch.export`` has fixed in it: which
     forward and backward hooks each submodule and the global registries hold (Note [What a captured graph
     fixes] in torch_exec/auto.py). Modules called as themselves (CheckpointedSequential) run their hooks live.
     About 0.5 ms a call on GPT-2 small's 164 modules (CPU; bench/results/state_key_cost_cpu.md).
     ``tensor_ids``: a list that gets the ids of the parameters and buffers met in the same walk (Note
-    [Sharing the model's state])."""
-    return _state_key(module, captured=True, tensor_ids=tensor_ids), global_forward_hooks()
+    [Sharing the model's state]). ``unkeyed``: ``{position in the walk: attribute names}`` left out, the scalar
+    attributes the model's code writes at every call around a block fallback's blocks (Note [Attributes the forward
+    writes at every call] in torch_exec/auto.py)."""
+    return _state_key(module, captured=True, tensor_ids=tensor_ids, unkeyed=unkeyed), global_forward_hooks()
 
 
 def global_forward_hooks() -> tuple:
@@ -936,12 +938,13 @@ def walked_modules(module) -> list:
     return out
 
 
-def _state_key(module, captured: bool, tensor_ids: list | None = None, trainable: list | None = None) -> tuple:
+def _state_key(module, captured: bool, tensor_ids: list | None = None, trainable: list | None = None,
+               unkeyed: dict | None = None) -> tuple:
     """One pass over the submodules' own dictionaries (``modules()`` and ``parameters()`` recursing
     apart cost twice as much: this runs on every call of a wrapper; bench/results/executor_overhead_cpu.md)."""
     out = []
     seen: set = set()  # the parameters met (``trainable``)
-    for m in walked_modules(module):
+    for position, m in enumerate(walked_modules(module)):
         d = m.__dict__
         own_params, own_buffers = d.get("_parameters") or {}, d.get("_buffers") or {}
         # list comprehensions, and none for an empty dict: generator expressions cost twice as much here
@@ -959,6 +962,8 @@ def _state_key(module, captured: bool, tensor_ids: list | None = None, trainable
                         trainable.append(p)
         # the scalar attributes include `training`
         scalars = tuple(scalar_attributes(m))
+        if unkeyed and position in unkeyed:
+            scalars = tuple([(k, v) for k, v in scalars if k not in unkeyed[position]])
         if captured:
             out.append((params, buffers, scalars, tuple(d.get("_forward_hooks", ())),
                         tuple(d.get("_forward_pre_hooks", ())), tuple(d.get("_backward_hooks", ())),

@@ -55,6 +55,28 @@ Note [What a captured graph fixes]
     seconds; a buffer written in place costs nothing). Python values read in the forward that no module
     attribute holds as a scalar (a global, a list attribute's items) stay fixed at capture, unseen.
 
+Note [Attributes the forward writes at every call]
+    A forward that keeps a Python counter on a module and computes from it (``self.calls += 1; alpha =
+    min(1, self.calls / 4)``: a warm-up factor, an annealed temperature, a quantiser's observer steps) is
+    run once by torch.export, which fixes the value it read and keeps no Python side effect (and puts the
+    modules' attributes back when it returns): the graph ran on with the capture's value and the counter
+    never moved again, silently (a review, 2026-11-29:
+    bench/repros/rv20a_auto_forward_counter_attribute_frozen.py: loss 0.0705 where plain autograd gave
+    0.0121). The probe (Note [Probing the model]) has run the forward once before the export run, so an
+    attribute written at the first call only (a warn-once flag, a lazy module's sizes) is not written
+    again there; one that is (:func:`_export_watching_attributes`, read by a forward hook where the
+    model's forward returns) is written at every call: export is refused naming it (``Class.attr``, the
+    two values) and the fix (a buffer updated in place, which the graph writes at each step; the training
+    loop; ``capture="blocks"``). The block fallback runs the model's code at each step, so the counter
+    moves there, but the capture's own runs of that code (the probe, finding and checking the blocks,
+    measuring the rest) moved it too: the wrapper puts the attributes written at every call (those export
+    found, and those that changed after the probe's forward) back as they were before the first call's
+    capture (:meth:`AutoCheckpointed._put_back_written`; ``prepare()`` likewise), and leaves them out of
+    the input signature (``AutoCheckpointed._unkeyed``, by position in the modules' walk; a counter
+    keyed captured again at every step), so that the counter ends each step as plain autograd's. One
+    written inside a block's own forward is refused by the profiler (Note [Attributes a forward writes]
+    in torch_exec/profiler.py).
+
 Note [Gradient hooks registered in the forward]
     A forward that calls ``h.register_hook(fn)`` on an intermediate tensor (gradient scaling, a
     gradient-reversal trick) changes the gradients of everything before ``h``. ``torch.export`` keeps
@@ -104,7 +126,18 @@ Note [Probing the model]
 
     A forward that seeds the generator itself (``np.random.seed(1234)`` before a fixed permutation, as
     transformers' BigBird does) draws the same numbers from any state: the probe runs once more from
-    another state, and refuses only a generator that then ends elsewhere. A forward that differentiates
+    another state, and refuses only a generator that then ends elsewhere. A forward that seeds torch's
+    own default generator (``torch.manual_seed(1234); x = x + 0.1 * torch.randn_like(x)``, fixed noise
+    or a fixed random projection) is not kept by torch.export either, which keeps operations, not the
+    seeding: the graph's draws (that noise and every dropout after it) took whatever state the generator
+    was in, and every gradient and the RNG state after the step differed from plain autograd's, silently
+    (a review, 2026-11-29: bench/repros/rv20a_auto_torch_manual_seed_in_forward.py). The probe's forward
+    runs with the default generators (CPU, and the CUDA devices') seeded with :data:`_PROBE_SEED`; one
+    whose ``initial_seed()`` ends otherwise was seeded by the forward (``torch.manual_seed``,
+    ``torch.seed``, ``torch.set_rng_state``: no second forward is needed), and export is refused naming
+    it (``_Probe.seeded``), so that under ``capture="auto"`` the block fallback, which runs the model's
+    code at each step and replays the blocks' draws, trains it. A seeding undone before the forward
+    returns (inside ``torch.random.fork_rng``) is not seen. A forward that differentiates
     itself (``torch.autograd.grad`` inside it) reads what the probe does not save and is refused by
     name. The probe leaves the generators as they were and puts back every attribute that holds or held
     a tensor, and the contents of a list or dict attribute that gained one, on the module objects it found
@@ -215,7 +248,8 @@ Note [Custom autograd Functions]
     (a module's parameters, which its backward may leave without a gradient). With a Function
     refused the graph is not captured (the block fallback runs the model's own code, Functions and
     all) and the message names each one and why. ``torch.library.custom_op``'s ``register_autograd``
-    runs through a Function too, but export keeps the op and its backward: not checked. A backward
+    runs through a Function too, but export keeps the op and its backward: not checked; nor are torch.cond's and the
+    other higher-order operators' own (Note [Higher-order operators in the forward]). A backward
     that agrees with the derivative on those arguments and not on others would pass wrongly (a
     clamp's estimator whose first inputs all lie inside the clamp). Reentrant
     ``torch.utils.checkpoint`` is refused before, by the probe (Note [Probing the model]): its forward runs
@@ -1184,6 +1218,21 @@ CHECKPOINT_FUNCTION = "torch.utils.checkpoint.CheckpointFunction"  # reentrant t
 #     of side data only (a mask made with vmap from the inputs) runs whole in the prologue, in program order. ``torch.func.jvp`` and forward-mode AD
 #     (dual levels) are refused by name (:func:`_refuse_transforms`): not tried; under capture="auto" the block
 #     fallback runs the model's own code, the transform included, around its blocks.
+# Note [Higher-order operators in the forward]
+#     ``torch.cond`` (and torch's other control-flow operators, ``torch._higher_order_ops``) runs under autograd through
+#     a Function of torch's own (``CondAutogradOp``), which the check of custom Functions took for the model's (Note
+#     [Custom autograd Functions]): the model was refused naming it, and the block fallback's dispatch modes raised
+#     torch's NotImplementedError for a higher-order operator, reported as the model's failure with a hint about the
+#     mode (a review, 2026-11-29: bench/repros/rv20a_auto_torch_cond_refused_wrong_cause.py). torch.export keeps such an
+#     operator as one node (its branches are sub-graphs, its backward torch's), and a node lies whole in one stage, so
+#     it trains as plain autograd, recomputed with its stage: its Functions are not checked (``_EXPORTED_FUNCTIONS``).
+#     The dispatch modes (:class:`_BytesMade`, :class:`_DrawsBetween`) take higher-order operators
+#     (``supports_higher_order_operators``) and run them as they are: the ops inside a branch are not seen one by one
+#     (the bytes a branch makes count by its outputs; a draw inside a branch between the blocks is not seen). Eager
+#     ``torch.cond`` runs through ``torch.compile``, which skips a frame under a dispatch mode and marks its code skipped
+#     for good: once the modes had run a torch.cond, every later one in the process raised dynamo's "marked as
+#     skipped". The modes therefore ignore compile internals (``ignore_compile_internals``: off while torch.compile
+#     compiles, on while its code runs), as torch's own infrastructure modes do.
 _VMAP_NESTING = {"_vmap_increment_nesting": 1, "_vmap_decrement_nesting": -1}
 _TRANSFORMS = {"_jvp_increment_nesting": "torch.func.jvp", "_enter_dual_level": "forward-mode AD (torch.autograd.forward_ad)"}
 
@@ -1363,6 +1412,10 @@ class _Probe:
     roots: list
     hook_sites: list
     reentrant: list = field(default_factory=list)  # the functions CheckpointFunction ran (a block, a closure)
+    seeded: list = field(default_factory=list)  # torch's default generators the forward seeded (Note [Probing the model])
+    # (module, attribute) of the scalar attributes the forward writes at every call, found by the export run
+    # (Note [Attributes the forward writes at every call])
+    written: list = field(default_factory=list)
 
 
 @contextlib.contextmanager
@@ -1385,18 +1438,36 @@ def _reentrant_checkpoints(calls: list):
 
 
 def _probe_forward(model: nn.Module, args: tuple, kwargs: dict) -> _Probe:
-    """One forward of the model under grad, keeping no saved tensors, torch's generators forked; the
-    model's own errors are raised as they are."""
+    """One forward of the model under grad, keeping no saved tensors, torch's generators forked (and seeded with
+    :data:`_PROBE_SEED`: Note [Probing the model]); the model's own errors are raised as they are."""
     hooks, sites = _NoSavedTensors(), _TensorHooks()
+    devices = U.all_rng_devices()
     try:
-        with (torch.enable_grad(), U.fork_rng(U.all_rng_devices(), U.generators_of([model])), hooks, sites,
+        with (torch.enable_grad(), U.fork_rng(devices, U.generators_of([model])), hooks, sites,
               _reentrant_checkpoints([]) as reentrant):
+            generators = _default_generators(devices)
+            for g in generators.values():
+                g.manual_seed(_PROBE_SEED)
             out = model(*args, **kwargs)
+            seeded = [name for name, g in generators.items() if g.initial_seed() != _PROBE_SEED]
     except Exception:
         if hooks.read:
             raise CaptureError(_DIFFERENTIATES_ITSELF) from None
         raise
-    return _Probe([t.grad_fn for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)], sites.sites, reentrant)
+    return _Probe([t.grad_fn for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)], sites.sites, reentrant,
+                  seeded)
+
+
+_PROBE_SEED = 0x7E57_5EED_C0DE_0001
+"""The seed of torch's default generators while the probe's forward runs: one that ends seeded otherwise was seeded
+by the forward itself (Note [Probing the model])."""
+
+
+def _default_generators(devices: list[int]) -> dict:
+    """torch's default generators, the CPU's and those of the CUDA ``devices``, by name."""
+    found = {"the CPU's": torch.default_generator}
+    found.update({f"cuda:{d}'s": torch.cuda.default_generators[d] for d in devices})
+    return found
 
 
 class _Contents:
@@ -1577,9 +1648,10 @@ def _custom_functions(model: nn.Module, args: tuple, kwargs: dict, probe: _Probe
     return refused
 
 
-# torch.library.custom_op's autograd (register_autograd) runs through a Function of this module; export keeps
-# the op and its registered backward
-_EXPORTED_FUNCTIONS = ("torch._library.autograd",)
+# torch.library.custom_op's autograd (register_autograd) runs through a Function of the first module, torch.cond's
+# and the other higher-order operators' through Functions of the second; export keeps the op and its backward (Note
+# [Higher-order operators in the forward])
+_EXPORTED_FUNCTIONS = ("torch._library.autograd", "torch._higher_order_ops")
 
 
 def _function_classes(roots: list) -> list:
@@ -1689,10 +1761,21 @@ def _capture_export(model: nn.Module, args: tuple, kwargs: dict, max_stages: int
     """The model's graph cut into a chain, or into a join network's branches and head (Note [Join
     detection]) when ``join`` is True; a string ``join`` says why a join is cut as one chain instead.
     ``probe``: what :func:`_probe_model` saw of these inputs."""
+    if probe is None:
+        probe = _probe_forward(model, args, kwargs)
     functions = _custom_functions(model, args, kwargs, probe)
     if functions:  # (reentrant torch.utils.checkpoint was refused by the probe: Note [Probing the model])
         raise CaptureError(f"the model runs custom autograd Functions whose backward torch.export would drop "
                            f"(Note [Custom autograd Functions]): {'; '.join(functions)}")
+    if probe.seeded:  # Note [Probing the model] (Reformer's reversible layers seed too: their Function first)
+        raise CaptureError(f"the model's forward seeds torch's default generator ({' and '.join(probe.seeded)}: "
+                           f"torch.manual_seed, torch.seed or torch.set_rng_state inside forward), which torch.export "
+                           f"does not keep: the graph's draws (dropout, randn_like) would take whatever state the "
+                           f"generator is in (Note [Probing the model]); draw from a torch.Generator of the module's "
+                           f"own seeded in the forward (self.gen.manual_seed(1234); torch.randn(x.shape, "
+                           f"generator=self.gen)), which the executor records and replays (Note [Generators of the "
+                           f"model's own] in torch_exec/_util.py), or use capture='blocks' (the model's code runs at "
+                           f"each step)")
     hooked = [name or type(model).__name__ for name, m in model.named_modules()
               if _users_hooks(m._forward_hooks) or _users_hooks(m._forward_pre_hooks)]
     if hooked or any(U.global_forward_hooks()):
@@ -1700,7 +1783,7 @@ def _capture_export(model: nn.Module, args: tuple, kwargs: dict, max_stages: int
                   f"{' and more' if len(hooked) > 3 else ''} run while the graph is captured (on FakeTensors too) and "
                   f"not at each step; what they do to outputs is in the graph (Note [What a captured graph fixes]). "
                   f"Hooks that must run every step: capture='blocks'", UserWarning, stacklevel=5)
-    ep = _export(model, args, kwargs)
+    ep = _export_watching_attributes(model, args, kwargs, probe)
     gm = ep.module()
     _drop_guards(gm)
     _refuse_transforms(gm)
@@ -1826,6 +1909,61 @@ def _capture_export(model: nn.Module, args: tuple, kwargs: dict, max_stages: int
                    head=head, constants=_attribute_constants(model, ep))
 
 
+def _export_watching_attributes(model: nn.Module, args: tuple, kwargs: dict, probe: _Probe):
+    """:func:`_export`, refusing a model whose forward writes a scalar attribute at every call: one the export run
+    changes again after the probe's forward (Note [Attributes the forward writes at every call]), put back and
+    recorded in ``probe.written``."""
+    before = _scalar_state(model)
+    ends: list = []  # torch.export puts the attributes back when it returns: read where the forward returns
+    handle = model.register_forward_hook(lambda *_: ends.append(_scalar_state(model)), always_call=True)
+    try:
+        ep = _export(model, args, kwargs)
+    finally:
+        handle.remove()
+        written = _scalars_changed(before, ends[-1]) if ends else []
+        _put_back_scalars(before, [(i, name) for i, _, name, _, _ in written])
+        probe.written.extend((i, name) for i, _, name, _, _ in written)
+    if written:
+        raise CaptureError(
+            f"the model's forward writes the attribute(s) "
+            f"{U.first_few([f'{type(m).__name__}.{name} ({old!r} -> {new!r})' for _, m, name, old, new in written])} "
+            f"at every call, which torch.export runs once, while capturing: the graph keeps what the forward "
+            f"computed from the value it read then, and the write is never made again (Note [Attributes the "
+            f"forward writes at every call]); keep such a value in a buffer updated in place "
+            f"(self.register_buffer('calls', torch.zeros((), dtype=torch.long)); self.calls += 1), update it in "
+            f"the training loop, or use capture='blocks' (the model's code runs at each step)")
+    return ep
+
+
+def _scalar_state(model: nn.Module) -> list:
+    """``[(module, {name: value})]``: every module's scalar attributes, in the walk of the input signature
+    (``captured_state_key``; Note [Attributes the forward writes at every call])."""
+    return [(m, dict(U.scalar_attributes(m))) for m in U.walked_modules(model)]
+
+
+def _scalars_changed(before: list, after: list) -> list:
+    """``(position, module, name, old, new)`` of each scalar attribute of :func:`_scalar_state` ``before`` that
+    ``after`` (a later state of the same model) holds as another scalar (one that holds a tensor, or held one, is the
+    probe's: Note [Probing the model])."""
+    if [m for m, _ in before] != [m for m, _ in after]:  # the forward replaced a submodule: compared by object
+        now = {id(m): values for m, values in after}
+        after = [(m, now.get(id(m), values)) for m, values in before]
+    changed = []
+    for i, ((m, old), (_, new)) in enumerate(zip(before, after)):
+        for name in old.keys() & new.keys():
+            a, b = old[name], new[name]
+            if type(a) is not type(b) or a != b:
+                changed.append((i, m, name, a, b))
+    return changed
+
+
+def _put_back_scalars(before: list, which) -> None:
+    """The scalar attributes ``which`` (``(position, name)``) as :func:`_scalar_state` ``before`` holds them."""
+    for i, name in which:
+        if i < len(before) and name in before[i][1]:  # (else the model's structure changed since)
+            before[i][0].__dict__[name] = before[i][1][name]
+
+
 def _attribute_constants(model: nn.Module, ep) -> list:
     """``(module, attribute, tensor)`` for each tensor constant of the exported program that is a plain attribute of
     one of the model's modules (``self.scale = torch.tensor(...)``, not a buffer): the graph holds that tensor object,
@@ -1888,6 +2026,12 @@ class _BytesMade(TorchDispatchMode):
     """Bytes of the new storages the ops make while a candidate's blocks run, per candidate
     (Note [Block fallback]: the ranking of the lists). Views and in-place results are not new."""
 
+    supports_higher_order_operators = True  # Note [Higher-order operators in the forward]: what they return counts
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:  # Note [Higher-order operators in the forward]
+        return True
+
     def __init__(self, n: int):
         super().__init__()
         self.running = [0] * n   # blocks of each candidate running now (nested calls count once)
@@ -1916,6 +2060,12 @@ class _DrawsBetween(TorchDispatchMode):
     a block; those after the first block started (``between``); and whether the blocks draw themselves
     (``inside``): Note [Draws between the blocks]."""
 
+    supports_higher_order_operators = True  # Note [Higher-order operators in the forward]
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:  # Note [Higher-order operators in the forward]
+        return True
+
     def __init__(self, blocks: list):
         super().__init__()
         self.depth, self.started, self.ended, self.between, self.inside = 0, False, False, [], False
@@ -1935,7 +2085,7 @@ class _DrawsBetween(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        if torch.Tag.nondeterministic_seeded in func.tags:
+        if torch.Tag.nondeterministic_seeded in getattr(func, "tags", ()):  # a higher-order operator has none
             if self.depth:
                 self.inside = True
             elif not self.ended:  # before the blocks too: fairseq's LayerDropModuleList draws for all of them first
@@ -2173,14 +2323,17 @@ _STATE_DICTS = ("_parameters", "_buffers", "_non_persistent_buffers_set", "_modu
 
 @contextlib.contextmanager
 def _undone_on_error(model: nn.Module, armed: bool):
-    """Where ``armed``, an error inside the block puts ``model``'s buffers, gradients and the RNG state back
-    as they were at its start (what a step's code run before the error changed: the step did not happen)."""
+    """Where ``armed``, an error inside the block puts ``model``'s buffers, gradients, the RNG state and its modules'
+    scalar attributes (Note [Attributes the forward writes at every call]) back as they were at its start (what a
+    step's code run before the error changed: the step did not happen)."""
     snapshot = U.ModelSnapshot([model], values=False, suspend=False) if armed else None
+    scalars = _scalar_state(model) if armed else None
     try:
         yield
     except BaseException:
         if snapshot is not None:
             snapshot.restore()
+            _put_back_scalars(scalars, [(i, name) for i, _, name, _, _ in _scalars_changed(scalars, _scalar_state(model))])
         raise
 
 
@@ -2316,6 +2469,9 @@ class AutoCheckpointed(nn.Module):
         self.join = join
         self._executor_kwargs = dict(executor_kwargs)
         self._captures: dict = {}
+        # {position in the modules' walk: names} of the scalar attributes the model's code writes at every call, left
+        # out of the input signature (Note [Attributes the forward writes at every call])
+        self._unkeyed: dict = {}
         self._measure_next = 0  # steps measure_memory() asked for that have not run yet
         self._last: Capture | None = None
         self._use_cache_note = False
@@ -2464,6 +2620,7 @@ class AutoCheckpointed(nn.Module):
         U.refuse_inference_mode("auto_checkpoint")
         kwargs = self._training_kwargs(kwargs)
         snapshot = U.ModelSnapshot([self._model])
+        scalars = _scalar_state(self._model)  # Note [Attributes the forward writes at every call]
         try:
             cap = self._capture_for(args, kwargs)
             if cap.method == "export":
@@ -2480,6 +2637,7 @@ class AutoCheckpointed(nn.Module):
                     self._model(*args, **kwargs)
         finally:
             snapshot.restore()
+            _put_back_scalars(scalars, [(i, name) for i, names in self._unkeyed.items() for name in names])
         return self.plan
 
     def _finalize_meters(self, keep_pending: bool = False) -> None:
@@ -2503,8 +2661,8 @@ class AutoCheckpointed(nn.Module):
         # the model's own modes and frozen parameters, not the wrapper's mode: model.train() or a layer
         # unfrozen after the first call changes them without the wrapper (a captured graph has them fixed),
         # and its attributes and forward hooks (Note [What a captured graph fixes])
-        return (tuple(leaf_key(v) for v in leaves), str(spec), U.captured_state_key(self._model, tensor_ids),
-                U.autocast_key())
+        return (tuple(leaf_key(v) for v in leaves), str(spec),
+                U.captured_state_key(self._model, tensor_ids, self._unkeyed), U.autocast_key())
 
     def _build(self, args, kwargs, probe: _Probe | None = None) -> Capture:
         errors = []
@@ -2626,11 +2784,15 @@ class AutoCheckpointed(nn.Module):
             # and RNG state are put back, as profiling leaves them (its parameters: nothing here changes them)
             snapshot = U.ModelSnapshot([self._model], values=False)
             args, kwargs = _probe_inputs(args, kwargs)  # Note [Probing the model]
+            # and the scalar attributes the forward writes at every call: Note [Attributes the forward writes at
+            # every call]
+            scalars, first, probe = _scalar_state(self._model), None, None
             try:
                 # a wrapper inside the model is one of its stages here too: it runs plainly (Note [A wrapper
                 # inside another's step] in torch_exec/profiler.py; it profiled itself in the probe before)
                 with a_wrapper_step():  # (the blocks run as _run_plain here, never through the executor)
                     probe = _probe_model(self._model, args, kwargs)
+                    first = _scalar_state(self._model)
                     # the key the model has after its first forward, which later calls see: transformers installs
                     # its output recorders (forward hooks) at the first forward asking for hidden states, so the
                     # key taken before the probe never matched again and each signature was captured twice (a
@@ -2649,6 +2811,14 @@ class AutoCheckpointed(nn.Module):
                         cap.notes.append(cap.rest.note(cap.blocks[0].name))
             finally:
                 snapshot.restore()
+                written = self._put_back_written(scalars, first, probe)
+            if written:  # a block fallback: its key leaves them out, the model's code writes them at each step
+                cap.notes.append(f"the model's code writes {U.first_few(written)} at every call, which the block "
+                                 f"fallback runs at each step; left out of the input signature (Note [Attributes the "
+                                 f"forward writes at every call])")
+                after = []
+                key = self._key(args, kwargs, after)
+                ids = tuple(after)
             cap.tensor_ids = ids
             self._captures[key] = cap
             if len(self._captures) == MANY_CAPTURES:
@@ -2660,6 +2830,19 @@ class AutoCheckpointed(nn.Module):
                 c.executor.siblings = [e for e in executors if e is not c.executor]
         self._last = cap
         return cap
+
+    def _put_back_written(self, scalars: list, first: list | None, probe: _Probe | None) -> list[str]:
+        """Note [Attributes the forward writes at every call]: the scalar attributes the capture's runs wrote at every
+        call (the export run found them, or they changed after the probe's forward, the model's first call here) put
+        back as :func:`_scalar_state` ``scalars`` (before the probe) holds them, and left out of the input signature
+        from now on; their names. Those the first call alone wrote (a warn-once flag, a lazy module's sizes) stay."""
+        written = set(probe.written) if probe is not None else set()
+        if first is not None:
+            written |= {(i, name) for i, _, name, _, _ in _scalars_changed(first, _scalar_state(self._model))}
+        _put_back_scalars(scalars, sorted(written))
+        for i, name in written:
+            self._unkeyed[i] = self._unkeyed.get(i, frozenset()) | {name}
+        return sorted(f"{type(scalars[i][0]).__name__}.{name}" for i, name in written if i < len(scalars))
 
     # ------------------------------------------------------------ forward
     def forward(self, *args, **kwargs):

@@ -833,14 +833,20 @@ def learn_caller_turn(entry: Entry, peak: int, kept: int, grads: int, over: int,
     # bench/repros/rv20a_caller_turn_learns_excess_not_shortfall.py)
     slack = max(0, int(slack))
     blamed = min(int(excess) + slack, max(int(over) + slack, kept_more))  # never more than the step's shortfall
-    reserve = _grown(entry.caller_reserve, blamed, beyond)
+    _reserve_for_caller(entry, _grown(entry.caller_reserve, blamed, beyond),
+                        f"the code between the model's forward and its backward (the loss) used {beyond} B beyond the "
+                        f"model's output and its gradient, which the plan did not count, and the step went "
+                        f"{int(excess)} B over the budget")
+
+
+def _reserve_for_caller(entry: Entry, reserve: int, what: str) -> None:
+    """Note [The caller's turn]: the entry's caller reserve raised to ``reserve`` (where that is more), saying
+    ``what`` the step showed, and a re-plan due at the next call (``entry.replan_due``)."""
     if reserve <= entry.caller_reserve:
         return
     entry.caller_reserve = reserve
-    warnings.warn(f"CheckpointedSequential: the code between the model's forward and its backward (the loss) used "
-                  f"{beyond} B beyond the model's output and its gradient, which the plan did not count, and the step "
-                  f"went {int(excess)} B over the budget: the next steps reserve {entry.caller_reserve} "
-                  f"B for it (Note [The caller's turn] in torch_exec/executor.py)", MemoryBudgetWarning, stacklevel=3)
+    warnings.warn(f"CheckpointedSequential: {what}: the next steps reserve {entry.caller_reserve} B for it (Note [The "
+                  f"caller's turn] in torch_exec/executor.py)", MemoryBudgetWarning, stacklevel=4)
     entry.replan_due = True
     _share_learned(entry)
 
@@ -860,16 +866,10 @@ def learn_plain_step(entry: Entry, short: int) -> None:
     splits its forward from the caller's code, so what it measured above its prediction (``short``, over the budget)
     is reserved, and the next call plans within the budget less it, or raises (a review: "100%" went 12 168 B over
     at every step, the loss's own tensor, bench/repros/rv20a_plain_budget_caller_turn_never_learned.py)."""
-    reserve = entry.caller_reserve + max(0, int(short))
-    if reserve <= entry.caller_reserve:
-        return
-    entry.caller_reserve = reserve
-    warnings.warn(f"CheckpointedSequential: a step run as plain autograd measured {int(short)} B above its prediction "
-                  f"and went over the budget (the code between the model's forward and its backward, the loss, which "
-                  f"the profile does not see): the next steps reserve {entry.caller_reserve} B for it (Note [The "
-                  f"caller's turn] in torch_exec/executor.py)", MemoryBudgetWarning, stacklevel=3)
-    entry.replan_due = True
-    _share_learned(entry)
+    _reserve_for_caller(entry, entry.caller_reserve + max(0, int(short)),
+                        f"a step run as plain autograd measured {int(short)} B above its prediction and went over the "
+                        f"budget (the code between the model's forward and its backward, the loss, which the profile "
+                        f"does not see)")
 
 
 def learn_allocator_blocks(entry: Entry, excess: int, unsplit: int) -> None:

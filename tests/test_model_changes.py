@@ -189,7 +189,7 @@ def test_stages_passing_a_dict_are_refused():
             return {"h": torch.tanh(self.lin(h))}
     stages = [Stage(True)] + [Stage() for _ in range(3)] + [lambda s: s["h"]]
     wrapped = te.CheckpointedSequential(stages, budget="85%", backend="cpu", profile_passes=1)
-    with pytest.raises(TypeError, match="stage 1's output is a dict holding 1 tensor"):
+    with pytest.raises(TypeError, match="stage 1.s output is a dict holding 1 tensor.s. that need a gradient"):
         wrapped(_x())
 
 
@@ -252,3 +252,92 @@ def test_a_wrapper_saves_with_a_measured_step_pending(tmp_path):
     torch.save(wrapped, tmp_path / "w.pt")
     loaded = torch.load(tmp_path / "w.pt", weights_only=False)
     loaded(torch.randn(4, 16, 32)).pow(2).mean().backward()
+
+
+# ---------------------------------------------------------------------------- the review of the fixes (rv20r)
+class _Temp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(D, D)
+        self.temp = 1.0
+
+    def forward(self, x):
+        return torch.tanh(self.lin(x) / self.temp)
+
+
+def test_a_scalar_the_loop_anneals_is_read_live_without_a_new_profile():
+    """Note [Keys of modules run live]: keyed, every step was profiled again."""
+    torch.manual_seed(0)
+    stages = [_Temp() for _ in range(6)]
+    wrapped = te.CheckpointedSequential(stages, budget="85%", backend="cpu", profile_passes=1)
+    for step in range(3):
+        for s in stages:
+            s.temp = 1 + 0.1 * step
+        wrapped(_x()).sum().backward()
+    assert len(wrapped._entries) == 1
+
+
+def test_a_copied_wrapper_keeps_its_plans():
+    wrapped = te.CheckpointedSequential(_net(), budget="85%", backend="cpu", profile_passes=1)
+    _step(wrapped, _x())
+    twin = copy.deepcopy(wrapped)
+    assert not twin._follow_replaced_stages() and len(twin._entries) == 1
+
+
+def test_a_tensor_needing_no_gradient_may_ride_in_a_nested_state():
+    class Stage(nn.Module):
+        def __init__(self, first=False):
+            super().__init__()
+            self.lin, self.first = nn.Linear(D, D), first
+
+        def forward(self, state):
+            h, (mask,) = (state, (torch.ones(D),)) if self.first else state
+            return torch.tanh(self.lin(h)) * mask, (mask,)
+    torch.manual_seed(0)
+    stages = [Stage(True)] + [Stage() for _ in range(5)] + [lambda s: s[0]]
+    ref = copy.deepcopy(stages)
+    wrapped = te.CheckpointedSequential(stages, budget="85%", backend="cpu", profile_passes=1)
+    wrapped(_x()).sum().backward()
+    y = _x()
+    for s in ref:
+        y = s(y)
+    y.sum().backward()
+    for a, b in zip(stages[:-1], ref[:-1]):
+        torch.testing.assert_close(a.lin.weight.grad, b.lin.weight.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_a_value_logged_at_every_call_is_not_refused():
+    """Note [Attributes a forward writes]: overwritten from what the call computes (here from a dropout's draws), not
+    accumulated: the same from the same draws."""
+    class Logged(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin, self.drop = nn.Linear(D, D), nn.Dropout(0.2)
+            self.last_mean = 0.0
+
+        def forward(self, x):
+            h = self.drop(torch.tanh(self.lin(x)))
+            self.last_mean = float(h.detach().mean())
+            return h
+    torch.manual_seed(0)
+    wrapped = te.CheckpointedSequential([Logged() for _ in range(6)], budget="85%", backend="cpu", profile_passes=1)
+    wrapped(_x()).sum().backward()
+
+
+def test_a_counter_in_a_module_given_as_modules_is_refused():
+    shared = _Counting()
+    stages = [nn.Linear(D, D), lambda h: shared(h), nn.Linear(D, D), nn.Tanh()]
+    wrapped = te.CheckpointedSequential(stages, budget="85%", backend="cpu", profile_passes=1, modules=[shared])
+    with pytest.raises(te.AttributeWriteError, match="writes _Counting.calls at every call"):
+        wrapped(_x()).sum().backward()
+    assert shared.calls == 0
+
+
+def test_a_stage_replaced_in_a_sequential_given_with_modules_is_followed():
+    shared = nn.Linear(D, D)
+    seq = _net()
+    wrapped = te.CheckpointedSequential(seq, budget="85%", backend="cpu", profile_passes=1, modules=[shared])
+    _step(wrapped, _x())
+    seq[-1] = nn.Linear(D, 5)
+    assert wrapped(_x()).shape == (64, 5)
+    assert any(p is seq[-1].weight for p in wrapped.parameters())

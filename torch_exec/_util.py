@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+from torch.nn.modules.dropout import _DropoutNd
 from torch.utils import _pytree as pytree
 
 from gpusolve.errors import FallbackWarning, warn_once
@@ -212,15 +213,19 @@ def tensors(state) -> list[torch.Tensor]:
 
 
 def check_state(state, where: str) -> None:
-    """Refuse a state between stages whose tensors :func:`tensors` does not see (a dict, a tuple inside the
-    tuple): no checkpoint of it was made a leaf and no gradient crossed it, and every stage before it trained
-    without a gradient, silently (a review: bench/repros/rv20a_seq_dict_state_grads_dropped.py)."""
-    hidden = [t for t in pytree.tree_leaves(state) if isinstance(t, torch.Tensor)]
-    if len(hidden) != len(tensors(state)):
-        raise TypeError(f"{where} is a {type(state).__name__} holding {len(hidden)} tensor(s) in a structure the "
-                        f"stages cannot pass on (a dict, or a tuple or list inside the tuple): pass a tensor or a flat "
-                        f"tuple of tensors (and other values) between stages, e.g. return (h, h2, tag) and unpack "
-                        f"it in the next stage")
+    """Refuse a state between stages, made with grad, that holds a tensor requiring grad where :func:`tensors` does
+    not see it (a dict, a tuple inside the tuple): no checkpoint of it was made a leaf and no gradient crossed it,
+    and every stage before it trained without a gradient, silently (a review:
+    bench/repros/rv20a_seq_dict_state_grads_dropped.py). A tensor there that needs no gradient (a mask) is passed on
+    as it is, as before (review rv20r: bench/repros/rv20r_seq_constant_mask_in_nested_state_refused.py)."""
+    seen = {id(t) for t in tensors(state)}
+    hidden = [t for t in pytree.tree_leaves(state)
+              if isinstance(t, torch.Tensor) and t.requires_grad and id(t) not in seen]
+    if hidden:
+        raise TypeError(f"{where} is a {type(state).__name__} holding {len(hidden)} tensor(s) that need a gradient "
+                        f"in a structure the stages cannot pass on (a dict, or a tuple or list inside the tuple): pass "
+                        f"a tensor or a flat tuple of tensors (and other values) between stages, e.g. return (h, h2, "
+                        f"tag) and unpack it in the next stage")
 
 
 def map_state(fn, state):
@@ -854,17 +859,24 @@ def refuse_meta(who: str, values, module: nn.Module | None = None) -> None:
                              f"its weights, or build it there)")
 
 
+# Note [Keys of modules run live]
+#     CheckpointedSequential and CheckpointedJoin call their stage modules as themselves: a module's scalar attribute
+#     read by its code is read live, and a change needs no new profile (a temperature the loop anneals re-profiled
+#     every step when every scalar attribute was keyed, and a stage caching its sequence length on its first call was
+#     profiled twice: review rv20r, bench/repros/rv20r_seq_loop_scalar_reprofiles_every_step.py). What the profile
+#     depends on is keyed: the training mode, and a dropout's probability, which decides whether the stage draws random
+#     numbers (a dropout switched on after the first step kept the profile's "this stage draws nothing", and its
+#     recomputations drew other masks than its forward: 2.2e-3 off plain autograd's gradients, review rv20b,
+#     bench/repros/rv20b_dropout_enabled_after_profile_not_replayed.py). A captured graph fixes every scalar attribute
+#     (:func:`captured_state_key`).
 def module_state_key(module, trainable: list | None = None) -> tuple:
     """What of ``module``'s state a profile, a plan and a captured graph depend on beside the inputs, as
     part of an input signature: each submodule's training mode (a captured graph has its dropout and
     BatchNorm mode fixed), which parameters require grad (a frozen one gets no gradient: the profile
     holds none for it, and a captured graph computes it as data, without grad), the parameters'
     and buffers' dtypes and devices (``model.double()`` after the first call keeps the same
-    Parameter objects: a float32 profile under-counted the float64 step by 84-93 %), and each submodule's
-    scalar attributes (:func:`scalar_attributes`): a dropout switched on after the first step (``m.p = 0.3``)
-    kept the profile's "this stage draws nothing", its recomputations drew other masks than its forward, and
-    the gradients were 2.2e-3 off plain autograd's (review rv20b:
-    bench/repros/rv20b_dropout_enabled_after_profile_not_replayed.py). ``trainable``: a list
+    Parameter objects: a float32 profile under-counted the float64 step by 84-93 %), and each dropout's
+    probability (Note [Keys of modules run live])). ``trainable``: a list
     that gets the parameters requiring grad met in the same walk, each once, in ``module.parameters()``'s
     order (the parameter tap's: Note [One walk of the model per call] in torch_exec/executor.py)."""
     return _state_key(module, captured=False, trainable=trainable)
@@ -888,8 +900,9 @@ def scalar_attributes(m) -> list:
 
 
 def captured_state_key(module, tensor_ids: list | None = None, unkeyed: dict | None = None) -> tuple:
-    """:func:`module_state_key` and what else a graph captured by ``torch.export`` has fixed in it: which
-    forward and backward hooks each submodule and the global registries hold (Note [What a captured graph
+    """:func:`module_state_key` and what else a graph captured by ``torch.export`` has fixed in it: every
+    submodule's scalar attributes (:func:`scalar_attributes`) and which forward and backward hooks each
+    submodule and the global registries hold (Note [What a captured graph
     fixes] in torch_exec/auto.py). Modules called as themselves (CheckpointedSequential) run their hooks live.
     About 0.5 ms a call on GPT-2 small's 164 modules (CPU; bench/results/state_key_cost_cpu.md).
     ``tensor_ids``: a list that gets the ids of the parameters and buffers met in the same walk (Note
@@ -960,8 +973,10 @@ def _state_key(module, captured: bool, tensor_ids: list | None = None, trainable
                     seen.add(id(p))
                     if p.requires_grad:
                         trainable.append(p)
-        # the scalar attributes include `training`
-        scalars = tuple(scalar_attributes(m))
+        # the scalar attributes include `training`; a module called as itself (not captured) runs its code live, and
+        # its profile depends on its mode and on whether it draws (Note [Keys of modules run live])
+        scalars = tuple(scalar_attributes(m)) if captured else (
+            (m.training, m.p) if isinstance(m, _DropoutNd) else m.training)
         if unkeyed and position in unkeyed:
             scalars = tuple([(k, v) for k, v in scalars if k not in unkeyed[position]])
         if captured:

@@ -2769,11 +2769,15 @@ class AutoCheckpointed(nn.Module):
         if cap is not None and cap.tensor_ids != ids:
             cap = None  # Note [Sharing the model's state]: the model's tensors changed (.to(), reassignment)
         elif cap is not None and cap.constants and (replaced := _replaced_constants(cap, self._model)):
-            warn_once(f"auto_checkpoint: the model's tensor attribute(s) {U.first_few(replaced)} (not buffers) were "
-                      f"replaced since the graph was captured, which is therefore captured again, profiled and solved "
-                      f"(seconds); register such a tensor as a buffer (register_buffer(name, t, persistent=False)) and "
-                      f"write it in place (model.scale.fill_(v)): the graph reads it live (Note [What a captured "
-                      f"graph fixes])", UserWarning, stacklevel=5)
+            # said at every re-capture, with their count: a loop that replaces one at every step re-exported at every
+            # step, silently, after the first warning (review rv20r)
+            self.__dict__["_recaptures"] = self.__dict__.get("_recaptures", 0) + 1
+            warnings.warn(f"auto_checkpoint: the model's tensor attribute(s) {U.first_few(replaced)} (not buffers) "
+                          f"were replaced since the graph was captured, which is therefore captured again, profiled "
+                          f"and solved (seconds; {self._recaptures} time(s) so far); register such a tensor as a "
+                          f"buffer (register_buffer(name, t, persistent=False)) and write it in place "
+                          f"(model.scale.fill_(v)): the graph reads it live (Note [What a captured graph fixes])",
+                          UserWarning, stacklevel=5)
             cap = None
         if cap is None:
             U.refuse_meta("auto_checkpoint", [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)],
@@ -3046,6 +3050,10 @@ def _check_blocks(wrapper: AutoCheckpointed, cap: Capture, args, kwargs) -> None
         # iteration, an EMA centre, a MoCo queue) computed other outputs in the second run, and was refused as
         # "uses a block's output for more than the next block" (a review, 2026-11-28)
         buffers = U.ModelSnapshot([wrapper._model], values=False, suspend=False)
+        # and from the same scalar attributes: a counter the forward writes (Note [Attributes the forward writes at
+        # every call]) computed other outputs in the second run, refused as above (review rv20r:
+        # bench/repros/rv20r_auto_counter_block_fallback_refused.py)
+        scalars = _scalar_state(wrapper._model)
         # the reference run records a graph (saving nothing) so that the model's code around the blocks
         # registers its gradient hooks, which are watched there: Note [Gradient hooks registered in the forward]
         hooks = _TensorHooks()
@@ -3063,6 +3071,8 @@ def _check_blocks(wrapper: AutoCheckpointed, cap: Capture, args, kwargs) -> None
             raise _hooks_error(hooks.sites, f"between the blocks of '{blocks.name}'", "would land on another tensor")
         state.restore()
         buffers.restore()
+        _put_back_scalars(scalars, [(i, name) for i, _, name, _, _ in _scalars_changed(scalars,
+                                                                                       _scalar_state(wrapper._model))])
         args, kwargs = _probe_inputs(*given)
         try:
             with torch.enable_grad(), _substituted(blocks, box, lambda h: _run_plain(cap.stages, h, cut=True)):

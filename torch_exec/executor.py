@@ -2550,6 +2550,10 @@ class CheckpointedSequential(_PlannedModule):
         extras = _extra_modules(modules)
         module_stages = [f for f in fns if isinstance(f, nn.Module)]
         self._shares_sequential = isinstance(stages, nn.Sequential) and not extras
+        # a Sequential given with modules= is registered as a list; its own module dict is what a user edits
+        # (Note [Stages replaced after wrapping]; review rv20r: a new head not followed)
+        # (kept in __dict__: registered, the Sequential would be a second name for every stage in state_dict())
+        self.__dict__["_source"] = stages if isinstance(stages, nn.Sequential) and extras else None
         if self._shares_sequential:  # Note [A Sequential's own names]
             for name in ("_parameters", "_buffers", "_modules", "_non_persistent_buffers_set"):
                 self.__dict__[name] = getattr(stages, name)
@@ -2888,17 +2892,23 @@ class CheckpointedSequential(_PlannedModule):
     #     model: every plan is dropped and the next step profiles and solves anew. CheckpointedJoin asks its
     #     branches the same at each call.
     def _stage_ids(self) -> tuple:
-        """The ids of the modules registered as stages, in order (Note [Stages replaced after wrapping])."""
-        registered = self._modules if self._shares_sequential else self._modules["stages"]._modules
-        return tuple([id(m) for m in registered.values() if m is not None])
+        """The modules registered as stages, in order (Note [Stages replaced after wrapping]): the objects, not their
+        ids, so that a copy (``copy.deepcopy``, ``torch.load``), whose modules are other objects, holds its own and
+        keeps its plans (review rv20r: a copy profiled again)."""
+        registered = (self._modules if self._shares_sequential else
+                      self._source._modules if self._source is not None else self._modules["stages"]._modules)
+        return tuple([m for m in registered.values() if m is not None])
 
     def _follow_replaced_stages(self) -> bool:
         """Take the stages again where a registered one was replaced, dropping every plan (Note [Stages replaced
         after wrapping]); whether they were."""
         ids = self._stage_ids()
-        if ids == self._registered:
+        if len(ids) == len(self._registered) and all(a is b for a, b in zip(ids, self._registered)):
             return False
-        if not self._shares_sequential:  # a list: its modules' positions among the callables, in order
+        if self._source is not None:  # a Sequential given with modules=: registered as a list, watched as given
+            names, fns = U.stage_list(self._source)
+            self._modules["stages"] = nn.ModuleList([f for f in fns if isinstance(f, nn.Module)])
+        elif not self._shares_sequential:  # a list: its modules' positions among the callables, in order
             modules = iter([m for m in self._modules["stages"]._modules.values() if m is not None])
             names = list(self.names)
             fns = [next(modules, None) if isinstance(f, nn.Module) else f for f in self._fns]

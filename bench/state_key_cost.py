@@ -1,5 +1,5 @@
 """What the input signature's model-state part costs on every call of a wrapper (CPU): the state
-``CheckpointedSequential`` and ``CheckpointedJoin`` key on (``module_state_key``: training modes, scalar attributes,
+``CheckpointedSequential`` and ``CheckpointedJoin`` key on (``module_state_key``: training modes, dropout probabilities,
 parameters' requires_grad, dtypes and devices) and what ``auto_checkpoint`` keys on beside it
 (``captured_state_key``: every module's scalar attributes and forward hooks, Note [What a captured
 graph fixes] in torch_exec/auto.py), against a plain training step of the same model.

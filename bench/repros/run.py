@@ -146,10 +146,17 @@ SCRIPTS = ("grad_hooks", "autograd_grad_measured", "returned_input", "measure_be
            "rv20b_auto_pickle_load_writes_buffers", "rv20b_auto_removed_backward_hook_keeps_fallback",
            "rv20b_dropout_enabled_after_profile_not_replayed", "rv20b_param_written_before_backward_unchecked",
            "rv20b_seq_replaced_stage_still_runs_old", "rv20b_pending_step_record_breaks_save",
-           # open, exit 1: a profile's own shortfall (spectral norm's power iteration) learned over two steps; grad-mode
-           # branches under a plan (docs/pytorch.md); the least-peak policy tried only where the table has no plan
+           # the review of the session's own change (rv20r)
+           "rv20r_seq_loop_scalar_reprofiles_every_step", "rv20r_seq_copied_wrapper_reprofiles",
+           "rv20r_seq_constant_mask_in_nested_state_refused", "rv20r_seq_logged_attribute_with_dropout_refused",
+           "rv20r_auto_counter_block_fallback_refused", "rv20r_seq_counter_in_extra_module_not_refused",
+           "rv20r_seq_replaced_stage_with_extras_not_followed",
+           "rv20c_least_peak_fallback_only_when_table_empty", "rv20c_join_least_peak_fallback_only_when_table_empty",
+           # open, exit 1: a profile's own shortfall (spectral norm's power iteration) learned over two steps;
+           # grad-mode branches under a plan (docs/pytorch.md); a tensor attribute replaced at every step is captured
+           # again at every step (warned each time)
            "rv20a_caller_turn_learns_excess_not_shortfall", "rv20a_seq_nograd_forward_takes_inference_path",
-           "rv20c_least_peak_fallback_only_when_table_empty", "rv20c_join_least_peak_fallback_only_when_table_empty")
+           "rv20r_auto_tensor_attribute_set_each_step_reexports")
 
 
 def main(argv=None) -> int:

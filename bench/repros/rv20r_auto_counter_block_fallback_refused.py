@@ -21,6 +21,7 @@ Expected: the check restores the written scalars (``_put_back_scalars(scalars, p
 second run, as it does buffers; the block fallback trains the model as plain autograd does (Note [Attributes the
 forward writes at every call]).  Exits 1 while SAT=1000 is refused or differs from plain autograd.
 """
+import _setup  # noqa: F401  (the tree under test: GS_ROOT, before torch_exec is imported)
 import copy, sys, warnings
 import torch, torch.nn as nn
 torch.set_num_threads(1)

@@ -18,6 +18,7 @@ Expected: a tensor attribute seen replaced (more than once) is lifted into the g
 call) or the capture is refused with advice (register it as a buffer, or pass it as an argument); at least a warning
 after repeated re-captures of one signature.  Exits 1 while more than 2 exports run in 5 steps.
 """
+import _setup  # noqa: F401  (the tree under test: GS_ROOT, before torch_exec is imported)
 import sys, warnings
 import torch, torch.nn as nn
 torch.set_num_threads(1)

@@ -18,6 +18,7 @@ Expected: a nested constant (no grad in the grad pass, not reached from a parame
 passes as before (kept alive, its bytes counted), or at least the refusal limited to hidden tensors that require
 grad (checked in the grad pass).  Exits 1 while either state is refused.
 """
+import _setup  # noqa: F401  (the tree under test: GS_ROOT, before torch_exec is imported)
 import copy, sys, warnings
 import torch, torch.nn as nn
 torch.set_num_threads(1)

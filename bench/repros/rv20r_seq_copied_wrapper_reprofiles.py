@@ -18,6 +18,7 @@ Expected: no re-profile when no stage was replaced: keep the registered modules 
 deepcopy and pickle map them to the copies' modules) or take the ids again in ``__setstate__``/``__deepcopy__``.
 Exits 1 while the copy or the loaded wrapper profiles again.
 """
+import _setup  # noqa: F401  (the tree under test: GS_ROOT, before torch_exec is imported)
 import copy, io, sys, warnings
 import torch, torch.nn as nn
 torch.set_num_threads(1)

@@ -18,6 +18,7 @@ Expected: the refusal covers every module the step's stages reach (the extras at
 do; here an AttributeWriteError naming Shared.calls, or gradients equal to plain autograd's.  Exits 1 while the
 step trains silently differently.
 """
+import _setup  # noqa: F401  (the tree under test: GS_ROOT, before torch_exec is imported)
 import sys, warnings
 import torch, torch.nn as nn
 torch.set_num_threads(1)

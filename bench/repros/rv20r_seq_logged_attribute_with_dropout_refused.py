@@ -20,6 +20,7 @@ Expected: attributes the forward only overwrites from its inputs pass (e.g. run 
 pass's RNG state, and refuse only what still moves; or compare two runs from the same state), and at budgets
 where the wrapper runs plain autograd nothing is refused.  Exits 1 while the model is refused.
 """
+import _setup  # noqa: F401  (the tree under test: GS_ROOT, before torch_exec is imported)
 import copy, sys, warnings
 import torch, torch.nn as nn
 torch.set_num_threads(1)

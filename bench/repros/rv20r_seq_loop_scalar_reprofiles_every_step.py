@@ -22,6 +22,7 @@ neither the memory nor the RNG use of a stage); key only what a profile depends 
 RNG-drawing modules' ``p``...) or re-use the plan of the same shapes/params and re-check the RNG facts only.
 Exits 1 while more than one profile runs.
 """
+import _setup  # noqa: F401  (the tree under test: GS_ROOT, before torch_exec is imported)
 import sys, warnings
 import torch, torch.nn as nn
 torch.set_num_threads(1)

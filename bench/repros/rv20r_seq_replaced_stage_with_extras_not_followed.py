@@ -19,6 +19,7 @@ Expected: the Sequential given is watched whether or not ``modules=`` is (keep a
 ``_modules``), and a replaced stage is followed (a new profile) as without extras; or the replacement refused.
 Exits 1 while the new head gets no gradient.
 """
+import _setup  # noqa: F401  (the tree under test: GS_ROOT, before torch_exec is imported)
 import sys, warnings
 import torch, torch.nn as nn
 torch.set_num_threads(1)

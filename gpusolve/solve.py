@@ -353,8 +353,8 @@ def _table_plan(chain: Chain, problem: Problem, table, full_curve: np.ndarray, b
         sim = simulate(chain, schedule)
         if sim.peak_bytes != known_min:
             raise AssertionError(f"internal error: least-peak policy peaks at {sim.peak_bytes} B, not {known_min} B")
-        at_bucket = exact_bytes(int(finite[0]) * bucket_bytes) if len(finite) else "above this budget"
         if best is None:
+            at_bucket = exact_bytes(int(finite[0]) * bucket_bytes) if len(finite) else "above this budget"
             notes.append(f"at bucket {format_bytes(bucket_bytes)} the rounded sizes fit no plan (the table's least "
                          f"budget is {at_bucket}); the plan is the least-peak policy (peak {exact_bytes(known_min)}); "
                          f"a finer bucket may find a faster one")

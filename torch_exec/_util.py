@@ -973,18 +973,16 @@ def _state_key(module, captured: bool, tensor_ids: list | None = None, trainable
                     seen.add(id(p))
                     if p.requires_grad:
                         trainable.append(p)
-        # the scalar attributes include `training`; a module called as itself (not captured) runs its code live, and
-        # its profile depends on its mode and on whether it draws (Note [Keys of modules run live])
-        scalars = tuple(scalar_attributes(m)) if captured else (
-            (m.training, m.p) if isinstance(m, _DropoutNd) else m.training)
-        if unkeyed and position in unkeyed:
-            scalars = tuple([(k, v) for k, v in scalars if k not in unkeyed[position]])
-        if captured:
-            out.append((params, buffers, scalars, tuple(d.get("_forward_hooks", ())),
+        if captured:  # the scalar attributes include `training`
+            scalars = scalar_attributes(m)
+            if unkeyed and position in unkeyed:
+                scalars = [(k, v) for k, v in scalars if k not in unkeyed[position]]
+            out.append((params, buffers, tuple(scalars), tuple(d.get("_forward_hooks", ())),
                         tuple(d.get("_forward_pre_hooks", ())), tuple(d.get("_backward_hooks", ())),
                         tuple(d.get("_backward_pre_hooks", ()))))
-        else:
-            out.append((params, buffers, scalars))
+        else:  # a module called as itself runs its code live: its mode, and whether it draws (Note [Keys of modules
+            # run live])
+            out.append((params, buffers, (m.training, m.p) if isinstance(m, _DropoutNd) else m.training))
     return tuple(out)
 
 

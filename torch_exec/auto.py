@@ -51,9 +51,11 @@ Note [What a captured graph fixes]
     (``model.scale = torch.tensor(1.5)``) trained on with the old value, silently (a review, 2026-11-29:
     bench/repros/rv20a_auto_tensor_attribute_fixed_in_graph.py: loss 1.53 where plain autograd gave 163.9).
     The capture records which module attributes its constants are (``Capture.constants``, from
-    ``ep.constants``) and a call that finds one replaced captures again, warning once (a capture costs
-    seconds; a buffer written in place costs nothing). Python values read in the forward that no module
-    attribute holds as a scalar (a global, a list attribute's items) stay fixed at capture, unseen.
+    ``ep.constants``) and a call that finds one replaced captures again, warning each time with the count (a
+    capture costs seconds; a buffer written in place costs nothing; a loop that replaced one at every step
+    re-exported at every step, silently after a first warning: review rv20r). Python values read in the
+    forward that no module attribute holds as a scalar (a global, a list attribute's items) stay fixed at
+    capture, unseen.
 
 Note [Attributes the forward writes at every call]
     A forward that keeps a Python counter on a module and computes from it (``self.calls += 1; alpha =
@@ -1957,6 +1959,11 @@ def _scalars_changed(before: list, after: list) -> list:
     return changed
 
 
+def _put_back_changed_scalars(before: list, model: nn.Module) -> None:
+    """Every scalar attribute of ``model`` that changed since :func:`_scalar_state` ``before``, as it was then."""
+    _put_back_scalars(before, [(i, name) for i, _, name, _, _ in _scalars_changed(before, _scalar_state(model))])
+
+
 def _put_back_scalars(before: list, which) -> None:
     """The scalar attributes ``which`` (``(position, name)``) as :func:`_scalar_state` ``before`` holds them."""
     for i, name in which:
@@ -2333,7 +2340,7 @@ def _undone_on_error(model: nn.Module, armed: bool):
     except BaseException:
         if snapshot is not None:
             snapshot.restore()
-            _put_back_scalars(scalars, [(i, name) for i, _, name, _, _ in _scalars_changed(scalars, _scalar_state(model))])
+            _put_back_changed_scalars(scalars, model)
         raise
 
 
@@ -2472,6 +2479,7 @@ class AutoCheckpointed(nn.Module):
         # {position in the modules' walk: names} of the scalar attributes the model's code writes at every call, left
         # out of the input signature (Note [Attributes the forward writes at every call])
         self._unkeyed: dict = {}
+        self._recaptures = 0  # captures made again for a replaced tensor attribute (Note [What a captured graph fixes])
         self._measure_next = 0  # steps measure_memory() asked for that have not run yet
         self._last: Capture | None = None
         self._use_cache_note = False
@@ -2771,7 +2779,7 @@ class AutoCheckpointed(nn.Module):
         elif cap is not None and cap.constants and (replaced := _replaced_constants(cap, self._model)):
             # said at every re-capture, with their count: a loop that replaces one at every step re-exported at every
             # step, silently, after the first warning (review rv20r)
-            self.__dict__["_recaptures"] = self.__dict__.get("_recaptures", 0) + 1
+            self._recaptures += 1
             warnings.warn(f"auto_checkpoint: the model's tensor attribute(s) {U.first_few(replaced)} (not buffers) "
                           f"were replaced since the graph was captured, which is therefore captured again, profiled "
                           f"and solved (seconds; {self._recaptures} time(s) so far); register such a tensor as a "
@@ -3071,8 +3079,7 @@ def _check_blocks(wrapper: AutoCheckpointed, cap: Capture, args, kwargs) -> None
             raise _hooks_error(hooks.sites, f"between the blocks of '{blocks.name}'", "would land on another tensor")
         state.restore()
         buffers.restore()
-        _put_back_scalars(scalars, [(i, name) for i, _, name, _, _ in _scalars_changed(scalars,
-                                                                                       _scalar_state(wrapper._model))])
+        _put_back_changed_scalars(scalars, wrapper._model)
         args, kwargs = _probe_inputs(*given)
         try:
             with torch.enable_grad(), _substituted(blocks, box, lambda h: _run_plain(cap.stages, h, cut=True)):

@@ -507,7 +507,6 @@ Note [DistributedDataParallel]
 """
 from __future__ import annotations
 
-import collections
 import contextlib
 import functools
 import numbers
@@ -2550,10 +2549,10 @@ class CheckpointedSequential(_PlannedModule):
         extras = _extra_modules(modules)
         module_stages = [f for f in fns if isinstance(f, nn.Module)]
         self._shares_sequential = isinstance(stages, nn.Sequential) and not extras
-        # a Sequential given with modules= is registered as a list; its own module dict is what a user edits
-        # (Note [Stages replaced after wrapping]; review rv20r: a new head not followed)
-        # (kept in __dict__: registered, the Sequential would be a second name for every stage in state_dict())
-        self.__dict__["_source"] = stages if isinstance(stages, nn.Sequential) and extras else None
+        # a Sequential's own module dict is what a user edits, also where modules= makes the wrapper register its
+        # stages as a list (Note [Stages replaced after wrapping]; review rv20r: a new head not followed). Kept in
+        # __dict__: registered, the Sequential would be a second name for every stage in state_dict()
+        self.__dict__["_source"] = stages if isinstance(stages, nn.Sequential) else None
         if self._shares_sequential:  # Note [A Sequential's own names]
             for name in ("_parameters", "_buffers", "_modules", "_non_persistent_buffers_set"):
                 self.__dict__[name] = getattr(stages, name)
@@ -2563,7 +2562,7 @@ class CheckpointedSequential(_PlannedModule):
             self.extra_modules = nn.ModuleList(extras)
         _check_callables(self.names, fns, module_stages + extras)
         self._fns = fns  # the callables, in order (modules are also registered above)
-        self._registered = self._stage_ids()  # Note [Stages replaced after wrapping]
+        self._registered = self._stage_modules()  # Note [Stages replaced after wrapping]
         self._set_solver(budget, bucket, backend, profile_passes, profile_warmup, schedule_fn, preserve_rng_state,
                          network, measure_steps, profile_isolated)
         self.offload = _offload_setting(offload)
@@ -2888,37 +2887,34 @@ class CheckpointedSequential(_PlannedModule):
     #     of a list's modules, so the new layer showed in ``parameters()`` and ``state_dict()``, but the steps ran
     #     the callables taken at construction: the old layer, which no optimizer held any more, and the new one got
     #     no gradient (a review: bench/repros/rv20b_seq_replaced_stage_still_runs_old.py). Each call compares the
-    #     registered modules with those taken (their ids, in order); a change takes the stages again, as a new
-    #     model: every plan is dropped and the next step profiles and solves anew. CheckpointedJoin asks its
-    #     branches the same at each call.
-    def _stage_ids(self) -> tuple:
-        """The modules registered as stages, in order (Note [Stages replaced after wrapping]): the objects, not their
-        ids, so that a copy (``copy.deepcopy``, ``torch.load``), whose modules are other objects, holds its own and
-        keeps its plans (review rv20r: a copy profiled again)."""
-        registered = (self._modules if self._shares_sequential else
-                      self._source._modules if self._source is not None else self._modules["stages"]._modules)
+    #     registered modules with those taken (the objects, in order: a copy's are other objects, its own); a change
+    #     takes the stages again, as a new model: every plan is dropped and the next step profiles and solves anew.
+    #     CheckpointedJoin asks its branches the same at each call.
+    def _stage_modules(self) -> tuple:
+        """The modules registered as stages, in order (Note [Stages replaced after wrapping]): the Sequential's given,
+        else the list's, as the wrapper registers them."""
+        registered = (self._source if self._source is not None else self._modules["stages"])._modules
         return tuple([m for m in registered.values() if m is not None])
 
     def _follow_replaced_stages(self) -> bool:
         """Take the stages again where a registered one was replaced, dropping every plan (Note [Stages replaced
         after wrapping]); whether they were."""
-        ids = self._stage_ids()
-        if len(ids) == len(self._registered) and all(a is b for a, b in zip(ids, self._registered)):
+        modules = self._stage_modules()
+        if len(modules) == len(self._registered) and all(a is b for a, b in zip(modules, self._registered)):
             return False
-        if self._source is not None:  # a Sequential given with modules=: registered as a list, watched as given
+        if self._source is not None:  # a Sequential: taken as at construction
             names, fns = U.stage_list(self._source)
-            self._modules["stages"] = nn.ModuleList([f for f in fns if isinstance(f, nn.Module)])
-        elif not self._shares_sequential:  # a list: its modules' positions among the callables, in order
-            modules = iter([m for m in self._modules["stages"]._modules.values() if m is not None])
+            if not self._shares_sequential:  # registered as a list (modules= given)
+                self._modules["stages"] = nn.ModuleList([f for f in fns if isinstance(f, nn.Module)])
+        else:  # a list: its modules' positions among the callables, in order
+            taken = iter(modules)
             names = list(self.names)
-            fns = [next(modules, None) if isinstance(f, nn.Module) else f for f in self._fns]
-            if any(f is None for f in fns) or next(modules, None) is not None:
+            fns = [next(taken, None) if isinstance(f, nn.Module) else f for f in self._fns]
+            if any(f is None for f in fns) or next(taken, None) is not None:
                 raise ValueError("CheckpointedSequential: stages were added to or removed from its module list after "
                                  "it was made; make a new wrapper over the new stages")
-        else:
-            names, fns = U.stage_list(nn.Sequential(collections.OrderedDict(self._modules)))
         _check_callables(names, fns, [f for f in fns if isinstance(f, nn.Module)] + self._extras)
-        self.names, self._fns, self._registered = names, fns, ids
+        self.names, self._fns, self._registered = names, fns, modules
         self._entries.clear()
         self._last = None
         return True

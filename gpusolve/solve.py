@@ -4,8 +4,8 @@
 checks it in exact bytes with the simulator. The table's sizes are rounded up to buckets, so its
 optimum is optimal for the rounded sizes only; exact-byte candidates keep rounding from costing the
 user (Note [Exact candidates]). The exact minimum feasible budget (an O(N^3) host DP)
-is computed only when the table says the budget is infeasible, or when asked for
-(:attr:`Plan.min_feasible_bytes`).
+is computed only where the table says the budget is infeasible, near the table's least (candidate (4)),
+or when asked for (:attr:`Plan.min_feasible_bytes`).
 
 Note [Exact candidates]
     Rounding each size up to a bucket is what makes a plan safe, and also what can hide a faster
@@ -18,7 +18,8 @@ Note [Exact candidates]
     plain autograd (no cut: at the store-all peak the answer is store-all, 0 % overhead, whatever
     the bucket) and those users have today (``checkpoint_sequential`` at every segment count,
     Chen's greedy at every threshold), evaluated in closed form (:mod:`gpusolve.dp.segments`);
-    (4) the least-peak policy of :mod:`gpusolve.dp.minpeak` (its O(N^3) host DP), where the budget is at
+    (4) the least-peak policy of :mod:`gpusolve.dp.minpeak` (its O(N^3) host DP, filled once for all the
+    plans of one table: :func:`~gpusolve.dp.minpeak.least_peak`), where the budget is at
     least the exact minimum and no column at or below it is feasible, or where the budget is within N + 2
     buckets of the table's least: there the rounding may hide that policy (a plan holds at most about N + 2
     rounded tensors, :func:`slack_buckets`), and a budget one byte above the least got a plan 4.4 % slower
@@ -39,6 +40,7 @@ Note [The thesis model's class]
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 import time
 from dataclasses import dataclass, field
@@ -47,7 +49,7 @@ import numpy as np
 
 from .chain import Chain
 from .dp.buckets import check_user_bucket, choose_bucket
-from .dp.minpeak import min_feasible_bytes, min_peak_policy, policy_peak_bytes
+from .dp.minpeak import least_peak, min_feasible_bytes, policy_peak_bytes
 from .dp.problem import BYTES_PER_STATE, Problem
 from .dp.segments import SegmentEvaluator
 from .errors import BackendUnavailableError, FallbackWarning, InfeasibleBudgetError, warn_once
@@ -277,13 +279,15 @@ def _solve(chain: Chain, budget_bytes: int, bucket, backend: str, strict: bool, 
         table = filler(problem, callback, timings)
     full_curve = np.asarray(table.curve, dtype=np.float64)
     shared = list(notes)  # the notes of the backend and the bucket, before the top plan adds its own
-    plans = [_table_plan(chain, problem, table, full_curve, budget_bytes, name, started, timings, notes, strict)]
+    least = functools.cache(lambda: least_peak(chain))  # one O(N^3) fill for every plan made here
+    plans = [_table_plan(chain, problem, table, full_curve, budget_bytes, name, started, timings, notes, strict,
+                         least)]
     if below:  # the table goes on timing its recoveries in `timings`: the top plan keeps what it had
         plans[0].timings = dict(timings)
     with below_progress(below, name, progress) as update:  # (their recoveries count in their "candidates")
         for b in below:
             plans.append(_table_plan(chain, problem, table, full_curve, b, name, time.perf_counter(),
-                                     {"setup": 0.0, "dp": 0.0}, list(shared), strict))
+                                     {"setup": 0.0, "dp": 0.0}, list(shared), strict, least))
             if update is not None:
                 update(1)
     return plans
@@ -315,8 +319,9 @@ def _solve_alone(chain: Chain, budget_bytes: int, bucket, backend: str, strict: 
 
 
 def _table_plan(chain: Chain, problem: Problem, table, full_curve: np.ndarray, budget_bytes: int, name: str,
-                started: float, timings: dict, notes: list[str], strict: bool) -> Plan:
-    """The plan at ``budget_bytes`` from a filled table (Note [Exact candidates])."""
+                started: float, timings: dict, notes: list[str], strict: bool, least) -> Plan:
+    """The plan at ``budget_bytes`` from a filled table (Note [Exact candidates]). ``least()``: the chain's
+    :class:`gpusolve.dp.minpeak.LeastPeak`, computed on first call (the plans of one table share it)."""
     bucket_bytes = problem.bucket_bytes
     buckets = budget_bytes // bucket_bytes
     curve = Curve(np.arange(buckets + 1, dtype=np.int64) * bucket_bytes, full_curve[:buckets + 1].copy())
@@ -343,12 +348,11 @@ def _table_plan(chain: Chain, problem: Problem, table, full_curve: np.ndarray, b
     if best is None or (len(finite) and buckets <= int(finite[0]) + chain.n + 2):
         # Note [Exact candidates] (4): near the table's least, where rounding may hide the least-peak policy
         clock = time.perf_counter()
-        known_min = min_feasible_bytes(chain)
+        known_min, fallback = least()
         timings["minimum"] = time.perf_counter() - clock
         if best is None and budget_bytes < known_min:
             return _infeasible(chain, budget_bytes, bucket_bytes, name, started, timings, notes, strict, known_min)
         clock = time.perf_counter()
-        fallback = min_peak_policy(chain)
         schedule = policy_to_schedule(fallback, 0, chain.n)
         sim = simulate(chain, schedule)
         if sim.peak_bytes != known_min:

@@ -335,6 +335,23 @@ def test_the_least_peak_policy_is_a_candidate_near_the_tables_least():
     assert simulate(chain, above.schedule).peak_bytes <= 232
 
 
+def test_plans_near_the_least_fill_the_least_peak_tables_once(monkeypatch):
+    """The least budget and the least-peak policy come from one O(N^3) fill for all the plans of one table (each
+    plan near the least filled it twice: min_feasible_bytes, then min_peak_policy; 2 x 0.29 s on
+    densenet121_fine_b32)."""
+    from gpusolve.dp import minpeak
+    from gpusolve.solve import solve_budgets
+    chain = random_chain(np.random.default_rng(5), 12)
+    fills = []
+    real = minpeak.min_peak_tables
+    monkeypatch.setattr(minpeak, "min_peak_tables", lambda c: fills.append(1) or real(c))
+    low = real(chain)[0][0, chain.n]
+    top, below = solve_budgets(chain, low + 10, [low + 5, low + 1, low], bucket=1, backend="cpu", progress=False)
+    assert len(fills) == 1
+    assert all(p.feasible and p.known_min_bytes == low for p in [top, *below])
+    assert below[-1].predicted_peak_bytes == low
+
+
 def test_the_join_least_peak_policy_is_a_candidate_beside_the_tables_plan():
     from gpusolve.join import Turn, solve_join
     a = Chain(t_fwd=[7.0, 4.75], t_fwd_nograd=[7.0, 4.75], t_bwd=[6.25, 4.5], act_bytes=[52, 51], grad_bytes=[14, 49],

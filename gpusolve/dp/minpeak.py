@@ -68,6 +68,8 @@ class PeakDiagonal(NamedTuple):
     k: np.ndarray      # int64[pairs, d - 1]
     thr_ckpt: np.ndarray  # int64[pairs, d - 1]: grad[j] + nograd_peak(i, k)
     sfn: np.ndarray    # float64[pairs, d - 1]: the no-grad forwards i+1..k
+    right_at: np.ndarray  # int64[pairs, d - 1]: flat index of (k, j) in an [N+1, N+1] table
+    left_at: np.ndarray   # int64[pairs, d - 1]: flat index of (i, k)
 
 
 class PeakRecurrences:
@@ -91,7 +93,7 @@ class PeakRecurrences:
             ii, jj = i[:, None], j[:, None]
             k = ii + np.arange(1, d, dtype=np.int64)[None, :]
             yield PeakDiagonal(d, i, j, ii, jj, k, problem.thr_ckpt_bytes(ii, jj, k),
-                               problem.fwd_prefix[k] - problem.fwd_prefix[ii])
+                               problem.fwd_prefix[k] - problem.fwd_prefix[ii], k * (n + 1) + jj, ii * (n + 1) + k)
 
     def tape(self, g: PeakDiagonal, peak: np.ndarray, cost: np.ndarray):
         """Tape's (peak, time), [pairs] each: max(thr_tape, tape[i+1] + P(i+1, j)) and
@@ -111,9 +113,9 @@ class PeakRecurrences:
         P_left(i, k)) and (sfn(i, k) + C_right(k, j)) + C_left(i, k); ``right``, ``left``: the (peak,
         cost) tables the right part (k, j) and the left part (i, k) are read from."""
         (right_p, right_t), (left_p, left_t) = right, left
-        k, ii, jj = g.k, g.ii, g.jj
-        return (checkpoint_peak(g.thr_ckpt, self.act_bytes[k], right_p[k, jj], left_p[ii, k]),
-                g.sfn + right_t[k, jj] + left_t[ii, k])
+        r, l = g.right_at, g.left_at  # flat indices: one gather each (2-D fancy indexing was 2.3x the time)
+        return (checkpoint_peak(g.thr_ckpt, self.act_bytes[g.k], right_p.take(r), left_p.take(l)),
+                g.sfn + right_t.take(r) + left_t.take(l))
 
     @staticmethod
     def least(groups):
@@ -169,6 +171,22 @@ def min_peak_tables(chain: Chain):
     return peak, cost, choice
 
 
+class LeastPeak(NamedTuple):
+    """The least budget of a chain (``min_bytes``) and a policy running within exactly it (``policy``), from
+    one fill of :func:`min_peak_tables` (a solve near the least needs both: two fills cost it 2 x 0.29 s on
+    densenet121_fine_b32, CPU)."""
+
+    min_bytes: int
+    policy: Policy
+
+
+def least_peak(chain: Chain) -> LeastPeak:
+    """:func:`min_feasible_bytes` and :func:`min_peak_policy` of ``chain`` from one table fill."""
+    peak, _cost, choice = min_peak_tables(chain)
+    zeros = np.zeros(chain.n + 1, dtype=np.int64)  # no memory coordinate: one state per (i, j)
+    return LeastPeak(int(peak[0, chain.n]), walk_policy(lambda i, j, _m: int(choice[i, j]), chain.n, 0, zeros, zeros))
+
+
 def min_feasible_bytes(chain: Chain) -> int:
     """Least budget (bytes, beyond the input a_0) under which some policy runs the whole chain."""
     return int(min_peak_tables(chain)[0][0, chain.n])
@@ -176,9 +194,7 @@ def min_feasible_bytes(chain: Chain) -> int:
 
 def min_peak_policy(chain: Chain) -> Policy:
     """A policy whose peak is exactly :func:`min_feasible_bytes` (the fastest the DP met among them)."""
-    _peak, _cost, choice = min_peak_tables(chain)
-    zeros = np.zeros(chain.n + 1, dtype=np.int64)  # no memory coordinate: one state per (i, j)
-    return walk_policy(lambda i, j, _m: int(choice[i, j]), chain.n, 0, zeros, zeros)
+    return least_peak(chain).policy
 
 
 def policy_peak_bytes(problem: Problem, act: np.ndarray, tape: np.ndarray, policy: Policy, i: int = 0,

@@ -5,6 +5,7 @@ DP's value (to the table's float32 rounding; exactly when every time and tau is 
 number, as in the tests)."""
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
 
@@ -12,7 +13,7 @@ import numpy as np
 
 from ..chain import Chain
 from ..dp.buckets import choose_bucket
-from ..dp.minpeak import min_feasible_bytes, min_peak_policy
+from ..dp.minpeak import least_peak, min_feasible_bytes
 from ..dp.problem import Problem
 from ..schedule import OpKind, policy_to_schedule
 from ..simulate import budget_bytes_of, simulate, store_all_peak_bytes, store_all_time_ms
@@ -141,7 +142,8 @@ def _solve_offload(chain: Chain, budget, link, bucket, backend: str, strict: boo
                                        names=OFFLOAD_BACKENDS, dp="the offload DP", for_what="the offload DP")
     budget_bytes = budget_bytes_of(chain, budget)
 
-    def minimum() -> int:
+    @functools.cache
+    def minimum() -> int:  # an O(N^3) host DP (0.86 s on densenet121_fine_b32, CPU): once, and only if needed
         return min_budget_bytes(chain, link)
 
     def apart() -> list[OffloadPlan]:  # the budgets below, each solved alone (no table is filled here)
@@ -250,7 +252,10 @@ def _table_plan(chain: Chain, link: Link, problem: Problem, table, full_curve: n
                        store_all_time_ms=store_all_time_ms(chain),
                        bytes_per_state=4 * (offload_dp.TABLES if name == "cpu" else 2),
                        notes=notes, timings=timings, chain=chain, link=link, dp_time_ms=dp_time, swaps=swaps,
-                       recompute_only=recompute, known_min_bytes=minimum())
+                       recompute_only=recompute,
+                       # computed on first use (OffloadPlan.min_feasible_bytes) unless the solve needed it: every
+                       # plan filled it before, 0.86 s each on densenet121_fine_b32 (CPU), a table fill's share
+                       known_min_bytes=minimum() if minimum.cache_info().currsize else None)
 
 
 def _least_peak_plan(chain: Chain, link: Link, budget_bytes: int, bucket_bytes: int, least: int) -> tuple:
@@ -261,8 +266,9 @@ def _least_peak_plan(chain: Chain, link: Link, budget_bytes: int, bucket_bytes: 
     least budgets raised "use a finer bucket", also where the user had left the bucket to the solver
     (bench/repros/rv12_offload_rounded_out_auto_bucket.py)."""
     candidates = [] if link.is_useless else [(min_offload_policy(chain, link), "combined (offloading)")]
-    if budget_bytes >= min_feasible_bytes(chain):
-        candidates.append((min_peak_policy(chain), "recompute-only"))
+    recompute_only = least_peak(chain)
+    if budget_bytes >= recompute_only.min_bytes:
+        candidates.append((recompute_only.policy, "recompute-only"))
     timed = [(simulate(chain, policy_to_schedule(policy, 0, chain.n), link=link), policy, what)
              for policy, what in candidates]
     sim, policy, what = min(timed, key=lambda item: item[0].time_ms)

@@ -15,7 +15,7 @@ Cause (a guess): every recomputed stage that draws records the state of every ge
 ``entry.generators`` the whole model's; ``executor_chain`` reserves that for each drawing stage), 5 056 B per CPU
 generator: with a generator per block each stage records all ten, 10 x 5 056 B, where its forward draws from one.
 The blocks here are tiny (4 KiB activations), so the states dominate; the waste grows as L^2 x 5 056 B for L blocks
-with a CPU generator each (a CUDA generator's state is 16 B).
+with a CPU generator each.
 
 Expected: a stage records the generators it draws from (those its own modules hold or its callables reach, or
 those whose state its profiled run moved), so that a generator per block costs about what one shared generator

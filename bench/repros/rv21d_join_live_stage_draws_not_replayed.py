@@ -14,9 +14,9 @@ the figures vary between runs, as the plan (from measured times) varies; plain a
   rate: 0.795648, 2.009697, 256.041534 (gradients 2.6e-01 off at step 1, 7.2e+01 at step 2); 0.795648, 2.204302,
         262.89386 (1.8e+00, 9.5e+01); 0.795648, 2.341626, 337.974121 (3.6e+00, 1.1e+02);
   data: 0.795648, 2.748445, 486.414612 (5.8e-01, 9.6e+01), twice; 0.795648, 3.633777, 458.438934 (6.3e+00, 1.3e+02);
-and torch's RNG state after steps 1 and 2 differs from plain autograd's in every run. Where step 1's loss differs,
-the plan ran the towers' drawing stages in another order than plain autograd, which the join warns of only for
-stages the profile saw draw.
+and torch's RNG state after steps 1 and 2 differs from plain autograd's in every run. Where step 1's loss differs, the
+plan presumably ran the towers' drawing stages in another order than plain autograd (a guess), which the join warns
+of only for stages the profile saw draw.
 
 Cause (a guess): as in the CheckpointedSequential repros: whether a stage draws is the profile's ``rng`` flag
 (torch_exec/profiler.py), read on the first call; the join's runtime (torch_exec/join.py ``JoinRuntime``, which runs
@@ -123,5 +123,6 @@ for way in ("rate", "data"):
           f"{[round(s[0], 6) for s in plain]}; max |grad - plain grad| per step {[f'{g:.1e}' for g in gd]}; "
           f"RNG state after each step as plain autograd's: {same}; JoinOrderWarnings: {order_warnings}")
     bad |= max(gd) > 1e-6 or not all(same) or any(abs(a[0] - b[0]) > 1e-6 for a, b in zip(plain, got))
-print("BUG: the join recomputes stages that draw on some calls only with other random numbers, silently" if bad else "ok")
+print("BUG: the join recomputes stages that draw on some calls only with other random numbers, silently"
+      if bad else "ok")
 sys.exit(1 if bad else 0)

@@ -12,6 +12,7 @@ Observed (CPU, torch 2.13), no error and no warning; plain autograd's losses 3.2
   auto_checkpoint (export) 75% and 85%: 3.286042, 6.509498, 10.604126, gradients 1.54e-01 off
   capture="blocks" 75%: 10.825785 at step 2, 1.49e-01 off; 85%: 10.805616, 1.31e-01 off
 and each step's generator ends the step elsewhere than plain autograd's, in every run.
+(One run: past step 0 the figures vary from run to run, as the plan follows measured times.)
 
 Cause (a guess): the generators are found once per input signature, when it is profiled (torch_exec/executor.py
 ``CheckpointedSequential._build``: ``generators = U.generators_of(...)``, kept in the entry; the join wrapper reuses

@@ -15,6 +15,7 @@ auto_checkpoint(nn.Sequential(*blocks), "80%", backend="cpu") on the same blocks
 losses, gradients and RNG state (a captured graph keys every scalar attribute; at "60%" its second step's new capture
 is infeasible), as CheckpointedSequential does for
 an ``nn.Dropout`` whose ``p`` is raised from 0 (review rv20b).
+(One run: past step 0 the figures vary from run to run, as the plan follows measured times.)
 
 Cause (a guess): Note [Keys of modules run live] (torch_exec/_util.py, ``module_state_key``): for modules run live
 only the training mode and a ``_DropoutNd``'s ``p`` are keyed in the input signature; any other scalar attribute is

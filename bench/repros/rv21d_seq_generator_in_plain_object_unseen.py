@@ -12,6 +12,7 @@ Observed (CPU, torch 2.13), no error and no warning:
   CheckpointedSequential 30%: 3.377345, 6.653239, 10.737004, gradients 1.37e-01 off
   auto_checkpoint 60%:        3.408109, 6.81706, 10.201995, gradients 1.55e-01 off
 and the generators' states after each step differ from plain autograd's.
+(One run: past step 0 the figures vary from run to run, as the plan follows measured times.)
 
 Cause (a guess): ``generators_of`` (torch_exec/_util.py, Note [Generators of the model's own]) looks at the modules'
 attributes and the lists, tuples and dicts there, not into the attributes of other objects (review

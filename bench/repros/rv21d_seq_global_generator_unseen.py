@@ -13,6 +13,7 @@ Observed (CPU, torch 2.13), no error and no warning, losses from step 0 on and e
   auto_checkpoint 60%:        3.267452, 6.500998, 10.297456, gradients 1.39e-01 off
 and the generator's state after each step differs from plain autograd's. (capture="blocks" refuses it, blaming
 another cause: rv21d_blocks_unseen_generator_refused_wrong_cause.py.)
+(One run: past step 0 the figures vary from run to run, as the plan follows measured times.)
 
 Cause (a guess): Note [Generators of the model's own] (torch_exec/_util.py) says a generator is seen when the
 modules hold it as an attribute or the stages' *plain callables* reach it (and only "a global the code does not

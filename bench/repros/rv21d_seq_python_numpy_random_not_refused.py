@@ -15,6 +15,7 @@ Observed (CPU, torch 2.13), no error and no warning:
           10.869582, gradients 1.40e-01 off; 30%: 3.561152, 6.564719, 10.494452, 1.58e-01 off.
 auto_checkpoint(..., "60%") on the same blocks raises "the model's forward draws from Python's random [NumPy's
 global generator (np.random)], which neither capture can replay ...; draw with torch instead".
+(One run: past step 0 the figures vary from run to run, as the plan follows measured times.)
 
 Cause (a guess): the executor records and replays torch's generators only (torch_exec/_util.py ``RngState``,
 torch_exec/executor.py ``Runtime.run_stage``); a recomputed stage draws Python's or NumPy's next numbers: the drop

@@ -19,7 +19,9 @@ autograd's losses and gradients (difference 0).
 Cause (a guess): torch.export keeps operations, not Python side effects: ``Generator.manual_seed`` is not recorded
 in the graph, so the graph's ``randn`` draws from wherever the generator object is (``own``: the state the capture
 and profiling runs left; ``fresh``: the one Generator made at capture time, kept as a constant of the graph and
-never re-seeded, so each call continues its stream). torch_exec/auto.py's probe (``_probe_model``, Note [Probing the
+never re-seeded, so each call continues its stream; seen in the capture: the prologue holds ``aten.randn.generator(...,
+generator=_0_lifted_custom_0)`` with the generators as attributes ``lifted_custom_0`` ... ``lifted_custom_9``, and
+no seeding). torch_exec/auto.py's probe (``_probe_model``, Note [Probing the
 model]) refuses torch.manual_seed in the forward and a forward that moves Python's or NumPy's generator, but not a
 forward that seeds a torch.Generator (neither the model's own nor one it makes).
 

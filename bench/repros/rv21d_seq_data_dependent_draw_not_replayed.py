@@ -11,7 +11,8 @@ differ, and the losses from step 2 on:
   CheckpointedSequential 60%: step 1 loss 6.545754 as plain autograd's but gradients 1.36e-01 off; step 2 loss
     10.570906 against plain autograd's 10.568676, gradients 1.46e-01 off;
   CheckpointedSequential 37.0% (near the least): step 1 gradients 1.24e-01 off; step 2 loss 10.846977, 1.42e-01;
-  auto_checkpoint 60% (block fallback): as CheckpointedSequential 60% (1.36e-01, then 10.570906 and 1.46e-01);
+  auto_checkpoint 60% (block fallback): 1.36e-01, then 10.570906 and 1.46e-01 (another run: 1.32e-01, then
+    10.561482 and 1.67e-01);
 and torch's RNG state after steps 1 and 2 differs from plain autograd's in each.
 (One run: past step 0 the figures vary from run to run, as the plan follows measured times.)
 

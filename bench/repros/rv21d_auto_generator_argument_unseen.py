@@ -4,7 +4,7 @@ blocks (Linear 32 -> 64, tanh, Linear 64 -> 32), each fed ``x + 0.3 * noise``; i
 steps 0-2), loss ``out.pow(2).mean()``, SGD lr 0.05, 3 steps with ``gen.manual_seed(5)`` before the first,
 against plain autograd; ``auto_checkpoint(model, budget, backend="cpu")`` (torch.export captures it) at "60%" and "30%".
 
-Observed (CPU, torch 2.13), no error and no warning:
+Observed (CPU, torch 2.13), no error, no warning about it:
   plain autograd: losses 2.908431, 6.312826, 10.802361
   auto_checkpoint 60%:   2.85415, 6.357153, 10.88195, gradients 9.95e-02 off
   auto_checkpoint 49.2% (near the least): the same figures

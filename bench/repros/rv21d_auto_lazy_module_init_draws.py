@@ -8,7 +8,7 @@ call.
 A lazy module draws its initial weights from torch's default generator in its first forward. Plain autograd does it
 at the first call, from the state the loop seeded; the draws of that call's dropout come after.
 
-Observed (CPU, torch 2.13), no error and no warning:
+Observed (CPU, torch 2.13), no error, no warning about it:
   plain autograd: losses 0.864542, 2.288367
   auto_checkpoint 60%: losses 0.913692, 2.210633; the lazy layer's initial weights differ from plain autograd's
   (largest difference 3.343e-01), and torch's RNG state after the first step differs.

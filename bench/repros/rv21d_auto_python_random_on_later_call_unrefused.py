@@ -9,7 +9,7 @@ auto_checkpoint refuses a forward that draws from Python's random with a Capture
 torch): it does when the first call draws (inputs x1, x2, x3: "the model's forward draws from Python's random, which
 neither capture can replay ...").
 
-Observed (CPU, torch 2.13), no error and no warning: step 0 and step 1's loss equal plain autograd's (0.155341,
+Observed (CPU, torch 2.13), no error, no warning about it: step 0 and step 1's loss equal plain autograd's (0.155341,
 11.956633); step 2: 17.981457 at 60% and 17.256874 at 31.2% (the least that fits) against 16.724277; the largest
 parameter-gradient difference 3.80e-01 and 3.77e-01; Python's random state after the steps differs. (One run; past
 step 0 the figures vary from run to run, as the plan follows measured times.)

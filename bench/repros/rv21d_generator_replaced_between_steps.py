@@ -7,7 +7,7 @@ steps 0-2), loss ``out.pow(2).mean()``, SGD lr 0.05, 3 steps, against plain auto
 ``CheckpointedSequential(blocks, budget, backend="cpu")``, ``auto_checkpoint(nn.Sequential(*blocks), budget,
 backend="cpu")`` (torch.export) and the same with ``capture="blocks"``, at "75%" and "85%".
 
-Observed (CPU, torch 2.13), no error and no warning; plain autograd's losses 3.286042, 6.790236, 10.780576:
+Observed (CPU, torch 2.13), no error, no warning about it; plain autograd's losses 3.286042, 6.790236, 10.780576:
   CheckpointedSequential 75%: 3.286042, 6.790236, 10.792108, gradients 1.38e-01 off; 85%: 10.805616 at step 2, 1.31e-01
   auto_checkpoint (export) 75% and 85%: 3.286042, 6.509498, 10.604126, gradients 1.54e-01 off
   capture="blocks" 75%: 10.825785 at step 2, 1.49e-01 off; 85%: 10.805616, 1.31e-01 off

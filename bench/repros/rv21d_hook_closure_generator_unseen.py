@@ -6,7 +6,9 @@ Linear: noise injected from outside the model's code, as a regularisation or rob
 ``CheckpointedSequential(blocks, budget, backend="cpu")`` and ``auto_checkpoint(nn.Sequential(*blocks), budget,
 backend="cpu")`` at "60%" and "30%".
 
-Observed (CPU, torch 2.13), no error and no warning:
+Observed (CPU, torch 2.13), no error; CheckpointedSequential warns of nothing; auto_checkpoint warns "the forward
+hooks of 0.a, 1.a, 2.a and more run while the graph is captured (on FakeTensors too) and not at each step; what they
+do to outputs is in the graph ... Hooks that must run every step: capture='blocks'":
   plain autograd: losses 2.406751, 5.825148, 9.885575
   CheckpointedSequential 60%: 2.376895, 5.782195, 9.905395, gradients 5.87e-02 off
   CheckpointedSequential 30%: 2.376895, 5.803279, 9.946105, gradients 7.01e-02 off

@@ -6,7 +6,7 @@ blocks than the last), loss ``out.pow(2).mean()``, SGD lr 0.05, from ``torch.man
 ``CheckpointedSequential(blocks, budget, backend="cpu")`` and ``auto_checkpoint(nn.Sequential(*blocks), budget,
 backend="cpu")`` (export cannot capture the branch: the block fallback runs) at "60%" and the least that fits.
 
-Observed (CPU, torch 2.13), no error and no warning: step 0 equals plain autograd's; from step 1 on the gradients
+Observed (CPU, torch 2.13), no error, no warning about it: step 0 equals plain autograd's; from step 1 on the gradients
 differ, and the losses from step 2 on:
   CheckpointedSequential 60%: step 1 loss 6.545754 as plain autograd's but gradients 1.36e-01 off; step 2 loss
     10.570906 against plain autograd's 10.568676, gradients 1.46e-01 off;

@@ -6,7 +6,7 @@ self.training: return x``, else a per-sample ``bernoulli_`` mask), with the sche
 path]), input 8 x 4 x 32 (x1, x2, x3 at steps 0-2), loss ``out.pow(2).mean()``, SGD lr 0.05, 3 steps from
 ``torch.manual_seed(123)``; ``CheckpointedSequential(blocks, budget="60%", backend="cpu")`` against plain autograd.
 
-Observed (CPU, torch 2.13), no error and no warning; step 0 (rate 0) equals plain autograd's, then:
+Observed (CPU, torch 2.13), no error, no warning about it; step 0 (rate 0) equals plain autograd's, then:
   DropPath:  step 1 (rate 0.1) loss 5.809978 as plain autograd's, gradients 5.45e-02 off; step 2 (0.2) loss
              10.328185 against 10.213573, gradients 1.66e-01 off;
   F.dropout: step 1 gradients 9.83e-02 off; step 2 loss 10.091355 against 10.116683, gradients 1.81e-01 off;

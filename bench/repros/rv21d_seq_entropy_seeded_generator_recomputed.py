@@ -6,7 +6,7 @@ backend="cpu")`` at "60%" and "30%". Plain autograd cannot be rerun with the sam
 noise each block's code draws (in a list outside the model): the forward's draws are the first 10; the truth is plain
 autograd's gradient of the same blocks fed exactly that noise.
 
-Observed (CPU, torch 2.13), no error and no warning:
+Observed (CPU, torch 2.13), no error, no warning about it:
   60%: loss 3.115463, equal to plain autograd's at the forward's noise; 6 recomputed draws; gradients 1.02e-01 off;
   30%: loss 3.166198 (equal too); 37 recomputed draws; gradients 9.22e-02 off
 (one run; the noise, so the figures, change from run to run).

@@ -6,7 +6,7 @@ noise kept reproducible apart from the data pipeline, one generator for the whol
 ``CheckpointedSequential(blocks, budget, backend="cpu")`` and ``auto_checkpoint(nn.Sequential(*blocks), budget,
 backend="cpu")`` (torch.export captures it) at "60%" and "30%".
 
-Observed (CPU, torch 2.13), no error and no warning, losses from step 0 on and every step's gradients differ:
+Observed (CPU, torch 2.13), no error, no warning about it, losses from step 0 on and every step's gradients differ:
   plain autograd: losses 3.157735, 6.569529, 10.48877
   CheckpointedSequential 60%: 3.195495, 6.496006, 10.790223, gradients 1.52e-01 off
   CheckpointedSequential 30%: 3.195495, 6.622421, 10.969572, gradients 1.73e-01 off

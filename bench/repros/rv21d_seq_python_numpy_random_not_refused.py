@@ -8,7 +8,7 @@ input 8 x 4 x 32 (x1, x2, x3 at steps 0-2), loss ``out.pow(2).mean()``, SGD lr 0
 auto_checkpoint refuses both with a CaptureError naming the fix ("draw with torch instead", Note [Probing the model]
 in torch_exec/auto.py); CheckpointedSequential runs the stages' own code, and refuses nothing.
 
-Observed (CPU, torch 2.13), no error and no warning:
+Observed (CPU, torch 2.13), no error, no warning about it:
   random: plain autograd losses 1.486937, 4.893959, 10.756628; CheckpointedSequential 60%: 1.817525, 5.02494,
           10.738823, gradients 2.75e-01 off; 50.6% (near the least): 1.817525, 5.389324, 10.363249, 1.74e-01 off;
   numpy:  plain autograd losses 3.15527, 6.383576, 10.466165; CheckpointedSequential 60%: 3.561152, 6.393015,

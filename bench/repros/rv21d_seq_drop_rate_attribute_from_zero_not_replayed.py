@@ -11,6 +11,8 @@ Observed (CPU, torch 2.13), no error, no warning about it; step 0 (rate 0) equal
              10.328185 against 10.213573, gradients 1.66e-01 off;
   F.dropout: step 1 gradients 9.83e-02 off; step 2 loss 10.091355 against 10.116683, gradients 1.81e-01 off;
 and torch's RNG state after steps 1 and 2 differs from plain autograd's.
+With ``offload="2GB/s"`` (the combined recompute + offload plan) the same: DropPath 5.25e-02, then 10.384273 and
+1.73e-01; F.dropout 1.01e-01, then 10.088573 and 2.01e-01.
 auto_checkpoint(nn.Sequential(*blocks), "80%", backend="cpu") on the same blocks trains with plain autograd's
 losses, gradients and RNG state (a captured graph keys every scalar attribute; at "60%" its second step's new capture
 is infeasible), as CheckpointedSequential does for

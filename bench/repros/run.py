@@ -156,7 +156,16 @@ SCRIPTS = ("grad_hooks", "autograd_grad_measured", "returned_input", "measure_be
            # grad-mode branches under a plan (docs/pytorch.md); a tensor attribute replaced at every step is captured
            # again at every step (warned each time)
            "rv20a_caller_turn_learns_excess_not_shortfall", "rv20a_seq_nograd_forward_takes_inference_path",
-           "rv20r_auto_tensor_attribute_set_each_step_reexports")
+           "rv20r_auto_tensor_attribute_set_each_step_reexports",
+           # session 21 (2026-11-29): randomness review
+           "rv21d_auto_own_generator_seeded_in_forward", "rv21d_seq_data_dependent_draw_not_replayed",
+           "rv21d_seq_global_generator_unseen", "rv21d_seq_generator_in_plain_object_unseen",
+           "rv21d_seq_python_numpy_random_not_refused", "rv21d_blocks_unseen_generator_refused_wrong_cause",
+           "rv21d_auto_generator_argument_unseen", "rv21d_generator_replaced_between_steps",
+           "rv21d_seq_every_generator_recorded_per_stage", "rv21d_auto_lazy_module_init_draws",
+           "rv21d_seq_drop_rate_attribute_from_zero_not_replayed", "rv21d_seq_entropy_seeded_generator_recomputed",
+           "rv21d_join_live_stage_draws_not_replayed", "rv21d_auto_python_random_on_later_call_unrefused",
+           "rv21d_hook_closure_generator_unseen")
 
 
 def main(argv=None) -> int:

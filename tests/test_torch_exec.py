@@ -956,3 +956,71 @@ def test_a_tuple_member_plain_autograd_carries_without_a_gradient_gets_none_in_a
 class _TupleSum(nn.Module):
     def forward(self, t):
         return t[0] + t[1]
+
+
+# ---------------------------------------------------------------------------- sizes that follow the data
+class _Select(nn.Module):
+    """tanh(Linear) of the rows, then one of the selections below: rows kept by a test on their values (a boolean
+    mask), nonzero, masked_select, unique, repeat_interleave by a tensor; or the fixed-size ones beside them."""
+
+    def __init__(self, how):
+        super().__init__()
+        self.lin, self.how = nn.Linear(4, 4).to(DT), how
+
+    def forward(self, x):
+        h = torch.tanh(self.lin(x))
+        keep = h.sum(1) > 0
+        if self.how == "mask":
+            return h[keep]
+        if self.how == "nonzero":
+            return h[keep.nonzero().squeeze(1)]
+        if self.how == "masked_select":
+            return torch.masked_select(h, keep[:, None]).reshape(-1, 4)
+        if self.how == "unique":
+            return h * torch.unique(keep.long()).sum()
+        if self.how == "repeat_interleave":
+            return torch.repeat_interleave(h, (keep.long() + 1), dim=0)
+        if self.how == "where":  # fixed sizes: the rows kept as zeros
+            return torch.where(keep[:, None], h, 0.0)
+        if self.how == "integer_index":
+            return h[torch.arange(h.shape[0] - 1, -1, -1)]
+        if self.how == "one_hot":  # num_classes given: fixed sizes
+            return h + nn.functional.one_hot(keep.long(), 4).to(DT)
+        raise AssertionError(self.how)
+
+
+@pytest.mark.parametrize("how", ["mask", "nonzero", "masked_select", "unique", "repeat_interleave"])
+def test_a_stage_whose_sizes_follow_the_data_is_refused(how):
+    """Note [Sizes that follow the data] in torch_exec/profiler.py: a plan made from the profiled batch's sizes went
+    over its budget on a batch that kept more rows (bench/repros/rv21a_rows_selected_by_mask_over_budget.py)."""
+    torch.manual_seed(0)
+    stages = [nn.Linear(4, 4).to(DT), nn.Tanh(), _Select(how), nn.Linear(4, 4).to(DT)]
+    before = [p.detach().clone() for s in stages for p in s.parameters()]
+    wrapped = te.CheckpointedSequential(stages, budget="1GiB", backend="cpu", profile_passes=1)
+    with pytest.raises(te.DataDependentShapeError, match=r"stage 3 \(2:_Select\) runs aten\.\w+.* at .*test_torch_exec"
+                                                         r"\.py:\d+, whose result's size follows the values"):
+        wrapped(torch.randn(16, 4, dtype=DT)).sum().backward()
+    assert all(torch.equal(p, q) for p, q in zip(before, (p for s in stages for p in s.parameters())))
+
+
+@pytest.mark.parametrize("how", ["where", "integer_index", "one_hot"])
+def test_fixed_size_selections_are_planned(how):
+    torch.manual_seed(0)
+    stages = [nn.Linear(4, 4).to(DT), nn.Tanh(), _Select(how), nn.Linear(4, 4).to(DT)]
+    ref = copy.deepcopy(nn.Sequential(*stages))
+    wrapped = te.CheckpointedSequential(stages, budget="1GiB", backend="cpu", profile_passes=1)
+    x = torch.randn(16, 4, dtype=DT)
+    wrapped(x).pow(2).mean().backward()
+    ref(x).pow(2).mean().backward()
+    for p, q in zip(wrapped.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad)
+
+
+def test_a_selection_outside_the_stages_is_not_refused():
+    """The remedy the error names: select before the first stage (in the training loop)."""
+    torch.manual_seed(0)
+    stages = [nn.Linear(4, 4).to(DT), nn.Tanh(), nn.Linear(4, 4).to(DT)]
+    wrapped = te.CheckpointedSequential(stages, budget="1GiB", backend="cpu", profile_passes=1)
+    x = torch.randn(16, 4, dtype=DT)
+    wrapped(x[x.sum(1) > 0]).pow(2).mean().backward()
+    assert all(p.grad is not None for p in wrapped.parameters())

@@ -15,6 +15,7 @@ from .meter import ProfilerBusyError
 from .profiler import (
     AttributeWriteError,
     CPUTimingWarning,
+    DataDependentShapeError,
     InputMutationWarning,
     ParameterWriteError,
     chain_from_profile,
@@ -25,6 +26,6 @@ from .profiler import (
 )
 
 __all__ = ["AttributeWriteError", "AutoCheckpointed", "CPUTimingWarning", "CaptureError", "CheckpointedJoin", "CheckpointedSequential",
-           "InputMutationWarning", "ParameterWriteError", "ProfilerBusyError", "auto_checkpoint", "chain_from_profile",
+           "DataDependentShapeError", "InputMutationWarning", "ParameterWriteError", "ProfilerBusyError", "auto_checkpoint", "chain_from_profile",
            "interpret", "load_profile", "plan_from_schedule", "profile", "profile_dict", "save_profile",
            "split_schedule"]

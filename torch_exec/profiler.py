@@ -190,6 +190,7 @@ from pathlib import Path
 
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from gpusolve.chain import PROFILE_FORMAT, Chain
 from gpusolve.errors import FallbackWarning, warn_once
@@ -365,6 +366,7 @@ def profile_dict(stages, sample_input, passes: int = 5, warmup: int = 1, network
             kind = _CudaProfiler if device.type == "cuda" else _CpuProfiler
             try:
                 profiler = kind(fns, sample_input, device, state, loss_only, stage_by_stage)
+                profiler.names = names
                 desc = f"profiling {len(fns)} stages" + (" one at a time" if stage_by_stage else "")
                 show = progress and progress_setting() is not False  # rank 0 only
                 with work_progress(profile_work(passes, warmup, stage_by_stage), desc, show) as update:
@@ -546,6 +548,93 @@ def _refuse_attribute_writes(fns, modules, before: dict, restore: dict) -> None:
         f"update it in the training loop (Note [Attributes a forward writes] in torch_exec/profiler.py)")
 
 
+class DataDependentShapeError(RuntimeError):
+    """A stage runs an operator whose result's size follows the values of its input, not only its shape (Note
+    [Sizes that follow the data])."""
+
+
+# Note [Sizes that follow the data]
+#     A plan is made from the sizes of one profiled call per input signature (shapes, dtypes, device). A stage whose
+#     tensors' sizes follow the values of its input breaks that: boolean indexing (``h[h.sum(1) > 0]``: rows kept by
+#     a test on their values, as a model that drops padding tokens or keeps confident detections does), nonzero,
+#     masked_select, unique, bincount, one_hot without num_classes, repeat_interleave by a tensor. A batch that keeps
+#     more rows than the profiled one makes larger tensors in that stage and every later one, and the plan went over
+#     its budget: a stage keeping the rows of positive sum, profiled on a batch that kept 20 of 64 rows, then trained
+#     on one that kept 32, measured 8 495 B over 1.1 x the least budget (CheckpointedSequential) and 5 679 B over
+#     it (auto_checkpoint); the excess was then blamed on the caller's loss code (Note [The caller's turn] in
+#     torch_exec/executor.py) and the next call raised InfeasibleBudgetError (a review, 2026-11-29:
+#     bench/repros/rv21a_rows_selected_by_mask_over_budget.py). No one call tells the largest size another batch
+#     may make, so profiling refuses such a stage: after its memory pass, one no-grad forward runs the stages under a
+#     dispatch mode that looks at each ATen operator (those tagged ``dynamic_output_shape``; aten.index only with a
+#     boolean index, one_hot only without num_classes, repeat_interleave only without output_size), and raises
+#     :class:`DataDependentShapeError` naming the stage, the operator, the line of the model's code that ran it and
+#     the remedies. Sizes computed from a number read off a tensor (``x[: int(n)]``, ``.item()``) are not seen.
+def _size_follows_values(func, args, kwargs) -> bool:
+    """Whether ATen operator ``func`` called with ``args``/``kwargs`` makes a result whose size follows the values
+    of its inputs (Note [Sizes that follow the data])."""
+    if torch.Tag.dynamic_output_shape not in getattr(func, "tags", ()):  # a higher-order operator has none
+        return False
+    name = func.overloadpacket.__name__
+    if name == "index":  # integer indices give sizes from their shapes; boolean ones (masks) from their values
+        indices = args[1] if len(args) > 1 else kwargs.get("indices", ())
+        return any(isinstance(t, torch.Tensor) and t.dtype in (torch.bool, torch.uint8) for t in indices or ())
+    if name == "one_hot":
+        return (args[1] if len(args) > 1 else kwargs.get("num_classes", -1)) == -1
+    if name == "repeat_interleave":
+        return kwargs.get("output_size") is None
+    return True
+
+
+class _SizesFromValues(TorchDispatchMode):
+    """Records, per stage (``stage``, 0-based; None: outside the stages), the operators whose results' sizes follow
+    their inputs' values, with the line of the model's code that ran each (Note [Sizes that follow the data])."""
+
+    supports_higher_order_operators = True
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        return True
+
+    def __init__(self):
+        super().__init__()
+        self.stage = None
+        self.found: list = []  # (stage, operator, site)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if self.stage is not None and not self.found and _size_follows_values(func, args, kwargs):
+            import traceback
+            frames = [f for f in traceback.extract_stack()[:-1]
+                      if "/torch/" not in f.filename and "torch_exec/" not in f.filename]
+            site = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+            self.found.append((self.stage, str(func), site))
+        return func(*args, **kwargs)
+
+
+def _refuse_sizes_from_values(fns, sample, names=None) -> None:
+    """Note [Sizes that follow the data]: one no-grad forward of the stages ``fns`` (named ``names``) on ``sample``
+    under :class:`_SizesFromValues`; raise :class:`DataDependentShapeError` where a stage ran such an operator."""
+    mode = _SizesFromValues()
+    state = clone(make_leaf(sample, False))
+    with torch.no_grad(), mode:
+        for s, fn in enumerate(fns):
+            mode.stage = s
+            state = fn(state)
+        mode.stage = None
+    del state
+    if not mode.found:
+        return
+    s, op, site = mode.found[0]
+    raise DataDependentShapeError(
+        f"stage {s + 1}{f' ({names[s]})' if names else ''} runs {op}{site}, whose result's size follows the values "
+        f"of its input (a boolean mask, nonzero, unique), not only its shape: a plan is made from the profiled "
+        f"call's sizes, and a batch that keeps more would go over the budget. Keep the sizes fixed (multiply by the "
+        f"mask, or torch.where(mask[..., None], x, 0), instead of x[mask]), make the selection outside the wrapped "
+        f"stages (before the first or after the last; with auto_checkpoint, cut the model by hand with "
+        f"CheckpointedSequential), or train without a budget (budget=None) (Note [Sizes that follow the data] in "
+        f"torch_exec/profiler.py)")
+
+
 # Note [Buffers written behind their versions]
 #     A stage's ``buffer_writes`` (Note [Recomputing from the step's buffers] in torch_exec/executor.py) was read
 #     from the buffers' version counters alone. Some ops write a buffer without moving its counter: the fused
@@ -600,6 +689,7 @@ class _Passes:
         self.fns = fns
         self.n = len(fns)
         self.isolated = isolated  # Note [Profiling stage by stage]
+        self.names = None  # the stages' names, for errors (profile_dict sets them)
         self.stash = None         # isolated: each stage's input on the host (offload.StepCopies)
         # isolated, filled by the no-grad pass and isolated_forward for isolated_backward: per stage the
         # storages of its input tensors in the no-grad pass, the storages of that pass its backward holds,
@@ -679,6 +769,8 @@ class _Passes:
             warmup -= 1
         mem, reference = self.memory_pass()
         tick(PASS_WORK["memory"])
+        # after the memory pass, whose first forward is cold where warmup=0 asks for it (Note [Lazy workspaces])
+        _refuse_sizes_from_values(self.fns, self.sample, self.names)  # Note [Sizes that follow the data]
         devices = cuda_devices(self.sample)
         draws = seen = None  # Note [Attributes a forward writes]: the first two passes draw the same numbers
         for it in range(max(warmup + passes, 2)):

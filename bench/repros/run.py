@@ -165,7 +165,9 @@ SCRIPTS = ("grad_hooks", "autograd_grad_measured", "returned_input", "measure_be
            "rv21d_seq_every_generator_recorded_per_stage", "rv21d_auto_lazy_module_init_draws",
            "rv21d_seq_drop_rate_attribute_from_zero_not_replayed", "rv21d_seq_entropy_seeded_generator_recomputed",
            "rv21d_join_live_stage_draws_not_replayed", "rv21d_auto_python_random_on_later_call_unrefused",
-           "rv21d_hook_closure_generator_unseen")
+           "rv21d_hook_closure_generator_unseen",
+           # session 21 (2026-11-29): stages whose sizes follow the data
+           "rv21a_rows_selected_by_mask_over_budget")
 
 
 def main(argv=None) -> int:

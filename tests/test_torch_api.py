@@ -153,6 +153,64 @@ def test_the_signature_walk_lists_the_trainable_parameters_as_parameters_does():
     assert [id(p) for p in walked] == [id(p) for p in model.parameters() if p.requires_grad]
 
 
+def test_the_tap_walk_lists_the_trainable_parameters_as_parameters_does():
+    """Where the owner keys the state (auto_checkpoint), the parameter tap walks the wrapper's parameters itself
+    (``U.trainable_parameters``, the signature walk's rule): ``parameters()``'s trainable ones, each once, in its
+    order, also through a module listing its submodules its own way and after a parameter is frozen or replaced."""
+    import torch_exec._util as U
+    import torch_exec.executor as ex
+
+    class Hides(nn.Sequential):
+        def named_modules(self, memo=None, prefix="", remove_duplicate=True):
+            yield prefix, self
+
+    torch.manual_seed(0)
+    shared = nn.Linear(3, 3)
+    model = nn.Sequential(shared, nn.Sequential(nn.Linear(3, 3), shared), nn.BatchNorm1d(3), nn.Linear(3, 2))
+    model[1][0].weight.requires_grad_(False)
+    model[3].tied = model[0].weight  # a parameter registered under a second module
+    model[3].register_parameter("gone", None)
+
+    def want(m):
+        return [id(p) for p in m.parameters() if p.requires_grad]
+    assert [id(p) for p in U.trainable_parameters(model)] == want(model)
+    assert [id(p) for p in ex._tap_params(model, None)] == want(model)
+    model[0].bias.requires_grad_(False)
+    model[3].weight = nn.Parameter(torch.zeros(2, 3))
+    assert [id(p) for p in U.trainable_parameters(model)] == want(model)
+    hiding = nn.Sequential(model, Hides(nn.Linear(3, 3)))
+    assert [id(p) for p in U.trainable_parameters(hiding)] == want(hiding)
+
+
+def test_the_captured_key_sees_every_scalar_type_and_hook_kind():
+    """The captured key's scalar attributes are those of exactly the SCALAR_TYPES (not subclasses: an IntEnum is no
+    scalar there), and each kind of module hook changes it."""
+    import enum
+
+    import torch_exec._util as U
+
+    class Tag(enum.IntEnum):
+        A = 1
+        B = 2
+
+    model = nn.Sequential(nn.Linear(3, 3), nn.Tanh())
+    before = U.captured_state_key(model)
+    for value in (True, 2, 0.5, "s", None):
+        model[1].knob = value
+        assert U.captured_state_key(model) != before, value
+        del model[1].knob
+    assert U.captured_state_key(model) == before
+    model[1].tag = Tag.A
+    assert dict(U.scalar_attributes(model[1])).get("tag") is None and U.captured_state_key(model) == before
+    del model[1].tag
+    for register in ("register_forward_hook", "register_forward_pre_hook", "register_full_backward_hook",
+                     "register_full_backward_pre_hook"):
+        handle = getattr(model[0], register)(lambda *a: None)
+        assert U.captured_state_key(model) != before, register
+        handle.remove()
+        assert U.captured_state_key(model) == before, register
+
+
 def test_the_signature_walk_visits_the_modules_as_modules_does():
     """Note [The signature's walk of the modules]: the same modules, each once, in ``modules()``'s order (a module
     held twice, a None entry, a ModuleDict), and a module listing its submodules its own way walked by

@@ -883,6 +883,10 @@ def module_state_key(module, trainable: list | None = None) -> tuple:
 
 
 SCALAR_TYPES = (bool, int, float, str, type(None))
+# the same types as a set: ``type(v) in`` a tuple compares with each in turn, which on the every-call walk of
+# :func:`captured_state_key` was most of the key's cost: with it (and no tuple made of an empty hook dict) the key of
+# 145 modules went from 0.55 to 0.36 ms a call (CPU; bench/results/host_overhead_cpu.md, "Per-call parts")
+_SCALAR_TYPE_SET = frozenset(SCALAR_TYPES)
 # torch's own flags no hook's removal resets: a full backward hook registered and removed left
 # ``_is_full_backward_hook`` True, and the signature then named the capture made with the hook (review rv20b:
 # bench/repros/rv20b_auto_removed_backward_hook_keeps_fallback.py); the hooks themselves are keyed
@@ -896,7 +900,7 @@ def scalar_attributes(m) -> list:
     caches are no state of the model's (its latest entry, None before the first call, made each signature twice)."""
     if getattr(type(m), "OWN_SCALARS_UNKEYED", False):
         return []
-    return [(k, v) for k, v in m.__dict__.items() if type(v) in SCALAR_TYPES and k not in _UNKEYED]
+    return [(k, v) for k, v in m.__dict__.items() if type(v) in _SCALAR_TYPE_SET and k not in _UNKEYED]
 
 
 def captured_state_key(module, tensor_ids: list | None = None, unkeyed: dict | None = None) -> tuple:
@@ -951,6 +955,29 @@ def walked_modules(module) -> list:
     return out
 
 
+def _add_trainable(own_params: dict, seen: set, trainable: list) -> None:
+    """Add to ``trainable`` the parameters of one module's ``_parameters`` that require grad and are not in ``seen``
+    (ids), as ``parameters()`` lists them: each once, in the walk's order (:func:`trainable_parameters`)."""
+    for p in own_params.values():
+        if p is not None and id(p) not in seen:
+            seen.add(id(p))
+            if p.requires_grad:
+                trainable.append(p)
+
+
+def trainable_parameters(module) -> list:
+    """``[p for p in module.parameters() if p.requires_grad]``, walked as the signature walks (Note [The signature's
+    walk of the modules]): the parameter tap's list where no signature walk of the wrapper collects it (Note [One walk
+    of the model per call] in torch_exec/executor.py)."""
+    out: list = []
+    seen: set = set()
+    for m in walked_modules(module):
+        own_params = m.__dict__.get("_parameters")
+        if own_params:
+            _add_trainable(own_params, seen, out)
+    return out
+
+
 def _state_key(module, captured: bool, tensor_ids: list | None = None, trainable: list | None = None,
                unkeyed: dict | None = None) -> tuple:
     """One pass over the submodules' own dictionaries (``modules()`` and ``parameters()`` recursing
@@ -965,21 +992,20 @@ def _state_key(module, captured: bool, tensor_ids: list | None = None, trainable
                        ) if own_params else ()
         buffers = tuple([(b.dtype, b.device) for b in own_buffers.values() if b is not None]) if own_buffers else ()
         if tensor_ids is not None:
-            tensor_ids.extend([id(t) for t in own_params.values()])
-            tensor_ids.extend([id(t) for t in own_buffers.values()])
+            if own_params:
+                tensor_ids.extend([id(t) for t in own_params.values()])
+            if own_buffers:
+                tensor_ids.extend([id(t) for t in own_buffers.values()])
         if trainable is not None and own_params:
-            for p in own_params.values():
-                if p is not None and id(p) not in seen:
-                    seen.add(id(p))
-                    if p.requires_grad:
-                        trainable.append(p)
+            _add_trainable(own_params, seen, trainable)
         if captured:  # the scalar attributes include `training`
             scalars = scalar_attributes(m)
             if unkeyed and position in unkeyed:
                 scalars = [(k, v) for k, v in scalars if k not in unkeyed[position]]
-            out.append((params, buffers, tuple(scalars), tuple(d.get("_forward_hooks", ())),
-                        tuple(d.get("_forward_pre_hooks", ())), tuple(d.get("_backward_hooks", ())),
-                        tuple(d.get("_backward_pre_hooks", ()))))
+            forward, pre, backward, backward_pre = (d.get("_forward_hooks"), d.get("_forward_pre_hooks"),
+                                                    d.get("_backward_hooks"), d.get("_backward_pre_hooks"))
+            out.append((params, buffers, tuple(scalars), tuple(forward) if forward else (), tuple(pre) if pre else (),
+                        tuple(backward) if backward else (), tuple(backward_pre) if backward_pre else ()))
         else:  # a module called as itself runs its code live: its mode, and whether it draws (Note [Keys of modules
             # run live])
             out.append((params, buffers, (m.training, m.p) if isinstance(m, _DropoutNd) else m.training))

@@ -400,7 +400,7 @@ def test_torch_manual_seed_in_the_forward_takes_the_block_fallback(where):
     model, x = Seeding(where), torch.randn(4, 8, D)
     reference = copy.deepcopy(model)
     with pytest.raises(te.CaptureError, match=r"forward seeds torch's default generator \(the CPU's: torch\.manual_seed"
-                                              r".*torch\.Generator of the module's own.*capture='blocks'"):
+                                              r".*use capture='blocks'"):
         te.auto_checkpoint(copy.deepcopy(model), "100%", backend="cpu", capture="export")(x)
     wrapped = te.auto_checkpoint(model, _least(model, x), backend="cpu")
     for step in range(2):
@@ -547,3 +547,114 @@ def test_rows_kept_by_their_values_are_refused(capture):
     wrapped = te.auto_checkpoint(_KeepRows(), "60%", backend="cpu", capture=capture)
     with pytest.raises(te.DataDependentShapeError, match=r"runs aten\.index\.Tensor at .*test_capture_refusals\.py:\d+"):
         wrapped(torch.randn(4, 8, D)).pow(2).mean().backward()
+
+
+# ---------------------------------------------------------------------------- torch.Generators export cannot keep
+class GenBlock(Block):
+    """A block adding noise from a generator: ``way="own"`` seeds its own in the forward (the fix the
+    torch.manual_seed refusal named), ``"fresh"`` makes one at each call."""
+
+    def __init__(self, way: str):
+        super().__init__()
+        self.way, self.gen = way, torch.Generator()
+
+    def forward(self, x):
+        if self.way == "own":
+            self.gen.manual_seed(1234)
+            gen = self.gen
+        else:
+            gen = torch.Generator().manual_seed(9)
+        return super().forward(x + 0.5 * torch.randn(x.shape, generator=gen))
+
+
+@pytest.mark.parametrize("way", ["own", "fresh"])
+def test_a_generator_seeded_or_made_in_the_forward_takes_the_block_fallback(way):
+    # export dropped the seeding (own) or kept the generator made at capture as a constant (fresh): every step's
+    # gradients off plain autograd's, silently (review rv21d, bench/repros/rv21d_auto_own_generator_seeded_in_forward.py)
+    torch.manual_seed(0)
+    model, x = nn.Sequential(*[GenBlock(way) for _ in range(6)]), torch.randn(16, 8, D)
+    reference = copy.deepcopy(model)
+    match = r"seeds its torch\.Generator 0\.gen, 1\.gen" if way == "own" else r"none of its modules holds"
+    with pytest.raises(te.CaptureError, match=match + r".*capture='blocks'"):
+        te.auto_checkpoint(copy.deepcopy(model), "100%", backend="cpu", capture="export")(x)
+    wrapped = te.auto_checkpoint(model, _least(model, x), backend="cpu")
+    for step in range(2):
+        model.zero_grad(set_to_none=True)
+        reference.zero_grad(set_to_none=True)
+        loss = wrapped(x * (1 + step)).pow(2).mean()
+        loss.backward()
+        want = reference(x * (1 + step)).pow(2).mean()
+        want.backward()
+        torch.testing.assert_close(loss, want)
+        _assert_grads_equal(model, reference)
+    assert all(torch.equal(a.gen.get_state(), b.gen.get_state()) for a, b in zip(model, reference))
+    assert wrapped.capture.method == "blocks" and _recomputes(wrapped)
+
+
+class GenArgument(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = nn.ModuleList(Block() for _ in range(4))
+
+    def forward(self, x, gen):
+        for block in self.l:
+            x = block(x + 0.3 * torch.randn(x.shape, generator=gen))
+        return x
+
+
+@pytest.mark.parametrize("capture", ["auto", "export", "blocks"])
+def test_a_generator_argument_is_refused_naming_it(capture):
+    # neither capture records it: export drew on from it, silently (review rv21d,
+    # bench/repros/rv21d_auto_generator_argument_unseen.py)
+    torch.manual_seed(0)
+    model, gen = GenArgument(), torch.Generator().manual_seed(5)
+    before = gen.get_state()
+    with pytest.raises(te.CaptureError, match=r"called with a torch\.Generator \(keyword 'gen'\).*model\.gen = gen"):
+        te.auto_checkpoint(model, "60%", backend="cpu", capture=capture)(torch.randn(4, 8, D), gen=gen)
+    assert torch.equal(before, gen.get_state())
+
+
+class Lazy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.LazyLinear(D)
+        self.l = nn.ModuleList(nn.Sequential(Block(), nn.Dropout(0.3)) for _ in range(4))
+
+    def forward(self, x):
+        x = self.inp(x)
+        for block in self.l:
+            x = block(x)
+        return x
+
+
+def test_a_lazy_module_materialises_as_at_plain_autograds_first_call():
+    # preparing materialised the weights from the probe's seed and put the RNG state back (review rv21d,
+    # bench/repros/rv21d_auto_lazy_module_init_draws.py)
+    got = []
+    for wrap in (False, True):
+        torch.manual_seed(0)
+        model = Lazy()
+        run = te.auto_checkpoint(model, "60%", backend="cpu") if wrap else model
+        torch.manual_seed(9)
+        x = torch.randn(16, 8, D)
+        if wrap:
+            with pytest.warns(UserWarning, match=r"inp hold parameters not materialised yet"):
+                loss = run(x).pow(2).mean()
+        else:
+            loss = run(x).pow(2).mean()
+        loss.backward()
+        weight, state = model.inp.weight.detach().clone(), torch.get_rng_state()
+        model.zero_grad(set_to_none=True)
+        second = run(x).pow(2).mean()
+        second.backward()
+        got.append((loss.detach(), weight, state, second.detach(), [p.grad for p in model.parameters()],
+                    torch.get_rng_state()))
+    (plain, wrapped) = got
+    torch.testing.assert_close(wrapped[0], plain[0], rtol=0, atol=0)
+    assert torch.equal(wrapped[1], plain[1]) and torch.equal(wrapped[2], plain[2])
+    torch.testing.assert_close(wrapped[3], plain[3])
+    for a, b in zip(wrapped[4], plain[4]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert torch.equal(wrapped[5], plain[5])
+    with pytest.raises(te.CaptureError, match=r"inp hold parameters not materialised yet.*call the model once"):
+        te.auto_checkpoint(Lazy(), "60%", backend="cpu", sample=(torch.randn(16, 8, D),))

@@ -3,6 +3,9 @@ model's own (a module attribute, or one a plain callable closes over) are replay
 as they are with torch's default generator; preparing leaves it as it was."""
 from __future__ import annotations
 
+import copy
+import warnings
+
 import pytest
 torch = pytest.importorskip("torch")  # the suite runs without torch: these tests skip
 import torch.nn.functional as F
@@ -88,3 +91,209 @@ def test_a_recomputed_stage_draws_what_its_forward_drew(wrapper, held):
     for g1, p in zip(grads, params):
         torch.testing.assert_close(g1, p.grad, rtol=0, atol=0)
     assert torch.equal(gen.get_state(), after[0]) and torch.equal(closure_gen.get_state(), after[1])
+
+
+# ---------------------------------------------------------------------------- generators the wrappers did not see
+# (review rv21d, 2026-11-29: a global a module's forward names, a plain object's attribute, a forward hook's closure;
+# bench/repros/rv21d_seq_global_generator_unseen.py, rv21d_seq_generator_in_plain_object_unseen.py,
+# rv21d_hook_closure_generator_unseen.py)
+from torch_exec import _util as U  # noqa: E402
+
+GLOBAL_GEN = torch.Generator().manual_seed(11)
+HELPER_GEN = torch.Generator().manual_seed(5)
+
+
+def _helper_noise(shape):
+    """A global generator named by a helper function, not by the forward: still not seen."""
+    return torch.randn(shape, generator=HELPER_GEN)
+
+
+class _Sampler:
+    """A plain object holding a generator (a noise schedule, a config)."""
+
+    def __init__(self, gen):
+        self.g = gen
+
+    def noise(self, shape):
+        return torch.randn(shape, generator=self.g)
+
+
+class _Held(nn.Module):
+    """Linear, tanh, + noise from a generator held ``where``: "global" (named in forward), "object" (self.sampler.g),
+    "hook" (a forward hook's closure on ``self.l``), "helper" (a helper function's global)."""
+
+    def __init__(self, where, gen=None):
+        super().__init__()
+        self.l, self.where = nn.Linear(D, D), where
+        if where == "object":
+            self.sampler = _Sampler(gen)
+        if where == "hook":
+            self.l.register_forward_hook(lambda m, i, o: o + 0.3 * torch.randn(o.shape, generator=gen))
+
+    def forward(self, h):
+        z = self.l(h)
+        if self.where == "global":
+            z = z + 0.5 * torch.randn(z.shape, generator=GLOBAL_GEN)
+        elif self.where == "object":
+            z = z + 0.5 * self.sampler.noise(z.shape)
+        elif self.where == "helper":
+            z = z + 0.5 * _helper_noise(z.shape)
+        return torch.tanh(z)
+
+
+def _found(gen, *modules, fns=()):
+    return any(g is gen for g in U.generators_of(list(modules), fns))
+
+
+def test_generators_of_follows_forwards_globals_plain_objects_and_hooks():
+    gen = torch.Generator()
+    assert _found(GLOBAL_GEN, nn.Sequential(_Held("global")))
+    assert _found(gen, nn.Sequential(_Held("object", gen)))
+    assert _found(gen, nn.Sequential(_Held("hook", gen)))
+    pre = nn.Linear(D, D)
+    pre.register_forward_pre_hook(lambda m, i: (i[0] + torch.randn(i[0].shape, generator=gen),))
+    assert _found(gen, nn.Sequential(pre))
+    inst = nn.Linear(D, D)
+    inst.forward = lambda x: nn.Linear.forward(inst, x) + torch.randn(x.shape, generator=gen)  # set on the instance
+    assert _found(gen, inst)
+    handle = torch.nn.modules.module.register_module_forward_hook(
+        lambda m, i, o: o + torch.randn(o.shape, generator=gen) if isinstance(m, nn.Linear) else o)
+    try:
+        assert _found(gen, nn.Linear(D, D))
+    finally:
+        handle.remove()
+    assert not _found(HELPER_GEN, _Held("helper"))  # a helper function's global: the check refuses it (below)
+
+
+def test_generators_of_stays_within_its_limits():
+    gen = torch.Generator()
+
+    class Box:
+        def __init__(self, value):
+            self.value = value
+    m = nn.Linear(D, D)
+    m.deep = Box(Box(Box(Box(Box(gen)))))  # six levels down: past _REACH_DEPTH
+    m.wide = [Box(None) for _ in range(U._REACH_ITEMS)] + [gen]  # past _REACH_ITEMS
+    assert not _found(gen, m)
+    m.deep = Box(Box(gen))
+    assert _found(gen, m)
+    m.cycle = Box(None)
+    m.cycle.value = m.cycle  # each object looked at once
+    assert _found(gen, m)
+
+
+def _least_bytes(make, x):
+    from gpusolve.errors import InfeasibleBudgetError
+    with pytest.raises(InfeasibleBudgetError) as info:
+        make(1)(x)
+    return info.value.min_bytes
+
+
+@pytest.mark.parametrize("wrapper", ["sequential", "auto"])
+@pytest.mark.parametrize("where", ["global", "object", "hook"])
+def test_a_generator_reached_from_a_forward_a_plain_object_or_a_hook_is_replayed(wrapper, where):
+    gen = torch.Generator()
+    torch.manual_seed(0)
+    base = nn.Sequential(*[_Held(where, gen) for _ in range(6)])
+    x = torch.randn(512, 4, D, generator=torch.Generator().manual_seed(1))
+
+    def make(budget, model=None):
+        model = copy.deepcopy(base) if model is None else model
+        if wrapper == "sequential":
+            return te.CheckpointedSequential(model, budget=budget, backend="cpu", profile_passes=1)
+        return te.auto_checkpoint(model, budget, backend="cpu", profile_passes=1)
+
+    def step(model, run, seed):
+        GLOBAL_GEN.manual_seed(seed)
+        gen.manual_seed(seed)
+        loss = run(x).pow(2).mean()
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in model.parameters()], (GLOBAL_GEN.get_state(), gen.get_state())
+
+    model, ref = copy.deepcopy(base), copy.deepcopy(base)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # auto_checkpoint's on the hooks, CPU timing
+        run = make(_least_bytes(make, x), model)
+        for seed in (3, 4):
+            model.zero_grad(set_to_none=True)
+            ref.zero_grad(set_to_none=True)
+            got, want = step(model, run, seed), step(ref, ref, seed)
+            torch.testing.assert_close(got[0], want[0], rtol=0, atol=0)
+            for a, b in zip(got[1], want[1]):
+                torch.testing.assert_close(a, b, rtol=0, atol=0)
+            assert all(torch.equal(a, b) for a, b in zip(got[2], want[2]))
+    executor = run if wrapper == "sequential" else run.executor
+    assert sum(executor._last.recomputed) > 0
+
+
+class _Replaced(nn.Module):
+    def __init__(self, gen):
+        super().__init__()
+        self.l, self.gen = nn.Linear(D, D), gen
+
+    def forward(self, h):
+        return torch.tanh(self.l(h) + 0.5 * torch.randn(h.shape, generator=self.gen))
+
+
+@pytest.mark.parametrize("wrapper", ["sequential", "export", "blocks"])
+def test_a_generator_the_loop_replaces_between_steps_is_replayed(wrapper):
+    # the generators were found once per signature, and export kept the first one as a constant (review rv21d,
+    # bench/repros/rv21d_generator_replaced_between_steps.py): the signature keys a module's generator attributes
+    torch.manual_seed(0)
+    base = nn.Sequential(*[_Replaced(torch.Generator().manual_seed(1)) for _ in range(6)])
+    x = torch.randn(512, 4, D, generator=torch.Generator().manual_seed(1))
+
+    def make(budget, model=None):
+        model = copy.deepcopy(base) if model is None else model
+        if wrapper == "sequential":
+            return te.CheckpointedSequential(model, budget=budget, backend="cpu", profile_passes=1)
+        return te.auto_checkpoint(model, budget, backend="cpu", capture=wrapper, profile_passes=1)
+
+    model, ref = copy.deepcopy(base), copy.deepcopy(base)
+    run = make(_least_bytes(make, x), model)
+    for step in range(2):
+        outs = []
+        for m, r in ((model, run), (ref, ref)):
+            gen = torch.Generator().manual_seed(100 * step)
+            for block in m:
+                block.gen = gen
+            m.zero_grad(set_to_none=True)
+            loss = r(x).pow(2).mean()
+            loss.backward()
+            outs.append((loss.detach(), [p.grad.clone() for p in m.parameters()], gen.get_state()))
+        (got, want) = outs
+        torch.testing.assert_close(got[0], want[0], rtol=0, atol=0)
+        for a, b in zip(got[1], want[1]):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+        assert torch.equal(got[2], want[2])
+    executor = run if wrapper == "sequential" else run.executor
+    assert sum(executor._last.recomputed) > 0
+
+
+def test_the_block_fallback_refuses_a_generator_it_cannot_record_naming_the_draws():
+    # it was refused as "uses a block's output for more than the next block" (review rv21d,
+    # bench/repros/rv21d_blocks_unseen_generator_refused_wrong_cause.py)
+    torch.manual_seed(0)
+    model = nn.Sequential(*[_Held("helper") for _ in range(4)])
+    with pytest.raises(te.CaptureError, match=r"draws random numbers from a generator auto_checkpoint cannot record"):
+        te.auto_checkpoint(model, "60%", backend="cpu", capture="blocks")(torch.randn(8, 4, D))
+
+
+noise_g = torch.Generator()  # a global whose name a module uses as an attribute name only
+
+
+class _AttributeNamedLikeAGlobal(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l, self.noise_g = nn.Linear(D, D), torch.Generator()
+
+    def forward(self, h):
+        return self.l(h) + torch.randn(h.shape, generator=self.noise_g)
+
+
+def test_a_global_named_like_an_attribute_the_forward_reads_is_not_recorded():
+    # co_names holds attribute names too: the global was recorded in every stage, and a CPU budget that had fitted
+    # no longer did (bench/repros/rv7_rev_generator_in_container.py, 40 % -> 46.6 %)
+    m = _AttributeNamedLikeAGlobal()
+    found = U.generators_of([m])
+    assert len(found) == 1 and found[0] is m.noise_g

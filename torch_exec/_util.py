@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import dis
 import functools
 import itertools
 import sys
@@ -77,7 +78,7 @@ def reachable_state(fn, generators: bool = False) -> list[tuple[str, object]]:
     """``(where, value)`` for every ``nn.Module`` and every tensor requiring grad that the plain
     (non-module) callable ``fn`` reaches: its ``__self__`` (bound methods), ``__closure__`` cells,
     ``__defaults__``/``__kwdefaults__``, a ``functools.partial``'s func/args/keywords, the attributes
-    of a callable object, the globals its code names (``co_names`` looked up in ``__globals__``, one
+    of a callable object, the globals its code loads (looked up in ``__globals__``, one
     level: a global callable is not followed), and the items of lists, tuples, sets and dicts found
     there. Modules are not looked into (their state is theirs); an ``nn.Module`` ``fn`` gives [].
     ``generators``: the ``torch.Generator`` objects reached too (Note [Generators of the model's own])."""
@@ -150,13 +151,18 @@ def reachable_state(fn, generators: bool = False) -> list[tuple[str, object]]:
     return [(where.removeprefix(" > "), value) for where, value in found]
 
 
-def _code_names(code) -> set[str]:
-    """The global names ``code`` and the code objects nested in it (comprehensions, lambdas) use."""
-    names = set(code.co_names)
+@functools.lru_cache(maxsize=4096)
+def _code_names(code) -> frozenset[str]:
+    """The global names ``code`` and the code objects nested in it (comprehensions, lambdas) load. Not all of
+    ``co_names``, which holds the attribute names too: a forward calling ``self.g()`` beside a module-level
+    generator named ``g`` recorded that generator in every stage (bench/repros/rv7_rev_generator_in_container.py
+    then needed 46.6 % where 40 % had fitted). Cached per code object: a module's forward is read at every
+    discovery."""
+    names = {ins.argval for ins in dis.get_instructions(code) if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
             names |= _code_names(const)
-    return names
+    return frozenset(names)
 
 
 def _has_state(module: nn.Module) -> bool:
@@ -649,42 +655,134 @@ def cuda_devices(state) -> list[int]:
 #     generators, a stage recomputed in the backward drew other noise than its forward had: its gradient was
 #     taken at other values (7.7e-3 off plain autograd's at 45 %), the generator ended the step elsewhere, and
 #     preparing moved it on (a review, 2026-11-28: bench/repros/rv7_train_own_generator.py). So the generators
-#     that the wrapped modules hold as attributes (any submodule's, and in the lists, tuples and dicts there: a
-#     review found ``self.gens = [g]`` unseen, rv7_rev_generator_in_container.py) and that the stages' plain
-#     callables reach (:func:`reachable_state`) are recorded, replayed and forked beside the default ones
-#     (:func:`generators_of`, :class:`RngState`, :func:`fork_rng`), by the profiler (which stages draw random
-#     numbers), the executor and the model's snapshot. A generator reached some other way (a global the code
-#     does not name, a forward argument) is not seen.
+#     the wrapped modules reach (:func:`generators_of`) are recorded, replayed and forked beside the default ones
+#     (:class:`RngState`, :func:`fork_rng`), by the profiler (which stages draw random numbers), the executor, the
+#     model's snapshot and auto_checkpoint's preparation. A module reaches, each submodule's:
+#
+#     - attributes, and the lists, tuples, sets and dicts there (a review found ``self.gens = [g]`` unseen,
+#       rv7_rev_generator_in_container.py), and the attributes of plain objects there (``self.sampler.g``, a
+#       sampler or config object: rv21d_seq_generator_in_plain_object_unseen.py), to :data:`_REACH_DEPTH` levels
+#       and :data:`_REACH_ITEMS` items of one container;
+#     - the globals, closure variables and defaults of its ``forward`` (the class's, or one set on the instance):
+#       the global names its code uses, as :func:`reachable_state` reads a plain callable's (``torch.randn(shape,
+#       generator=NOISE_GEN)`` with a module-level generator: rv21d_seq_global_generator_unseen.py);
+#     - what its forward hooks and forward pre-hooks reach, and the global ones (``register_module_forward_hook``):
+#       a noise hook's closure (rv21d_hook_closure_generator_unseen.py);
+#
+#     and the stages' plain callables reach what :func:`reachable_state` finds. Each value is looked at once per
+#     discovery, and :data:`_REACH_VISITS` values at most; the modules' parameter, buffer and submodule dicts are
+#     not looked into as attributes: on GPT-2 small (164 modules, CPU) a walk takes 1.07 ms against 3.37 ms before
+#     (bench/results/generators_walk_cpu.md). Each wrapper finds the generators when it profiles an input
+#     signature. A generator attribute of a module is keyed by the signature (:func:`_state_key`), so one the
+#     training loop puts on the modules later (a new generator per step or epoch) is profiled, captured and
+#     replayed anew (rv21d_generator_replaced_between_steps.py): keyed rather than looked up again at each call,
+#     because a captured graph holds the generator as a constant (a new one needs a new capture anyway) and the
+#     executor records those its entry found at profiling (torch_exec/executor.py); the key's scan of each module's
+#     attributes costs 0.14-0.16 ms a call on GPT-2 small (module_state_key 0.16 -> 0.31 ms, captured_state_key
+#     0.61 -> 0.77 ms, the same file). A loop that makes a generator per step re-profiles at every step:
+#     reseed one (``self.gen.manual_seed(step)``) instead. Not seen: a generator
+#     reached only some other way (a global that a helper function or method other than ``forward`` names, a
+#     generator made inside the forward, a forward argument; auto_checkpoint refuses the last under either capture,
+#     and torch.export a generator in its graph that is not among these: Note [Probing the model] in
+#     torch_exec/auto.py), and a global or plain object's generator replaced between steps.
+
+_REACH_VISITS = 1 << 16
+"""The most values one :func:`generators_of` walk looks at (each once), bounding a model that holds huge plain
+objects (a dataset, a tokenizer) on its modules."""
+
+_ATOMS = (str, bytes, int, float, bool, complex, type(None), type, types.ModuleType, torch.dtype, torch.device)
+_FUNCTIONS = (types.FunctionType, types.MethodType, types.BuiltinFunctionType, functools.partial)
 
 
 def generators_of(modules=(), fns=()) -> tuple:
     """The ``torch.Generator`` objects, other than torch's default ones, that ``modules`` (and their submodules)
-    hold as attributes and the plain callables ``fns`` reach (Note [Generators of the model's own])."""
+    and the plain callables ``fns`` reach (Note [Generators of the model's own])."""
     found: dict = {}
+    seen: set[int] = set()  # the values looked at (containers, objects, functions)
+    walked: set[int] = set()  # the modules walked
+    left = [_REACH_VISITS]
+    pending: list = []  # modules reached some other way than as a submodule (a hook's closure)
 
-    def look(value, depth: int) -> None:  # an attribute, and the items of the lists, tuples and dicts it holds
-        if isinstance(value, torch.Generator):
-            found[id(value)] = value
-        elif depth < _REACH_DEPTH and isinstance(value, (list, tuple, set, frozenset)):
-            for item in itertools.islice(value, _REACH_ITEMS):
-                look(item, depth + 1)
-        elif depth < _REACH_DEPTH and isinstance(value, dict):
-            for item in itertools.islice(value.values(), _REACH_ITEMS):
-                look(item, depth + 1)
-    for mod in modules:
-        for m in mod.modules():
-            for value in vars(m).values():
-                look(value, 0)
-    for fn in fns:
-        for _, value in reachable_state(fn, generators=True):
+    def take(reached) -> None:  # what reachable_state found: generators, and modules to walk
+        for _, value in reached:
             if isinstance(value, torch.Generator):
                 found[id(value)] = value
-            elif isinstance(value, nn.Module) and not isinstance(fn, nn.Module):
-                found.update((id(g), g) for g in generators_of([value]))
+            elif isinstance(value, nn.Module) and id(value) not in walked:
+                pending.append(value)
+
+    def callable_(f) -> None:  # a forward, a hook: its closure, defaults and the globals its code names
+        if id(f) not in seen and left[0] > 0:
+            seen.add(id(f))
+            left[0] -= 1
+            take(reachable_state(f, generators=True))
+
+    def look(value, depth: int) -> None:  # an attribute, the items of containers, plain objects' attributes
+        if isinstance(value, _ATOMS) or isinstance(value, torch.Tensor):
+            return
+        if isinstance(value, torch.Generator):
+            found[id(value)] = value
+            return
+        if (depth >= _REACH_DEPTH or id(value) in seen or left[0] <= 0 or isinstance(value, (nn.Module, _FUNCTIONS))):
+            return  # (a module: walked as one when it is a submodule; a function stored as an attribute: not followed)
+        seen.add(id(value))
+        left[0] -= 1
+        if isinstance(value, (list, tuple, set, frozenset)):
+            for item in itertools.islice(value, _REACH_ITEMS):
+                look(item, depth + 1)
+        elif isinstance(value, dict):
+            for item in itertools.islice(value.values(), _REACH_ITEMS):
+                look(item, depth + 1)
+        else:
+            try:
+                attrs = getattr(value, "__dict__", None)  # a plain object (a sampler, a config): its attributes
+            except Exception:  # noqa: BLE001 - a proxy that raises on any attribute: not looked into
+                attrs = None
+            if isinstance(attrs, dict):
+                for item in itertools.islice(attrs.values(), _REACH_ITEMS):
+                    look(item, depth + 1)
+
+    def walk(mod) -> None:
+        for m in mod.modules():
+            if id(m) in walked:
+                continue
+            walked.add(id(m))
+            d = m.__dict__
+            for key, value in d.items():
+                if key in _HOOK_DICTS:
+                    for hook in value.values():
+                        callable_(hook)
+                elif key not in _MODULE_DICTS:
+                    look(value, 0)
+            callable_(type(m).forward)
+            forward = d.get("forward")  # one set on the instance (a wrapper's substitute calls the class's too)
+            if callable(forward):
+                callable_(forward)
+
+    for mod in modules:
+        walk(mod)
+    from torch.nn.modules import module as module_module
+    if modules:  # the global forward hooks run at every module's call
+        for hooks in (module_module._global_forward_hooks, module_module._global_forward_pre_hooks):
+            for hook in hooks.values():
+                callable_(hook)
+    for fn in fns:
+        if not isinstance(fn, nn.Module):
+            take(reachable_state(fn, generators=True))
+    while pending:
+        walk(pending.pop())
     defaults = {id(torch.default_generator)}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         defaults |= {id(g) for g in torch.cuda.default_generators}
     return tuple(g for key, g in found.items() if key not in defaults)
+
+
+# a module's own dictionaries that generators_of does not look into as attributes: its parameters, buffers and
+# submodules (walked as modules), and its hooks, of which the forward ones are followed as callables
+_MODULE_DICTS = frozenset({"_parameters", "_buffers", "_modules", "_non_persistent_buffers_set", "_backward_hooks",
+                           "_backward_pre_hooks", "_state_dict_hooks", "_state_dict_pre_hooks",
+                           "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks", "_forward_hooks_with_kwargs",
+                           "_forward_hooks_always_called", "_forward_pre_hooks_with_kwargs"})
+_HOOK_DICTS = frozenset({"_forward_hooks", "_forward_pre_hooks"})
 
 
 @dataclass
@@ -998,6 +1096,11 @@ def _state_key(module, captured: bool, tensor_ids: list | None = None, trainable
                 tensor_ids.extend([id(t) for t in own_buffers.values()])
         if trainable is not None and own_params:
             _add_trainable(own_params, seen, trainable)
+        # the generators it holds as attributes, as objects: one the loop puts there later is found, recorded and
+        # replayed anew, and a captured graph that holds the old one as a constant is captured again (Note
+        # [Generators of the model's own])
+        generators = tuple([(k, v) for k, v in d.items() if type(v) is _GENERATOR]
+                           ) if _GENERATOR in map(type, d.values()) else ()  # (tested in C first: most hold none)
         if captured:  # the scalar attributes include `training`
             scalars = scalar_attributes(m)
             if unkeyed and position in unkeyed:
@@ -1005,11 +1108,14 @@ def _state_key(module, captured: bool, tensor_ids: list | None = None, trainable
             forward, pre, backward, backward_pre = (d.get("_forward_hooks"), d.get("_forward_pre_hooks"),
                                                     d.get("_backward_hooks"), d.get("_backward_pre_hooks"))
             out.append((params, buffers, tuple(scalars), tuple(forward) if forward else (), tuple(pre) if pre else (),
-                        tuple(backward) if backward else (), tuple(backward_pre) if backward_pre else ()))
+                        tuple(backward) if backward else (), tuple(backward_pre) if backward_pre else (), generators))
         else:  # a module called as itself runs its code live: its mode, and whether it draws (Note [Keys of modules
             # run live])
-            out.append((params, buffers, (m.training, m.p) if isinstance(m, _DropoutNd) else m.training))
+            out.append((params, buffers, (m.training, m.p) if isinstance(m, _DropoutNd) else m.training, generators))
     return tuple(out)
+
+
+_GENERATOR = torch.Generator
 
 
 def autocast_key() -> tuple:

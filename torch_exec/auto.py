@@ -139,13 +139,36 @@ Note [Probing the model]
     ``torch.seed``, ``torch.set_rng_state``: no second forward is needed), and export is refused naming
     it (``_Probe.seeded``), so that under ``capture="auto"`` the block fallback, which runs the model's
     code at each step and replays the blocks' draws, trains it. A seeding undone before the forward
-    returns (inside ``torch.random.fork_rng``) is not seen. A forward that differentiates
+    returns (inside ``torch.random.fork_rng``) is not seen. The model's own generators (Note [Generators of
+    the model's own] in torch_exec/_util.py) are seeded with :data:`_PROBE_SEED` too, and one the forward
+    seeds (``self.gen.manual_seed(1234)``: the fix this refusal named until a review of 2026-11-29 found
+    export trained it 0.14 off plain autograd's gradients, bench/repros/rv21d_auto_own_generator_seeded_in_forward.py)
+    is refused by export the same way (``_Probe.seeded_own``). Export keeps a generator the forward makes
+    at each call (``torch.Generator().manual_seed(9)``) as a constant of the graph, the one made at capture,
+    which then draws on at every step: a generator constant of the exported program that is none of the
+    model's own is refused (:func:`_graph_generators_not_own`; the graph holds another Python object for
+    the same generator, so they are told apart by seeds marked on the model's). A generator passed as an
+    argument (``model(x, gen)``) is recorded by neither capture, and is refused at the call, before the
+    probe (:func:`_generator_arguments`). Where the block fallback's check finds the model's outputs
+    changed, a second plain run from the same recorded state tells draws from a generator nobody records
+    (:data:`_UNRECORDED_DRAWS`) from the model's structure, which was blamed before. A forward that differentiates
     itself (``torch.autograd.grad`` inside it) reads what the probe does not save and is refused by
     name. The probe leaves the generators as they were and puts back every attribute that holds or held
     a tensor, and the contents of a list or dict attribute that gained one, on the module objects it found
     (a forward may replace a submodule). An error the model
     raises in the probe is the caller's (a misspelt keyword) and is raised as it is, not as a capture
     failure.
+
+Note [Lazy modules]
+    A lazy module (``nn.LazyLinear``) draws its initial weights from torch's generator at its first call, at
+    its place in the forward. Preparing (the probe, the capture, profiling) ran the forward first and put the
+    RNG state back, so the weights came from the probe's seed and the step's draws started where the
+    initialisation should have moved them from (a review, 2026-11-29: weights 0.33 off plain autograd's,
+    bench/repros/rv21d_auto_lazy_module_init_draws.py). A call that finds parameters or buffers not yet
+    materialised (``torch.nn.parameter.is_lazy``) runs as plain autograd, outside the budget, with a warning,
+    and the wrapper prepares at the next call; the check is made until the first call with grad, once (a lazy
+    module the forward never calls stays lazy). ``prepare`` and ``sample=`` before that call refuse lazy
+    modules, naming them: preparing would draw their weights from its own seed.
 
 Note [Join detection]
     A model with several inputs whose branches meet (CLIP's image and text towers, a Siamese or
@@ -1415,6 +1438,7 @@ class _Probe:
     hook_sites: list
     reentrant: list = field(default_factory=list)  # the functions CheckpointFunction ran (a block, a closure)
     seeded: list = field(default_factory=list)  # torch's default generators the forward seeded (Note [Probing the model])
+    seeded_own: list = field(default_factory=list)  # the model's own generators the forward seeded (the same Note)
     # (module, attribute) of the scalar attributes the forward writes at every call, found by the export run
     # (Note [Attributes the forward writes at every call])
     written: list = field(default_factory=list)
@@ -1444,25 +1468,76 @@ def _probe_forward(model: nn.Module, args: tuple, kwargs: dict) -> _Probe:
     :data:`_PROBE_SEED`: Note [Probing the model]); the model's own errors are raised as they are."""
     hooks, sites = _NoSavedTensors(), _TensorHooks()
     devices = U.all_rng_devices()
+    own = U.generators_of([model])  # Note [Generators of the model's own] in torch_exec/_util.py
     try:
-        with (torch.enable_grad(), U.fork_rng(devices, U.generators_of([model])), hooks, sites,
+        with (torch.enable_grad(), U.fork_rng(devices, own), hooks, sites,
               _reentrant_checkpoints([]) as reentrant):
             generators = _default_generators(devices)
-            for g in generators.values():
+            for g in [*generators.values(), *own]:
                 g.manual_seed(_PROBE_SEED)
             out = model(*args, **kwargs)
             seeded = [name for name, g in generators.items() if g.initial_seed() != _PROBE_SEED]
+            seeded_own = [g for g in own if g.initial_seed() != _PROBE_SEED]
     except Exception:
         if hooks.read:
             raise CaptureError(_DIFFERENTIATES_ITSELF) from None
         raise
     return _Probe([t.grad_fn for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)], sites.sites, reentrant,
-                  seeded)
+                  seeded, _generator_names(model, seeded_own))
 
 
 _PROBE_SEED = 0x7E57_5EED_C0DE_0001
 """The seed of torch's default generators while the probe's forward runs: one that ends seeded otherwise was seeded
 by the forward itself (Note [Probing the model])."""
+
+
+def _lazy_modules(model: nn.Module) -> list[str]:
+    """The names of the modules holding a parameter or buffer not materialised yet (``nn.LazyLinear`` before its first
+    call; Note [Lazy modules])."""
+    from torch.nn.parameter import is_lazy
+    return [name or type(model).__name__ for name, m in model.named_modules()
+            if any(is_lazy(t) for t in [*m._parameters.values(), *m._buffers.values()] if t is not None)]
+
+
+def _generator_names(model: nn.Module, generators) -> list[str]:
+    """Where the model holds each of ``generators``: a module attribute's dotted name, else "a torch.Generator its
+    forward reaches" (a global, a plain object's)."""
+    names = {}
+    for name, m in model.named_modules():
+        for key, value in vars(m).items():
+            if isinstance(value, torch.Generator):
+                names.setdefault(id(value), f"{name}.{key}".lstrip("."))
+    return [names.get(id(g), "a torch.Generator its forward reaches") for g in generators]
+
+
+def _graph_generators_not_own(ep, model: nn.Module) -> list[str]:
+    """The names of the ``torch.Generator`` constants of the exported program ``ep`` that are none of the generators
+    the wrapper records (:func:`U.generators_of`) or torch's default ones: one the forward made (each call's
+    ``torch.Generator().manual_seed(9)``), which the graph keeps, the one made at capture, and draws on from. The graph
+    holds another Python object for the same generator, so each known generator is marked with a seed of its own
+    (its state put back after) and the constants' seeds are read (Note [Probing the model])."""
+    constants = [(name, v) for name, v in ep.constants.items() if isinstance(v, torch.Generator)]
+    if not constants:
+        return []
+    known = [*_default_generators(U.all_rng_devices()).values(), *U.generators_of([model])]
+    states = [g.get_state() for g in known]
+    try:
+        for i, g in enumerate(known):
+            g.manual_seed(_PROBE_SEED + 1 + i)
+        marks = {_PROBE_SEED + 1 + i for i in range(len(known))}
+        return [name for name, v in constants if v.initial_seed() not in marks]
+    finally:
+        for g, st in zip(known, states):
+            g.set_state(st)
+
+
+def _generator_arguments(args: tuple, kwargs: dict) -> list[str]:
+    """The arguments of a call that are (or hold) a ``torch.Generator``: "argument i" or "keyword 'name'"."""
+    found = [f"argument {i}" for i, a in enumerate(args)
+             if any(isinstance(v, torch.Generator) for v in pytree.tree_leaves(a))]
+    found += [f"keyword {k!r}" for k, a in kwargs.items()
+              if any(isinstance(v, torch.Generator) for v in pytree.tree_leaves(a))]
+    return found
 
 
 def _default_generators(devices: list[int]) -> dict:
@@ -1773,11 +1848,15 @@ def _capture_export(model: nn.Module, args: tuple, kwargs: dict, max_stages: int
         raise CaptureError(f"the model's forward seeds torch's default generator ({' and '.join(probe.seeded)}: "
                            f"torch.manual_seed, torch.seed or torch.set_rng_state inside forward), which torch.export "
                            f"does not keep: the graph's draws (dropout, randn_like) would take whatever state the "
-                           f"generator is in (Note [Probing the model]); draw from a torch.Generator of the module's "
-                           f"own seeded in the forward (self.gen.manual_seed(1234); torch.randn(x.shape, "
-                           f"generator=self.gen)), which the executor records and replays (Note [Generators of the "
-                           f"model's own] in torch_exec/_util.py), or use capture='blocks' (the model's code runs at "
-                           f"each step)")
+                           f"generator is in (Note [Probing the model]); use capture='blocks' (the model's code, "
+                           f"seeding included, runs at each step, and the blocks' draws are recorded and replayed; "
+                           f"capture='auto' falls back to it), or seed outside the forward")
+    if probe.seeded_own:  # the same for the model's own generators (review rv21d: export trained it wrong, silently)
+        raise CaptureError(f"the model's forward seeds its torch.Generator {U.first_few(sorted(set(probe.seeded_own)))} "
+                           f"(generator.manual_seed or set_state inside forward), which torch.export does not keep: "
+                           f"the graph's draws would take whatever state the generator is in (Note [Probing the "
+                           f"model]); use capture='blocks' (the model's code, seeding included, runs at each step; "
+                           f"capture='auto' falls back to it), or seed the generator outside the forward")
     hooked = [name or type(model).__name__ for name, m in model.named_modules()
               if _users_hooks(m._forward_hooks) or _users_hooks(m._forward_pre_hooks)]
     if hooked or any(U.global_forward_hooks()):
@@ -1786,6 +1865,14 @@ def _capture_export(model: nn.Module, args: tuple, kwargs: dict, max_stages: int
                   f"not at each step; what they do to outputs is in the graph (Note [What a captured graph fixes]). "
                   f"Hooks that must run every step: capture='blocks'", UserWarning, stacklevel=5)
     ep = _export_watching_attributes(model, args, kwargs, probe)
+    made = _graph_generators_not_own(ep, model)
+    if made:  # review rv21d: the generator made at capture, never seeded again, drew on at every step
+        raise CaptureError(f"the model's forward draws from a torch.Generator none of its modules holds (one it makes "
+                           f"at each call: torch.Generator().manual_seed(9)), which torch.export keeps as a constant "
+                           f"of the graph ({U.first_few(made)}): every step would draw on from the one made at "
+                           f"capture (Note [Probing the model]); keep the generator as a module attribute (self.gen, "
+                           f"seeded outside the forward), or use capture='blocks' (the model's code runs at each step; "
+                           f"capture='auto' falls back to it)")
     gm = ep.module()
     _drop_guards(gm)
     _refuse_transforms(gm)
@@ -2480,6 +2567,7 @@ class AutoCheckpointed(nn.Module):
         # out of the input signature (Note [Attributes the forward writes at every call])
         self._unkeyed: dict = {}
         self._recaptures = 0  # captures made again for a replaced tensor attribute (Note [What a captured graph fixes])
+        self._lazy_checked = False  # no lazy module left to materialise (Note [Lazy modules])
         self._measure_next = 0  # steps measure_memory() asked for that have not run yet
         self._last: Capture | None = None
         self._use_cache_note = False
@@ -2626,6 +2714,11 @@ class AutoCheckpointed(nn.Module):
         """Capture, profile and solve for inputs like these now (otherwise the first call does it);
         returns the plan. Parameters, buffers, gradients and RNG state are left as they were."""
         U.refuse_inference_mode("auto_checkpoint")
+        lazy = [] if self.__dict__.get("_lazy_checked", True) else _lazy_modules(self._model)
+        if lazy:  # Note [Lazy modules]: preparing would draw their weights from its own seed, then put the RNG back
+            raise CaptureError(f"auto_checkpoint: {U.first_few(lazy)} hold parameters not materialised yet (lazy "
+                               f"modules), which a model's first call draws at their place in the forward; call the "
+                               f"model once (a training step) before preparing it (Note [Lazy modules])")
         kwargs = self._training_kwargs(kwargs)
         snapshot = U.ModelSnapshot([self._model])
         scalars = _scalar_state(self._model)  # Note [Attributes the forward writes at every call]
@@ -2790,6 +2883,15 @@ class AutoCheckpointed(nn.Module):
         if cap is None:
             U.refuse_meta("auto_checkpoint", [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)],
                           self._model)
+            given = _generator_arguments(args, kwargs)
+            if given:  # Note [Generators of the model's own] in torch_exec/_util.py (review rv21d)
+                raise CaptureError(f"auto_checkpoint: the model is called with a torch.Generator ({', '.join(given)}), "
+                                   f"which neither capture records or replays (torch.export keeps it as a constant of "
+                                   f"the graph, and a recomputed block would draw on from it: gradients taken at other "
+                                   f"noise than the forward's); keep the generator as an attribute of the module that "
+                                   f"draws from it (model.gen = gen; torch.randn(shape, generator=self.gen)) and seed or "
+                                   f"replace it there between steps (Note [Generators of the model's own] in "
+                                   f"torch_exec/_util.py)")
             _refuse_plain_tensor_parameters(self._model)
             self._finalize_meters()  # a CPU meter cannot start while another is running
             # finding the blocks and checking them run the model: its buffers (BatchNorm's statistics), gradients
@@ -2864,6 +2966,16 @@ class AutoCheckpointed(nn.Module):
             return self._model(*args, **kwargs)
         if U.nothing_requires_grad((args, kwargs), self._model):  # no backward comes: as under no_grad
             return U.ran_without_grad(self._model(*args, **kwargs), "auto_checkpoint")
+        if not self.__dict__.get("_lazy_checked", True):  # (a wrapper pickled before the check: none)
+            lazy = _lazy_modules(self._model)
+            if lazy:  # Note [Lazy modules]
+                warnings.warn(f"auto_checkpoint: {U.first_few(lazy)} hold parameters not materialised yet (lazy "
+                              f"modules); this call runs as plain autograd, outside the budget, materialising them as "
+                              f"the model's own first call does, and the wrapper prepares at the next call (call the "
+                              f"model once before wrapping it to keep this step in budget)", UserWarning, stacklevel=2)
+                self._lazy_checked = True  # once: a lazy module the forward never calls stays lazy
+                return self._model(*args, **kwargs)
+            self._lazy_checked = True
         return self._call_scheduled(args, kwargs)
 
     @_compiler_disable  # capture, profiling and the step run eagerly: Note [torch.compile] in the executor
@@ -3040,6 +3152,35 @@ def _substituted(blocks: _Blocks, box: U.CallData, executor: CheckpointedSequent
                 b.forward = f
 
 
+_UNRECORDED_DRAWS = (
+    "the model's forward draws random numbers from a generator auto_checkpoint cannot record and replay: two plain "
+    "runs of it from the same recorded RNG state computed different outputs (a torch.Generator reached some other "
+    "way than those Note [Generators of the model's own] in torch_exec/_util.py lists: a global that a helper "
+    "function, not the module's forward, names; one made elsewhere), so a recomputed block would draw other numbers "
+    "than its forward did; keep the generator as an attribute of the module that draws from it (self.gen = "
+    "torch.Generator(); torch.randn(shape, generator=self.gen)), or draw from torch's default generator")
+
+
+def _reproducible(wrapper, given: tuple, ref: list, state, buffers, scalars) -> bool:
+    """Whether one more plain run of the model (without grad) from the RNG state, buffers and scalar attributes of
+    :func:`_check_blocks`'s reference run computes its outputs ``ref`` again: if not, the outputs the block
+    substitution changed were changed by draws no recorded generator replays, not by the model's structure (a
+    review: the structure was blamed, bench/repros/rv21d_blocks_unseen_generator_refused_wrong_cause.py)."""
+    generators = U.generators_of([wrapper._model])
+    try:
+        with U.fork_rng(U.all_rng_devices(), generators), torch.no_grad():
+            state.restore()
+            buffers.restore()
+            _put_back_changed_scalars(scalars, wrapper._model)
+            args, kwargs = _probe_inputs(*given)
+            again = wrapper._model(*args, **kwargs)
+    except Exception:  # noqa: BLE001 - a forward that does not run without grad: the structural refusal stands
+        return True
+    leaves = [t for t in pytree.tree_leaves(again) if isinstance(t, torch.Tensor)]
+    return len(leaves) == len(ref) and all(a.shape == b.shape and torch.allclose(a, b, rtol=1e-4, atol=1e-5)
+                                           for a, b in zip(ref, leaves))
+
+
 def _check_blocks(wrapper: AutoCheckpointed, cap: Capture, args, kwargs) -> None:
     """The block substitution computes the model's outputs (checked once), and nothing made inside the
     blocks reaches them but the blocks' output: the substituted run records each block's graph apart
@@ -3101,6 +3242,8 @@ def _check_blocks(wrapper: AutoCheckpointed, cap: Capture, args, kwargs) -> None
     got_leaves = [t for t in pytree.tree_leaves(got) if isinstance(t, torch.Tensor)]
     if len(ref_leaves) != len(got_leaves) or not all(
             a.shape == b.shape and torch.allclose(a, b, rtol=1e-4, atol=1e-5) for a, b in zip(ref_leaves, got_leaves)):
+        if not _reproducible(wrapper, given, ref_leaves, state, buffers, scalars):
+            raise CaptureError(_UNRECORDED_DRAWS)
         raise CaptureError(f"running the blocks of '{blocks.name}' as one chain changes the model's outputs (the model "
                            f"uses a block's output for more than the next block, or its code between the blocks "
                            f"depends on when they run)")
@@ -3223,7 +3366,7 @@ def _warn_many_captures(before: tuple, key: tuple, args, kwargs) -> None:
              for path, a, b in zip(paths, before[0], key[0]) if a != b] if len(before[0]) == len(key[0]) else []
     if before[2:] != key[2:]:
         where.append("the modules' training modes, which parameters require grad, their dtypes, the modules' "
-                     "attributes or forward hooks, or autocast")
+                     "attributes (a torch.Generator the loop replaces: reseed one instead) or forward hooks, or autocast")
     warnings.warn(f"auto_checkpoint: {MANY_CAPTURES} input signatures captured so far, each profiled and solved once; "
                   f"the latest differs from the one before in {', '.join(where[:3]) or 'its arguments'}. Pass numbers "
                   f"that change every step (a token count, a step number) as tensors, and pad batches to a few "

@@ -176,7 +176,9 @@ class MemoryMeter:
             self._held_rounding = held_rounding(self.device)
         else:
             from torch.profiler import ProfilerActivity, profile
-            self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+            # acc_events: one cycle either way; without it torch 2.11 warns at the first start ("Profiler clears
+            # events at the end of each cycle"), a line on the user's stderr for every process that measures
+            self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True, acc_events=True)
             self._prof.__enter__()
             _RUNNING.add(self)
         self._first = self.mark()

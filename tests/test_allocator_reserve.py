@@ -38,6 +38,7 @@ def test_the_rule_reserves_one_remainder_on_cuda_without_expandable_segments(mon
 
 def test_without_torch_s_accessor_the_variable_older_torch_reads_decides(monkeypatch):
     monkeypatch.delattr(torch._C, "_accelerator_getAllocatorSettings", raising=False)
+    monkeypatch.delattr(torch._C, "_accelerator_setAllocatorSettings", raising=False)
     monkeypatch.setenv("PYTORCH_ALLOC_CONF", "expandable_segments:True")  # older torch does not read it
     monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
     assert U.allocator_reserve_bytes("cuda") == MiB
@@ -48,6 +49,18 @@ def test_without_torch_s_accessor_the_variable_older_torch_reads_decides(monkeyp
         raise RuntimeError("no allocator")
     monkeypatch.setattr(torch._C, "_accelerator_getAllocatorSettings", broken, raising=False)
     assert U.allocator_reserve_bytes("cuda") == 0  # the accessor failed: the variable
+
+
+def test_torch_2_11_reads_the_new_variable_where_the_old_one_is_unset(monkeypatch):
+    # torch 2.11 has the accelerator's allocator settings (a setter) but no accessor: it reads PYTORCH_CUDA_ALLOC_CONF
+    # where set, else PYTORCH_ALLOC_CONF (checked 2026-11-29: a bad key in the one it reads raised)
+    monkeypatch.delattr(torch._C, "_accelerator_getAllocatorSettings", raising=False)
+    monkeypatch.setattr(torch._C, "_accelerator_setAllocatorSettings", lambda text: None, raising=False)
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    monkeypatch.setenv("PYTORCH_ALLOC_CONF", "expandable_segments:True")
+    assert U.allocator_reserve_bytes("cuda") == 0
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:64")  # torch reads this one alone
+    assert U.allocator_reserve_bytes("cuda") == MiB
 
 
 def stages():

@@ -462,9 +462,12 @@ ALLOCATOR_REMAINDER = 1 << 20
 
 def expandable_segments() -> bool:
     """Whether the caching allocator runs with expandable segments: the last ``expandable_segments``
-    entry of the settings torch parsed (``torch._C._accelerator_getAllocatorSettings``, torch >= 2.9;
-    it reads ``PYTORCH_ALLOC_CONF`` or ``PYTORCH_CUDA_ALLOC_CONF``), else of ``PYTORCH_CUDA_ALLOC_CONF``,
-    which older torch reads. Torch takes only ``True`` (exact case). In doubt: no, and the reserve stays."""
+    entry of the settings torch parsed (``torch._C._accelerator_getAllocatorSettings``, torch 2.13; torch 2.11
+    has no such accessor), else of the variable torch reads: ``PYTORCH_CUDA_ALLOC_CONF`` where it is set, else
+    ``PYTORCH_ALLOC_CONF`` in a torch with the accelerator's allocator settings
+    (``torch._C._accelerator_setAllocatorSettings``: torch 2.11 and 2.13 read that variable when the other is
+    unset, checked 2026-11-29), which older torch does not read. Torch takes only ``True`` (exact case). In
+    doubt: no, and the reserve stays."""
     import os
     import re
     settings = getattr(torch._C, "_accelerator_getAllocatorSettings", None)
@@ -475,7 +478,11 @@ def expandable_segments() -> bool:
         except Exception:  # a torch whose accessor fails: the variable torch reads
             text = None
     if text is None:
-        text = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
+        text = os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
+    if text is None and hasattr(torch._C, "_accelerator_setAllocatorSettings"):
+        text = os.environ.get("PYTORCH_ALLOC_CONF")
+    if text is None:
+        text = ""
     values = re.findall(r"expandable_segments\s*:\s*(\w+)", text)
     return bool(values) and values[-1] == "True"
 

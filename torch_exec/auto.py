@@ -1242,7 +1242,10 @@ CHECKPOINT_FUNCTION = "torch.utils.checkpoint.CheckpointFunction"  # reentrant t
 #     inside it (:func:`_cuts`), and a graph holding one is not run as a join (whose branches reorder nodes). A region
 #     of side data only (a mask made with vmap from the inputs) runs whole in the prologue, in program order. ``torch.func.jvp`` and forward-mode AD
 #     (dual levels) are refused by name (:func:`_refuse_transforms`): not tried; under capture="auto" the block
-#     fallback runs the model's own code, the transform included, around its blocks.
+#     fallback runs the model's own code, the transform included, around its blocks. Forward-mode AD is known by its
+#     dual-level nodes or by the aten ops of dual tensors (``_make_dual``, ``_unpack_dual``): torch 2.11's export keeps
+#     no dual-level node (the graph then ran ``_make_dual`` at no level and raised "Trying to access a forward AD level
+#     with an invalid index"; 2026-11-29, under torch 2.11).
 # Note [Higher-order operators in the forward]
 #     ``torch.cond`` (and torch's other control-flow operators, ``torch._higher_order_ops``) runs under autograd through
 #     a Function of torch's own (``CondAutogradOp``), which the check of custom Functions took for the model's (Note
@@ -1260,6 +1263,8 @@ CHECKPOINT_FUNCTION = "torch.utils.checkpoint.CheckpointFunction"  # reentrant t
 #     compiles, on while its code runs), as torch's own infrastructure modes do.
 _VMAP_NESTING = {"_vmap_increment_nesting": 1, "_vmap_decrement_nesting": -1}
 _TRANSFORMS = {"_jvp_increment_nesting": "torch.func.jvp", "_enter_dual_level": "forward-mode AD (torch.autograd.forward_ad)"}
+# the aten ops of dual tensors: torch 2.11's export keeps no dual-level node, only these (torch 2.13 keeps both)
+_DUAL_OPS = (torch.ops.aten._make_dual, torch.ops.aten._unpack_dual)
 
 
 def _nesting(n: fx.Node) -> int:
@@ -1294,6 +1299,8 @@ def _refuse_transforms(gm: fx.GraphModule) -> None:
         name = getattr(n.target, "__name__", "") if n.op == "call_function" else ""
         if name in _TRANSFORMS and getattr(n.target, "__module__", "") == "torch._functorch.predispatch":
             found.setdefault(_TRANSFORMS[name], _module_path(n) or "the model's forward")
+        elif n.op == "call_function" and getattr(n.target, "_overloadpacket", None) in _DUAL_OPS:
+            found.setdefault(_TRANSFORMS["_enter_dual_level"], _module_path(n) or "the model's forward")
     if found:
         raise CaptureError(f"the model's forward runs {', '.join(f'{t} (in {w})' for t, w in found.items())}, "
                            f"which the exported graph's stages cannot run apart (Note [Function transforms in the "

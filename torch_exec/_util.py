@@ -863,8 +863,12 @@ def _moved(a, b) -> bool:
 #     CUDA device the states are read as bytes (host memory; a CUDA generator's state is 16 B); on the CPU, whose
 #     meter sees every host allocation (a 5 056 B state read at each stage boundary went over tight budgets of
 #     small models), a CPU generator is cloned (``clone_state``) and compared by a fingerprint, a few numbers drawn
-#     from a clone into tensors made once per thread (:func:`_fingerprint`). The host cost per recomputed stage and
-#     step: about 4 us per generator on a CUDA model, about 15 us on the CPU (bench/rng_watch_cost.py).
+#     from a clone into tensors made once per thread (:func:`_fingerprint`). The host cost, timed inside the steps
+#     (bench/rng_watch_cost.py --attribute: DenseNet-121's layout with tiny widths on the CPU, 15 of 65 stages
+#     recomputed, on a loaded 2-core host, the check of Note [Python's and NumPy's generators] included): 0.41-0.43
+#     ms of a 36-44 ms step (1.1 %) with the bytes a CUDA model's steps read, 0.63-0.88 ms (1.3-1.7 %) with the CPU's
+#     clones and fingerprints; steps with the watch on and off, interleaved in one process (--ab), differed by less
+#     than their noise (ratios 0.94-1.03; the tree without the watch, its control: 0.99-1.02).
 
 
 class DrawsFoundWarning(UserWarning):
@@ -883,11 +887,12 @@ class CaptureError(RuntimeError):
 #     every step differs from plain autograd's, silently (a review, 2026-11-29:
 #     bench/repros/rv21d_seq_python_numpy_random_not_refused.py). The one rule, :func:`host_rng_error`, refuses
 #     them naming the fix, drawing with torch: in auto_checkpoint's probe (Note [Probing the model] in
-#     torch_exec/auto.py), in the profiler per stage (its no-grad run: the stage named), and at run time once per
+#     torch_exec/auto.py), in the profiler per stage (its no-grad run: the stage named; a join's head, which never
+#     runs again, is not refused; profiling puts both generators back as they were), and at run time once per
 #     step, around the forward of a plan that recomputes anything (a draw at a later call only:
 #     rv21d_auto_python_random_on_later_call_unrefused.py). The run-time check compares Python's state
 #     (``random.getstate()``) and NumPy's Mersenne Twister words and position (read in place, a 2.5 KB copy: NumPy's
-#     ``get_state()`` takes about 50 us); a draw only of NumPy's cached second Gaussian (``np.random.randn()`` of
+#     ``get_state()`` took 55 us here); a draw only of NumPy's cached second Gaussian (``np.random.randn()`` of
 #     one number, every other call) moves neither and is seen by the profiler's check only.
 
 

@@ -53,6 +53,14 @@ Note [Draw order]
     random numbers or shared statistics follow the plan's order, not plain autograd's. Of two faces
     (Note [Two groupings of unsaved boundaries] in the executor) one that keeps the order runs first. Recomputations replay their RNG state
     and update scratch copies of the buffers as in the chain executor, whatever the order.
+    Whether a stage draws is known from the profiled call only (a drop rate the loop raises from 0, a draw the
+    data decides: Note [Draws found at the first run] in torch_exec/_util.py), so a forward phase that
+    interleaves branches is re-ordered wherever that fits, drawing stages known or not (before, a stage that
+    started drawing at step 1 drew in the plan's order and the step's loss differed from plain autograd's: a
+    review, bench/repros/rv21d_join_live_stage_draws_not_replayed.py). Where it does not fit, every stage's first
+    run is watched (``JoinEntry.interleaved``), and a stage found drawing raises the JoinOrderWarning at that
+    step; a stage found drawing makes the next call plan again (``CheckpointedJoin._replan_draws``), with its
+    flags and its RNG record's bytes.
 
 ``torch.autograd.grad(...)`` and ``backward(inputs=...)`` run as through the chain executor: the
 trainable parameters reach the step's Function through its parameter tap, and the segment backwards

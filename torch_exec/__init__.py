@@ -26,6 +26,6 @@ from .profiler import (
 )
 
 __all__ = ["AttributeWriteError", "AutoCheckpointed", "CPUTimingWarning", "CaptureError", "CheckpointedJoin", "CheckpointedSequential",
-           "DrawsFoundWarning", "InputMutationWarning", "ParameterWriteError", "ProfilerBusyError", "auto_checkpoint", "chain_from_profile",
-           "interpret", "load_profile", "plan_from_schedule", "profile", "profile_dict", "save_profile",
+           "DrawsFoundWarning", "InputMutationWarning", "ParameterWriteError", "ProfilerBusyError", "auto_checkpoint",
+           "chain_from_profile", "interpret", "load_profile", "plan_from_schedule", "profile", "profile_dict", "save_profile",
            "split_schedule"]

@@ -3097,7 +3097,8 @@ class CheckpointedSequential(_PlannedModule):
                       if entry.loss_only else "")
             raise InfeasibleBudgetError(
                 f"{type(self).__name__}: the budget was feasible for the plan made before the first backward, but the "
-                f"backwards since showed more to count ({shown or 'other gradients of the output'}; "
+                f"{'steps' if drawn else 'backwards'} since showed more to count "
+                f"({shown or 'other gradients of the output'}; "
                 f"Note [The caller holds a_N] in torch_exec/executor.py): {err}{remedy}", err.min_bytes) from None
 
     def extra_repr(self) -> str:

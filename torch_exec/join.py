@@ -720,14 +720,19 @@ class CheckpointedJoin(_PlannedModule):
             reserve = max(b.rng_reserve for b in branches)
             for b in branches:
                 b.rng, b.rng_bytes = rng_flags(b.profile, b.plain_chain)
-                b.rng_reserve, b.draws_new = reserve, False
+                b.rng_reserve = reserve
                 if b.rng_reserve != b.rng_applied:
                     b.exec_chain = b.chain = replace(b.exec_chain, reserved_bytes=b.exec_chain.reserved_bytes
                                                      + b.rng_reserve - b.rng_applied)
                     b.rng_applied = b.rng_reserve
         for face in faces:
             face.net = JoinNet([b.chain for b in face.branches], face.net.turn, face.net.reserved_bytes)
-        return self._plan_entry(entry)
+        planned = self._plan_entry(entry)  # one that no longer fits raises, and the next call tries again
+        for face in faces:
+            for b in face.branches:
+                if not isinstance(b, types.SimpleNamespace):
+                    b.draws_new = False
+        return planned
 
     def _plan_face(self, entry: JoinEntry, fallback: bool = True) -> JoinEntry:
         """Plan one face of a signature's entry and return it. ``fallback``: a percentage budget below its least may
@@ -816,7 +821,8 @@ class CheckpointedJoin(_PlannedModule):
         # Whether a stage draws is known from the profile's call only (a drop rate raised from 0, a draw that
         # depends on the data: Note [Draws found at the first run] in torch_exec/_util.py): the forward phase runs
         # branch by branch wherever that fits, drawing stages known or not
-        reordered = sorted(forward, key=lambda op: -1 if op.branch is None else op.branch) + list(plan.schedule[turn_at:])
+        reordered = (sorted(forward, key=lambda op: -1 if op.branch is None else op.branch)
+                     + list(plan.schedule[turn_at:]))
         sim = simulate_join(entry.net, reordered)
         order = [op.branch for op in forward if op.stage in sensitive[op.branch]]
         if sim.peak_bytes <= plan.budget_bytes:

@@ -195,11 +195,11 @@ from gpusolve.chain import PROFILE_FORMAT, Chain
 from gpusolve.errors import FallbackWarning, warn_once
 from gpusolve.progress import work_progress
 
-from ._util import (LeafReaders, ModelSnapshot, RngState, _callable_name, aliases, backward_segment, block_bytes, buffers_of,
-                    by_origin, check_state, clone, copyable, cuda_devices, generators_of, grad_storages,
-                    held_from, held_nbytes, host_rng_error, host_rng_moved, host_rng_state, make_leaf, map_state, output_facts, params_of, progress_setting,
-                    register_grad_hook, scalar_attributes, set_host_rng_state, stage_list, stage_state, state_nbytes,
-                    storage_key, storages, tensors)
+from ._util import (LeafReaders, ModelSnapshot, RngState, _callable_name, aliases, backward_segment, block_bytes,
+                    buffers_of, by_origin, check_state, clone, copyable, cuda_devices, generators_of, grad_storages,
+                    held_from, held_nbytes, host_rng_error, host_rng_moved, host_rng_state, make_leaf, map_state,
+                    output_facts, params_of, progress_setting, register_grad_hook, scalar_attributes,
+                    set_host_rng_state, stage_list, stage_state, state_nbytes, storage_key, storages, tensors)
 from .meter import MemoryMeter, room_for_a_cpu_meter
 from .offload import HostCopies
 

@@ -624,7 +624,7 @@ def _whole(value) -> bool:
 # negative.
 _OPTIONAL_STAGE_BYTES = {"held_nbytes": (0, False), "saved_bytes": (0, False), "out_saved_bytes": (0, False),
                          "in_saved_bytes": (0, False), "grad_held_bytes": (0, False), "bwd_delta": (-MAX_BYTES, True),
-                         "grad_ready_delta": (-MAX_BYTES, False)}
+                         "grad_ready_delta": (-MAX_BYTES, False), "rng_bytes": (0, False)}
 _STAGE_FLAGS = ("aliases", "rng", "device_only", "writes_input")
 
 

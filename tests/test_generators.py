@@ -297,3 +297,223 @@ def test_a_global_named_like_an_attribute_the_forward_reads_is_not_recorded():
     m = _AttributeNamedLikeAGlobal()
     found = U.generators_of([m])
     assert len(found) == 1 and found[0] is m.noise_g
+
+
+# ---------------------------------------------------------------------------- Note [Draws found at the first run]
+class _DropPath(nn.Module):
+    """timm's DropPath: its rate a plain float the loop sets, which no signature keys."""
+
+    def __init__(self):
+        super().__init__()
+        self.drop_prob = 0.0
+
+    def forward(self, x):
+        if self.drop_prob == 0.0 or not self.training:
+            return x
+        keep = 1 - self.drop_prob
+        return x * x.new_empty((x.shape[0],) + (1,) * (x.ndim - 1)).bernoulli_(keep) / keep
+
+
+class _Block(nn.Module):
+    def __init__(self, way="rate", gen=None):
+        super().__init__()
+        self.a, self.b = nn.Linear(D, 2 * D), nn.Linear(2 * D, D)
+        self.way, self.gen = way, gen
+        self.drop_path = _DropPath()
+
+    def forward(self, h):
+        z = torch.tanh(self.a(h))
+        if self.way == "data" and z.abs().mean() > 0.5:  # noise only where the activations are large
+            z = z + 0.5 * torch.randn(z.shape)
+        if self.way == "generator":
+            z = z + 0.5 * torch.randn(z.shape, generator=self.gen)
+        return h + self.drop_path(self.b(z))
+
+
+_X = torch.randn(8, 4, D, generator=torch.Generator().manual_seed(1))
+
+
+def _train(model, run, steps=3, rate=True):
+    """Losses, gradients and torch's RNG state after each step; ``rate``: the drop rate raised from 0 (0, 0.1,
+    0.2)."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    torch.manual_seed(123)
+    out = []
+    for step in range(steps):
+        for m in model.modules():
+            if isinstance(m, _DropPath) and rate:
+                m.drop_prob = 0.1 * step
+        loss = run(_X * (1 + step)).pow(2).mean()
+        loss.backward()
+        out.append((loss.item(), [p.grad.clone() for p in model.parameters()], torch.get_rng_state()))
+        opt.step()
+        opt.zero_grad()
+    return out
+
+
+def _as_plain(got, plain):
+    for (la, ga, ra), (lb, gb, rb) in zip(plain, got, strict=True):
+        assert la == lb
+        for a, b in zip(ga, gb, strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+        assert torch.equal(ra, rb)
+
+
+@pytest.mark.parametrize("way", ["rate", "data"])
+def test_a_stage_found_drawing_at_a_later_call_is_replayed(way):
+    """A stage the profile saw draw nothing (a drop rate raised from 0, a draw the data decides) is recorded at the
+    first run where it draws: every step trains as plain autograd, and a DrawsFoundWarning names the stages once (a
+    review: rv21d_seq_drop_rate_attribute_from_zero_not_replayed.py, rv21d_seq_data_dependent_draw_not_replayed.py)."""
+    import copy
+    import warnings
+    torch.manual_seed(0)
+    base = nn.Sequential(*[_Block(way) for _ in range(8)])
+    ref = copy.deepcopy(base)
+    plain = _train(ref, ref, rate=way == "rate")
+    model = copy.deepcopy(base)
+    w = te.CheckpointedSequential(model, budget="80%", backend="cpu", profile_passes=1)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        got = _train(model, w, rate=way == "rate")
+    assert sum(w._last.recomputed) > 0
+    _as_plain(got, plain)
+    found = [m for m in seen if issubclass(m.category, te.DrawsFoundWarning)]
+    assert found and all("drew random numbers" in str(m.message) for m in found)
+    if way == "rate":  # every block draws from step 1 on: each recomputed stage is marked
+        assert all(w._last.rng[s] for s in range(1, w._last.chain.n + 1) if w._last.recomputed[s])
+
+
+def test_a_join_stage_found_drawing_is_replayed_in_plain_autograds_order():
+    """rv21d_join_live_stage_draws_not_replayed.py: the join records the stages found drawing and runs its forward
+    phase branch by branch where that fits, so that their draws follow plain autograd's order."""
+    import copy
+    import warnings
+
+    from torch_exec.join import CheckpointedJoin
+
+    class Head(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.out = nn.Linear(D, 1)
+
+        def forward(self, a, b):
+            return self.out(a * b).pow(2).mean()
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.t1 = nn.Sequential(*[_Block() for _ in range(5)])
+            self.t2 = nn.Sequential(*[_Block() for _ in range(5)])
+            self.head = Head()
+
+        def forward(self, a, b):
+            return self.head(self.t1(a), self.t2(b))
+
+    x2 = torch.randn(8, 4, D, generator=torch.Generator().manual_seed(2))
+
+    def train(model, run):
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        torch.manual_seed(123)
+        out = []
+        for step in range(3):
+            for m in model.modules():
+                if isinstance(m, _DropPath):
+                    m.drop_prob = 0.1 * step
+            loss = run(_X * (1 + step), x2 * (1 + step))
+            loss.backward()
+            out.append((loss.item(), [p.grad.clone() for p in model.parameters()], torch.get_rng_state()))
+            opt.step()
+            opt.zero_grad()
+        return out
+    torch.manual_seed(0)
+    base = Net()
+    ref = copy.deepcopy(base)
+    plain = train(ref, ref)
+    model = copy.deepcopy(base)
+    join = CheckpointedJoin([model.t1, model.t2], model.head, budget="75%", backend="cpu", profile_passes=1,
+                            profile_warmup=0)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        got = train(model, join)
+    _as_plain(got, plain)
+    assert any(issubclass(m.category, te.DrawsFoundWarning) for m in seen)
+
+
+def test_a_record_keeps_the_generators_the_stage_advanced():
+    """RngState.advanced: the record of a run holds the generators it moved, only."""
+    from torch_exec import _util as U
+    g1, g2 = torch.Generator().manual_seed(1), torch.Generator().manual_seed(2)
+    before = U.RngState.capture([], (g1, g2))
+    torch.randn(3, generator=g2)
+    record = before.advanced(U.RngState.capture([], (g1, g2)))
+    assert record.cpu is None and record.generators == (g2,) and record.nbytes("cpu") == g2.get_state().numel()
+    assert U.RngState.capture([], (g1,)).advanced(U.RngState.capture([], (g1,))) is None
+    torch.rand(1)
+    record = U.RngState.capture([]).advanced(U.RngState.capture([]))
+    assert record is None
+    before = U.RngState.capture([])
+    torch.rand(1)
+    assert before.advanced(U.RngState.capture([])).cpu is before.cpu
+
+
+def test_a_generator_per_block_costs_what_a_shared_one_does():
+    """rv21d_seq_every_generator_recorded_per_stage.py: each stage records the generator it draws from, not every
+    generator of the model: the least budget with a generator per block is the shared generator's."""
+    from gpusolve import InfeasibleBudgetError
+    least = {}
+    for way in ("shared", "per block"):
+        shared = torch.Generator().manual_seed(1)
+        torch.manual_seed(0)
+        model = nn.Sequential(*[_Block("generator", shared if way == "shared" else torch.Generator().manual_seed(i))
+                                for i in range(8)])
+        with pytest.raises(InfeasibleBudgetError) as err:
+            te.CheckpointedSequential(model, budget="10%", backend="cpu", profile_passes=1)(_X)
+        least[way] = err.value.min_bytes
+    assert least["per block"] == least["shared"]
+
+
+class _HostDraw(nn.Module):
+    def __init__(self, kind, later=False):
+        super().__init__()
+        self.l = nn.Linear(D, D)
+        self.kind, self.later = kind, later
+
+    def forward(self, h):
+        import random
+
+        import numpy as np
+        z = self.l(h)
+        if self.later and z.abs().mean() < 0.5:  # draws at later calls only (larger inputs)
+            return h + z
+        if self.kind == "random":
+            return h if random.random() < 0.3 else h + z
+        return h + z + torch.from_numpy(np.random.randn(*z.shape).astype("float32"))
+
+
+@pytest.mark.parametrize("kind", ["random", "numpy"])
+def test_python_and_numpy_draws_are_refused_when_profiled(kind):
+    """Note [Python's and NumPy's generators]: the profiler names the stage and the fix; the generators are left as
+    they were (rv21d_seq_python_numpy_random_not_refused.py)."""
+    import random
+
+    import numpy as np
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(D, D), _HostDraw(kind), nn.Linear(D, D), nn.Linear(D, D))
+    state = (random.getstate(), np.random.get_state()[1].copy())
+    with pytest.raises(te.CaptureError, match=r"stage 2's forward \(_HostDraw\) draws from .*draw with torch instead"):
+        te.CheckpointedSequential(model, budget="1GiB", backend="cpu", profile_passes=1)(_X)
+    assert random.getstate() == state[0] and np.array_equal(np.random.get_state()[1], state[1])
+
+
+@pytest.mark.parametrize("kind", ["random", "numpy"])
+def test_python_and_numpy_draws_at_a_later_call_are_refused(kind):
+    """A stage that draws from Python's or NumPy's generator only at a later call is refused at that call, when the
+    plan recomputes (rv21d_auto_python_random_on_later_call_unrefused.py)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(D, D), nn.Tanh()) if i % 2 else _HostDraw(kind, later=True)
+                            for i in range(8)])
+    w = te.CheckpointedSequential(model, budget="60%", backend="cpu", profile_passes=1)
+    w(_X * 0.01).sum().backward()
+    assert sum(w._last.recomputed) > 0
+    with pytest.raises(te.CaptureError, match="a stage's forward at this call draws from .*draw with torch instead"):
+        w(_X * 50)

@@ -8,6 +8,7 @@ and reads/writes ``measured-chain/1``. ``CheckpointedSequential(stages, budget="
 ``CheckpointedJoin(branches, head, budget)`` does the same for k chains meeting at a head (join DP).
 torch is imported here, never in ``gpusolve``.
 """
+from ._util import DrawsFoundWarning
 from .auto import AutoCheckpointed, CaptureError, auto_checkpoint
 from .executor import CheckpointedSequential, interpret, plan_from_schedule, split_schedule
 from .join import CheckpointedJoin
@@ -26,6 +27,6 @@ from .profiler import (
 )
 
 __all__ = ["AttributeWriteError", "AutoCheckpointed", "CPUTimingWarning", "CaptureError", "CheckpointedJoin", "CheckpointedSequential",
-           "DataDependentShapeError", "InputMutationWarning", "ParameterWriteError", "ProfilerBusyError", "auto_checkpoint", "chain_from_profile",
-           "interpret", "load_profile", "plan_from_schedule", "profile", "profile_dict", "save_profile",
+           "DataDependentShapeError", "DrawsFoundWarning", "InputMutationWarning", "ParameterWriteError", "ProfilerBusyError", "auto_checkpoint",
+           "chain_from_profile", "interpret", "load_profile", "plan_from_schedule", "profile", "profile_dict", "save_profile",
            "split_schedule"]

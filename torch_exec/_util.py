@@ -792,12 +792,26 @@ _MODULE_DICTS = frozenset({"_parameters", "_buffers", "_modules", "_non_persiste
 _HOOK_DICTS = frozenset({"_forward_hooks", "_forward_pre_hooks"})
 
 
+def _same_state(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two generator states (host byte tensors: ``get_state()``'s, a CUDA generator's too) are equal: by
+    their bytes, a third of ``torch.equal``'s time on the host (Note [Draws found at the first run])."""
+    if type(a) is not torch.Tensor or type(b) is not torch.Tensor:  # traced (torch.export's fake tensors): no data
+        return True
+    try:
+        if a.device.type == "cpu" and b.device.type == "cpu" and a.dtype == b.dtype == torch.uint8:
+            return a.numpy().tobytes() == b.numpy().tobytes()
+        return torch.equal(a, b)
+    except RuntimeError:  # traced by torch.export (non-strict): the data cannot be read, and nothing runs again
+        return True
+
+
 @dataclass
 class RngState:
     """CPU RNG state, the CUDA RNG states of ``devices``, and the states of ``generators`` (Note [Generators of
-    the model's own])."""
+    the model's own]). ``cpu`` None: not recorded (a record of the generators a stage advanced:
+    :meth:`advanced`)."""
 
-    cpu: torch.Tensor
+    cpu: torch.Tensor | None
     devices: list[int]
     cuda: list[torch.Tensor]
     generators: tuple = ()
@@ -805,26 +819,260 @@ class RngState:
 
     @classmethod
     def capture(cls, devices: list[int], generators: tuple = ()) -> "RngState":
-        return cls(torch.get_rng_state(), list(devices), [torch.cuda.get_rng_state(d) for d in devices],
-                   tuple(generators), [g.get_state() for g in generators])
+        # the devices' default generators read directly (torch.cuda.get_rng_state's own checks cost more than the
+        # read: a capture runs twice per recomputed stage and step, Note [Draws found at the first run])
+        cuda = [torch.cuda.default_generators[d].get_state() for d in devices] if devices else []
+        return cls(torch.get_rng_state(), list(devices), cuda, tuple(generators), [g.get_state() for g in generators])
 
     def restore(self) -> None:
-        torch.set_rng_state(self.cpu)
+        if self.cpu is not None:
+            torch.set_rng_state(self.cpu)
         for d, st in zip(self.devices, self.cuda):
             torch.cuda.set_rng_state(st, d)
         for g, st in zip(self.generators, self.states):
             g.set_state(st)
 
     def equals(self, other: "RngState") -> bool:
-        return (self.devices == other.devices and torch.equal(self.cpu, other.cpu)
-                and all(torch.equal(a, b) for a, b in zip(self.cuda, other.cuda))
-                and [id(g) for g in self.generators] == [id(g) for g in other.generators]
-                and all(torch.equal(a, b) for a, b in zip(self.states, other.states)))
+        return self.advanced(other) is None and len(self.devices) == len(other.devices) \
+            and [id(g) for g in self.generators] == [id(g) for g in other.generators]
+
+    def advanced(self, after: "RngState") -> "RngState | None":
+        """This state (captured before a run, ``after`` it, of the same generators) restricted to the generators
+        that the run advanced, which are all a replay needs to put back (Note [Draws found at the first run]); None
+        where none moved."""
+        cpu = None if self.cpu is None or after.cpu is None or _same_state(self.cpu, after.cpu) else self.cpu
+        cuda = [(d, a) for d, a, b in zip(self.devices, self.cuda, after.cuda) if not _same_state(a, b)]
+        gens = [(g, a) for g, a, b in zip(self.generators, self.states, after.states) if not _same_state(a, b)]
+        if cpu is None and not cuda and not gens:
+            return None
+        return RngState(cpu, [d for d, _ in cuda], [a for _, a in cuda], tuple(g for g, _ in gens),
+                        [a for _, a in gens])
 
     def nbytes(self, device_type: str) -> int:
         """Bytes this record holds on ``device_type`` ("cpu" or "cuda")."""
-        tensors_ = [self.cpu] + list(self.cuda) + list(self.states)
+        tensors_ = ([] if self.cpu is None else [self.cpu]) + list(self.cuda) + list(self.states)
         return sum(t.numel() * t.element_size() for t in tensors_ if t.device.type == device_type)
+
+
+_CPU_STATE_BYTES = torch.default_generator.get_state().numel()  # a CPU generator's state (5 056 B)
+_PROBES = threading.local()  # per thread: the small tensors a fingerprint draws into (RngMark)
+
+
+def _fingerprint(gen: torch.Generator) -> tuple:
+    """Numbers drawn from ``gen`` (a clone: it moves) into small tensors made once per thread: equal for equal
+    states, and, for different ones, equal with a chance of about 2^-150 (a float and a double normal, which read
+    the normal samples the generator caches, then two 64-bit integers). Nothing is allocated (Note [Draws found at
+    the first run])."""
+    bufs = getattr(_PROBES, "bufs", None)
+    if bufs is None:
+        bufs = _PROBES.bufs = (torch.empty(1), torch.empty(1, dtype=torch.float64), torch.empty(2, dtype=torch.int64))
+    f, d, i = bufs
+    f.normal_(generator=gen)
+    d.normal_(generator=gen)
+    i.random_(generator=gen)
+    return f.item(), d.item(), *i.tolist()
+
+
+_fingerprint(torch.Generator())  # this thread's tensors made at import, outside any measured step
+
+
+def _read_state(gen: torch.Generator, free: bool, keep: bool):
+    """A generator's state for :class:`RngMark`: bytes (its ``get_state()``, a host tensor turned into bytes at
+    once), or where ``free`` (a CPU generator of a model on the CPU, whose meter sees every host allocation), a
+    (clone where ``keep``, fingerprint) pair, which allocates nothing through torch."""
+    if free:
+        clone = gen.clone_state()
+        return (clone if keep else None, _fingerprint(clone.clone_state() if keep else clone))
+    return gen.get_state().numpy().tobytes()
+
+
+def _state_tensor(state) -> torch.Tensor:
+    if isinstance(state, tuple):
+        return state[0].get_state()
+    return torch.frombuffer(bytearray(state), dtype=torch.uint8)
+
+
+class RngMark:
+    """The states of the default generators (CPU, the CUDA ``devices``') and of ``generators``: what the first run of
+    a stage that runs again is compared against, and its record (Note [Draws found at the first run]). A state is
+    held as bytes (read one at a time: torch's allocator holds it for an instant, on the host), or, where ``free``
+    (a model on the CPU, whose budget counts host memory), a CPU generator as a clone and a fingerprint
+    (:func:`_fingerprint`): nothing through torch's allocator, so that a step's measured peak does not see it."""
+
+    __slots__ = ("cpu", "devices", "cuda", "generators", "states")
+
+    def __init__(self, cpu, devices: list, cuda: list, generators: tuple, states: list):
+        self.cpu, self.devices, self.cuda, self.generators, self.states = cpu, devices, cuda, generators, states
+
+    @classmethod
+    def capture(cls, devices: list[int], generators: tuple = (), free: bool = False, keep: bool = True) -> "RngMark":
+        """``keep``: a mark a run may be replayed from (before it); False: only compared (after it)."""
+        cuda = [_read_state(torch.cuda.default_generators[d], False, keep) for d in devices] if devices else []
+        return cls(_read_state(torch.default_generator, free, keep), list(devices), cuda, tuple(generators),
+                   [_read_state(g, free and g.device.type == "cpu", keep) for g in generators])
+
+    def advanced(self, after: "RngMark") -> "RngMark | None":
+        """This mark (taken before a run; ``after`` it) restricted to the generators the run advanced; None where
+        none moved."""
+        cpu = self.cpu if self.cpu is not None and after.cpu is not None and _moved(self.cpu, after.cpu) else None
+        cuda = [(d, a) for d, a, b in zip(self.devices, self.cuda, after.cuda) if _moved(a, b)]
+        gens = [(g, a) for g, a, b in zip(self.generators, self.states, after.states) if _moved(a, b)]
+        if cpu is None and not cuda and not gens:
+            return None
+        return RngMark(cpu, [d for d, _ in cuda], [a for _, a in cuda], tuple(g for g, _ in gens),
+                       [a for _, a in gens])
+
+    def restore(self) -> None:
+        if self.cpu is not None:
+            torch.default_generator.set_state(_state_tensor(self.cpu))
+        for d, st in zip(self.devices, self.cuda):
+            torch.cuda.set_rng_state(_state_tensor(st), d)
+        for g, st in zip(self.generators, self.states):
+            g.set_state(_state_tensor(st))
+
+    def nbytes(self, device_type: str) -> int:
+        """Bytes of the states recorded, where they count on ``device_type``: every state is host memory (a CUDA
+        generator's too), so on "cpu" only (a clone: a CPU generator's state)."""
+        if device_type != "cpu":
+            return 0
+        states = ([] if self.cpu is None else [self.cpu]) + list(self.cuda) + list(self.states)
+        return sum(_CPU_STATE_BYTES if isinstance(st, tuple) else len(st) for st in states)
+
+
+def _moved(a, b) -> bool:
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return a[1] != b[1]
+    return a != b
+
+
+# Note [Draws found at the first run]
+#     Whether a stage draws random numbers was read once, off the profile (one call), and the executor recorded a
+#     recomputed stage's RNG state only where the profile said so. A stage that draws on some calls only (noise
+#     where the activations are large, ``if z.abs().mean() > 0.5``) or once an attribute the training loop sets
+#     allows it (a timm ``DropPath`` whose ``drop_prob``, a plain float that the signature does not key, is raised
+#     from 0; ``F.dropout(z, self.p)``) was recomputed from the backward's RNG state: other noise than its
+#     forward's, gradients 1e-1 off plain autograd's, and the generator moved on by the recomputation, silently (a
+#     review, 2026-11-29: bench/repros/rv21d_seq_data_dependent_draw_not_replayed.py,
+#     rv21d_seq_drop_rate_attribute_from_zero_not_replayed.py, rv21d_join_live_stage_draws_not_replayed.py). So
+#     the first run of every stage that runs again later (the profile's flag notwithstanding) marks the state of
+#     the default generators and the model's own before it and compares after it (:class:`RngMark`): the record
+#     keeps the generators that moved, only (a stage drawing from a generator of its own records that one: with a
+#     generator per block, each stage had recorded all of them, 5 056 B each on the CPU, and no budget but plain
+#     autograd's fitted: rv21d_seq_every_generator_recorded_per_stage.py; the profiler's ``rng_bytes`` per stage,
+#     what the plan reserves, are read the same way). The recomputation replays it in the same step, so that step
+#     is right too; a stage the profile did not see draw is marked as drawing from then on (the executor's
+#     Entry.rng and the profile's ``rng``), said once (:class:`DrawsFoundWarning`), and the record's bytes, where
+#     they are on the device the plan counts (a CPU model's), are reserved from the next call on (executor.
+#     learn_draws: as other learned sizes, a re-plan that no longer fits raises, naming them). A join re-plans
+#     its draw order (Note [Draw order] in torch_exec/join.py). The marks allocate nothing on the device: on a
+#     CUDA device the states are read as bytes (host memory; a CUDA generator's state is 16 B); on the CPU, whose
+#     meter sees every host allocation (a 5 056 B state read at each stage boundary went over tight budgets of
+#     small models), a CPU generator is cloned (``clone_state``) and compared by a fingerprint, a few numbers drawn
+#     from a clone into tensors made once per thread (:func:`_fingerprint`). The host cost, timed inside the steps
+#     (bench/rng_watch_cost.py --attribute: DenseNet-121's layout with tiny widths on the CPU, 15 of 65 stages
+#     recomputed, on a loaded 2-core host, the check of Note [Python's and NumPy's generators] included): 0.41-0.43
+#     ms of a 36-44 ms step (1.1 %) with the bytes a CUDA model's steps read, 0.63-0.88 ms (1.3-1.7 %) with the CPU's
+#     clones and fingerprints; steps with the watch on and off, interleaved in one process (--ab), differed by less
+#     than their noise (ratios 0.94-1.03; the tree without the watch, its control: 0.99-1.02).
+
+
+class DrawsFoundWarning(UserWarning):
+    """A stage drew random numbers at a call whose profile saw it draw none (Note [Draws found at the first
+    run]): it is recorded and replayed from then on."""
+
+
+class CaptureError(RuntimeError):
+    """The model could not be turned into a chain (the message says why and what to do)."""
+
+
+# Note [Python's and NumPy's generators]
+#     Draws from Python's ``random`` or NumPy's global generator (LayerDrop as ``if random.random() < p``, noise from
+#     ``np.random.randn``) cannot be recorded and replayed as torch's generators are: a recomputation draws the
+#     next numbers (another block skipped, other noise), and profiling's runs move those generators on, so that
+#     every step differs from plain autograd's, silently (a review, 2026-11-29:
+#     bench/repros/rv21d_seq_python_numpy_random_not_refused.py). The one rule, :func:`host_rng_error`, refuses
+#     them naming the fix, drawing with torch: in auto_checkpoint's probe (Note [Probing the model] in
+#     torch_exec/auto.py), in the profiler per stage (its no-grad run: the stage named; a join's head, which never
+#     runs again, is not refused; profiling puts both generators back as they were), and at run time once per
+#     step, around the forward of a plan that recomputes anything (a draw at a later call only:
+#     rv21d_auto_python_random_on_later_call_unrefused.py). The run-time check compares Python's state
+#     (``random.getstate()``) and NumPy's Mersenne Twister words and position (read in place, a 2.5 KB copy: NumPy's
+#     ``get_state()`` took 55 us here); a draw only of NumPy's cached second Gaussian (``np.random.randn()`` of
+#     one number, every other call) moves neither and is seen by the profiler's check only.
+
+
+def host_rng_state() -> tuple:
+    """The state of Python's ``random`` and NumPy's global generator (whole: the profiler's and the probe's)."""
+    import random
+
+    import numpy as np
+    return random.getstate(), np.random.get_state()
+
+
+def set_host_rng_state(state: tuple) -> None:
+    import random
+
+    import numpy as np
+    random.setstate(state[0])
+    np.random.set_state(state[1])
+
+
+def host_rng_moved(before: tuple) -> list[str]:
+    """Which of Python's ``random`` and NumPy's global generator moved since ``before`` (:func:`host_rng_state`)."""
+    import numpy as np
+    now = host_rng_state()
+    moved = []
+    if now[0] != before[0]:
+        moved.append(HOST_RNG_NAMES[0])
+    if any(not np.array_equal(a, b) for a, b in zip(now[1][1:], before[1][1:], strict=True)):
+        moved.append(HOST_RNG_NAMES[1])
+    return moved
+
+
+HOST_RNG_NAMES = ("Python's random", "NumPy's global generator (np.random)")
+_NUMPY_WORDS = [None, None]  # the legacy global generator, and where its words are (Note [Python's and NumPy's ...])
+
+
+def host_rng_mark() -> tuple:
+    """A cheap mark of Python's and NumPy's generators (Note [Python's and NumPy's generators]), for
+    :func:`host_rng_moved_since`."""
+    import ctypes
+    import random
+    np = sys.modules.get("numpy")
+    words = None
+    if np is not None:
+        try:
+            bits = np.random.mtrand._rand._bit_generator
+            if _NUMPY_WORDS[0] is not bits:
+                _NUMPY_WORDS[:] = [bits, int(bits.ctypes.state_address)]
+            words = ctypes.string_at(_NUMPY_WORDS[1], 624 * 4 + 4)  # mt19937_state: key[624], pos
+        except (AttributeError, TypeError, ValueError):  # another NumPy: its whole state
+            words = np.random.get_state()[1:]
+    return random.getstate(), words
+
+
+def host_rng_moved_since(mark: tuple) -> list[str]:
+    """Which of Python's ``random`` and NumPy's global generator moved since :func:`host_rng_mark`'s ``mark``."""
+    now = host_rng_mark()
+    moved = []
+    if now[0] != mark[0]:
+        moved.append(HOST_RNG_NAMES[0])
+    if isinstance(now[1], bytes) or now[1] is None:
+        if now[1] != mark[1]:
+            moved.append(HOST_RNG_NAMES[1])
+    else:
+        import numpy as np
+        if any(not np.array_equal(a, b) for a, b in zip(now[1], mark[1], strict=True)):
+            moved.append(HOST_RNG_NAMES[1])
+    return moved
+
+
+def host_rng_error(moved: list[str], what: str, why: str) -> CaptureError:
+    """The one refusal of draws from Python's ``random`` or NumPy's global generator (Note [Python's and NumPy's
+    generators]): ``what`` draws from ``moved``, which ``why`` (what cannot replay them)."""
+    return CaptureError(f"{what} draws from {' and '.join(moved)}, which {why} (Note [Python's and NumPy's "
+                        f"generators] in torch_exec/_util.py); draw with torch instead (torch.rand(()) < p, "
+                        f"torch.randn_like), whose generators the executor records and replays")
 
 
 @contextlib.contextmanager

@@ -487,8 +487,7 @@ def _join_too_large(k: int, backend: str) -> str:
             f"exceeds JOIN_DP_WORK[{backend!r}] = {work}")
 
 
-class CaptureError(RuntimeError):
-    """The model could not be turned into a chain (the message says why and what to do)."""
+CaptureError = U.CaptureError  # the model could not be turned into a chain (the message says why and what to do)
 
 
 # ---------------------------------------------------------------------------- the captured program
@@ -1367,20 +1366,7 @@ def _probe_inputs(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     return pytree.tree_map(copy, (args, kwargs))
 
 
-def _host_rng_state() -> tuple:
-    """The state of Python's ``random`` and NumPy's global generator."""
-    import random
-
-    import numpy as np
-    return random.getstate(), np.random.get_state()
-
-
-def _set_host_rng_state(state: tuple) -> None:
-    import random
-
-    import numpy as np
-    random.setstate(state[0])
-    np.random.set_state(state[1])
+_host_rng_state, _set_host_rng_state = U.host_rng_state, U.set_host_rng_state  # Note [Python's and NumPy's ...]
 
 
 def _advance_host_rng() -> None:
@@ -1392,16 +1378,7 @@ def _advance_host_rng() -> None:
     np.random.random()
 
 
-def _host_rng_moved(before: tuple) -> list[str]:
-    """Which of Python's ``random`` and NumPy's global generator moved since ``before``."""
-    import numpy as np
-    now = _host_rng_state()
-    moved = []
-    if now[0] != before[0]:
-        moved.append("Python's random")
-    if any(not np.array_equal(a, b) for a, b in zip(now[1][1:], before[1][1:], strict=True)):
-        moved.append("NumPy's global generator (np.random)")
-    return moved
+_host_rng_moved = U.host_rng_moved
 
 
 class _NoSavedTensors:
@@ -1696,10 +1673,8 @@ def _probe_model(model: nn.Module, args: tuple, kwargs: dict) -> _Probe:
         raise _hooks_error(retained, "in its forward", "neither capture keeps (torch.export drops it, and the block "
                            "fallback runs the layers again apart from the h it returned)")
     if moved:
-        raise CaptureError(f"the model's forward draws from {' and '.join(moved)}, which neither capture can replay "
-                           f"(torch.export fixes the first draw in the graph, and recomputation would draw again: Note "
-                           f"[Probing the model]); draw with torch instead (torch.rand(()) < p, torch.randn_like), "
-                           f"whose generator the executor records and replays")
+        raise U.host_rng_error(moved, "the model's forward", "neither capture can replay (torch.export fixes the first "
+                               "draw in the graph, and recomputation would draw again: Note [Probing the model])")
     if stored:
         raise CaptureError(f"the model's forward stores tensors that carry gradient on its modules, off the path to "
                            f"its outputs ({U.first_few(sorted(set(stored)))}): "

@@ -706,16 +706,17 @@ def caller_chain(chain: Chain, output_bytes: int, output_grad_held: bool = True,
 
 def executor_chain(chain: Chain, rng: list, sample, preserve_rng: bool, group_modules: list,
                    output_grad_held: bool = True, output_bytes: int = 0, allocator: bool = True,
-                   buffer_writes: list | None = None, generators: tuple = ()) -> Chain:
+                   buffer_writes: list | None = None, generators: tuple = (), rng_bytes: list | None = None) -> Chain:
     """The chain as the executor runs it: what it holds beyond the stages' tensors is reserved.
 
     - What any step holds beside the stages (:func:`caller_chain`): the gradient of a_N, a_N itself
       (``output_bytes``) and, on a CUDA device, one unsplit allocator block (``allocator=False`` for a
       join's branches, whose step, the join's, reserves it once).
     - The RNG states it records, on the sample's device: one per recomputed stage that draws random
-      numbers (counted for every such stage: the plan is not known yet), plus the copy
-      ``fork_rng`` takes while one is replayed; with those of the model's own ``generators`` (Note
-      [Generators of the model's own] in torch_exec/_util.py).
+      numbers (counted for every such stage: the plan is not known yet), of the generators its profiled run
+      advanced (``rng_bytes``, per stage; None, or None for a stage: the default generators and all the model's
+      own ``generators``: Note [Draws found at the first run] in torch_exec/_util.py), plus the copy ``fork_rng``
+      takes while one is replayed (Note [Generators of the model's own] in torch_exec/_util.py).
     - The clones of a stage's buffers that its re-runs work on: workspace of a no-grad re-run, part
       of a recorded re-run's tape; and, for a stage whose forward writes them (``buffer_writes``, indexed
       by stage, 0 unused; None: every stage), the buffers as they were before its first run, which its
@@ -733,8 +734,12 @@ def executor_chain(chain: Chain, rng: list, sample, preserve_rng: bool, group_mo
     reserved += int(writes.sum())  # the buffers before each recomputed stage's first run (Runtime.buffers)
     drawing = sum(rng[1:])
     if preserve_rng and drawing:
-        state = U.RngState.capture(U.cuda_devices(sample), generators).nbytes(device_type)
-        reserved += (drawing + 1) * state
+        devices = U.cuda_devices(sample)
+        state = U.RngState.capture(devices, generators).nbytes(device_type)
+        records = [state if rng_bytes is None or rng_bytes[s] is None else int(rng_bytes[s])
+                   for s in range(1, len(rng)) if rng[s]]
+        if records:  # the records and the copy a replay forks (the first runs' watch holds nothing: U.RngMark)
+            reserved += sum(records) + min(state, U.RngState.capture(devices).nbytes(device_type) + max(records))
     notes = list(chain.provenance.get("notes", [])) + [
         f"executor: {reserved} B reserved for the step ({held}{drawing} recorded RNG state(s))"]
     return replace(held_chain, reserved_bytes=chain.reserved_bytes + reserved,
@@ -898,6 +903,61 @@ def learn_allocator_blocks(entry: Entry, excess: int, unsplit: int) -> None:
     _share_learned(entry)
 
 
+def rng_flags(data: dict, chain: Chain) -> tuple[list, list]:
+    """Per fused stage of ``chain`` (0 unused): whether it draws random numbers, and the bytes of its RNG record on
+    the device (None: the profile does not say), from the profile ``data`` (its stages' ``rng``, ``rng_bytes``)."""
+    by_name = {stage["name"]: stage for stage in data["stages"]}
+    rng, nbytes = [False], [0]
+    for members in chain.provenance["members"]:
+        stages = [by_name[m] for m in members]
+        rng.append(any(st.get("rng", True) for st in stages))
+        known = [st.get("rng_bytes") for st in stages if st.get("rng", True)]
+        nbytes.append(None if any(b is None for b in known) else sum(int(b) for b in known))
+    return rng, nbytes
+
+
+def learn_draws(entry: Entry, s: int, record: "U.RngMark") -> None:
+    """Note [Draws found at the first run] in torch_exec/_util.py: stage ``s``, which its profile did not see draw,
+    advanced the generators of ``record`` at its first run. Marked as drawing from now on, in the profile (its
+    members) and on both faces of the signature; where the record's bytes are on the device the plan counts (a CPU
+    model's), they are reserved and the next call re-plans (``entry.replan_due``)."""
+    members = entry.plain_chain.provenance["members"][s - 1]
+    device_type = getattr(entry.device, "type", "cuda")
+    nbytes = record.nbytes(device_type)
+    first = not any(entry.rng[1:])
+    for stage in entry.profile["stages"]:
+        if stage["name"] in members:
+            stage["rng"], stage["rng_bytes"] = True, nbytes
+    for face in faces_of(entry):
+        face.rng, face.rng_bytes = rng_flags(face.profile, face.plain_chain)
+        face.draws_new = True
+    # the record, and where no stage drew before, the copy a replay forks
+    added = nbytes + (min(U.RngState.capture([], entry.generators).nbytes(device_type),
+                          U.RngState.capture([]).nbytes(device_type) + nbytes) if first else 0)
+    if added:  # the record, and where no stage drew before, the copy a replay takes
+        entry.rng_reserve += added
+        entry.replan_due = True
+        _share_learned(entry)
+
+
+def report_draws_found(entries_found: list, what: str) -> None:
+    """Say once which stages a step found drawing that their profile did not see draw (Note [Draws found at the first
+    run] in torch_exec/_util.py): ``entries_found`` holds (entry, stages, a branch label or "")."""
+    parts = []
+    for entry, found, label in entries_found:
+        if not found:
+            continue
+        members = entry.plain_chain.provenance["members"]
+        names = ", ".join(f"{s} ({'+'.join(members[s - 1])})" for s in found)
+        parts.append(f"{label}stage(s) {names}")
+    if not parts:
+        return
+    warnings.warn(f"{what}: {'; '.join(parts)} drew random numbers at this call, which their profile did not see "
+                  f"them draw (a draw that depends on the data, or on an attribute set after profiling, such as a drop "
+                  f"rate raised from 0): their recomputations replay the forward's draws from this step on (Note "
+                  f"[Draws found at the first run] in torch_exec/_util.py)", U.DrawsFoundWarning, stacklevel=4)
+
+
 def learned_reserve_notes(entry: Entry) -> list[str]:
     """The plan's notes for what measured steps over their budget made it reserve (Note [The caller's turn], Note
     [Allocator blocks learned])."""
@@ -922,6 +982,7 @@ def _share_learned(entry: Entry) -> None:
     if other is not None:
         other.out_grads, other.out_dropped = entry.out_grads, entry.out_dropped
         other.caller_reserve, other.blocks_reserve = entry.caller_reserve, entry.blocks_reserve
+        other.rng_reserve = entry.rng_reserve
         other.replan_due = other.replan_due or entry.replan_due
 
 
@@ -962,6 +1023,7 @@ def learned_chain(entry: Entry, grads: frozenset | None, dropped: frozenset | No
     reserved = chain.reserved_bytes - entry.grad_reserve - entry.out_reserve + grad_reserve + output
     reserved += entry.caller_reserve - entry.caller_applied  # Note [The caller's turn]
     reserved += entry.blocks_reserve - entry.blocks_applied  # Note [Allocator blocks learned]
+    reserved += entry.rng_reserve - entry.rng_applied  # Note [Draws found at the first run] in torch_exec/_util.py
     # the reserve holds every storage of a_N only where the caller drops none (Note [Storage-exact peaks])
     whole = bool(output) and output == caller_output_bytes(plain, entry.profile)
     return (replace(chain, reserved_bytes=reserved, tape_bytes=tape, bwd_tape_bytes=bwd_tape,
@@ -973,6 +1035,7 @@ def with_learned_outputs(entry: Entry) -> Chain:
     ``entry.out_dropped``); updates the entry's two reserves."""
     chain, entry.grad_reserve, entry.out_reserve = learned_chain(entry, entry.out_grads, entry.out_dropped)
     entry.caller_applied, entry.blocks_applied = entry.caller_reserve, entry.blocks_reserve
+    entry.rng_applied = entry.rng_reserve
     return chain
 
 
@@ -1181,7 +1244,10 @@ class Entry(ProgramSplit):
     split: int                      # index of FWD_TAPE(N) in plan.schedule
     program: list = field(default_factory=list)     # annotate(plan.schedule)
     recomputed: list = field(default_factory=list)  # [s]: stage s runs again during backward
-    rng: list = field(default_factory=list)         # [s]: stage s draws random numbers (profiled)
+    rng: list = field(default_factory=list)         # [s]: stage s draws random numbers (profiled, or found since)
+    # [s]: bytes of stage s's RNG record on the device (None: not known, the whole state); Note [Draws found at the
+    # first run] in torch_exec/_util.py
+    rng_bytes: list | None = None
     has_buffers: list = field(default_factory=list)  # [s]: stage s's modules hold buffers (BatchNorm)
     # [s]: stage s's forward writes a buffer (the profile's buffer_writes; True where it does not say):
     # Note [Recomputing from the step's buffers]
@@ -1233,6 +1299,11 @@ class Entry(ProgramSplit):
     # budget; and as exec_chain reserves them now
     blocks_reserve: int = 0
     blocks_applied: int = 0
+    # Note [Draws found at the first run] in torch_exec/_util.py: bytes of the RNG records of stages found drawing
+    # since the profile (and the copy a replay takes); and as exec_chain reserves them now
+    rng_reserve: int = 0
+    rng_applied: int = 0
+    draws_new: bool = False  # a stage was found drawing since the plan (a join re-plans its draw order: join.py)
     # the same signature over the other grouping of the stages at boundaries no backward saves (None: the profile
     # has none): Note [Two groupings of unsaved boundaries]
     regrouped: "Entry | None" = None
@@ -1270,6 +1341,12 @@ class Runtime:
         self.preserve_rng = preserve_rng
         self.devices = U.cuda_devices(a0)
         self.generators = getattr(entry, "generators", ())  # Note [Generators of the model's own] (_util.py)
+        # Note [Draws found at the first run] (_util.py): first runs watched beside the recomputed stages' (a join
+        # whose forward phase interleaves branches: a draw found there changes the order of the draws), and the
+        # stages found drawing that their profile did not see draw
+        self.watch_all = False
+        self.found: list = []
+        self.free_marks = not self.devices  # a model on the CPU: its meter sees the host allocations (U.RngMark)
         self.in_backward = False
         self.cast_in_backward = False  # set when the backward starts: recomputation must re-enter autocast
         copies = getattr(entry, "copies", None)
@@ -1336,12 +1413,24 @@ class Runtime:
             state = U.clone(state)  # an in-place first stage must not overwrite the caller's input
         if not self.ran[s]:
             self.ran[s] = True
-            if self.preserve_rng and self.recomputed[s] and entry.rng[s]:
-                self.rng[s] = U.RngState.capture(self.devices, self.generators)
+            # Note [Draws found at the first run] (_util.py): every stage that runs again is watched, the profile's
+            # rng flag notwithstanding; the record keeps the generators the run advanced
+            watch = (self.preserve_rng and (self.recomputed[s] or self.watch_all)
+                     and not torch._C._len_torch_dispatch_stack())  # traced (torch.export): nothing runs again
+            if watch:
+                before = U.RngMark.capture(self.devices, self.generators, self.free_marks)
             if self.recomputed[s] and entry.buffer_writes[s]:  # Note [Recomputing from the step's buffers]
                 self.buffers[s] = U.buffer_values(entry.group_modules[s - 1])
             for fn in entry.groups[s - 1]:
                 state = fn(state)
+            if watch:
+                record = before.advanced(U.RngMark.capture(self.devices, self.generators, self.free_marks, keep=False))
+                if record is not None:
+                    if self.recomputed[s]:
+                        self.rng[s] = record
+                    if not entry.rng[s]:
+                        learn_draws(entry, s, record)
+                        self.found.append(s)
             return state
         rng = self.preserve_rng and s in self.rng
         cast = self.in_backward and self.cast_in_backward
@@ -1352,8 +1441,8 @@ class Runtime:
                 state = fn(state)
             return state
         with contextlib.ExitStack() as stack:
-            if rng:
-                stack.enter_context(U.fork_rng(self.devices, self.generators))
+            if rng:  # the record's own generators and the default ones are put back after
+                stack.enter_context(U.fork_rng(self.devices, self.rng[s].generators))
                 self.rng[s].restore()
             if cast:
                 stack.enter_context(U.autocast_from(self.autocast))
@@ -1888,6 +1977,18 @@ def interpret_backward(ops: list, rt, mode: _SegmentMode | None, tap: tuple = (N
         mode.box.append(mode.param_grads)
 
 
+def refuse_host_draws(mark, what: str) -> None:
+    """Note [Python's and NumPy's generators] in torch_exec/_util.py: raise where the stages' forward of a step that
+    recomputes moved Python's or NumPy's generator since ``mark`` (None: not watched)."""
+    if mark is None:
+        return
+    moved = U.host_rng_moved_since(mark)
+    if moved:
+        raise U.host_rng_error(moved, f"{what}: a stage's forward at this call",
+                               "a recomputation of the stage cannot replay (it would draw the next numbers: other "
+                               "noise, other layers skipped)")
+
+
 class _ScheduleFunction(torch.autograd.Function):
     """forward: ops up to FWD_TAPE(N), returns a_N; backward: the remaining ops, returns grad of a_0.
 
@@ -1903,7 +2004,10 @@ class _ScheduleFunction(torch.autograd.Function):
         ctx.snapshot = None
         a0 = _rebuild(structure, [t.detach() for t in inputs])
         rt = Runtime(entry, a0, [t.requires_grad for t in inputs], U.autocast_state(), preserve_rng, call_data)
+        host = U.host_rng_mark() if any(rt.recomputed) else None  # Note [Python's and NumPy's generators] (_util.py)
         interpret(rt.forward_ops, rt)
+        refuse_host_draws(host, "CheckpointedSequential")
+        report_draws_found([(entry, rt.found, "")], "CheckpointedSequential")
         IN_FLIGHT.add(rt)
         out = rt.tapes[rt.n][1]
         ctx.rt = rt
@@ -2643,8 +2747,7 @@ class CheckpointedSequential(_PlannedModule):
             groups.append([self._fns[i] for i in idx])
             group_modules.append(self._group_modules([self._fns[i] for i in idx]))
         clone_input = clones_input(data["stages"][0])
-        rng = [False] + [any(data["stages"][by_name[m]].get("rng", True) for m in members)
-                         for members in chain.provenance["members"]]
+        rng, rng_bytes = rng_flags(data, chain)
         has_buffers = [False] + [bool(U.buffers_of(mods)) for mods in group_modules]
         writes = [False] + [has and any(data["stages"][by_name[m]].get("buffer_writes", True) for m in members)
                             for has, members in zip(has_buffers[1:], chain.provenance["members"])]
@@ -2663,11 +2766,12 @@ class CheckpointedSequential(_PlannedModule):
                                          for members in chain.provenance["members"]],
                       device=U.tensors(state)[0].device,
                       group_modules=group_modules,
-                      clone_input=clone_input, split=0, rng=rng, has_buffers=has_buffers,
+                      clone_input=clone_input, split=0, rng=rng, rng_bytes=rng_bytes, has_buffers=has_buffers,
                       buffer_writes=writes, plain_chain=chain,
                       generators=generators,
                       exec_chain=executor_chain(chain, rng, sample, self.preserve_rng_state, group_modules,
-                                                output_bytes=output, buffer_writes=writes, generators=generators),
+                                                output_bytes=output, buffer_writes=writes, generators=generators,
+                                                rng_bytes=rng_bytes),
                       # executor_chain reserves every output's gradient, and the whole output
                       grad_reserve=int(chain.grad_bytes[-1]), out_reserve=output,
                       loss_only=self.caller_keeps == "loss")
@@ -2968,6 +3072,7 @@ class CheckpointedSequential(_PlannedModule):
         learned and the remedies, and the re-plan stays due (the next call tries again, never the old plan)."""
         was = (entry.exec_chain, entry.grad_reserve, entry.out_reserve, entry.caller_applied,  # learned_chain's base
                entry.blocks_applied)
+        rng_applied = entry.rng_applied  # Note [Draws found at the first run] in torch_exec/_util.py
         entry.exec_chain, entry.replan_due = with_learned_outputs(entry), False
         try:
             return self._plan_entry(entry)
@@ -2978,6 +3083,7 @@ class CheckpointedSequential(_PlannedModule):
                                                              entry.blocks_applied), was[1:], strict=True)]
             (entry.exec_chain, entry.grad_reserve, entry.out_reserve, entry.caller_applied,
              entry.blocks_applied), entry.replan_due = was, True
+            drawn, entry.rng_applied = entry.rng_applied != rng_applied, rng_applied
             grads = sorted((entry.out_grads or frozenset()) - {i for i, scalar in enumerate(entry.out_scalar) if scalar})
             grads = grads if moved[0] else []
             held = sorted(loss_only_uses(entry)[1] - entry.out_dropped) if entry.loss_only and moved[1] else []
@@ -2987,12 +3093,15 @@ class CheckpointedSequential(_PlannedModule):
                 f"the code between the forward and the backward needs {entry.caller_reserve} B the plan did not count"
                 if moved[2] else "",
                 f"the CUDA allocator's blocks held {entry.blocks_reserve} B beyond the plan (Note [Allocator blocks "
-                f"learned])" if moved[3] else "") if x)
+                f"learned])" if moved[3] else "",
+                f"stages found drawing random numbers record {entry.rng_reserve} B of RNG state the plan did not count "
+                f"(Note [Draws found at the first run] in torch_exec/_util.py)" if drawn else "") if x)
             remedy = (" or drop the output before the backward (keep only the loss), or pass caller_keeps='output'"
                       if entry.loss_only else "")
             raise InfeasibleBudgetError(
                 f"{type(self).__name__}: the budget was feasible for the plan made before the first backward, but the "
-                f"backwards since showed more to count ({shown or 'other gradients of the output'}; "
+                f"{'steps' if drawn else 'backwards'} since showed more to count "
+                f"({shown or 'other gradients of the output'}; "
                 f"Note [The caller holds a_N] in torch_exec/executor.py): {err}{remedy}", err.min_bytes) from None
 
     def extra_repr(self) -> str:

@@ -53,6 +53,14 @@ Note [Draw order]
     random numbers or shared statistics follow the plan's order, not plain autograd's. Of two faces
     (Note [Two groupings of unsaved boundaries] in the executor) one that keeps the order runs first. Recomputations replay their RNG state
     and update scratch copies of the buffers as in the chain executor, whatever the order.
+    Whether a stage draws is known from the profiled call only (a drop rate the loop raises from 0, a draw the
+    data decides: Note [Draws found at the first run] in torch_exec/_util.py), so a forward phase that
+    interleaves branches is re-ordered wherever that fits, drawing stages known or not (before, a stage that
+    started drawing at step 1 drew in the plan's order and the step's loss differed from plain autograd's: a
+    review, bench/repros/rv21d_join_live_stage_draws_not_replayed.py). Where it does not fit, every stage's first
+    run is watched (``JoinEntry.interleaved``), and a stage found drawing raises the JoinOrderWarning at that
+    step; a stage found drawing makes the next call plan again (``CheckpointedJoin._replan_draws``), with its
+    flags and its RNG record's bytes.
 
 ``torch.autograd.grad(...)`` and ``backward(inputs=...)`` run as through the chain executor: the
 trainable parameters reach the step's Function through its parameter tap, and the segment backwards
@@ -94,7 +102,7 @@ from .executor import (IN_FLIGHT, NOT_MEASURED, TURN, CheckpointedSequential, Pr
                        _PlannedModule, _SegmentMode, _standin_params, _with_beside, annotate,
                        below_floor_message, below_plain_message, executor_chain, interpret, interpret_backward,
                        faces_of, kept_graph_leaves, mark_parameters, merged_face, output_out_of_tape, plan_faces,
-                       refuse_shared_hazards, state_requires_grad)
+                       refuse_host_draws, refuse_shared_hazards, report_draws_found, rng_flags, state_requires_grad)
 from .meter import MemoryMeter
 from .profiler import chain_from_profile, profile_dict, runs_as_a_stage
 
@@ -146,6 +154,10 @@ class JoinEntry(ProgramSplit):
     head_writes: bool = False        # the head wrote a branch output in place when profiled: refused under a plan
     order_warning: str = ""          # Note [Draw order]: what the plan's order changes, warned at its first step
     order_warned: bool = False
+    # Note [Draw order]: the plan's forward phase interleaves branches (running them branch by branch did not fit):
+    # the first run of every stage is watched for draws the profile did not see (Note [Draws found at the first run]
+    # in torch_exec/_util.py), which then follow the plan's order
+    interleaved: bool = False
 
 
 # ---------------------------------------------------------------------------- runtime
@@ -165,6 +177,7 @@ class JoinRuntime:
             a0 = inputs[pos] if structure == "tensor" else tuple(inputs[pos:pos + count])
             self.branches.append(Runtime(branch, a0, list(input_requires_grad[pos:pos + count]), autocast,
                                          preserve_rng))
+            self.branches[-1].watch_all = entry.interleaved  # Note [Draw order]
             pos += count
         self.head_tape = None    # [the head's segment inputs, its output tensors]
         self.head_leaves = None  # per branch: the segment input the head read
@@ -255,7 +268,17 @@ class _JoinFunction(torch.autograd.Function):
         ctx.set_materialize_grads(False)
         rt = JoinRuntime(entry, [t.detach() for t in inputs], [t.requires_grad for t in inputs],
                          U.autocast_state(), preserve_rng, call_data)
+        # Note [Python's and NumPy's generators] in torch_exec/_util.py
+        host = U.host_rng_mark() if any(any(b.recomputed) for b in rt.branches) else None
         interpret(rt.forward_ops, rt)
+        refuse_host_draws(host, "CheckpointedJoin")
+        found = [(b.entry, b.found, f"branch {beta}'s ") for beta, b in enumerate(rt.branches)]
+        report_draws_found(found, "CheckpointedJoin")
+        if entry.interleaved and any(f for _, f, _ in found):  # Note [Draw order]: the plan's order, from this step
+            warnings.warn("CheckpointedJoin: stages found drawing random numbers run in a forward phase that "
+                          "interleaves branches (running it branch by branch did not fit the budget): their draws "
+                          "follow the plan's order, not plain autograd's (Note [Draw order] in torch_exec/join.py)",
+                          JoinOrderWarning, stacklevel=3)
         IN_FLIGHT.add(rt)
         flat, spec = rt.output
         rt.output = None
@@ -550,7 +573,8 @@ class CheckpointedJoin(_PlannedModule):
         entry = seq._build(sample, data, merge_unsaved=data is None, regroup=False)
         entry.exec_chain = executor_chain(entry.plain_chain, entry.rng, sample, self.preserve_rng_state,
                                           entry.group_modules, output_grad_held=False, allocator=False,
-                                          buffer_writes=entry.buffer_writes, generators=entry.generators)
+                                          buffer_writes=entry.buffer_writes, generators=entry.generators,
+                                          rng_bytes=entry.rng_bytes)
         entry.chain = entry.exec_chain
         return entry
 
@@ -587,7 +611,7 @@ class CheckpointedJoin(_PlannedModule):
         with _standin_params([self]):  # Note [DistributedDataParallel] in the executor
             data = profile_dict([head_stage], sample, passes=self.profile_passes, warmup=self.profile_warmup,
                                 network=f"{self.network or 'join'}:head", names=["head"], modules=modules,
-                                isolated=self.profile_isolated)
+                                isolated=self.profile_isolated, refuse_host_draws=False)  # never recomputed
         head_chain = chain_from_profile(data, fuse_aliasing=False)
         arr = head_chain.padded()
         # The caller may hold the head's output through the backward (Note [The caller holds a_N] in
@@ -683,6 +707,33 @@ class CheckpointedJoin(_PlannedModule):
         return plan_faces(merged, kept, lambda face, fallback: self._plan_face(face, fallback=fallback),
                           keeps=lambda face: not face.order_warning)
 
+    def _replan_draws(self, entry: JoinEntry) -> JoinEntry:
+        """A branch's stage was found drawing random numbers that its profile did not see (Note [Draws found at the
+        first run] in torch_exec/_util.py): on both faces, the branches' flags from their profiles (shared by the
+        faces), what their RNG records add reserved, and the join planned again, its draw order with them (Note
+        [Draw order])."""
+        faces = faces_of(entry)
+        for beta in range(len(entry.branches)):
+            branches = [face.branches[beta] for face in faces]
+            if isinstance(branches[0], types.SimpleNamespace):
+                continue
+            reserve = max(b.rng_reserve for b in branches)
+            for b in branches:
+                b.rng, b.rng_bytes = rng_flags(b.profile, b.plain_chain)
+                b.rng_reserve = reserve
+                if b.rng_reserve != b.rng_applied:
+                    b.exec_chain = b.chain = replace(b.exec_chain, reserved_bytes=b.exec_chain.reserved_bytes
+                                                     + b.rng_reserve - b.rng_applied)
+                    b.rng_applied = b.rng_reserve
+        for face in faces:
+            face.net = JoinNet([b.chain for b in face.branches], face.net.turn, face.net.reserved_bytes)
+        planned = self._plan_entry(entry)  # one that no longer fits raises, and the next call tries again
+        for face in faces:
+            for b in face.branches:
+                if not isinstance(b, types.SimpleNamespace):
+                    b.draws_new = False
+        return planned
+
     def _plan_face(self, entry: JoinEntry, fallback: bool = True) -> JoinEntry:
         """Plan one face of a signature's entry and return it. ``fallback``: a percentage budget below its least may
         fall back to another signature's budget (:meth:`_percent_ceiling`)."""
@@ -738,7 +789,7 @@ class CheckpointedJoin(_PlannedModule):
             plan.notes.insert(0, f"budget {self.budget} of plain autograd's peak {self.plain_peak_bytes_for(entry)} B "
                                  f"({what}): {budget} B")
         entry.plain = plan.decided_by == "plain autograd"
-        entry.order_warning, entry.order_warned = "", False
+        entry.order_warning, entry.order_warned, entry.interleaved = "", False, False
         if not entry.plain:
             self._draw_order(entry, plan)
         # each branch's tape runs split between two readers of a leaf (Note [Shared leaves split tape runs] in
@@ -764,16 +815,25 @@ class CheckpointedJoin(_PlannedModule):
         sensitive = _order_sensitive(entry.branches)
         turn_at = next(i for i, op in enumerate(plan.schedule) if op.kind is OpKind.TURN)
         forward = plan.schedule[:turn_at]
-        order = [op.branch for op in forward if op.stage in sensitive[op.branch]]
-        if order == sorted(order):
+        everything = [op.branch for op in forward if op.branch is not None]
+        if everything == sorted(everything):
             return
-        reordered = sorted(forward, key=lambda op: op.branch) + list(plan.schedule[turn_at:])
+        # Whether a stage draws is known from the profile's call only (a drop rate raised from 0, a draw that
+        # depends on the data: Note [Draws found at the first run] in torch_exec/_util.py): the forward phase runs
+        # branch by branch wherever that fits, drawing stages known or not
+        reordered = (sorted(forward, key=lambda op: -1 if op.branch is None else op.branch)
+                     + list(plan.schedule[turn_at:]))
         sim = simulate_join(entry.net, reordered)
+        order = [op.branch for op in forward if op.stage in sensitive[op.branch]]
         if sim.peak_bytes <= plan.budget_bytes:
             plan.schedule = reordered
             plan.predicted_peak_bytes = sim.peak_bytes
-            plan.notes.append(f"forward phase run branch by branch so that random numbers and shared buffers follow "
-                              f"plain autograd's order (peak {sim.peak_bytes} B, within the budget)")
+            what = "random numbers and shared buffers follow" if order else "random numbers any stage draws follow"
+            plan.notes.append(f"forward phase run branch by branch so that {what} plain autograd's order (peak "
+                              f"{sim.peak_bytes} B, within the budget)")
+            return
+        entry.interleaved = True
+        if order == sorted(order):
             return
         message = (f"the plan's forward phase interleaves branches whose stages draw random numbers or update "
                    f"buffers, and running it branch by branch would peak at {sim.peak_bytes} B, above the budget "
@@ -818,6 +878,8 @@ class CheckpointedJoin(_PlannedModule):
         """A step under a plan (never traced by torch.compile: Note [torch.compile] in the executor)."""
         walked = self._walk()  # Note [One walk of the model per call] in the executor
         entry = self._entry(inputs, walked)
+        if any(getattr(b, "draws_new", False) for face in faces_of(entry) for b in face.branches):
+            entry = self._entries[self._key(inputs, walked)] = self._replan_draws(entry)
         refuse_shared_hazards(() if entry.plain else entry.shared_params, "CheckpointedJoin")
         if not entry.plain:
             _refuse_shared_input_written(entry, inputs)

@@ -196,11 +196,11 @@ from gpusolve.chain import PROFILE_FORMAT, Chain
 from gpusolve.errors import FallbackWarning, warn_once
 from gpusolve.progress import work_progress
 
-from ._util import (LeafReaders, ModelSnapshot, RngState, aliases, backward_segment, block_bytes, buffers_of,
-                    by_origin, check_state, clone, copyable, cuda_devices, generators_of, grad_storages,
-                    held_from, held_nbytes, make_leaf, map_state, output_facts, params_of, progress_setting,
-                    register_grad_hook, scalar_attributes, stage_list, stage_state, state_nbytes, storage_key, storages,
-                    tensors)
+from ._util import (LeafReaders, ModelSnapshot, RngState, _callable_name, aliases, backward_segment, block_bytes,
+                    buffers_of, by_origin, check_state, clone, copyable, cuda_devices, generators_of, grad_storages,
+                    held_from, held_nbytes, host_rng_error, host_rng_moved, host_rng_state, make_leaf, map_state,
+                    output_facts, params_of, progress_setting, register_grad_hook, scalar_attributes,
+                    set_host_rng_state, stage_list, stage_state, state_nbytes, storage_key, storages, tensors)
 from .meter import MemoryMeter, room_for_a_cpu_meter
 from .offload import HostCopies
 
@@ -322,17 +322,20 @@ def param_bytes_of(state) -> int:
 
 def profile_dict(stages, sample_input, passes: int = 5, warmup: int = 1, network: str | None = None,
                  names: list[str] | None = None, modules=(), loss_only: bool = False,
-                 isolated: bool | None = None, progress: bool = True) -> dict:
+                 isolated: bool | None = None, progress: bool = True, refuse_host_draws: bool = True) -> dict:
     """The ``measured-chain/1`` dict of ``stages`` on ``sample_input`` (see :func:`profile`).
     ``loss_only``: also measure plain autograd's step for a caller that keeps and back-propagates only
     the scalar outputs (``reference["loss_only_peak_bytes"]``; ``caller_keeps="loss"``). ``isolated``:
     one stage at a time (True), the whole step (False), or the whole step and, where it runs out of
     CUDA memory, stage by stage (None): Note [Profiling stage by stage]; the dict's ``isolated`` says which.
     ``progress``: profiling that runs longer than a couple of seconds reports its progress on stderr
-    (:func:`gpusolve.progress.work_progress`; False: never).
+    (:func:`gpusolve.progress.work_progress`; False: never). ``refuse_host_draws``: a stage that draws from Python's
+    ``random`` or NumPy's global generator raises :class:`torch_exec.CaptureError` (Note [Python's and NumPy's
+    generators] in torch_exec/_util.py; False: stages that are never recomputed, a join's head).
 
     Extra fields beyond the shared format: ``input_requires_grad``, ``split_leaves``, and per stage ``aliases``
-    (the output shares all its storage with the input), ``rng`` (its forward draws random numbers),
+    (the output shares all its storage with the input), ``rng`` (its forward draws random numbers), ``rng_bytes``
+    (what a record of the generators it advanced holds on the device: Note [Draws found at the first run]),
     ``buffer_writes`` (its forward writes a buffer: BatchNorm's statistics, spectral norm's vectors),
     ``bwd_delta``, ``grad_ready_delta``, ``saved_bytes``, ``out_saved_bytes``, ``in_saved_bytes``,
     ``out_saved_from`` and ``in_dropped_from`` — readers that do not know them ignore them.
@@ -360,6 +363,7 @@ def profile_dict(stages, sample_input, passes: int = 5, warmup: int = 1, network
         warn_once("profiling on the CPU: stage times are CPU times (perf_counter); memory is the CPU "
                   "allocator's", CPUTimingWarning, stacklevel=3)  # Note [Warnings once per process]
     _PROFILING.depth = getattr(_PROFILING, "depth", 0) + 1
+    host_rng = host_rng_state()  # put back: profiling is no training step (Note [Python's and NumPy's generators])
     try:
         stage_by_stage = bool(isolated)
         while True:
@@ -367,6 +371,7 @@ def profile_dict(stages, sample_input, passes: int = 5, warmup: int = 1, network
             try:
                 profiler = kind(fns, sample_input, device, state, loss_only, stage_by_stage)
                 profiler.names = names
+                profiler.refuse_host_draws = refuse_host_draws
                 desc = f"profiling {len(fns)} stages" + (" one at a time" if stage_by_stage else "")
                 show = progress and progress_setting() is not False  # rank 0 only
                 with work_progress(profile_work(passes, warmup, stage_by_stage), desc, show) as update:
@@ -391,6 +396,7 @@ def profile_dict(stages, sample_input, passes: int = 5, warmup: int = 1, network
     finally:
         _PROFILING.depth -= 1
         snapshot.restore()
+        set_host_rng_state(host_rng)
     per_stage, reference = measured
     facts = input_facts(inputs)
     data = {
@@ -723,6 +729,7 @@ class _Passes:
         self.dropping: dict = {}
         self.outlived: dict = {}
         self.drops_checked = False
+        self.refuse_host_draws = True  # Note [Python's and NumPy's generators] in torch_exec/_util.py
 
     # clock ----------------------------------------------------------------
     def mark(self):
@@ -909,9 +916,16 @@ class _Passes:
                 watched = _stage_buffers(fn, self.buffers)  # Note [Buffers written behind their versions]
                 values = [b.detach().clone() for b in watched]
                 rng_before = RngState.capture(devices, self.generators)
+                host_before = host_rng_state()  # Note [Python's and NumPy's generators] in torch_exec/_util.py
                 a = meter.mark()
                 out = fn(state)
                 ng_marks.append((a, meter.mark()))
+                moved = host_rng_moved(host_before) if self.refuse_host_draws else []
+                if moved:
+                    raise host_rng_error(moved, f"stage {s + 1}'s forward ({_callable_name(fn)})",
+                                         "a recomputation of the stage cannot replay (it would draw the next numbers: "
+                                         "other noise, other layers skipped), and profiling's runs move on")
+                drawn = rng_before.advanced(RngState.capture(devices, self.generators))
                 param_marks = _refuse_parameter_writes(s, self.params, param_marks)  # the next stage's before
                 alias = aliases(out, state)
                 # Does the stage draw random numbers? Only such stages get their RNG state
@@ -926,7 +940,10 @@ class _Passes:
                         self.numbered.setdefault(number, (block_bytes(key), key in self.excluded))
                 mem[s].update(x_nbytes=state_nbytes(out), held_nbytes=held_nbytes(out), aliases=bool(alias),
                               held_from=held_from(out, origin),
-                              rng=not rng_before.equals(RngState.capture(devices, self.generators)),
+                              rng=drawn is not None,
+                              # what a record of the generators it advanced holds on the device (Note [Draws found
+                              # at the first run] in torch_exec/_util.py)
+                              rng_bytes=0 if drawn is None else drawn.nbytes(self.device.type),
                               buffer_writes=(buffer_versions != [b._version for b in self.buffers]
                                              or _buffers_changed(watched, values)))
                 del values
@@ -935,7 +952,7 @@ class _Passes:
                 if s == n - 1:  # the model's output: what the executor's byte model needs of it
                     external = self.excluded | {key for key, stage in origin.items() if stage == 0}
                     mem[s]["outputs"] = output_facts(out, external)
-                del rng_before
+                del rng_before, drawn
                 # in place, aliased or not (a view alone writes nothing): False said too, so that a profile without
                 # the field is known to be older (torch_exec.join._writes_its_input)
                 mem[s]["writes_input"] = versions != _versions(state)

@@ -771,9 +771,15 @@ class _Passes:
         self.prepare_grads()
         attributes = _module_scalars(self.fns, self.modules)  # as they were (Note [Attributes a forward writes])
         if warmup > 0:  # Note [Lazy workspaces]: the first warm-up runs before memory is read
+            came_with = RngState.capture(cuda_devices(self.sample), self.generators)
             self.warm()
             tick(PASS_WORK["memory"] if self.isolated else PASS_WORK["nograd"] + PASS_WORK["grad"])
             warmup -= 1
+            # the memory pass, which reads which generators each stage advances, starts from the states the model
+            # came with, as a step's first runs do: a stage seeding its own generator in its forward left it, after
+            # the warm-up, where the memory pass's run left it again, and was profiled as not drawing; its first
+            # step then found it drawing and raised at the least budget (Note [Draws found at the first run])
+            came_with.restore()
         mem, reference = self.memory_pass()
         tick(PASS_WORK["memory"])
         # after the memory pass, whose first forward is cold where warmup=0 asks for it (Note [Lazy workspaces])

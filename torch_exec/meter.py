@@ -36,8 +36,7 @@ Note [One profiler per thread]
     wrapper is gone (:func:`room_for_a_cpu_meter`); a meter started inside another running ``with
     MemoryMeter()`` block is refused the same way as under the user's profiler. A profiler the user
     starts while a measured step's meter waits for its record ends that session: the record is lost,
-    with a warning (:class:`MarksLostError`); read ``memory_report()`` before profiling. The meter then
-    leaves that profiler a session to stop (Note [Another profiler ended the session]).
+    with a warning (:class:`MarksLostError`); read ``memory_report()`` before profiling.
 """
 from __future__ import annotations
 
@@ -160,7 +159,6 @@ class MemoryMeter:
         self._prof = None
         self._active = False
         self._count = 0
-        self._lost = False                      # CPU: another profiler ended this meter's session
         self.abandonable = False  # a step's meter (report.StepMeter): stopped unread when another must start
 
     # ------------------------------------------------------------ lifecycle
@@ -192,7 +190,7 @@ class MemoryMeter:
             # still reads the step's peak from torch.cuda.max_memory_allocated() afterwards.
             last = self._mark(reset=False)
             if self.device.type == "cpu":
-                self._end_session(*exc)
+                self._prof.__exit__(*exc)
             if exc[0] is None:
                 self._finish()
                 self.total = self.between(self._first, last)
@@ -202,18 +200,6 @@ class MemoryMeter:
             self._active = False
             _RUNNING.discard(self)
         return False
-
-    def _end_session(self, *exc) -> None:
-        """Stop this CPU meter's profiler session, unless another profiler ended it (Note [Another profiler ended the
-        session]): then leave the profiler state to its owner; :meth:`_finish` raises :class:`MarksLostError`."""
-        if not profiler_recording():  # another profiler started and stopped while this meter ran
-            self._lost = True
-            return
-        self._prof.__exit__(*exc)
-        marks = sum(e.name() == _MARK for e in self._prof.profiler.kineto_results.events())
-        if marks != self._count:  # the session just stopped was another profiler's, started while this meter ran
-            self._lost = True
-            _hand_back_a_session()
 
     @property
     def first_mark(self) -> int:
@@ -288,10 +274,6 @@ class MemoryMeter:
             self._levels = [now - base for now, _ in self._cuda_marks]
             self._peaks = [peak - base for _, peak in self._cuda_marks]
             return
-        if self._lost:
-            raise MarksLostError(f"this CPU meter took {self._count} marks and its profiler session was ended by "
-                                 f"another profiler started on this thread while it ran (Note [One profiler per "
-                                 f"thread] in torch_exec/meter.py)")
         # Walk the events in order: allocator events move the running sum, marks record it.
         events = []
         for e in self._prof.profiler.kineto_results.events():
@@ -318,26 +300,6 @@ class MemoryMeter:
                                  f"{len(levels)}: another profiler started on this thread while it ran (Note [One "
                                  f"profiler per thread] in torch_exec/meter.py)")
         self._levels, self._peaks = levels, peaks
-
-
-# Note [Another profiler ended the session]
-#     A profiler started on this thread while a CPU meter runs takes torch's one profiler state over: the meter's
-#     session ends there (its marks are lost) and stopping the profiler stops the newcomer's session. So a meter
-#     stops its session only while a profiler records, and a meter that finds its marks missing from what it stopped
-#     has stopped another profiler's session: it starts a plain CPU session in its place (:func:`_hand_back_a_session`)
-#     for that profiler's own end to stop, whose trace then holds what ran from there on. Before, the profiler's end
-#     raised "Can't disable Kineto profiler when it's not running" (torch 2.11) or warned and kept an empty trace (torch
-#     2.13), and a meter whose session another profiler had started and stopped raised that same RuntimeError from
-#     the wrapper's next call (torch 2.11). Found 2026-11-29 under torch 2.11 (tests/test_torch_api.py::
-#     test_measured_steps_give_way_and_stay_due).
-_HANDED_BACK: list = []  # the session started in place of the one a meter stopped (held: its owner stops it)
-
-
-def _hand_back_a_session() -> None:
-    """Note [Another profiler ended the session]: a plain CPU profiler session in place of the one just stopped."""
-    session = torch.autograd.profiler.profile()
-    session.__enter__()
-    _HANDED_BACK[:] = [session]
 
 
 def measure_peak(fn, *args, device="cpu", **kwargs):

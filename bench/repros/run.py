@@ -169,7 +169,8 @@ SCRIPTS = ("grad_hooks", "autograd_grad_measured", "returned_input", "measure_be
            # session 21 (2026-11-29): stages whose sizes follow the data
            "rv21a_rows_selected_by_mask_over_budget",
            # session 21 (2026-11-29): review of the session's change
-           "rv21r_seq_moe_routing_refused", "rv21r_seq_constant_bool_mask_refused")
+           "rv21r_seq_moe_routing_refused", "rv21r_seq_constant_bool_mask_refused",
+           "rv21r_seq_generator_in_list_replaced_unseen")
 
 
 def main(argv=None) -> int:

@@ -12,9 +12,10 @@ inside torch_exec.profile(passes=3, warmup=1): 2.457-2.460 s against 2.119-2.173
 the data-dependent check's own forward is 0.078 s of the rest).
 
 Cause: torch_exec/meter.py ``MemoryMeter.__enter__`` passes ``acc_events=True`` (commit 92cd630, to silence torch
-2.11's "Profiler clears events at the end of each cycle" warning): with it torch.profiler parses the kineto
-results into FunctionEvents at each stop to accumulate them (without it that parsing is lazy and the meter never
-asks for it; it reads ``kineto_results.events()``).
+2.11's "Profiler clears events at the end of each cycle" warning): with it torch.profiler builds the FunctionEvents
+at each stop to accumulate them (a guess from the timings and pytorch PR #132713, which made that parsing lazy;
+the meter reads ``kineto_results.events()`` only).  (``acc_events`` itself came with pytorch PR #133095, 2024-08:
+pyproject.toml's torch>=2.1 floor would get a TypeError from every CPU meter; not checked in an old wheel.)
 
 Expected: the stop costs what it did (silence the warning with a warnings filter around the meter's start, or
 start the autograd profiler session directly).  Exits 1 while the stop takes over 3x the stop without acc_events.

@@ -9,7 +9,10 @@ CheckpointedSequential, and "stage 2 (2:/1) runs aten.nonzero.default ..." under
 is fixed by top-k (tokens x k rows over the experts): a plain step of 4 such layers (D=64, 256 tokens, 4 experts
 of Linear-GELU-Linear) measured a peak of 6 300 936 B on a random batch (first-layer rows per expert 111, 134,
 139, 128) and 6 298 644 B on a batch pushed to one expert (256, 1, 0, 255): the sizes that follow the data do
-not move the step's memory.
+not move the step's memory.  HF transformers 5.24's MixtralForCausalLM (3 layers, hidden 32, 4 experts, top-2,
+attention mask with padding) with ``config._experts_implementation = "eager"`` under auto_checkpoint(budget="90%"):
+refused at s21_r ("stage 1 (1:model/layers/0) runs aten.nonzero.default at .../modeling_mixtral.py:79"), trained at
+83aea4b; with the config's default experts implementation it trained at both.
 
 Cause: torch_exec/profiler.py ``_size_follows_values`` / ``_refuse_sizes_from_values`` (Note [Sizes that follow
 the data]) refuse any stage that runs an op tagged ``dynamic_output_shape`` (nonzero here), whatever the sizes

@@ -172,7 +172,7 @@ SCRIPTS = ("grad_hooks", "autograd_grad_measured", "returned_input", "measure_be
            "rv21r_seq_moe_routing_refused", "rv21r_seq_constant_bool_mask_refused",
            "rv21r_seq_generator_in_list_replaced_unseen", "rv21r_seq_bincount_minlength_refused",
            "rv21r_auto_unused_lazy_module_fails", "rv21r_meter_acc_events_parse_cost",
-           "rv21r_seq_new_generator_each_step_reprofiles")
+           "rv21r_seq_new_generator_each_step_reprofiles", "rv21r_meter_schedule_profiler_across_measured_step")
 
 
 def main(argv=None) -> int:

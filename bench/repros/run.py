@@ -168,7 +168,12 @@ SCRIPTS = ("grad_hooks", "autograd_grad_measured", "returned_input", "measure_be
            "rv21d_join_live_stage_draws_not_replayed", "rv21d_auto_python_random_on_later_call_unrefused",
            "rv21d_hook_closure_generator_unseen",
            # session 21 (2026-11-29): stages whose sizes follow the data
-           "rv21a_rows_selected_by_mask_over_budget")
+           "rv21a_rows_selected_by_mask_over_budget",
+           # session 21 (2026-11-29): review of the session's change
+           "rv21r_seq_moe_routing_refused", "rv21r_seq_constant_bool_mask_refused",
+           "rv21r_seq_generator_in_list_replaced_unseen", "rv21r_seq_bincount_minlength_refused",
+           "rv21r_auto_unused_lazy_module_fails", "rv21r_meter_acc_events_parse_cost",
+           "rv21r_seq_new_generator_each_step_reprofiles", "rv21r_meter_schedule_profiler_across_measured_step")
 
 
 def main(argv=None) -> int:

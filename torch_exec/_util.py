@@ -691,7 +691,9 @@ def cuda_devices(state) -> list[int]:
 #     reached only some other way (a global that a helper function or method other than ``forward`` names, a
 #     generator made inside the forward, a forward argument; auto_checkpoint refuses the last under either capture,
 #     and torch.export a generator in its graph that is not among these: Note [Probing the model] in
-#     torch_exec/auto.py), and a global or plain object's generator replaced between steps.
+#     torch_exec/auto.py), and a global, plain object's or container's generator replaced between steps (only a
+#     module's own attribute is keyed: ``self.gens[0] = torch.Generator()`` trains 0.113 off plain autograd's
+#     gradients, bench/repros/rv21r_seq_generator_in_list_replaced_unseen.py, open; reseed it instead).
 
 _REACH_VISITS = 1 << 16
 """The most values one :func:`generators_of` walk looks at (each once), bounding a model that holds huge plain

@@ -44,6 +44,8 @@ import atexit
 import contextlib
 from dataclasses import dataclass
 
+import warnings
+
 import torch
 
 __all__ = ["MarksLostError", "MemoryMeter", "ProfilerBusyError", "Reading", "measure_peak"]
@@ -174,10 +176,14 @@ class MemoryMeter:
             self._held_rounding = held_rounding(self.device)
         else:
             from torch.profiler import ProfilerActivity, profile
-            # acc_events: one cycle either way; without it torch 2.11 warns at the first start ("Profiler clears
-            # events at the end of each cycle"), a line on the user's stderr for every process that measures
-            self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True, acc_events=True)
-            self._prof.__enter__()
+            self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+            # torch 2.11 warns at the first start ("Profiler clears events at the end of each cycle"), a line on the
+            # user's stderr from every process that measures; the meter runs one cycle. acc_events=True silenced it
+            # but made every stop build the whole event list (0.131 s a stop against 0.022 s: review rv21r,
+            # bench/repros/rv21r_meter_acc_events_parse_cost.py), and older torch has no such argument
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*[Pp]rofiler clears events")
+                self._prof.__enter__()
             _RUNNING.add(self)
         self._first = self.mark()
         return self

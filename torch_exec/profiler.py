@@ -571,24 +571,31 @@ class DataDependentShapeError(RuntimeError):
 #     torch_exec/executor.py) and the next call raised InfeasibleBudgetError (a review, 2026-11-29:
 #     bench/repros/rv21a_rows_selected_by_mask_over_budget.py). No one call tells the largest size another batch
 #     may make, so profiling refuses such a stage: after its memory pass, one no-grad forward runs the stages under a
-#     dispatch mode that looks at each ATen operator (those tagged ``dynamic_output_shape``; aten.index only with a
-#     boolean index, one_hot only without num_classes, repeat_interleave only without output_size), and raises
+#     dispatch mode that looks at each ATen operator (the selections by a mask below), and raises
 #     :class:`DataDependentShapeError` naming the stage, the operator, the line of the model's code that ran it and
 #     the remedies. Sizes computed from a number read off a tensor (``x[: int(n)]``, ``.item()``) are not seen.
-def _size_follows_values(func, args, kwargs) -> bool:
-    """Whether ATen operator ``func`` called with ``args``/``kwargs`` makes a result whose size follows the values
-    of its inputs (Note [Sizes that follow the data])."""
-    if torch.Tag.dynamic_output_shape not in getattr(func, "tags", ()):  # a higher-order operator has none
+#     Narrowed by the review of the change (bench/repros/rv21r_seq_moe_routing_refused.py,
+#     rv21r_seq_constant_bool_mask_refused.py, rv21r_seq_bincount_minlength_refused.py): refusing every operator
+#     tagged ``dynamic_output_shape`` refused mixture-of-experts routing (``torch.where(mask)`` runs nonzero; the
+#     rows routed total tokens x k whatever the batch: 6 300 936 B and 6 298 644 B step peaks on a random and a
+#     skewed batch), HF Mixtral's eager experts, a registered boolean buffer used as a fixed column mask, and
+#     ``bincount(idx, minlength=E)``, all of which trained within their budgets before. So only a selection by a mask
+#     the stage computes is refused: aten.index with a boolean index that is not a parameter or buffer of the model,
+#     and masked_select. Index lists (nonzero, argwhere, unique, bincount, repeat_interleave) are left alone: where
+#     the rows they select vary in total, the plan may still go over (the learning of Note [The caller's turn] then
+#     takes the excess).
+def _size_follows_values(func, args, kwargs, constant: frozenset = frozenset()) -> bool:
+    """Whether ATen operator ``func`` called with ``args``/``kwargs`` selects by a mask the stage computes, making a
+    result whose size follows the values of its inputs (Note [Sizes that follow the data]); ``constant``: the storages
+    (``StorageWeakRef``) of the model's parameters and buffers, masks that never change."""
+    name = getattr(getattr(func, "overloadpacket", None), "__name__", None)  # a higher-order operator has none
+    if name == "masked_select":
+        return True
+    if name != "index":
         return False
-    name = func.overloadpacket.__name__
-    if name == "index":  # integer indices give sizes from their shapes; boolean ones (masks) from their values
-        indices = args[1] if len(args) > 1 else kwargs.get("indices", ())
-        return any(isinstance(t, torch.Tensor) and t.dtype in (torch.bool, torch.uint8) for t in indices or ())
-    if name == "one_hot":
-        return (args[1] if len(args) > 1 else kwargs.get("num_classes", -1)) == -1
-    if name == "repeat_interleave":
-        return kwargs.get("output_size") is None
-    return True
+    indices = args[1] if len(args) > 1 else kwargs.get("indices", ())
+    return any(isinstance(t, torch.Tensor) and t.dtype in (torch.bool, torch.uint8)
+               and StorageWeakRef(t.untyped_storage()) not in constant for t in indices or ())
 
 
 class _SizesFromValues(TorchDispatchMode):
@@ -601,14 +608,15 @@ class _SizesFromValues(TorchDispatchMode):
     def ignore_compile_internals(cls) -> bool:
         return True
 
-    def __init__(self):
+    def __init__(self, constant: frozenset = frozenset()):
         super().__init__()
         self.stage = None
+        self.constant = constant  # the model's parameters' and buffers' storages
         self.found: list = []  # (stage, operator, site)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if self.stage is not None and not self.found and _size_follows_values(func, args, kwargs):
+        if self.stage is not None and not self.found and _size_follows_values(func, args, kwargs, self.constant):
             import traceback
             frames = [f for f in traceback.extract_stack()[:-1]
                       if "/torch/" not in f.filename and "torch_exec/" not in f.filename]
@@ -617,10 +625,11 @@ class _SizesFromValues(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
-def _refuse_sizes_from_values(fns, sample, names=None) -> None:
+def _refuse_sizes_from_values(fns, sample, names=None, constant=()) -> None:
     """Note [Sizes that follow the data]: one no-grad forward of the stages ``fns`` (named ``names``) on ``sample``
-    under :class:`_SizesFromValues`; raise :class:`DataDependentShapeError` where a stage ran such an operator."""
-    mode = _SizesFromValues()
+    under :class:`_SizesFromValues`; raise :class:`DataDependentShapeError` where a stage selects by a mask it
+    computes (``constant``: the model's parameters and buffers, whose masks are fixed)."""
+    mode = _SizesFromValues(frozenset(StorageWeakRef(t.untyped_storage()) for t in constant))
     state = clone(make_leaf(sample, False))
     with torch.no_grad(), mode:
         for s, fn in enumerate(fns):
@@ -633,7 +642,7 @@ def _refuse_sizes_from_values(fns, sample, names=None) -> None:
     s, op, site = mode.found[0]
     raise DataDependentShapeError(
         f"stage {s + 1}{f' ({names[s]})' if names else ''} runs {op}{site}, whose result's size follows the values "
-        f"of its input (a boolean mask, nonzero, unique), not only its shape: a plan is made from the profiled "
+        f"of its input (a selection by a boolean mask it computes), not only its shape: a plan is made from the profiled "
         f"call's sizes, and a batch that keeps more would go over the budget. Keep the sizes fixed (multiply by the "
         f"mask, or torch.where(mask[..., None], x, 0), instead of x[mask]), make the selection outside the wrapped "
         f"stages (before the first or after the last; with auto_checkpoint, cut the model by hand with "
@@ -783,7 +792,8 @@ class _Passes:
         mem, reference = self.memory_pass()
         tick(PASS_WORK["memory"])
         # after the memory pass, whose first forward is cold where warmup=0 asks for it (Note [Lazy workspaces])
-        _refuse_sizes_from_values(self.fns, self.sample, self.names)  # Note [Sizes that follow the data]
+        _refuse_sizes_from_values(self.fns, self.sample, self.names, self.params + self.buffers)  # Note [Sizes that
+        # follow the data]
         devices = cuda_devices(self.sample)
         draws = seen = None  # Note [Attributes a forward writes]: the first two passes draw the same numbers
         for it in range(max(warmup + passes, 2)):

@@ -169,7 +169,9 @@ SCRIPTS = ("grad_hooks", "autograd_grad_measured", "returned_input", "measure_be
            "rv21d_hook_closure_generator_unseen",
            # session 21 (2026-11-29): stages whose sizes follow the data
            "rv21a_rows_selected_by_mask_over_budget",
-           # session 21 (2026-11-29): review of the session's change
+           # session 21 (2026-11-29): review of the session's change (left open, exit 1: a generator replaced inside a
+           # list; an unused lazy module under auto_checkpoint; a new generator at every step re-profiles every step;
+           # a schedule-based torch.profiler across measured CPU steps)
            "rv21r_seq_moe_routing_refused", "rv21r_seq_constant_bool_mask_refused",
            "rv21r_seq_generator_in_list_replaced_unseen", "rv21r_seq_bincount_minlength_refused",
            "rv21r_auto_unused_lazy_module_fails", "rv21r_meter_acc_events_parse_cost",

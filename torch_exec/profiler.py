@@ -595,7 +595,8 @@ def _size_follows_values(func, args, kwargs, constant: frozenset = frozenset()) 
         return False
     indices = args[1] if len(args) > 1 else kwargs.get("indices", ())
     return any(isinstance(t, torch.Tensor) and t.dtype in (torch.bool, torch.uint8)
-               and StorageWeakRef(t.untyped_storage()) not in constant for t in indices or ())
+               and (t.layout != torch.strided or StorageWeakRef(t.untyped_storage()) not in constant)
+               for t in indices or ())
 
 
 class _SizesFromValues(TorchDispatchMode):
@@ -629,7 +630,8 @@ def _refuse_sizes_from_values(fns, sample, names=None, constant=()) -> None:
     """Note [Sizes that follow the data]: one no-grad forward of the stages ``fns`` (named ``names``) on ``sample``
     under :class:`_SizesFromValues`; raise :class:`DataDependentShapeError` where a stage selects by a mask it
     computes (``constant``: the model's parameters and buffers, whose masks are fixed)."""
-    mode = _SizesFromValues(frozenset(StorageWeakRef(t.untyped_storage()) for t in constant))
+    mode = _SizesFromValues(frozenset(StorageWeakRef(t.untyped_storage()) for t in constant
+                                      if t.layout == torch.strided))  # a sparse buffer has no storage to read
     state = clone(make_leaf(sample, False))
     with torch.no_grad(), mode:
         for s, fn in enumerate(fns):

@@ -842,13 +842,7 @@ class RngState:
         """This state (captured before a run, ``after`` it, of the same generators) restricted to the generators
         that the run advanced, which are all a replay needs to put back (Note [Draws found at the first run]); None
         where none moved."""
-        cpu = None if self.cpu is None or after.cpu is None or _same_state(self.cpu, after.cpu) else self.cpu
-        cuda = [(d, a) for d, a, b in zip(self.devices, self.cuda, after.cuda) if not _same_state(a, b)]
-        gens = [(g, a) for g, a, b in zip(self.generators, self.states, after.states) if not _same_state(a, b)]
-        if cpu is None and not cuda and not gens:
-            return None
-        return RngState(cpu, [d for d, _ in cuda], [a for _, a in cuda], tuple(g for g, _ in gens),
-                        [a for _, a in gens])
+        return _advanced(self, after, lambda a, b: not _same_state(a, b))
 
     def nbytes(self, device_type: str) -> int:
         """Bytes this record holds on ``device_type`` ("cpu" or "cuda")."""
@@ -916,13 +910,7 @@ class RngMark:
     def advanced(self, after: "RngMark") -> "RngMark | None":
         """This mark (taken before a run; ``after`` it) restricted to the generators the run advanced; None where
         none moved."""
-        cpu = self.cpu if self.cpu is not None and after.cpu is not None and _moved(self.cpu, after.cpu) else None
-        cuda = [(d, a) for d, a, b in zip(self.devices, self.cuda, after.cuda) if _moved(a, b)]
-        gens = [(g, a) for g, a, b in zip(self.generators, self.states, after.states) if _moved(a, b)]
-        if cpu is None and not cuda and not gens:
-            return None
-        return RngMark(cpu, [d for d, _ in cuda], [a for _, a in cuda], tuple(g for g, _ in gens),
-                       [a for _, a in gens])
+        return _advanced(self, after, _moved)
 
     def restore(self) -> None:
         if self.cpu is not None:
@@ -939,6 +927,19 @@ class RngMark:
             return 0
         states = ([] if self.cpu is None else [self.cpu]) + list(self.cuda) + list(self.states)
         return sum(_CPU_STATE_BYTES if isinstance(st, tuple) else len(st) for st in states)
+
+
+def _advanced(before, after, moved):
+    """``before`` (an :class:`RngState` or :class:`RngMark`, taken before a run; ``after`` it, of the same
+    generators) restricted to the generators whose states ``moved(a, b)`` says the run advanced, as the same class;
+    None where none moved (Note [Draws found at the first run])."""
+    cpu = before.cpu if before.cpu is not None and after.cpu is not None and moved(before.cpu, after.cpu) else None
+    cuda = [(d, a) for d, a, b in zip(before.devices, before.cuda, after.cuda) if moved(a, b)]
+    gens = [(g, a) for g, a, b in zip(before.generators, before.states, after.states) if moved(a, b)]
+    if cpu is None and not cuda and not gens:
+        return None
+    return type(before)(cpu, [d for d, _ in cuda], [a for _, a in cuda], tuple(g for g, _ in gens),
+                        [a for _, a in gens])
 
 
 def _moved(a, b) -> bool:
@@ -1021,14 +1022,8 @@ def set_host_rng_state(state: tuple) -> None:
 
 def host_rng_moved(before: tuple) -> list[str]:
     """Which of Python's ``random`` and NumPy's global generator moved since ``before`` (:func:`host_rng_state`)."""
-    import numpy as np
     now = host_rng_state()
-    moved = []
-    if now[0] != before[0]:
-        moved.append(HOST_RNG_NAMES[0])
-    if any(not np.array_equal(a, b) for a, b in zip(now[1][1:], before[1][1:], strict=True)):
-        moved.append(HOST_RNG_NAMES[1])
-    return moved
+    return _host_moved((now[0], now[1][1:]), (before[0], before[1][1:]))
 
 
 HOST_RNG_NAMES = ("Python's random", "NumPy's global generator (np.random)")
@@ -1055,18 +1050,19 @@ def host_rng_mark() -> tuple:
 
 def host_rng_moved_since(mark: tuple) -> list[str]:
     """Which of Python's ``random`` and NumPy's global generator moved since :func:`host_rng_mark`'s ``mark``."""
-    now = host_rng_mark()
-    moved = []
-    if now[0] != mark[0]:
-        moved.append(HOST_RNG_NAMES[0])
+    return _host_moved(host_rng_mark(), mark)
+
+
+def _host_moved(now: tuple, before: tuple) -> list[str]:
+    """The names of the generators that differ between ``now`` and ``before``: (Python's state, NumPy's words as
+    bytes, None where NumPy is not loaded, or the arrays and numbers of its state after the name)."""
+    moved = [HOST_RNG_NAMES[0]] if now[0] != before[0] else []
     if isinstance(now[1], bytes) or now[1] is None:
-        if now[1] != mark[1]:
-            moved.append(HOST_RNG_NAMES[1])
+        changed = now[1] != before[1]
     else:
         import numpy as np
-        if any(not np.array_equal(a, b) for a, b in zip(now[1], mark[1], strict=True)):
-            moved.append(HOST_RNG_NAMES[1])
-    return moved
+        changed = any(not np.array_equal(a, b) for a, b in zip(now[1], before[1], strict=True))
+    return moved + [HOST_RNG_NAMES[1]] if changed else moved
 
 
 def host_rng_error(moved: list[str], what: str, why: str) -> CaptureError:

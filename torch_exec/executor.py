@@ -739,7 +739,7 @@ def executor_chain(chain: Chain, rng: list, sample, preserve_rng: bool, group_mo
         records = [state if rng_bytes is None or rng_bytes[s] is None else int(rng_bytes[s])
                    for s in range(1, len(rng)) if rng[s]]
         if records:  # the records and the copy a replay forks (the first runs' watch holds nothing: U.RngMark)
-            reserved += sum(records) + min(state, U.RngState.capture(devices).nbytes(device_type) + max(records))
+            reserved += sum(records) + replay_copy_bytes(devices, generators, max(records), device_type)
     notes = list(chain.provenance.get("notes", [])) + [
         f"executor: {reserved} B reserved for the step ({held}{drawing} recorded RNG state(s))"]
     return replace(held_chain, reserved_bytes=chain.reserved_bytes + reserved,
@@ -903,6 +903,14 @@ def learn_allocator_blocks(entry: Entry, excess: int, unsplit: int) -> None:
     _share_learned(entry)
 
 
+def replay_copy_bytes(devices: list, generators: tuple, largest: int, device_type: str) -> int:
+    """Bytes on ``device_type`` of the copy ``U.fork_rng`` takes while a record is replayed: the default generators'
+    states and the record's own generators' (at most ``largest``, the largest record), never more than all of
+    them (``devices``' and ``generators``')."""
+    return min(U.RngState.capture(devices, generators).nbytes(device_type),
+               U.RngState.capture(devices).nbytes(device_type) + largest)
+
+
 def rng_flags(data: dict, chain: Chain) -> tuple[list, list]:
     """Per fused stage of ``chain`` (0 unused): whether it draws random numbers, and the bytes of its RNG record on
     the device (None: the profile does not say), from the profile ``data`` (its stages' ``rng``, ``rng_bytes``)."""
@@ -931,10 +939,8 @@ def learn_draws(entry: Entry, s: int, record: "U.RngMark") -> None:
     for face in faces_of(entry):
         face.rng, face.rng_bytes = rng_flags(face.profile, face.plain_chain)
         face.draws_new = True
-    # the record, and where no stage drew before, the copy a replay forks
-    added = nbytes + (min(U.RngState.capture([], entry.generators).nbytes(device_type),
-                          U.RngState.capture([]).nbytes(device_type) + nbytes) if first else 0)
-    if added:  # the record, and where no stage drew before, the copy a replay takes
+    added = nbytes + (replay_copy_bytes([], entry.generators, nbytes, device_type) if first else 0)
+    if added:  # the record, and where no stage drew before, the copy a replay forks
         entry.rng_reserve += added
         entry.replan_due = True
         _share_learned(entry)

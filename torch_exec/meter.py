@@ -179,8 +179,8 @@ class MemoryMeter:
             self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
             # torch 2.11 warns at the first start ("Profiler clears events at the end of each cycle"), a line on the
             # user's stderr from every process that measures; the meter runs one cycle. acc_events=True silenced it
-            # but made every stop build the whole event list (0.131 s a stop against 0.022 s: review rv21r,
-            # bench/repros/rv21r_meter_acc_events_parse_cost.py), and older torch has no such argument
+            # but made every stop build the whole event list (0.165 s a stop against 0.019 s: review rv21r,
+            # bench/results/repros_session21r_cpu_before.md), and older torch has no such argument
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=".*[Pp]rofiler clears events")
                 self._prof.__enter__()

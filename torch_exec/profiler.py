@@ -577,9 +577,9 @@ class DataDependentShapeError(RuntimeError):
 #     Narrowed by the review of the change (bench/repros/rv21r_seq_moe_routing_refused.py,
 #     rv21r_seq_constant_bool_mask_refused.py, rv21r_seq_bincount_minlength_refused.py): refusing every operator
 #     tagged ``dynamic_output_shape`` refused mixture-of-experts routing (``torch.where(mask)`` runs nonzero; the
-#     rows routed total tokens x k whatever the batch: 6 300 936 B and 6 298 644 B step peaks on a random and a
-#     skewed batch), HF Mixtral's eager experts, a registered boolean buffer used as a fixed column mask, and
-#     ``bincount(idx, minlength=E)``, all of which trained within their budgets before. So only a selection by a mask
+#     rows routed total tokens x k whatever the batch), HF Mixtral's eager experts, a registered boolean buffer
+#     used as a fixed column mask, and ``bincount(idx, minlength=E)``, all of which trained before
+#     (bench/results/repros_session21r_cpu_before.md: each refused at 162982f). So only a selection by a mask
 #     the stage computes is refused: aten.index with a boolean index that is not a parameter or buffer of the model,
 #     and masked_select. Index lists (nonzero, argwhere, unique, bincount, repeat_interleave) are left alone: where
 #     the rows they select vary in total, the plan may still go over (the learning of Note [The caller's turn] then

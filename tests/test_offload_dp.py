@@ -654,7 +654,8 @@ def test_a_useless_links_plan_says_so():
 
 
 def test_a_plan_away_from_the_least_fills_no_least_peak_table_until_asked(monkeypatch):
-    """The combined class's least budget is an O(N^3) host DP (0.86 s on densenet121_fine_b32, CPU) that every
+    """The combined class's least budget is an O(N^3) host DP (0.58-0.70 s on densenet121_fine_b32, CPU:
+    bench/results/offload_least_budget_cost_cpu.md) that every
     offload plan filled at construction, once per plan of a curve; now only a solve that needs it (near or below
     the least) fills it, once, and a plan computes it on first use of ``min_feasible_bytes``."""
     from gpusolve.offload import dp as offload_dp

@@ -142,8 +142,10 @@ def _solve_offload(chain: Chain, budget, link, bucket, backend: str, strict: boo
                                        names=OFFLOAD_BACKENDS, dp="the offload DP", for_what="the offload DP")
     budget_bytes = budget_bytes_of(chain, budget)
 
+    # an O(N^3) host DP (0.58-0.70 s on densenet121_fine_b32, CPU: bench/results/offload_least_budget_cost_cpu.md):
+    # once, and only if needed
     @functools.cache
-    def minimum() -> int:  # an O(N^3) host DP (0.86 s on densenet121_fine_b32, CPU): once, and only if needed
+    def minimum() -> int:
         return min_budget_bytes(chain, link)
 
     def apart() -> list[OffloadPlan]:  # the budgets below, each solved alone (no table is filled here)
@@ -254,7 +256,7 @@ def _table_plan(chain: Chain, link: Link, problem: Problem, table, full_curve: n
                        notes=notes, timings=timings, chain=chain, link=link, dp_time_ms=dp_time, swaps=swaps,
                        recompute_only=recompute,
                        # computed on first use (OffloadPlan.min_feasible_bytes) unless the solve needed it: every
-                       # plan filled it before, 0.86 s each on densenet121_fine_b32 (CPU), a table fill's share
+                       # plan filled it before, 0.58-0.70 s each on densenet121_fine_b32 (CPU), a table fill's share
                        known_min_bytes=minimum() if minimum.cache_info().currsize else None)
 
 

@@ -5,6 +5,7 @@ import contextlib
 import dis
 import functools
 import itertools
+import math
 import sys
 import threading
 import types
@@ -216,6 +217,37 @@ def tensors(state) -> list[torch.Tensor]:
     if isinstance(state, (tuple, list)):
         return [t for t in state if isinstance(t, torch.Tensor)]
     return []
+
+
+class Sizes(tuple):
+    """A tensor's shape inside an input signature's key: equal to (and hashed as) the plain tuple, and told apart
+    from the key's other tuples by :func:`sizes_cover` (Note [Sizes that vary between calls] in
+    torch_exec/executor.py)."""
+    __slots__ = ()
+
+
+def sizes_cover(big, small) -> float | None:
+    """How many times as many elements the tensors of input signature key ``big`` hold as those of ``small``, where
+    the two keys are the same but for their :class:`Sizes`, and each of ``small``'s sizes is at most ``big``'s
+    (same number of dimensions); None where they differ otherwise, or a size of ``small`` is larger (Note [Sizes that
+    vary between calls] in torch_exec/executor.py)."""
+    elements = [0, 0]
+
+    def walk(a, b) -> bool:
+        if isinstance(a, Sizes) or isinstance(b, Sizes):
+            if not (isinstance(a, Sizes) and isinstance(b, Sizes)) or len(a) != len(b) or any(
+                    x < y for x, y in zip(a, b)):
+                return False
+            elements[0] += math.prod(a)
+            elements[1] += math.prod(b)
+            return True
+        if type(a) is tuple and type(b) is tuple:
+            return len(a) == len(b) and all(walk(x, y) for x, y in zip(a, b))
+        return a == b
+
+    if not walk(big, small):
+        return None
+    return 1.0 if elements[0] == elements[1] else (elements[0] / elements[1] if elements[1] else math.inf)
 
 
 def check_state(state, where: str) -> None:

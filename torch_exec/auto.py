@@ -453,7 +453,8 @@ stages at 1024 buckets: about a second), the GPU's makes hundreds cheap."""
 
 MANY_CAPTURES = 8
 """Input signatures (shapes, dtypes, non-tensor values) captured by one wrapper before it warns: each is
-captured, profiled and solved once, which costs seconds per new signature."""
+captured once (and profiled and solved once, unless a planned one with larger sizes serves it: Note [Sizes that vary
+between calls] in torch_exec/executor.py), which costs seconds per new signature."""
 
 JOIN_DP_WORK = {"cpu": 150_000, "auto": 150_000, "cuda": 15_000_000}
 """Most (l + 2)^k * k * l per join (k branches of at most l stages: the join DP's rows times its
@@ -2734,7 +2735,7 @@ class AutoCheckpointed(nn.Module):
     def _key(self, args, kwargs, tensor_ids: list | None = None):
         def leaf_key(v):
             if isinstance(v, torch.Tensor):
-                return ("T", tuple(v.shape), v.dtype, v.device, v.requires_grad)
+                return ("T", U.Sizes(v.shape), v.dtype, v.device, v.requires_grad)
             try:
                 hash(v)
                 return ("V", type(v).__name__, v)
@@ -2803,6 +2804,10 @@ class AutoCheckpointed(nn.Module):
             if kwargs_exec.pop("caller_keeps", "output") == "loss":
                 cap.notes.append("caller_keeps='loss' does not apply to a join network: the join reserves its head's "
                                  "output whole (usually the loss itself)")
+            if "reuse_within" in kwargs_exec:
+                kwargs_exec.pop("reuse_within")
+                cap.notes.append("reuse_within does not apply to a join network: each of its input signatures is "
+                                 "profiled (Note [Sizes that vary between calls] in torch_exec/executor.py)")
             cap.executor = CheckpointedJoin([_sequential(b) for b in cap.branches], cap.head, **kwargs_exec)
         else:
             cap.executor = CheckpointedSequential(_sequential(cap.stages), **kwargs_exec)
@@ -2825,7 +2830,7 @@ class AutoCheckpointed(nn.Module):
             return "join=False"
         if self.backend not in JOIN_BACKENDS:
             return f"backend={self.backend!r} has no join DP (it has {', '.join(JOIN_BACKENDS)})"
-        unknown = sorted(set(self._executor_kwargs) - {"caller_keeps"}  # a note says what the join reserves
+        unknown = sorted(set(self._executor_kwargs) - {"caller_keeps", "reuse_within"}  # a note says what the join does
                          - set(inspect.signature(CheckpointedJoin).parameters))
         if unknown:
             return f"CheckpointedJoin takes no {', '.join(unknown)}"
@@ -2917,6 +2922,7 @@ class AutoCheckpointed(nn.Module):
                 ids = tuple(after)
             cap.tensor_ids = ids
             self._captures[key] = cap
+            cap.executor.signature = key  # Note [Sizes that vary between calls] in torch_exec/executor.py
             if len(self._captures) == MANY_CAPTURES:
                 _warn_many_captures(list(self._captures)[-2], key, args, kwargs)
             # one model, one memory envelope: a percentage below a smaller batch's least budget plans it
@@ -3349,10 +3355,11 @@ def _warn_many_captures(before: tuple, key: tuple, args, kwargs) -> None:
     if before[2:] != key[2:]:
         where.append("the modules' training modes, which parameters require grad, their dtypes, the modules' "
                      "attributes (a torch.Generator the loop replaces: reseed one instead) or forward hooks, or autocast")
-    warnings.warn(f"auto_checkpoint: {MANY_CAPTURES} input signatures captured so far, each profiled and solved once; "
-                  f"the latest differs from the one before in {', '.join(where[:3]) or 'its arguments'}. Pass numbers "
-                  f"that change every step (a token count, a step number) as tensors, and pad batches to a few "
-                  f"lengths", UserWarning, stacklevel=4)
+    warnings.warn(f"auto_checkpoint: {MANY_CAPTURES} input signatures captured so far, each captured once, and "
+                  f"profiled and solved once unless a planned one with larger sizes serves it (reuse_within: Note "
+                  f"[Sizes that vary between calls] in torch_exec/executor.py); the latest differs from the one before "
+                  f"in {', '.join(where[:3]) or 'its arguments'}. Pass numbers that change every step (a token count, "
+                  f"a step number) as tensors, and pad batches to a few lengths", UserWarning, stacklevel=4)
 
 
 def _argument_name(path: str) -> str:
@@ -3409,7 +3416,7 @@ def auto_checkpoint(model: nn.Module, budget, *, backend: str = "auto", bucket=N
     triplet) as a join network (:class:`~torch_exec.join.CheckpointedJoin`, Note [Join detection] in
     torch_exec/auto.py); ``False`` cuts it as one chain. Other keywords go to
     :class:`~torch_exec.CheckpointedSequential` (``profile_passes``, ``preserve_rng_state``,
-    ``caller_keeps``, ...). ``caller_keeps="loss"`` says that the training loop keeps and back-propagates
+    ``caller_keeps``, ``reuse_within``, ...). ``caller_keeps="loss"`` says that the training loop keeps and back-propagates
     only the model's scalar loss (``loss = model(**batch).loss; loss.backward()``, transformers'
     ``Trainer``): the plans then reserve nothing for the rest of the output, such as a language model's
     logits, nor for its gradient (Note [The caller holds a_N] in torch_exec/executor.py).

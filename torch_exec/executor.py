@@ -512,6 +512,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import numbers
 import os
 import sys
@@ -986,10 +987,25 @@ def _share_learned(entry: Entry) -> None:
     boundaries]): a step in flight learns on the face its forward ran, which a re-plan may have replaced."""
     other = getattr(entry, "regrouped", None)
     if other is not None:
-        other.out_grads, other.out_dropped = entry.out_grads, entry.out_dropped
-        other.caller_reserve, other.blocks_reserve = entry.caller_reserve, entry.blocks_reserve
-        other.rng_reserve = entry.rng_reserve
+        _copy_learned(entry, other)
         other.replan_due = other.replan_due or entry.replan_due
+
+
+def _profiled_on(entry: Entry, key: tuple) -> Entry:
+    """``entry`` with both faces marked as planned on a profile of the sizes in input signature key ``key`` (Note
+    [Sizes that vary between calls])."""
+    for face in faces_of(entry):
+        face.sizes_key = key
+    return entry
+
+
+def _copy_learned(source: Entry, entry: Entry) -> None:
+    """What ``source``'s backwards showed of a_N and the reserves its steps learned, given to ``entry``: the other face
+    of its signature (:func:`_share_learned`), or a signature planned on its profile (Note [Sizes that vary between
+    calls])."""
+    entry.out_grads, entry.out_dropped = source.out_grads, source.out_dropped
+    entry.caller_reserve, entry.blocks_reserve = source.caller_reserve, source.blocks_reserve
+    entry.rng_reserve = source.rng_reserve
 
 
 def _grad_reserve(entry: Entry, grads: frozenset | None) -> int:
@@ -1314,6 +1330,10 @@ class Entry(ProgramSplit):
     # has none): Note [Two groupings of unsaved boundaries]
     regrouped: "Entry | None" = None
     unsaved_kept: bool = False        # this face keeps those boundaries (False: the profile's own grouping)
+    # the input signature's key whose sizes the profile holds (Note [Sizes that vary between calls]): this entry's
+    # own, or the one of the signature it was planned on (None: not cached under a key, a join's)
+    sizes_key: tuple | None = None
+    covered_note: str = ""  # the plans' note where that is another signature's
 
 
 # ---------------------------------------------------------------------------- the interpreter
@@ -2258,6 +2278,31 @@ def check_schedule_fn(schedule_fn) -> None:
         raise TypeError(f"schedule_fn must be a function chain -> schedule (or None), got {schedule_fn!r}")
 
 
+# Note [Sizes that vary between calls]
+#     Plans are cached per input signature, and a new one is profiled (about 16 plain steps) and solved. A training
+#     loop whose batches vary in size (dynamic padding to the longest sequence of each batch, an epoch's last short
+#     batch) made a new signature at nearly every step: 40 steps of a 4-layer GPT-2 over 28 distinct lengths took 28
+#     profiles, and CheckpointedSequential's loop 24.7 s, 9.6 s with the rule below (8 profiles; auto_checkpoint's
+#     block fallback 29.3 -> 13.1 s, its export 45.6 -> 31.7 s, where each signature's export remains; CPU,
+#     bench/results/size_reuse_cpu.md). A signature that differs from a planned
+#     one only in its tensors' sizes, none larger (the same dtypes, devices, number of dimensions, model state and
+#     non-tensor arguments: :func:`torch_exec._util.sizes_cover` over the keys, whose shapes are
+#     :class:`torch_exec._util.Sizes`), is planned on that one's profile instead of its own: the same stages run
+#     on smaller tensors, every size the profile holds is an upper bound of the new one's, and a schedule's peak only
+#     grows with the sizes (sums and maxima of them), so the plan holds the budget; its measured steps are checked
+#     as every step is (the memory report compares them with the larger prediction). What the planned signature's
+#     steps taught (Note [The caller's turn], Note [Outputs without a gradient]) comes with it. The price is time:
+#     the plan recomputes as the larger sizes needed, which smaller ones might not. So the planned signature serves
+#     only where its tensors hold at most ``reuse_within`` (default :data:`REUSE_WITHIN`) times the new one's
+#     elements, the closest such one; further off, or larger, the new signature is profiled (and may serve others
+#     from then on). A percentage budget is the planned signature's in bytes (one memory envelope for the model, as
+#     :meth:`_PlannedModule._percent_ceiling` has it). auto_checkpoint's captures (one per model call signature) reuse
+#     a sibling's profile where the model's call signature is covered as well (the masks and position ids beside
+#     the chain's input are smaller too) and the exported stages carry the same names; the capture itself (export)
+#     is still made per signature. ``reuse_within=None`` profiles every signature, as before.
+REUSE_WITHIN = 2.0
+
+
 def check_settings(schedule_fn, profile_passes, profile_warmup, preserve_rng_state, measure_steps,
                    profile_isolated=None, network=None) -> None:
     """The wrappers' other settings, checked when the wrapper is made (they failed at the first call, after
@@ -2278,14 +2323,42 @@ def check_settings(schedule_fn, profile_passes, profile_warmup, preserve_rng_sta
 
 
 def check_sequential_settings(backend: str, *, offload=None, modules=(), caller_keeps: str = "output",
-                              **settings) -> None:
+                              reuse_within=REUSE_WITHIN, **settings) -> None:
     """Every keyword setting of :class:`CheckpointedSequential` but its budget and bucket, checked as its constructor
     checks them, for auto_checkpoint to check those it passes on before any capture (``offload='bogus'``,
     ``modules=3`` or ``network=5`` failed at the first call, after capture and profiling: a review, rv20)."""
     check_settings(**settings)
     _caller_keeps_setting(caller_keeps)
+    _reuse_setting(reuse_within)
     _extra_modules(modules)
     check_offload_backend(_offload_setting(offload), _backend_setting(backend))
+
+
+def _reuse_setting(reuse_within) -> float | None:
+    """``reuse_within`` (Note [Sizes that vary between calls]): None, or a number >= 1, checked when the wrapper is
+    made."""
+    if reuse_within is None:
+        return None
+    if isinstance(reuse_within, bool) or not isinstance(reuse_within, numbers.Real) or not (
+            1 <= float(reuse_within) < math.inf):
+        raise ValueError(f"reuse_within must be a number >= 1 (how many times as many elements a planned input "
+                         f"signature's tensors may hold as a new one's whose plan it serves; 1: equal sizes only) or "
+                         f"None (every input signature profiled), got {reuse_within!r}")
+    return float(reuse_within)
+
+
+def _sizes_text(key) -> str:
+    """The tensor sizes in an input signature's key (:class:`torch_exec._util.Sizes`), for a note."""
+    found: list = []
+
+    def walk(part):
+        if isinstance(part, U.Sizes):
+            found.append(list(part))
+        elif type(part) is tuple:
+            for item in part:
+                walk(item)
+    walk(key)
+    return ", ".join(map(str, found)) or "()"
 
 
 def _backend_setting(backend, backends=BACKENDS) -> str:
@@ -2328,6 +2401,7 @@ class _PlannedModule(nn.Module):
     are the subclass's), re-solving them, and the budget as ``extra_repr`` shows it."""
 
     OWN_SCALARS_UNKEYED = True  # its settings are no part of an input signature (U.scalar_attributes)
+    reuse_within = None  # Note [Sizes that vary between calls]: CheckpointedSequential's setting (a join: none)
 
     def _set_solver(self, budget, bucket, backend, profile_passes, profile_warmup, schedule_fn, preserve_rng_state,
                     network, measure_steps: int, profile_isolated: bool | None = None, backends=BACKENDS) -> None:
@@ -2357,6 +2431,9 @@ class _PlannedModule(nn.Module):
         self._entries: dict = {}
         self._last = None
         self.siblings: list = []  # wrappers of the same model for other input signatures (auto_checkpoint's)
+        # auto_checkpoint's key of the model's call this wrapper runs (None: its own calls): a sibling's profile
+        # serves this wrapper only where that key covers this one (Note [Sizes that vary between calls])
+        self.signature = None
         self.call_data: U.CallData | None = None  # what the stages read per call (Note [Data bound to a call])
         # auto_checkpoint keys its captures by the model's whole state (training modes, frozen parameters,
         # dtypes and devices: captured_state_key), each capture with its own wrapper; that wrapper's own key
@@ -2433,11 +2510,49 @@ class _PlannedModule(nn.Module):
         entry = self._entries.get(key)
         if entry is None or entry.plan is None:  # profiling and solving run their own meters
             self._meter.withdraw()  # Note [A step measured from the model's call] in torch_exec/auto.py
+        cover = None
         if entry is None:
-            entry = self._entries[key] = self._build(inputs)
+            cover = self._size_cover(key)  # Note [Sizes that vary between calls]
+            entry = self._entries[key] = self._build(inputs) if cover is None else self._build_covered(inputs, *cover)
+            if self.reuse_within is not None:
+                _profiled_on(entry, key if cover is None else cover[2].sizes_key)
         if entry.plan is None:
             self._last = entry  # min_budget_bytes names this signature's least if the plan fails
             entry = self._last = self._entries[key] = self._plan_entry(entry)
+        return entry
+
+    def _size_cover(self, key) -> tuple | None:
+        """Note [Sizes that vary between calls]: ``(ratio, its key, entry)`` of the planned input signature, of this
+        wrapper or of a sibling whose model signature covers this one's (auto_checkpoint's), whose key covers ``key``
+        with the fewest elements, at most :attr:`reuse_within` times this one's; None where there is none."""
+        if self.reuse_within is None:
+            return None
+        best = None
+        for module in [self, *self.siblings]:
+            if module is not self and (self.signature is None or module.signature is None
+                                       or U.sizes_cover(module.signature, self.signature) is None):
+                continue
+            for entry in module._entries.values():
+                if (entry.plan is None or entry.sizes_key is None
+                        or [s["name"] for s in entry.profile["stages"]] != list(self.names)):
+                    continue
+                ratio = U.sizes_cover(entry.sizes_key, key)  # against the sizes its profile holds
+                if ratio is not None and ratio <= self.reuse_within and (best is None or ratio < best[0]):
+                    best = (ratio, entry.sizes_key, entry)
+        return best
+
+    def _build_covered(self, inputs, ratio: float, key, cover):
+        """The entry of ``inputs`` built on ``cover``'s profile (Note [Sizes that vary between calls]), with what
+        ``cover``'s steps taught (Note [The caller's turn], Note [Outputs without a gradient])."""
+        entry = self._build(inputs, cover.profile)
+        for face in faces_of(entry):
+            _copy_learned(cover, face)
+            face.exec_chain = with_learned_outputs(face)
+            face.covered_note = (f"planned on the profile of the input signature with sizes {_sizes_text(key)} (its "
+                                 f"tensors hold {ratio:.2f} x these elements, within reuse_within="
+                                 f"{self.reuse_within:g}): no profile was taken for these sizes, and the plan holds "
+                                 f"the budget for those (Note [Sizes that vary between calls] in "
+                                 f"torch_exec/executor.py)")
         return entry
 
     def _unsettled(self) -> bool:
@@ -2638,7 +2753,10 @@ class CheckpointedSequential(_PlannedModule):
     (``torch.relu``, ``lambda x: x.flatten(1)``) need nothing.
 
     The first call with a new input shape/dtype/device profiles the stages and solves (or call
-    :meth:`prepare`); plans are cached per input signature. Profiling and solving leave parameters,
+    :meth:`prepare`); plans are cached per input signature. ``reuse_within``: an input whose tensors are no
+    larger in any size than a planned signature's, which hold at most this many times its elements (default
+    2), is planned on that signature's profile instead of being profiled (batches of varying length; Note [Sizes
+    that vary between calls]); None profiles every signature. Profiling and solving leave parameters,
     buffers, gradients and RNG state as they were. ``schedule_fn(chain) -> schedule or policy`` replaces
     the solver (baselines, tests).
     """
@@ -2655,9 +2773,10 @@ class CheckpointedSequential(_PlannedModule):
     def __init__(self, stages, budget="6GiB", bucket=None, backend: str = "auto", *, profile_passes: int = 3,
                  profile_warmup: int = 1, schedule_fn=None, preserve_rng_state: bool = True, network: str | None = None,
                  measure_steps: int = 3, modules=(), offload=None, caller_keeps: str = "output",
-                 profile_isolated: bool | None = None):
+                 profile_isolated: bool | None = None, reuse_within: float | None = REUSE_WITHIN):
         super().__init__()
         self.caller_keeps = _caller_keeps_setting(caller_keeps)
+        self.reuse_within = _reuse_setting(reuse_within)
         self.names, fns = U.stage_list(stages)
         extras = _extra_modules(modules)
         module_stages = [f for f in fns if isinstance(f, nn.Module)]
@@ -2715,13 +2834,14 @@ class CheckpointedSequential(_PlannedModule):
             profile = _profile_argument(profile)
             _check_profile_names([stage["name"] for stage in profile["stages"]], self.names)
             _check_profile_input(profile, state, param_bytes_of(U.stage_state(self._fns, self._extras)))
-            self._entries[self._key(state)] = self._build(state, profile)
+            key = self._key(state)
+            self._entries[key] = _profiled_on(self._build(state, profile), key)  # checked against these sizes
         entry = self._entry(state)
         self._last = entry
         return entry.plan
 
     def _key(self, state, walked: list | None = None):
-        return (tuple((tuple(t.shape), t.dtype, t.device, t.requires_grad) for t in U.tensors(state)),
+        return (tuple((U.Sizes(t.shape), t.dtype, t.device, t.requires_grad) for t in U.tensors(state)),
                 isinstance(state, torch.Tensor), self._state_key(walked), U.autocast_key())
 
     def _build(self, state, data: dict | None = None, merge_unsaved: bool = True, regroup: bool = True) -> Entry:
@@ -2935,7 +3055,7 @@ class CheckpointedSequential(_PlannedModule):
         # the notes of a plan that counts less of a_N or its gradients than all of them
         learned = ([n for n in (output_grads_note(entry), output_holds_note(entry)) if n] + learned_reserve_notes(entry)
                    if chain is not plain else [])
-        plan.notes = list(plan.notes) + learned
+        plan.notes = list(plan.notes) + learned + ([entry.covered_note] if entry.covered_note else [])
         entry.chain = chain
         entry.split = split_schedule(plan.schedule, chain.n)
         entry.program = annotate(plan.schedule, entry.breaks)

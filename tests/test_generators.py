@@ -517,3 +517,53 @@ def test_python_and_numpy_draws_at_a_later_call_are_refused(kind):
     assert sum(w._last.recomputed) > 0
     with pytest.raises(te.CaptureError, match="a stage's forward at this call draws from .*draw with torch instead"):
         w(_X * 50)
+
+
+class _DrawsFrom(nn.Module):
+    """Draws from its first ``draws`` generators of ``gens`` (a plain int the loop sets, which no signature keys)."""
+
+    def __init__(self, gens):
+        super().__init__()
+        self.a, self.b = nn.Linear(D, 2 * D), nn.Linear(2 * D, D)
+        self.gens, self.draws = gens, 0
+
+    def forward(self, h):
+        z = torch.tanh(self.a(h))
+        for g in self.gens[:self.draws]:
+            z = z + 0.5 * torch.randn(z.shape, generator=g)
+        return h + self.b(z)
+
+
+def test_every_stage_found_drawing_grows_the_replay_copy_the_plan_reserves():
+    """executor.learn_draws: a second stage found drawing, whose record is larger than the first's (two generators
+    against one), grows the copy fork_rng takes while the largest record is replayed; the reserve was that of the first
+    stage found only (the copy counted once, for the first). Gradients as plain autograd's."""
+    from torch_exec import _util as U
+    g1, g2 = torch.Generator().manual_seed(1), torch.Generator().manual_seed(2)
+    torch.manual_seed(0)
+    base = nn.Sequential(*[_DrawsFrom([g1, g2]) for _ in range(8)])
+    model, ref = copy.deepcopy(base), copy.deepcopy(base)
+    w = te.CheckpointedSequential(model, budget="70%", backend="cpu", profile_passes=1)
+    w(_X).pow(2).mean().backward()  # profiled drawing nothing
+    entry = w._last
+    assert not any(entry.rng[1:]) and entry.rng_reserve == 0
+    members = entry.plain_chain.provenance["members"]
+    recomputed = [s for s in range(1, entry.chain.n + 1) if entry.recomputed[s] and len(members[s - 1]) == 1]
+    assert len(recomputed) >= 2, "the test needs two recomputed stages of one block each"
+    first, second = int(members[recomputed[0] - 1][0]), int(members[recomputed[1] - 1][0])
+    for m in (model, ref):  # the earlier stage draws from one generator, the later from two
+        m[first].draws, m[second].draws = 1, 2
+    for m in (model, ref):
+        m.zero_grad(set_to_none=True)
+    states = (g1.get_state(), g2.get_state())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", te.DrawsFoundWarning)
+        w(_X).pow(2).mean().backward()
+    g1.set_state(states[0])
+    g2.set_state(states[1])
+    ref(_X).pow(2).mean().backward()
+    for a, b in zip(model.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(a.grad, b.grad, rtol=0, atol=0)
+    n = U.RngState.capture([], (g1,)).nbytes("cpu") - U.RngState.capture([]).nbytes("cpu")  # one state's bytes
+    # the records (n and 2 n) and the copy a replay of the larger forks: the default generator's state and 2 n
+    assert entry.rng_reserve == n + 2 * n + (n + 2 * n)

@@ -965,8 +965,11 @@ def _moved(a, b) -> bool:
 #     what the plan reserves, are read the same way). The recomputation replays it in the same step, so that step
 #     is right too; a stage the profile did not see draw is marked as drawing from then on (the executor's
 #     Entry.rng and the profile's ``rng``), said once (:class:`DrawsFoundWarning`), and the record's bytes, where
-#     they are on the device the plan counts (a CPU model's), are reserved from the next call on (executor.
-#     learn_draws: as other learned sizes, a re-plan that no longer fits raises, naming them). A join re-plans
+#     they are on the device the plan counts (a CPU model's), are reserved from the next call on, with the copy
+#     ``fork_rng`` takes while the largest record is replayed grown to it: every stage found drawing counts there,
+#     by the rule the plan reserves with (executor.rng_records_bytes, before and after; the copy was counted for the
+#     first stage found only, tests/test_generators.py::test_every_stage_found_drawing_grows_the_replay_copy_the_plan_
+#     reserves) (executor.learn_draws: as other learned sizes, a re-plan that no longer fits raises, naming them). A join re-plans
 #     its draw order (Note [Draw order] in torch_exec/join.py). The marks allocate nothing on the device: on a
 #     CUDA device the states are read as bytes (host memory; a CUDA generator's state is 16 B); on the CPU, whose
 #     meter sees every host allocation (a 5 056 B state read at each stage boundary went over tight budgets of

@@ -736,10 +736,8 @@ def executor_chain(chain: Chain, rng: list, sample, preserve_rng: bool, group_mo
     if preserve_rng and drawing:
         devices = U.cuda_devices(sample)
         state = U.RngState.capture(devices, generators).nbytes(device_type)
-        records = [state if rng_bytes is None or rng_bytes[s] is None else int(rng_bytes[s])
-                   for s in range(1, len(rng)) if rng[s]]
-        if records:  # the records and the copy a replay forks (the first runs' watch holds nothing: U.RngMark)
-            reserved += sum(records) + replay_copy_bytes(devices, generators, max(records), device_type)
+        # the records and the copy a replay forks (the first runs' watch holds nothing: U.RngMark)
+        reserved += rng_records_bytes(rng, rng_bytes, devices, generators, device_type)
     notes = list(chain.provenance.get("notes", [])) + [
         f"executor: {reserved} B reserved for the step ({held}{drawing} recorded RNG state(s))"]
     return replace(held_chain, reserved_bytes=chain.reserved_bytes + reserved,
@@ -911,6 +909,24 @@ def replay_copy_bytes(devices: list, generators: tuple, largest: int, device_typ
                U.RngState.capture(devices).nbytes(device_type) + largest)
 
 
+def rng_records_bytes(rng: list, rng_bytes: list | None, devices: list, generators: tuple, device_type: str) -> int:
+    """Bytes on ``device_type`` of the RNG records of the stages ``rng`` marks as drawing (per fused stage, 0 unused;
+    ``rng_bytes``: each one's record, None where not known: the default generators' and all ``generators``' states)
+    and of the one copy ``U.fork_rng`` takes while the largest is replayed: what a plan reserves for them (executor_chain,
+    and learn_draws, which reserves the difference a stage found drawing makes)."""
+    state = None
+    records = []
+    for s in range(1, len(rng)):
+        if rng[s]:
+            if rng_bytes is None or rng_bytes[s] is None:
+                if state is None:
+                    state = U.RngState.capture(devices, generators).nbytes(device_type)
+                records.append(state)
+            else:
+                records.append(int(rng_bytes[s]))
+    return sum(records) + replay_copy_bytes(devices, generators, max(records), device_type) if records else 0
+
+
 def rng_flags(data: dict, chain: Chain) -> tuple[list, list]:
     """Per fused stage of ``chain`` (0 unused): whether it draws random numbers, and the bytes of its RNG record on
     the device (None: the profile does not say), from the profile ``data`` (its stages' ``rng``, ``rng_bytes``)."""
@@ -932,15 +948,18 @@ def learn_draws(entry: Entry, s: int, record: "U.RngMark") -> None:
     members = entry.plain_chain.provenance["members"][s - 1]
     device_type = getattr(entry.device, "type", "cuda")
     nbytes = record.nbytes(device_type)
-    first = not any(entry.rng[1:])
+    devices: list = []  # a CUDA generator's state is host memory: nothing of theirs counts on the device
+    before = rng_records_bytes(entry.rng, entry.rng_bytes, devices, entry.generators, device_type)
     for stage in entry.profile["stages"]:
-        if stage["name"] in members:
-            stage["rng"], stage["rng_bytes"] = True, nbytes
+        if stage["name"] in members:  # the record once per fused stage (rng_flags sums its members')
+            stage["rng"], stage["rng_bytes"] = True, (nbytes if stage["name"] == members[0] else 0)
     for face in faces_of(entry):
         face.rng, face.rng_bytes = rng_flags(face.profile, face.plain_chain)
         face.draws_new = True
-    added = nbytes + (replay_copy_bytes([], entry.generators, nbytes, device_type) if first else 0)
-    if added:  # the record, and where no stage drew before, the copy a replay forks
+    # the record, and the copy a replay forks grown to the largest record: every stage found drawing counts there,
+    # not only the first (the rule executor_chain plans by, rng_records_bytes, before and after)
+    added = rng_records_bytes(entry.rng, entry.rng_bytes, devices, entry.generators, device_type) - before
+    if added:
         entry.rng_reserve += added
         entry.replan_due = True
         _share_learned(entry)

@@ -735,7 +735,6 @@ def executor_chain(chain: Chain, rng: list, sample, preserve_rng: bool, group_mo
     drawing = sum(rng[1:])
     if preserve_rng and drawing:
         devices = U.cuda_devices(sample)
-        state = U.RngState.capture(devices, generators).nbytes(device_type)
         # the records and the copy a replay forks (the first runs' watch holds nothing: U.RngMark)
         reserved += rng_records_bytes(rng, rng_bytes, devices, generators, device_type)
     notes = list(chain.provenance.get("notes", [])) + [

@@ -1285,8 +1285,10 @@ class Entry(ProgramSplit):
     unseen_shared_bytes: int = 0
     # parameters the modules of two or more stages hold (Note [Hooks on a leaf several segments read])
     shared_params: tuple = ()
-    # the torch.Generator objects of the model's own the stages may draw from (Note [Generators of the model's own])
+    # the torch.Generator objects of the model's own the stages may draw from, as profiling found them, and where
+    # (U.GeneratorSites: each call looks them up there again; Note [Generators of the model's own])
     generators: tuple = ()
+    generator_sites: object = None
     # [s]: which tensors of a_s need a gradient, as the profile's plain run made them (None: all that can;
     # a profile made before it recorded them): a segment input asks for no other (Note [Segment inputs])
     state_rg: list = field(default_factory=list)
@@ -1364,7 +1366,10 @@ class Runtime:
         self.autocast = autocast
         self.preserve_rng = preserve_rng
         self.devices = U.cuda_devices(a0)
-        self.generators = getattr(entry, "generators", ())  # Note [Generators of the model's own] (_util.py)
+        # Note [Generators of the model's own] (_util.py): those at the places profiling found them, now (one the
+        # training loop put there since, in a list too, is recorded and replayed)
+        sites = getattr(entry, "generator_sites", None)
+        self.generators = sites.now() if sites is not None else getattr(entry, "generators", ())
         # Note [Draws found at the first run] (_util.py): first runs watched beside the recomputed stages' (a join
         # whose forward phase interleaves branches: a draw found there changes the order of the draws), and the
         # stages found drawing that their profile did not see draw
@@ -2777,7 +2782,8 @@ class CheckpointedSequential(_PlannedModule):
                             for has, members in zip(has_buffers[1:], chain.provenance["members"])]
         output = caller_output_bytes(chain, data)
         # recorded and replayed beside torch's (Note [Generators of the model's own] in torch_exec/_util.py)
-        generators = U.generators_of([m for mods in group_modules for m in mods], self._fns)
+        sites = U.generator_sites([m for mods in group_modules for m in mods], self._fns)
+        generators = sites.found
         chain = with_shared_leaves(chain, groups)
         shared = chain.shared_leaves()
         entry = Entry(profile=data, chain=chain, plan=None, held_bytes=int(self.held_bytes),
@@ -2792,7 +2798,7 @@ class CheckpointedSequential(_PlannedModule):
                       group_modules=group_modules,
                       clone_input=clone_input, split=0, rng=rng, rng_bytes=rng_bytes, has_buffers=has_buffers,
                       buffer_writes=writes, plain_chain=chain,
-                      generators=generators,
+                      generators=generators, generator_sites=sites,
                       exec_chain=executor_chain(chain, rng, sample, self.preserve_rng_state, group_modules,
                                                 output_bytes=output, buffer_writes=writes, generators=generators,
                                                 rng_bytes=rng_bytes),

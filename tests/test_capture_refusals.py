@@ -7,6 +7,8 @@ import copy
 import io
 import pickle
 
+import warnings
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -658,3 +660,71 @@ def test_a_lazy_module_materialises_as_at_plain_autograds_first_call():
     assert torch.equal(wrapped[5], plain[5])
     with pytest.raises(te.CaptureError, match=r"inp hold parameters not materialised yet.*call the model once"):
         te.auto_checkpoint(Lazy(), "60%", backend="cpu", sample=(torch.randn(16, 8, D),))
+
+
+class _EvalHead(Lazy):
+    """Lazy, with a lazy head only evaluation calls (``evaluate``): the training forward never materialises it."""
+
+    def __init__(self):
+        super().__init__()
+        self.eval_head = nn.LazyLinear(3)
+
+    def evaluate(self, x):
+        return self.eval_head(self(x))
+
+
+def test_a_lazy_module_the_training_forward_never_calls_is_left_out():
+    # every step after the first raised torch's "Attempted to use an uninitialized parameter" (review rv21r,
+    # bench/repros/rv21r_auto_unused_lazy_module_fails.py): its parameters are left out of the wrapper's steps
+    from torch.nn.parameter import is_lazy
+    got = []
+    for wrap in (False, True):
+        torch.manual_seed(0)
+        model = _EvalHead()
+        run = te.auto_checkpoint(model, "60%", backend="cpu") if wrap else model
+        torch.manual_seed(9)
+        steps = []
+        for step in range(3):
+            model.zero_grad(set_to_none=True)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                loss = run(torch.randn(16, 8, D) * (1 + step)).pow(2).mean()
+            loss.backward()
+            steps.append((loss.detach(), [p.grad.clone() for n, p in model.named_parameters()
+                                          if not n.startswith("eval_head")]))
+        got.append((steps, [n for n, _ in model.named_parameters()]))
+        assert is_lazy(model.eval_head.weight)
+    (plain, wrapped) = got
+    assert wrapped[1] == plain[1]  # the lazy head's parameters are back, in their order
+    for (la, ga), (lb, gb) in zip(wrapped[0], plain[0], strict=True):
+        torch.testing.assert_close(la, lb)
+        for a, b in zip(ga, gb, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    with torch.no_grad():  # an evaluation materialises the head as the model's own call does
+        assert model.evaluate(torch.randn(16, 8, D)).shape == (16, 8, 3)
+    assert not is_lazy(model.eval_head.weight)
+
+
+def test_a_lazy_module_left_out_and_called_later_is_refused_by_name():
+    class Late(_EvalHead):
+        def __init__(self):
+            super().__init__()
+            self.use_head = False
+
+        def forward(self, x):
+            h = super().forward(x)
+            return self.eval_head(h) if self.use_head else h
+
+    torch.manual_seed(0)
+    model = Late()
+    run = te.auto_checkpoint(model, "60%", backend="cpu")
+    x = torch.randn(16, 8, D)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run(x).pow(2).mean().backward()
+        run(x).pow(2).mean().backward()
+    model.use_head = True
+    with pytest.raises(te.CaptureError, match=r"eval_head, a lazy module .* call it once"):
+        run(x)
+    from torch.nn.parameter import is_lazy
+    assert is_lazy(model.eval_head.weight) and type(model.eval_head) is nn.LazyLinear  # left as it was

@@ -268,6 +268,8 @@ def test_a_generator_the_loop_replaces_between_steps_is_replayed(wrapper):
         assert torch.equal(got[2], want[2])
     executor = run if wrapper == "sequential" else run.executor
     assert sum(executor._last.recomputed) > 0
+    if wrapper == "sequential":  # looked up at each call, not keyed: a signature per step re-profiled at every step
+        assert len(run._entries) == 1  # (review rv21r: bench/repros/rv21r_seq_new_generator_each_step_reprofiles.py)
 
 
 def test_the_block_fallback_refuses_a_generator_it_cannot_record_naming_the_draws():
@@ -517,3 +519,136 @@ def test_python_and_numpy_draws_at_a_later_call_are_refused(kind):
     assert sum(w._last.recomputed) > 0
     with pytest.raises(te.CaptureError, match="a stage's forward at this call draws from .*draw with torch instead"):
         w(_X * 50)
+
+
+class _DrawsFrom(nn.Module):
+    """Draws from its first ``draws`` generators of ``gens`` (a plain int the loop sets, which no signature keys)."""
+
+    def __init__(self, gens):
+        super().__init__()
+        self.a, self.b = nn.Linear(D, 2 * D), nn.Linear(2 * D, D)
+        self.gens, self.draws = gens, 0
+
+    def forward(self, h):
+        z = torch.tanh(self.a(h))
+        for g in self.gens[:self.draws]:
+            z = z + 0.5 * torch.randn(z.shape, generator=g)
+        return h + self.b(z)
+
+
+def test_every_stage_found_drawing_grows_the_replay_copy_the_plan_reserves():
+    """executor.learn_draws: a second stage found drawing, whose record is larger than the first's (two generators
+    against one), grows the copy fork_rng takes while the largest record is replayed; the reserve was that of the first
+    stage found only (the copy counted once, for the first). Gradients as plain autograd's."""
+    from torch_exec import _util as U
+    g1, g2 = torch.Generator().manual_seed(1), torch.Generator().manual_seed(2)
+    torch.manual_seed(0)
+    base = nn.Sequential(*[_DrawsFrom([g1, g2]) for _ in range(8)])
+    model, ref = copy.deepcopy(base), copy.deepcopy(base)
+    w = te.CheckpointedSequential(model, budget="70%", backend="cpu", profile_passes=1)
+    w(_X).pow(2).mean().backward()  # profiled drawing nothing
+    entry = w._last
+    assert not any(entry.rng[1:]) and entry.rng_reserve == 0
+    members = entry.plain_chain.provenance["members"]
+    recomputed = [s for s in range(1, entry.chain.n + 1) if entry.recomputed[s] and len(members[s - 1]) == 1]
+    assert len(recomputed) >= 2, "the test needs two recomputed stages of one block each"
+    first, second = int(members[recomputed[0] - 1][0]), int(members[recomputed[1] - 1][0])
+    for m in (model, ref):  # the earlier stage draws from one generator, the later from two
+        m[first].draws, m[second].draws = 1, 2
+    for m in (model, ref):
+        m.zero_grad(set_to_none=True)
+    states = (g1.get_state(), g2.get_state())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", te.DrawsFoundWarning)
+        w(_X).pow(2).mean().backward()
+    g1.set_state(states[0])
+    g2.set_state(states[1])
+    ref(_X).pow(2).mean().backward()
+    for a, b in zip(model.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(a.grad, b.grad, rtol=0, atol=0)
+    n = U.RngState.capture([], (g1,)).nbytes("cpu") - U.RngState.capture([]).nbytes("cpu")  # one state's bytes
+    # the records (n and 2 n) and the copy a replay of the larger forks: the default generator's state and 2 n
+    assert entry.rng_reserve == n + 2 * n + (n + 2 * n)
+
+
+class _Holder:
+    """A plain object holding a generator (a sampler, a config)."""
+
+    def __init__(self, g):
+        self.g = g
+
+
+class _ReplacedIn(nn.Module):
+    """Draws from a generator held in a list (``self.gens[0]``) or a plain object's attribute (``self.sampler.g``)."""
+
+    def __init__(self, gen, where):
+        super().__init__()
+        self.l, self.where = nn.Linear(D, D), where
+        if where == "list":
+            self.gens = [gen]
+        else:
+            self.sampler = _Holder(gen)
+
+    def gen(self):
+        return self.gens[0] if self.where == "list" else self.sampler.g
+
+    def put(self, g):
+        if self.where == "list":
+            self.gens[0] = g
+        else:
+            self.sampler.g = g
+
+    def forward(self, h):
+        return torch.tanh(self.l(h) + 0.5 * torch.randn(h.shape, generator=self.gen()))
+
+
+@pytest.mark.parametrize("wrapper", ["sequential", "export", "blocks"])
+@pytest.mark.parametrize("where", ["list", "object"])
+def test_a_generator_replaced_inside_a_container_is_replayed_with_one_profile(wrapper, where):
+    """The loop replaces the generator inside a list or a plain object (``self.gens[0] = new``): it was not followed,
+    gradients 0.09-0.11 off plain autograd's (review rv21r, bench/repros/rv21r_seq_generator_in_list_replaced_unseen.py),
+    and a direct attribute's replacement re-profiled CheckpointedSequential at every step (rv21r_seq_new_generator_each_
+    step_reprofiles.py). Each call looks the generators up where profiling found them (U.GeneratorSites): one
+    profile for CheckpointedSequential, whose stages run live; a captured graph, which holds the generator as a
+    constant, is captured again."""
+    import torch_exec.executor as E
+    torch.manual_seed(0)
+    base = nn.Sequential(*[_ReplacedIn(torch.Generator().manual_seed(1), where) for _ in range(6)])
+    x = torch.randn(512, 4, D, generator=torch.Generator().manual_seed(1))
+
+    def make(budget, model=None):
+        model = copy.deepcopy(base) if model is None else model
+        if wrapper == "sequential":
+            return te.CheckpointedSequential(model, budget=budget, backend="cpu", profile_passes=1)
+        return te.auto_checkpoint(model, budget, backend="cpu", capture=wrapper, profile_passes=1)
+
+    model, ref = copy.deepcopy(base), copy.deepcopy(base)
+    run = make(_least_bytes(make, x), model)
+    profiles, orig = [0], E.profile_dict
+
+    def counted(*a, **k):
+        profiles[0] += 1
+        return orig(*a, **k)
+    E.profile_dict = counted
+    try:
+        for step in range(3):
+            outs = []
+            for m, r in ((model, run), (ref, ref)):
+                gen = torch.Generator().manual_seed(100 * step)
+                for block in m:
+                    block.put(gen)
+                m.zero_grad(set_to_none=True)
+                loss = r(x).pow(2).mean()
+                loss.backward()
+                outs.append((loss.detach(), [p.grad.clone() for p in m.parameters()], gen.get_state()))
+            (got, want) = outs
+            torch.testing.assert_close(got[0], want[0], rtol=0, atol=0)
+            for a, b in zip(got[1], want[1]):
+                torch.testing.assert_close(a, b, rtol=0, atol=0)
+            assert torch.equal(got[2], want[2])
+    finally:
+        E.profile_dict = orig
+    executor = run if wrapper == "sequential" else run.executor
+    assert sum(executor._last.recomputed) > 0
+    if wrapper == "sequential":
+        assert profiles[0] <= 1 and len(run._entries) == 1

@@ -712,20 +712,28 @@ def cuda_devices(state) -> list[int]:
 #     discovery, and :data:`_REACH_VISITS` values at most; the modules' parameter, buffer and submodule dicts are
 #     not looked into as attributes: on GPT-2 small (164 modules, CPU) a walk takes 1.07 ms against 3.37 ms before
 #     (bench/results/generators_walk_cpu.md). Each wrapper finds the generators when it profiles an input
-#     signature. A generator attribute of a module is keyed by the signature (:func:`_state_key`), so one the
-#     training loop puts on the modules later (a new generator per step or epoch) is profiled, captured and
-#     replayed anew (rv21d_generator_replaced_between_steps.py): keyed rather than looked up again at each call,
-#     because a captured graph holds the generator as a constant (a new one needs a new capture anyway) and the
-#     executor records those its entry found at profiling (torch_exec/executor.py); the key's scan of each module's
-#     attributes costs 0.14-0.16 ms a call on GPT-2 small (module_state_key 0.16 -> 0.31 ms, captured_state_key
-#     0.61 -> 0.77 ms, the same file). A loop that makes a generator per step re-profiles at every step:
-#     reseed one (``self.gen.manual_seed(step)``) instead. Not seen: a generator
+#     signature, and where: :func:`generator_sites` keeps, for each generator reached through the modules'
+#     attributes, the containers there and plain objects' attributes, the module and the steps from it
+#     (:class:`GeneratorSites`), and each call looks them up there again (:meth:`GeneratorSites.now`): one the
+#     training loop put there since (``self.gen = new``, ``self.gens[0] = new``, ``self.sampler.g = new``; a new
+#     generator per step or epoch) is recorded and replayed by the step's runtime (torch_exec/executor.py
+#     Runtime) with the same profile and plan. The profile does not depend on which generator it is (its records'
+#     sizes are those of a state of the same device). One rule for every place the walk sees: a generator was keyed
+#     by the signature where a module held it directly, only, which re-profiled every step when the loop made one
+#     per step (12 profiles in 12 steps, rv21r_seq_new_generator_each_step_reprofiles.py) and missed one replaced
+#     inside a list (0.09-0.11 off plain autograd's gradients, rv21r_seq_generator_in_list_replaced_unseen.py;
+#     reviews rv21d, rv21r). A graph torch.export captured holds the generator as a constant: auto_checkpoint keys
+#     the generators at the sites (:meth:`GeneratorSites.key`, the sites found at its first call) and captures
+#     again when one is replaced (its many-captures warning names the generators and the remedy, reseeding one:
+#     ``self.gen.manual_seed(step)``). Looking the sites up costs 0.011 ms a call with 24 of them on GPT-2 small,
+#     and the signature's walk without the scan of every module's attributes for generators 0.16 ms instead of 0.31
+#     (module_state_key; captured_state_key 0.44 instead of 0.61: bench/results/generator_sites_cost_cpu.md). Not followed: a generator put where profiling found none, one in a set (no place to look it up),
+#     and one reached only through a function (a forward's global or closure variable, a hook's, a plain
+#     callable's: kept as the object found). Not seen: a generator
 #     reached only some other way (a global that a helper function or method other than ``forward`` names, a
 #     generator made inside the forward, a forward argument; auto_checkpoint refuses the last under either capture,
 #     and torch.export a generator in its graph that is not among these: Note [Probing the model] in
-#     torch_exec/auto.py), and a global, plain object's or container's generator replaced between steps (only a
-#     module's own attribute is keyed: ``self.gens[0] = torch.Generator()`` trains 0.113 off plain autograd's
-#     gradients, bench/repros/rv21r_seq_generator_in_list_replaced_unseen.py, open; reseed it instead).
+#     torch_exec/auto.py).
 
 _REACH_VISITS = 1 << 16
 """The most values one :func:`generators_of` walk looks at (each once), bounding a model that holds huge plain
@@ -738,7 +746,62 @@ _FUNCTIONS = (types.FunctionType, types.MethodType, types.BuiltinFunctionType, f
 def generators_of(modules=(), fns=()) -> tuple:
     """The ``torch.Generator`` objects, other than torch's default ones, that ``modules`` (and their submodules)
     and the plain callables ``fns`` reach (Note [Generators of the model's own])."""
+    return generator_sites(modules, fns).found
+
+
+class GeneratorSites:
+    """Where :func:`generator_sites` found the model's own generators (Note [Generators of the model's own]):
+    ``found``, the generators then; ``sites``, (a module, the steps from it) for each one reached through the
+    modules' attributes, the containers there and plain objects' attributes, which :meth:`now` looks up again;
+    ``fixed``, those reached only through a function (a forward's globals or closure, a hook's, a plain callable's),
+    kept as the objects found."""
+
+    __slots__ = ("found", "sites", "fixed")
+
+    def __init__(self, found: tuple, sites: list, fixed: tuple):
+        self.found, self.sites, self.fixed = found, sites, fixed
+
+    def now(self) -> tuple:
+        """The generators at the sites now (one the training loop put there since replaces the one found), and the
+        fixed ones, each once, torch's default ones left out; ``found`` itself where nothing was replaced."""
+        if not self.sites:
+            return self.found
+        out: dict = {}
+        for root, steps in self.sites:
+            value = root
+            try:
+                for attribute, key in steps:
+                    value = value.__dict__[key] if attribute else value[key]
+            except (KeyError, IndexError, TypeError, AttributeError):  # the site is gone: nothing to record there
+                continue
+            if isinstance(value, _GENERATOR):
+                out[id(value)] = value
+        for g in self.fixed:
+            out.setdefault(id(g), g)
+        defaults = _default_generator_ids()
+        now = tuple(g for key, g in out.items() if key not in defaults)
+        if len(now) == len(self.found) and all(a is b for a, b in zip(now, self.found)):
+            return self.found
+        return now
+
+    def key(self) -> tuple:
+        """The identities of :meth:`now`'s generators: part of a captured graph's input signature, which holds the
+        generators as constants (Note [Generators of the model's own])."""
+        return tuple(map(id, self.now()))
+
+
+def _default_generator_ids() -> set:
+    defaults = {id(torch.default_generator)}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        defaults |= {id(g) for g in torch.cuda.default_generators}
+    return defaults
+
+
+def generator_sites(modules=(), fns=()) -> GeneratorSites:
+    """:func:`generators_of`'s walk, keeping where each generator was found (:class:`GeneratorSites`)."""
     found: dict = {}
+    sites: list = []
+    fixed: dict = {}
     seen: set[int] = set()  # the values looked at (containers, objects, functions)
     walked: set[int] = set()  # the modules walked
     left = [_REACH_VISITS]
@@ -747,7 +810,7 @@ def generators_of(modules=(), fns=()) -> tuple:
     def take(reached) -> None:  # what reachable_state found: generators, and modules to walk
         for _, value in reached:
             if isinstance(value, torch.Generator):
-                found[id(value)] = value
+                found[id(value)] = fixed[id(value)] = value
             elif isinstance(value, nn.Module) and id(value) not in walked:
                 pending.append(value)
 
@@ -757,30 +820,37 @@ def generators_of(modules=(), fns=()) -> tuple:
             left[0] -= 1
             take(reachable_state(f, generators=True))
 
-    def look(value, depth: int) -> None:  # an attribute, the items of containers, plain objects' attributes
+    def look(value, depth: int, root, steps) -> None:  # an attribute, containers' items, plain objects' attributes
         if isinstance(value, _ATOMS) or isinstance(value, torch.Tensor):
             return
         if isinstance(value, torch.Generator):
             found[id(value)] = value
+            if steps is None:  # in a set: no place to look it up again
+                fixed[id(value)] = value
+            else:
+                sites.append((root, steps))
             return
         if (depth >= _REACH_DEPTH or id(value) in seen or left[0] <= 0 or isinstance(value, (nn.Module, _FUNCTIONS))):
             return  # (a module: walked as one when it is a submodule; a function stored as an attribute: not followed)
         seen.add(id(value))
         left[0] -= 1
-        if isinstance(value, (list, tuple, set, frozenset)):
+        if isinstance(value, (list, tuple)):
+            for i, item in enumerate(itertools.islice(value, _REACH_ITEMS)):
+                look(item, depth + 1, root, None if steps is None else steps + ((False, i),))
+        elif isinstance(value, (set, frozenset)):
             for item in itertools.islice(value, _REACH_ITEMS):
-                look(item, depth + 1)
+                look(item, depth + 1, root, None)
         elif isinstance(value, dict):
-            for item in itertools.islice(value.values(), _REACH_ITEMS):
-                look(item, depth + 1)
+            for key, item in itertools.islice(value.items(), _REACH_ITEMS):
+                look(item, depth + 1, root, None if steps is None else steps + ((False, key),))
         else:
             try:
                 attrs = getattr(value, "__dict__", None)  # a plain object (a sampler, a config): its attributes
             except Exception:  # noqa: BLE001 - a proxy that raises on any attribute: not looked into
                 attrs = None
             if isinstance(attrs, dict):
-                for item in itertools.islice(attrs.values(), _REACH_ITEMS):
-                    look(item, depth + 1)
+                for key, item in itertools.islice(attrs.items(), _REACH_ITEMS):
+                    look(item, depth + 1, root, None if steps is None else steps + ((True, key),))
 
     def walk(mod) -> None:
         for m in mod.modules():
@@ -793,7 +863,7 @@ def generators_of(modules=(), fns=()) -> tuple:
                     for hook in value.values():
                         callable_(hook)
                 elif key not in _MODULE_DICTS:
-                    look(value, 0)
+                    look(value, 0, m, ((True, key),))
             callable_(type(m).forward)
             forward = d.get("forward")  # one set on the instance (a wrapper's substitute calls the class's too)
             if callable(forward):
@@ -811,10 +881,9 @@ def generators_of(modules=(), fns=()) -> tuple:
             take(reachable_state(fn, generators=True))
     while pending:
         walk(pending.pop())
-    defaults = {id(torch.default_generator)}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        defaults |= {id(g) for g in torch.cuda.default_generators}
-    return tuple(g for key, g in found.items() if key not in defaults)
+    defaults = _default_generator_ids()
+    return GeneratorSites(tuple(g for key, g in found.items() if key not in defaults), sites,
+                          tuple(g for key, g in fixed.items() if key not in defaults))
 
 
 # a module's own dictionaries that generators_of does not look into as attributes: its parameters, buffers and
@@ -997,8 +1066,11 @@ def _moved(a, b) -> bool:
 #     what the plan reserves, are read the same way). The recomputation replays it in the same step, so that step
 #     is right too; a stage the profile did not see draw is marked as drawing from then on (the executor's
 #     Entry.rng and the profile's ``rng``), said once (:class:`DrawsFoundWarning`), and the record's bytes, where
-#     they are on the device the plan counts (a CPU model's), are reserved from the next call on (executor.
-#     learn_draws: as other learned sizes, a re-plan that no longer fits raises, naming them). A join re-plans
+#     they are on the device the plan counts (a CPU model's), are reserved from the next call on, with the copy
+#     ``fork_rng`` takes while the largest record is replayed grown to it: every stage found drawing counts there,
+#     by the rule the plan reserves with (executor.rng_records_bytes, before and after; the copy was counted for the
+#     first stage found only, tests/test_generators.py::test_every_stage_found_drawing_grows_the_replay_copy_the_plan_
+#     reserves) (executor.learn_draws: as other learned sizes, a re-plan that no longer fits raises, naming them). A join re-plans
 #     its draw order (Note [Draw order] in torch_exec/join.py). The marks allocate nothing on the device: on a
 #     CUDA device the states are read as bytes (host memory; a CUDA generator's state is 16 B); on the CPU, whose
 #     meter sees every host allocation (a 5 056 B state read at each stage boundary went over tight budgets of
@@ -1381,11 +1453,6 @@ def _state_key(module, captured: bool, tensor_ids: list | None = None, trainable
                 tensor_ids.extend([id(t) for t in own_buffers.values()])
         if trainable is not None and own_params:
             _add_trainable(own_params, seen, trainable)
-        # the generators it holds as attributes, as objects: one the loop puts there later is found, recorded and
-        # replayed anew, and a captured graph that holds the old one as a constant is captured again (Note
-        # [Generators of the model's own])
-        generators = tuple([(k, v) for k, v in d.items() if type(v) is _GENERATOR]
-                           ) if _GENERATOR in map(type, d.values()) else ()  # (tested in C first: most hold none)
         if captured:  # the scalar attributes include `training`
             scalars = scalar_attributes(m)
             if unkeyed and position in unkeyed:
@@ -1393,10 +1460,10 @@ def _state_key(module, captured: bool, tensor_ids: list | None = None, trainable
             forward, pre, backward, backward_pre = (d.get("_forward_hooks"), d.get("_forward_pre_hooks"),
                                                     d.get("_backward_hooks"), d.get("_backward_pre_hooks"))
             out.append((params, buffers, tuple(scalars), tuple(forward) if forward else (), tuple(pre) if pre else (),
-                        tuple(backward) if backward else (), tuple(backward_pre) if backward_pre else (), generators))
+                        tuple(backward) if backward else (), tuple(backward_pre) if backward_pre else ()))
         else:  # a module called as itself runs its code live: its mode, and whether it draws (Note [Keys of modules
             # run live])
-            out.append((params, buffers, (m.training, m.p) if isinstance(m, _DropoutNd) else m.training, generators))
+            out.append((params, buffers, (m.training, m.p) if isinstance(m, _DropoutNd) else m.training))
     return tuple(out)
 
 

@@ -166,9 +166,18 @@ Note [Lazy modules]
     initialisation should have moved them from (a review, 2026-11-29: weights 0.33 off plain autograd's,
     bench/repros/rv21d_auto_lazy_module_init_draws.py). A call that finds parameters or buffers not yet
     materialised (``torch.nn.parameter.is_lazy``) runs as plain autograd, outside the budget, with a warning,
-    and the wrapper prepares at the next call; the check is made until the first call with grad, once (a lazy
-    module the forward never calls stays lazy). ``prepare`` and ``sample=`` before that call refuse lazy
-    modules, naming them: preparing would draw their weights from its own seed.
+    and the wrapper prepares at the next call; the check is made until the first call with grad, once. A lazy
+    module that call did not run (an evaluation-only head the training forward never calls) stays lazy, and
+    every later step raised torch's "Attempted to use an uninitialized parameter" (the snapshots, the signature,
+    the capture and the profile read every parameter; review rv21r:
+    bench/repros/rv21r_auto_unused_lazy_module_fails.py). Its parameters and buffers still lazy are found at the
+    next call (:func:`_lazy_tensors`) and taken out of their modules while the wrapper prepares or runs a call,
+    put back after in their order (:func:`_lazy_left_out`), so the steps train without them; a
+    :class:`_LazyGuard` put first on each such module refuses, naming it, a call with grad that runs it after
+    all (materialising it there, without its parameters, would break it), and does nothing outside the
+    wrapper's calls (an evaluation run materialises it as usual; the next call then keys, captures and profiles
+    it). ``prepare`` and ``sample=`` before the first call refuse lazy modules, naming them: preparing would draw
+    their weights from its own seed.
 
 Note [Join detection]
     A model with several inputs whose branches meet (CLIP's image and text towers, a Siamese or
@@ -1484,6 +1493,75 @@ def _lazy_modules(model: nn.Module) -> list[str]:
             if any(is_lazy(t) for t in [*m._parameters.values(), *m._buffers.values()] if t is not None)]
 
 
+def _lazy_tensors(model: nn.Module) -> list[tuple]:
+    """(module name, module, "_parameters" or "_buffers", key) of each parameter or buffer not materialised yet."""
+    from torch.nn.parameter import is_lazy
+    return [(name or type(model).__name__, m, where, key) for name, m in model.named_modules()
+            for where in ("_parameters", "_buffers") for key, t in m.__dict__[where].items()
+            if t is not None and is_lazy(t)]
+
+
+class _LazyGuard:
+    """A forward pre-hook put (once, first) on each lazy module the first call with grad left lazy (Note [Lazy
+    modules]): while a wrapper's call has the module's tensors taken out (:func:`_lazy_left_out`), a forward that calls
+    it after all is refused naming it, before its own hook would materialise it without them. Outside such a call it
+    does nothing (an evaluation run materialises the module as usual)."""
+
+    taken: set = set()  # ids of the modules whose lazy tensors a call has taken out now
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __call__(self, module, args):
+        if id(module) in _LazyGuard.taken:
+            raise CaptureError(f"auto_checkpoint: {self.name}, a lazy module the first call with grad did not call, is "
+                               f"called at this call, not materialised yet: its parameters were left out of the "
+                               f"wrapper's steps; call it once (a forward through it) before wrapping the model, or "
+                               f"before this call (Note [Lazy modules] in torch_exec/auto.py)")
+
+
+def _guard_lazy(left: list) -> list:
+    """:func:`_lazy_tensors`' ``left``, each of their modules guarded by a :class:`_LazyGuard` (once)."""
+    for name, m, _, _ in left:
+        if not any(isinstance(h, _LazyGuard) for h in m._forward_pre_hooks.values()):
+            m.register_forward_pre_hook(_LazyGuard(name), prepend=True)
+    return left
+
+
+@contextlib.contextmanager
+def _lazy_left_out(left: list):
+    """Note [Lazy modules]: the parameters and buffers of ``left`` (:func:`_lazy_tensors`) still lazy are taken out of
+    their modules while the wrapper prepares or runs a call (its snapshots, signature, capture and profile read every
+    parameter, and a lazy one raises at any use), and put back after, each dictionary in its order. A forward that calls
+    such a module after all is refused naming it (:class:`_LazyGuard`)."""
+    from torch.nn.parameter import is_lazy
+    taken: dict = {}  # id of a dictionary: (the dictionary, its items before, the keys taken out)
+    modules: set = set()
+    for _, m, where, key in left:
+        d = m.__dict__[where]
+        if d.get(key) is not None and is_lazy(d[key]):
+            taken.setdefault(id(d), (d, list(d.items()), set()))[2].add(key)
+            del d[key]
+            modules.add(id(m))
+    if not taken:
+        yield
+        return
+    _LazyGuard.taken |= modules
+    try:
+        yield
+    finally:
+        _LazyGuard.taken -= modules
+        for d, items, keys in taken.values():
+            now = dict(d)
+            d.clear()
+            for key, value in items:  # in their order: those taken out, and those still there (set since or not)
+                if key in now:
+                    d[key] = now.pop(key)
+                elif key in keys:
+                    d[key] = value
+            d.update(now)  # added during the call
+
+
 def _generator_names(model: nn.Module, generators) -> list[str]:
     """Where the model holds each of ``generators``: a module attribute's dotted name, else "a torch.Generator its
     forward reaches" (a global, a plain object's)."""
@@ -2551,6 +2629,10 @@ class AutoCheckpointed(nn.Module):
         self._unkeyed: dict = {}
         self._recaptures = 0  # captures made again for a replaced tensor attribute (Note [What a captured graph fixes])
         self._lazy_checked = False  # no lazy module left to materialise (Note [Lazy modules])
+        self._lazy_left: list | None = []  # the lazy tensors the first call with grad left lazy (None: not found yet)
+        # where the model holds its own generators (U.GeneratorSites), found at the first key: a captured graph holds
+        # them as constants, so the generators there now are keyed (Note [Generators of the model's own] in _util.py)
+        self._generator_sites = None
         self._measure_next = 0  # steps measure_memory() asked for that have not run yet
         self._last: Capture | None = None
         self._use_cache_note = False
@@ -2571,6 +2653,7 @@ class AutoCheckpointed(nn.Module):
     def __getstate__(self):
         state = super().__getstate__()
         state["_captures"], state["_last"] = {}, None  # Note [Saving the wrapper]
+        state["_generator_sites"] = None  # found again at the first call
         return state
 
     def __deepcopy__(self, memo):
@@ -2691,8 +2774,6 @@ class AutoCheckpointed(nn.Module):
         return f"{type(self._model).__name__}, budget={budget}"
 
     # ------------------------------------------------------------ preparing
-    @_compiler_disable
-    @U.without_caches  # as _call_scheduled
     def prepare(self, *args, **kwargs):
         """Capture, profile and solve for inputs like these now (otherwise the first call does it);
         returns the plan. Parameters, buffers, gradients and RNG state are left as they were."""
@@ -2702,6 +2783,12 @@ class AutoCheckpointed(nn.Module):
             raise CaptureError(f"auto_checkpoint: {U.first_few(lazy)} hold parameters not materialised yet (lazy "
                                f"modules), which a model's first call draws at their place in the forward; call the "
                                f"model once (a training step) before preparing it (Note [Lazy modules])")
+        with _lazy_left_out(self._lazy_left_now()):
+            return self._prepare(args, kwargs)
+
+    @_compiler_disable
+    @U.without_caches  # as _call_scheduled
+    def _prepare(self, args, kwargs):
         kwargs = self._training_kwargs(kwargs)
         snapshot = U.ModelSnapshot([self._model])
         scalars = _scalar_state(self._model)  # Note [Attributes the forward writes at every call]
@@ -2742,11 +2829,14 @@ class AutoCheckpointed(nn.Module):
             except TypeError:
                 return ("O", type(v).__name__, id(v))
         leaves, spec = pytree.tree_flatten((args, dict(sorted(kwargs.items()))))
+        sites = self.__dict__.get("_generator_sites")
+        if sites is None:  # Note [Generators of the model's own] in torch_exec/_util.py
+            sites = self._generator_sites = U.generator_sites([self._model])
         # the model's own modes and frozen parameters, not the wrapper's mode: model.train() or a layer
         # unfrozen after the first call changes them without the wrapper (a captured graph has them fixed),
-        # and its attributes and forward hooks (Note [What a captured graph fixes])
+        # its attributes and forward hooks (Note [What a captured graph fixes]), and the generators it holds
         return (tuple(leaf_key(v) for v in leaves), str(spec),
-                U.captured_state_key(self._model, tensor_ids, self._unkeyed), U.autocast_key())
+                U.captured_state_key(self._model, tensor_ids, self._unkeyed), sites.key(), U.autocast_key())
 
     def _build(self, args, kwargs, probe: _Probe | None = None) -> Capture:
         errors = []
@@ -2962,9 +3052,21 @@ class AutoCheckpointed(nn.Module):
                               f"the model's own first call does, and the wrapper prepares at the next call (call the "
                               f"model once before wrapping it to keep this step in budget)", UserWarning, stacklevel=2)
                 self._lazy_checked = True  # once: a lazy module the forward never calls stays lazy
+                self._lazy_left = None  # those it left lazy are found at the next call
                 return self._model(*args, **kwargs)
             self._lazy_checked = True
+        left = self._lazy_left_now()
+        if left:  # Note [Lazy modules]: a lazy module the training forward never calls (an eval-only head)
+            with _lazy_left_out(left):
+                return self._call_scheduled(args, kwargs)
         return self._call_scheduled(args, kwargs)
+
+    def _lazy_left_now(self) -> list:
+        """The parameters and buffers the first call with grad left lazy (Note [Lazy modules]), found once."""
+        left = self.__dict__.get("_lazy_left", [])
+        if left is None:
+            left = self._lazy_left = _guard_lazy(_lazy_tensors(self._model))
+        return left
 
     @_compiler_disable  # capture, profiling and the step run eagerly: Note [torch.compile] in the executor
     @U.without_caches  # the capture too: a weight parametrize cached would be captured as a constant
@@ -3352,9 +3454,12 @@ def _warn_many_captures(before: tuple, key: tuple, args, kwargs) -> None:
     paths = [pytree.keystr(path) for path, _ in pytree.tree_flatten_with_path((args, dict(sorted(kwargs.items()))))[0]]
     where = [f"argument {_argument_name(path)} ({'shape' if a[0] == 'T' else 'value'})"
              for path, a, b in zip(paths, before[0], key[0]) if a != b] if len(before[0]) == len(key[0]) else []
-    if before[2:] != key[2:]:
+    if before[2] != key[2] or before[4:] != key[4:]:
         where.append("the modules' training modes, which parameters require grad, their dtypes, the modules' "
-                     "attributes (a torch.Generator the loop replaces: reseed one instead) or forward hooks, or autocast")
+                     "attributes or forward hooks, or autocast")
+    if before[3] != key[3]:  # Note [Generators of the model's own] in torch_exec/_util.py
+        where.append("the torch.Generator objects the model holds (one the loop replaces: reseed one instead, "
+                     "self.gen.manual_seed(step))")
     warnings.warn(f"auto_checkpoint: {MANY_CAPTURES} input signatures captured so far, each captured once, and "
                   f"profiled and solved once unless a planned one with larger sizes serves it (reuse_within: Note "
                   f"[Sizes that vary between calls] in torch_exec/executor.py); the latest differs from the one before "

@@ -736,11 +736,8 @@ def executor_chain(chain: Chain, rng: list, sample, preserve_rng: bool, group_mo
     drawing = sum(rng[1:])
     if preserve_rng and drawing:
         devices = U.cuda_devices(sample)
-        state = U.RngState.capture(devices, generators).nbytes(device_type)
-        records = [state if rng_bytes is None or rng_bytes[s] is None else int(rng_bytes[s])
-                   for s in range(1, len(rng)) if rng[s]]
-        if records:  # the records and the copy a replay forks (the first runs' watch holds nothing: U.RngMark)
-            reserved += sum(records) + replay_copy_bytes(devices, generators, max(records), device_type)
+        # the records and the copy a replay forks (the first runs' watch holds nothing: U.RngMark)
+        reserved += rng_records_bytes(rng, rng_bytes, devices, generators, device_type)
     notes = list(chain.provenance.get("notes", [])) + [
         f"executor: {reserved} B reserved for the step ({held}{drawing} recorded RNG state(s))"]
     return replace(held_chain, reserved_bytes=chain.reserved_bytes + reserved,
@@ -912,6 +909,24 @@ def replay_copy_bytes(devices: list, generators: tuple, largest: int, device_typ
                U.RngState.capture(devices).nbytes(device_type) + largest)
 
 
+def rng_records_bytes(rng: list, rng_bytes: list | None, devices: list, generators: tuple, device_type: str) -> int:
+    """Bytes on ``device_type`` of the RNG records of the stages ``rng`` marks as drawing (per fused stage, 0 unused;
+    ``rng_bytes``: each one's record, None where not known: the default generators' and all ``generators``' states)
+    and of the one copy ``U.fork_rng`` takes while the largest is replayed: what a plan reserves for them (executor_chain,
+    and learn_draws, which reserves the difference a stage found drawing makes)."""
+    state = None
+    records = []
+    for s in range(1, len(rng)):
+        if rng[s]:
+            if rng_bytes is None or rng_bytes[s] is None:
+                if state is None:
+                    state = U.RngState.capture(devices, generators).nbytes(device_type)
+                records.append(state)
+            else:
+                records.append(int(rng_bytes[s]))
+    return sum(records) + replay_copy_bytes(devices, generators, max(records), device_type) if records else 0
+
+
 def rng_flags(data: dict, chain: Chain) -> tuple[list, list]:
     """Per fused stage of ``chain`` (0 unused): whether it draws random numbers, and the bytes of its RNG record on
     the device (None: the profile does not say), from the profile ``data`` (its stages' ``rng``, ``rng_bytes``)."""
@@ -933,15 +948,18 @@ def learn_draws(entry: Entry, s: int, record: "U.RngMark") -> None:
     members = entry.plain_chain.provenance["members"][s - 1]
     device_type = getattr(entry.device, "type", "cuda")
     nbytes = record.nbytes(device_type)
-    first = not any(entry.rng[1:])
+    devices: list = []  # a CUDA generator's state is host memory: nothing of theirs counts on the device
+    before = rng_records_bytes(entry.rng, entry.rng_bytes, devices, entry.generators, device_type)
     for stage in entry.profile["stages"]:
-        if stage["name"] in members:
-            stage["rng"], stage["rng_bytes"] = True, nbytes
+        if stage["name"] in members:  # the record once per fused stage (rng_flags sums its members')
+            stage["rng"], stage["rng_bytes"] = True, (nbytes if stage["name"] == members[0] else 0)
     for face in faces_of(entry):
         face.rng, face.rng_bytes = rng_flags(face.profile, face.plain_chain)
         face.draws_new = True
-    added = nbytes + (replay_copy_bytes([], entry.generators, nbytes, device_type) if first else 0)
-    if added:  # the record, and where no stage drew before, the copy a replay forks
+    # the record, and the copy a replay forks grown to the largest record: every stage found drawing counts there,
+    # not only the first (the rule executor_chain plans by, rng_records_bytes, before and after)
+    added = rng_records_bytes(entry.rng, entry.rng_bytes, devices, entry.generators, device_type) - before
+    if added:
         entry.rng_reserve += added
         entry.replan_due = True
         _share_learned(entry)
@@ -1283,8 +1301,10 @@ class Entry(ProgramSplit):
     unseen_shared_bytes: int = 0
     # parameters the modules of two or more stages hold (Note [Hooks on a leaf several segments read])
     shared_params: tuple = ()
-    # the torch.Generator objects of the model's own the stages may draw from (Note [Generators of the model's own])
+    # the torch.Generator objects of the model's own the stages may draw from, as profiling found them, and where
+    # (U.GeneratorSites: each call looks them up there again; Note [Generators of the model's own])
     generators: tuple = ()
+    generator_sites: object = None
     # [s]: which tensors of a_s need a gradient, as the profile's plain run made them (None: all that can;
     # a profile made before it recorded them): a segment input asks for no other (Note [Segment inputs])
     state_rg: list = field(default_factory=list)
@@ -1366,7 +1386,10 @@ class Runtime:
         self.autocast = autocast
         self.preserve_rng = preserve_rng
         self.devices = U.cuda_devices(a0)
-        self.generators = getattr(entry, "generators", ())  # Note [Generators of the model's own] (_util.py)
+        # Note [Generators of the model's own] (_util.py): those at the places profiling found them, now (one the
+        # training loop put there since, in a list too, is recorded and replayed)
+        sites = getattr(entry, "generator_sites", None)
+        self.generators = sites.now() if sites is not None else getattr(entry, "generators", ())
         # Note [Draws found at the first run] (_util.py): first runs watched beside the recomputed stages' (a join
         # whose forward phase interleaves branches: a draw found there changes the order of the draws), and the
         # stages found drawing that their profile did not see draw
@@ -2879,7 +2902,8 @@ class CheckpointedSequential(_PlannedModule):
                             for has, members in zip(has_buffers[1:], chain.provenance["members"])]
         output = caller_output_bytes(chain, data)
         # recorded and replayed beside torch's (Note [Generators of the model's own] in torch_exec/_util.py)
-        generators = U.generators_of([m for mods in group_modules for m in mods], self._fns)
+        sites = U.generator_sites([m for mods in group_modules for m in mods], self._fns)
+        generators = sites.found
         chain = with_shared_leaves(chain, groups)
         shared = chain.shared_leaves()
         entry = Entry(profile=data, chain=chain, plan=None, held_bytes=int(self.held_bytes),
@@ -2894,7 +2918,7 @@ class CheckpointedSequential(_PlannedModule):
                       group_modules=group_modules,
                       clone_input=clone_input, split=0, rng=rng, rng_bytes=rng_bytes, has_buffers=has_buffers,
                       buffer_writes=writes, plain_chain=chain,
-                      generators=generators,
+                      generators=generators, generator_sites=sites,
                       exec_chain=executor_chain(chain, rng, sample, self.preserve_rng_state, group_modules,
                                                 output_bytes=output, buffer_writes=writes, generators=generators,
                                                 rng_bytes=rng_bytes),

@@ -248,20 +248,32 @@ Note [The caller's turn]
     the budget (a review, 2026-11-28: bench/repros/rv12_train_caller_loss_over_budget.py). A measured step now
     marks the forward's return and the backward's start (``StepMeter.turn_start``/``turn_end``): the peak
     between them above the first mark, and what is still held at the second beyond a_N's gradients, is what that
-    code used beyond the plan's reserve of a_N's gradients. Where that code's own peak went over the budget (or
-    the step did while that code held bytes through the backward), the reserve grows by how far it went above the
-    plan's prediction (the excess over the budget and the plan's slack below it: grown by the excess alone, a plan
-    with slack was made again as high and every step went over by as much, review rv20a), to at most what that
-    code used, for the whole step from the next call on
+    code used beyond the plan's reserve of a_N's gradients. A measured step over its budget learns both parts: what
+    that code still holds at the backward's start (a target a loss saved), held through the backward, is reserved
+    for the whole step, grown by at most how far the step went above the plan's prediction (the excess over the
+    budget and the plan's slack below it); and that code's peak above what the plan holds at its moment (a_N, a_N's
+    gradients' reserve and that reserve) is counted whole at that moment alone, the caller's turn right after stage
+    N's forward with tape (``Entry.caller_turn``, :func:`with_turn`, the rule the block fallback's code after the
+    blocks follows: Note [The rest of the model] in torch_exec/auto.py), from the next call on
     (:func:`learn_caller_turn`, ``Entry.caller_reserve``, a re-plan as for Note [Outputs without a gradient];
     the step is recorded at the start of the next call, ``StepMeter.record_ended``, so that call plans with it).
-    Where the budget then fits no plan, that call raises, naming what was learned. A step over its budget
-    elsewhere teaches nothing here (a stage's workspace the profile missed was blamed on the caller's code, and
-    the reserve grew at every step: a review, bench/repros/rv12_diff_caller_turn_blamed_for_chain_excess.py),
-    nor one within it: the plans' other margins (a_N's gradient reserved before it exists) held the caller's
-    code; reserving all of it from the first step would have raised the least budget by a whole target tensor
-    for a loss 4 B over. Only measured steps learn (on CUDA the first steps, on the CPU those after
-    ``measure_memory()``), and only steps of one call and one backward. On CUDA, where the meter's marks between
+    Where the budget then fits no plan, that call raises, naming what was learned. That peak is the loss's
+    backward as often as the loss: ``out.pow(2).mean()`` holds three temporaries of the output's size beyond its
+    gradient in PowBackward0 (the mean's gradient expanded, ``out ** 1``, ``2 * out ** 1``), above the checkpoints
+    the forward left. On 6 spectral-normed residual Linear(32, 32) at 50 % it reached 24 576 B above them, and a
+    reserve for the whole step grown by the step's excess over the budget (708 B), then by its shortfall against
+    the prediction (2952 B), let plans as high at the turn run again and go over at the next steps too; likewise 5
+    channels-last residual conv blocks at 1.1 x their least budget, 55 296 B (review rv20a:
+    bench/repros/rv20a_caller_turn_learns_excess_not_shortfall.py; every op of the executor measured at or below
+    the chain's count, the profile short of nothing). The profile cannot see the caller's code: the first measured
+    step may go over by it, and only that one. A step over its budget elsewhere grows no reserve (a stage's
+    workspace the profile missed was blamed on the caller's code, and the reserve grew at every step: a review,
+    bench/repros/rv12_diff_caller_turn_blamed_for_chain_excess.py); its turn's peak, counted at its moment only,
+    is learned as it was measured, never added up. A step within its budget teaches nothing: the plans' other
+    margins (a_N's gradient reserved before it exists) held the caller's code; reserving what it holds for the
+    whole step from the first step would have raised the least budget by a whole target tensor for a loss 4 B
+    over. Only measured steps learn (on CUDA the first steps, on the CPU those after ``measure_memory()``), and
+    only steps of one call and one backward. On CUDA, where the meter's marks between
     the two leave the peak counter alone, the peak between them is known only where it rose above the step's
     peak so far (``MemoryMeter.rose_between``); otherwise what is held at the backward's start is taken.
     A step run as plain autograd (a budget at or above its profiled peak) has no such marks: what it measured above
@@ -826,22 +838,47 @@ def learn_caller_turn(entry: Entry, peak: int, kept: int, grads: int, over: int,
                       slack: int = 0) -> None:
     """Note [The caller's turn]: a measured step's reading from the forward's return to the backward's start
     (``peak`` above the moment the forward returned, ``kept`` still held at the backward's start, of which ``grads``
-    are a_N's gradients), how far that code's own peak went ``over`` the budget, the step's ``excess`` over it, and
-    the plan's ``slack`` (its predicted peak's distance below the budget). What the caller's code is seen to cost
-    the plan (its own peak above the prediction, or the bytes it holds through the backward), at most the step's
-    shortfall against its prediction, is added to the reserve, which never exceeds what that code used beyond a_N
-    and its gradients' reserve; the next call re-plans (``entry.replan_due``)."""
+    are a_N's gradients), how far that code's own peak went ``over`` the budget (not needed: the turn is counted at
+    its own moment), the step's ``excess`` over it, and the plan's ``slack`` (its predicted peak's distance below the
+    budget). What that code holds through the backward beyond a_N's gradients, at most the step's shortfall against
+    its prediction, is added to the reserve for the whole step; its peak above what the plan holds at that moment
+    (a_N, its gradients' reserve and that reserve) is counted whole at the moment it runs, right after stage N's
+    forward (``Entry.caller_turn``, :func:`with_turn`); the next call re-plans (``entry.replan_due``)."""
     kept_more = max(0, int(kept) - int(grads))
-    beyond = kept_more + max(0, int(peak) - kept_more - int(entry.grad_reserve))
-    # measured against the prediction, not the budget: a plan below its budget by ``slack`` that grew its reserve
-    # by the step's excess alone was planned again as high, and each step went over by as much (review rv20a:
-    # bench/repros/rv20a_caller_turn_learns_excess_not_shortfall.py)
-    slack = max(0, int(slack))
-    blamed = min(int(excess) + slack, max(int(over) + slack, kept_more))  # never more than the step's shortfall
-    _reserve_for_caller(entry, _grown(entry.caller_reserve, blamed, beyond),
-                        f"the code between the model's forward and its backward (the loss) used {beyond} B beyond the "
-                        f"model's output and its gradient, which the plan did not count, and the step went "
-                        f"{int(excess)} B over the budget")
+    short = max(0, int(excess) + max(0, int(slack)))
+    _reserve_for_caller(entry, _grown(entry.caller_reserve, min(short, kept_more), kept_more),
+                        f"the code between the model's forward and its backward (the loss) held {kept_more} B beyond "
+                        f"the model's output and its gradient into the backward, which the plan did not count, and the "
+                        f"step went {int(excess)} B over the budget")
+    # its peak in the turn is counted at the turn alone (review rv20a: the loss's backward, PowBackward0's three
+    # output-sized temporaries, reserved for the whole step a little at a time, went over at the next steps too)
+    turn = max(0, int(peak) - int(entry.grad_reserve) - entry.caller_reserve)
+    if turn <= entry.caller_turn:
+        return
+    entry.caller_turn = turn
+    warnings.warn(f"CheckpointedSequential: the code between the model's forward and its backward (the loss and its "
+                  f"backward) reached {turn} B above the model's output, its gradient and what the plan reserves for "
+                  f"that code, and the step went {int(excess)} B over the budget: the next plans count it at that "
+                  f"moment, right after the model's forward (Note [The caller's turn] in torch_exec/executor.py)",
+                  MemoryBudgetWarning, stacklevel=3)
+    entry.replan_due = True
+    _share_learned(entry)
+
+
+def with_turn(chain: Chain, nbytes: int) -> Chain:
+    """``chain`` with the caller's code counted at its turn: ``nbytes`` above what is held right after stage N's
+    forward with tape, the last op of every plan's forward (stage N's forward transient is at least that; Note [The
+    caller's turn], Note [The rest of the model] in torch_exec/auto.py). The chain itself where it already is."""
+    if int(nbytes) <= int(chain.fwd_grad_extra[-1]):
+        return chain
+    extra = chain.fwd_grad_extra.copy()
+    extra[-1] = int(nbytes)
+    return replace(chain, fwd_grad_extra=extra)
+
+
+def turn_peak_bytes(chain: Chain, nbytes: int) -> int:
+    """What counting ``nbytes`` at the caller's turn (:func:`with_turn`) adds to ``chain``'s store-all peak."""
+    return store_all_peak_bytes(with_turn(chain, nbytes)) - store_all_peak_bytes(chain)
 
 
 def _reserve_for_caller(entry: Entry, reserve: int, what: str) -> None:
@@ -861,9 +898,10 @@ def learn_from_step(entry: Entry, peak: int, kept: int, grads: int, over: int, e
     """What a measured step over its budget teaches (``StepMeter._learn_turn``): the caller's turn first (Note [The
     caller's turn]), then, from what it left of the shortfall, the allocator's blocks (Note [Allocator blocks
     learned])."""
-    before = entry.caller_reserve
+    before = entry.caller_reserve + entry.caller_turn
     learn_caller_turn(entry, peak, kept, grads, over, excess, slack)
-    learn_allocator_blocks(entry, int(excess) + max(0, int(slack)) - (entry.caller_reserve - before), unsplit)
+    learned = entry.caller_reserve + entry.caller_turn - before
+    learn_allocator_blocks(entry, max(0, int(excess) + max(0, int(slack)) - learned), unsplit)
 
 
 def learn_plain_step(entry: Entry, short: int) -> None:
@@ -990,8 +1028,13 @@ def learned_reserve_notes(entry: Entry) -> list[str]:
                  "The caller's turn"),
                 (entry.blocks_reserve, "cached blocks the CUDA allocator handed over unsplit",
                  "Allocator blocks learned"))
-    return [f"the plan reserves {nbytes} B for {what}, which measured steps showed over the budget by that (Note "
-            f"[{note}] in torch_exec/executor.py)" for nbytes, what, note in reserves if nbytes]
+    notes = [f"the plan reserves {nbytes} B for {what}, which measured steps showed over the budget by that (Note "
+             f"[{note}] in torch_exec/executor.py)" for nbytes, what, note in reserves if nbytes]
+    if entry.caller_turn:
+        notes.append(f"the plan counts {entry.caller_turn} B right after the model's forward for the caller's code "
+                     f"between the forward and the backward (the loss and its backward), which a measured step over "
+                     f"the budget reached (Note [The caller's turn] in torch_exec/executor.py)")
+    return notes
 
 
 def _grown(reserve: int, blamed: int, cap: int) -> int:
@@ -1023,6 +1066,7 @@ def _copy_learned(source: Entry, entry: Entry) -> None:
     calls])."""
     entry.out_grads, entry.out_dropped = source.out_grads, source.out_dropped
     entry.caller_reserve, entry.blocks_reserve = source.caller_reserve, source.blocks_reserve
+    entry.caller_turn = source.caller_turn
     entry.rng_reserve = source.rng_reserve
 
 
@@ -1066,8 +1110,10 @@ def learned_chain(entry: Entry, grads: frozenset | None, dropped: frozenset | No
     reserved += entry.rng_reserve - entry.rng_applied  # Note [Draws found at the first run] in torch_exec/_util.py
     # the reserve holds every storage of a_N only where the caller drops none (Note [Storage-exact peaks])
     whole = bool(output) and output == caller_output_bytes(plain, entry.profile)
-    return (replace(chain, reserved_bytes=reserved, tape_bytes=tape, bwd_tape_bytes=bwd_tape,
-                    provenance=dict(chain.provenance, output_reserved=whole)), grad_reserve, output)
+    return (with_turn(replace(chain, reserved_bytes=reserved, tape_bytes=tape, bwd_tape_bytes=bwd_tape,
+                              provenance=dict(chain.provenance, output_reserved=whole)),
+                      entry.caller_turn),  # Note [The caller's turn]
+            grad_reserve, output)
 
 
 def with_learned_outputs(entry: Entry) -> Chain:
@@ -1075,7 +1121,7 @@ def with_learned_outputs(entry: Entry) -> Chain:
     ``entry.out_dropped``); updates the entry's two reserves."""
     chain, entry.grad_reserve, entry.out_reserve = learned_chain(entry, entry.out_grads, entry.out_dropped)
     entry.caller_applied, entry.blocks_applied = entry.caller_reserve, entry.blocks_reserve
-    entry.rng_applied = entry.rng_reserve
+    entry.turn_applied, entry.rng_applied = entry.caller_turn, entry.rng_reserve
     return chain
 
 
@@ -1224,7 +1270,10 @@ def plain_least_bytes(entry) -> int | None:
     caller's."""
     if not plain_peak_measured(entry):
         return None
-    return reference_peak_bytes(entry)[0] + entry.unseen_shared_bytes + getattr(entry, "caller_reserve", 0)
+    learned = 0
+    if getattr(entry, "caller_turn", 0):  # counted at the turn of plain autograd's step too (with_turn)
+        learned = turn_peak_bytes(merged_face(entry).plain_chain, entry.caller_turn)
+    return reference_peak_bytes(entry)[0] + entry.unseen_shared_bytes + getattr(entry, "caller_reserve", 0) + learned
 
 
 def entry_budget_bytes(budget, entry) -> int:
@@ -1337,6 +1386,10 @@ class Entry(ProgramSplit):
     # from measured steps over their budget; and as exec_chain reserves them now
     caller_reserve: int = 0
     caller_applied: int = 0
+    # and the peak of that code above what the plan holds when it runs, counted at that moment (with_turn); and as
+    # exec_chain counts it now
+    caller_turn: int = 0
+    turn_applied: int = 0
     # Note [Allocator blocks learned]: bytes the allocator's blocks held beyond the plan in measured steps over their
     # budget; and as exec_chain reserves them now
     blocks_reserve: int = 0
@@ -2885,10 +2938,8 @@ class CheckpointedSequential(_PlannedModule):
             chain = replace(chain, reserved_bytes=chain.reserved_bytes + self._reserved_beside())
         turn_peak = 0
         if self.turn_bytes:  # after FWD_TAPE(N), the last op of the forward (a transient of it)
-            extra = chain.fwd_grad_extra.copy()
-            extra[-1] = max(int(extra[-1]), int(self.turn_bytes))
-            before, chain = chain, replace(chain, fwd_grad_extra=extra)
-            turn_peak = store_all_peak_bytes(chain) - store_all_peak_bytes(before)
+            turn_peak = turn_peak_bytes(chain, self.turn_bytes)
+            chain = with_turn(chain, self.turn_bytes)
         by_name = {stage["name"]: i for i, stage in enumerate(data["stages"])}
         groups, group_modules = [], []
         for members in chain.provenance["members"]:
@@ -3221,7 +3272,7 @@ class CheckpointedSequential(_PlannedModule):
         gradient], Note [The caller holds a_N]). Where the budget no longer fits, the error says what was
         learned and the remedies, and the re-plan stays due (the next call tries again, never the old plan)."""
         was = (entry.exec_chain, entry.grad_reserve, entry.out_reserve, entry.caller_applied,  # learned_chain's base
-               entry.blocks_applied)
+               entry.blocks_applied, entry.turn_applied)
         rng_applied = entry.rng_applied  # Note [Draws found at the first run] in torch_exec/_util.py
         entry.exec_chain, entry.replan_due = with_learned_outputs(entry), False
         try:
@@ -3230,9 +3281,10 @@ class CheckpointedSequential(_PlannedModule):
             # what this re-plan counts anew (a review: output gradients planned from the start were named beside
             # the caller's turn that made the re-plan)
             moved = [now != before for now, before in zip((entry.grad_reserve, entry.out_reserve, entry.caller_applied,
-                                                             entry.blocks_applied), was[1:], strict=True)]
+                                                             entry.blocks_applied, entry.turn_applied), was[1:],
+                                                            strict=True)]
             (entry.exec_chain, entry.grad_reserve, entry.out_reserve, entry.caller_applied,
-             entry.blocks_applied), entry.replan_due = was, True
+             entry.blocks_applied, entry.turn_applied), entry.replan_due = was, True
             drawn, entry.rng_applied = entry.rng_applied != rng_applied, rng_applied
             grads = sorted((entry.out_grads or frozenset()) - {i for i, scalar in enumerate(entry.out_scalar) if scalar})
             grads = grads if moved[0] else []
@@ -3242,6 +3294,10 @@ class CheckpointedSequential(_PlannedModule):
                 f"the caller holds output storage(s) {held} through the backward" if held else "",
                 f"the code between the forward and the backward needs {entry.caller_reserve} B the plan did not count"
                 if moved[2] else "",
+                f"the code between the forward and the backward (the loss and its backward) reaches "
+                f"{entry.caller_turn} B above the model's output and its gradient right after the forward, which the "
+                f"plan did not count"
+                if moved[4] else "",
                 f"the CUDA allocator's blocks held {entry.blocks_reserve} B beyond the plan (Note [Allocator blocks "
                 f"learned])" if moved[3] else "",
                 f"stages found drawing random numbers record {entry.rng_reserve} B of RNG state the plan did not count "

@@ -19,8 +19,8 @@ from torch_exec.executor import learn_from_step
 
 
 def learn(unsplit, excess):
-    entry = SimpleNamespace(caller_reserve=0, grad_reserve=0, blocks_reserve=0, replan_due=False, regrouped=None,
-                            device=torch.device("cuda", 0))
+    entry = SimpleNamespace(caller_reserve=0, caller_turn=0, grad_reserve=0, blocks_reserve=0, replan_due=False,
+                            regrouped=None, device=torch.device("cuda", 0))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         # peak/kept/grads/over of a caller's turn that used nothing (a plain loss on a planned a_N)

@@ -62,16 +62,16 @@ def main() -> int:
         warnings.simplefilter("ignore", MemoryBudgetWarning)
         meter.finalize()
     record = meter.records[0]
-    [(peak, kept, grads, over, excess, unsplit)] = readings
+    [(peak, kept, grads, over, excess, unsplit, slack)] = readings
     own = 0  # the step's own allocations were all exact
     print(f"step measured {record.beyond_param_grads} B against a budget of 700000 B: excess {excess} B")
     print(f"rounding handed to the learner: {unsplit} B; the step's own allocations' rounding: {own} B "
           f"(the {unsplit} B are the input batch's block, allocated before the step)")
-    entry = SimpleNamespace(caller_reserve=0, grad_reserve=0, blocks_reserve=0, replan_due=False, regrouped=None,
-                            device=torch.device("cuda", 0))
+    entry = SimpleNamespace(caller_reserve=0, caller_turn=0, grad_reserve=0, blocks_reserve=0, replan_due=False,
+                            regrouped=None, device=torch.device("cuda", 0))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        learn_from_step(entry, peak, kept, grads, over, excess, unsplit)
+        learn_from_step(entry, peak, kept, grads, over, excess, unsplit, slack)
     print(f"learned: blocks_reserve = {entry.blocks_reserve} B (caller_reserve {entry.caller_reserve} B)")
     for w in caught:
         print("warning:", str(w.message)[:260])

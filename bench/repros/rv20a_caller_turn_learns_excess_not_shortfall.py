@@ -30,6 +30,12 @@ Expected (docs/pytorch.md "Predicted = measured", Note [The caller's turn]): at 
 budget; the next plans count what the step showed beyond the prediction (or the call raises where no plan then
 fits). Exits 1 while a measured step after the first goes over the budget.
 
+Found (session 22, bench/caller_turn_trace.py, bench/results/caller_turn_rv20a_cpu.md): every op of the schedule
+measured at or below the chain's count; both peaks are the loss's backward, in the caller's turn above the checkpoints
+the forward left: PowBackward0 holds three tensors of the output's size beyond its gradient (24576 B; 55296 B), which a
+reserve for the whole step, grown by a step's excess or shortfall, never covered at the turn. The first measured step
+now teaches that peak whole, counted at the turn alone (Entry.caller_turn, Note [The caller's turn]).
+
 Run: GS_ROOT=<tree> python bench/repros/rv20a_caller_turn_learns_excess_not_shortfall.py   (~8 s)"""
 import sys
 

@@ -175,7 +175,10 @@ SCRIPTS = ("grad_hooks", "autograd_grad_measured", "returned_input", "measure_be
            "rv21r_seq_moe_routing_refused", "rv21r_seq_constant_bool_mask_refused",
            "rv21r_seq_generator_in_list_replaced_unseen", "rv21r_seq_bincount_minlength_refused",
            "rv21r_auto_unused_lazy_module_fails", "rv21r_meter_acc_events_parse_cost",
-           "rv21r_seq_new_generator_each_step_reprofiles", "rv21r_meter_schedule_profiler_across_measured_step")
+           "rv21r_seq_new_generator_each_step_reprofiles", "rv21r_meter_schedule_profiler_across_measured_step",
+           # session 22 (2026-11-30): review of size reuse
+           "rv22_seq_size_branch_over_budget", "rv22_auto_join_sibling_sizes_key_error",
+           "rv22_seq_last_profile_covered_refused")
 
 
 def main(argv=None) -> int:

@@ -16,6 +16,7 @@ from torch import nn  # noqa: E402
 import torch_exec as te  # noqa: E402
 import torch_exec.executor as ex  # noqa: E402
 from torch_exec import _util as U  # noqa: E402
+from torch_exec.report import MemoryBudgetWarning  # noqa: E402
 from _torch_helpers import DT  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
@@ -183,3 +184,91 @@ def test_a_join_takes_reuse_within_and_profiles_each_signature():
     wrapped.prepare(*args)
     assert isinstance(wrapped.executor, CheckpointedJoin), wrapped.capture.notes
     assert any("reuse_within does not apply to a join network" in note for note in wrapped.capture.notes)
+
+
+class _SizeBranch(nn.Module):
+    """Below 16 rows another path, whose tape is 8 x wider: memory that does not shrink with the sizes."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(64, 64)
+
+    def forward(self, x):
+        if x.shape[0] < 16:
+            return torch.tanh(self.a(x).repeat(1, 8)).view(x.shape[0], 8, 64).mean(1)
+        return torch.tanh(self.a(x))
+
+
+def test_a_covered_step_over_its_budget_profiles_every_signature_from_then_on(profiles):
+    """review rv22 (bench/repros/rv22_seq_size_branch_over_budget.py): the covered plan's step went 2.4 x over at
+    every step, its excess learned a few bytes at a time as the caller's turn."""
+    torch.manual_seed(0)
+    ref = nn.Sequential(*[_SizeBranch() for _ in range(8)])
+    w = te.CheckpointedSequential(copy.deepcopy(ref), budget="60%", **OPTS)
+    big, small, other = torch.randn(24, 64), torch.randn(14, 64), torch.randn(20, 64)
+    assert_same_training(w, ref, big)
+    w.measure_memory(3)
+    with pytest.warns(MemoryBudgetWarning, match="does not shrink with the sizes"):
+        assert_same_training(w, ref, small)  # planned on the 24-row profile: over its budget
+        assert_same_training(w, ref, small)  # recorded at this call: the signature is profiled now
+    assert profiles[0] == 2
+    assert_same_training(w, ref, small)
+    records = list(w.memory_report())
+    assert len(records) == 3 and not records[0].within_budget
+    assert all(r.within_budget for r in records[1:]), records
+    assert_same_training(w, ref, other)  # covered by the 24-row profile, but reuse is off from now on
+    assert profiles[0] == 3 and not any("reuse_within" in note for note in w.plan.notes)
+
+
+def test_a_covered_signatures_last_profile_plans_it_in_another_wrapper(profiles):
+    """review rv22 (bench/repros/rv22_seq_last_profile_covered_refused.py): prepare(profile=) refused it."""
+    ref = mlp()
+    w = te.CheckpointedSequential(copy.deepcopy(ref), budget="50%", **OPTS)
+    assert_same_training(w, ref, torch.randn(32, D, dtype=DT))
+    small = torch.randn(24, D, dtype=DT)
+    assert_same_training(w, ref, small)
+    saved = w.last_profile
+    assert saved["args"]["input_shapes"] == [[32, D]] and profiles[0] == 1
+    other = te.CheckpointedSequential(copy.deepcopy(ref), budget="50%", **OPTS)
+    plan = other.prepare(small.detach().clone().requires_grad_(), profile=saved)
+    assert profiles[0] == 1 and plan.schedule == w.plan.schedule and "reuse_within" in plan.notes[-1]
+    assert_same_training(other, ref, small)
+    with pytest.raises(ValueError, match="input shapes"):  # further off than reuse_within: refused as before
+        other.prepare(torch.randn(8, D, dtype=DT, requires_grad=True), profile=saved)
+    with pytest.raises(ValueError, match="input shapes"):  # larger: refused as before
+        other.prepare(torch.randn(40, D, dtype=DT, requires_grad=True), profile=saved)
+
+
+class _JoinsAtEightRows(nn.Module):
+    """Two towers meeting at the loss from 8 rows on; below, one tower: a join capture beside chain captures."""
+
+    def __init__(self):
+        super().__init__()
+        self.t1 = nn.Sequential(*[m for _ in range(4) for m in (nn.Linear(D, D), nn.Tanh())])
+        self.t2 = nn.Sequential(*[m for _ in range(4) for m in (nn.Linear(D, D), nn.Tanh())])
+
+    def forward(self, a, b):
+        if a.shape[0] >= 8:
+            return (self.t1(a) - self.t2(b)).square().mean()
+        return (self.t1(a) - b).square().mean()
+
+
+def test_a_chain_capture_beside_a_join_capture_trains(profiles):
+    """review rv22 (bench/repros/rv22_auto_join_sibling_sizes_key_error.py): the search read a join entry's
+    sizes_key (AttributeError)."""
+    from torch_exec.join import CheckpointedJoin
+    torch.manual_seed(0)
+    model = _JoinsAtEightRows()
+    ref = copy.deepcopy(model)
+    w = te.auto_checkpoint(model, "60%", backend="cpu")
+    a, b = torch.randn(8, 16, D), torch.randn(8, 16, D)
+    w(a, b).backward()
+    assert isinstance(w.executor, CheckpointedJoin)
+    model.zero_grad(set_to_none=True)
+    w(a[:6], b[:6]).backward()
+    assert not isinstance(w.executor, CheckpointedJoin)  # a chain, profiled: the join's entries serve none
+    ref(a[:6], b[:6]).backward()
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        assert (p.grad is None) == (q.grad is None)
+        if p.grad is not None:
+            torch.testing.assert_close(p.grad, q.grad)

@@ -897,18 +897,40 @@ def learn_from_step(entry: Entry, peak: int, kept: int, grads: int, over: int, e
                     slack: int = 0) -> None:
     """What a measured step over its budget teaches (``StepMeter._learn_turn``): the caller's turn first (Note [The
     caller's turn]), then, from what it left of the shortfall, the allocator's blocks (Note [Allocator blocks
-    learned])."""
+    learned]). A plan made on a larger signature's profile learns none of it: its signature is profiled instead
+    (:func:`reuse_failed`)."""
+    if entry.covered_note:
+        reuse_failed(entry, excess)
+        return
     before = entry.caller_reserve + entry.caller_turn
     learn_caller_turn(entry, peak, kept, grads, over, excess, slack)
     learned = entry.caller_reserve + entry.caller_turn - before
     learn_allocator_blocks(entry, max(0, int(excess) + max(0, int(slack)) - learned), unsplit)
 
 
+def reuse_failed(entry: Entry, excess: int) -> None:
+    """Note [Sizes that vary between calls]: a measured step of a plan made on a larger signature's profile went
+    ``excess`` B over its budget: the stages' memory does not shrink with the sizes here (or the caller's code needs
+    more than that signature's steps showed). Its wrapper profiles this signature at the next call, and every
+    signature from then on (:meth:`_PlannedModule._stop_reuse`)."""
+    for face in faces_of(entry):
+        face.reuse_failed = face.replan_due = True
+    warnings.warn(f"CheckpointedSequential: a step planned on the profile of an input signature with larger sizes went "
+                  f"{int(excess)} B over its budget: the stages' memory does not shrink with the sizes here (a branch "
+                  f"on a size, another algorithm for small sizes); from the next call on every input signature is "
+                  f"profiled (reuse_within=None does so from the start; Note [Sizes that vary between calls] in "
+                  f"torch_exec/executor.py)", MemoryBudgetWarning, stacklevel=4)
+
+
 def learn_plain_step(entry: Entry, short: int) -> None:
     """Note [The caller's turn] for a step run as plain autograd (a budget at or above its profiled peak): no mark
     splits its forward from the caller's code, so what it measured above its prediction (``short``, over the budget)
     is reserved, and the next call plans within the budget less it, or raises (a review: "100%" went 12 168 B over
-    at every step, the loss's own tensor, bench/repros/rv20a_plain_budget_caller_turn_never_learned.py)."""
+    at every step, the loss's own tensor, bench/repros/rv20a_plain_budget_caller_turn_never_learned.py). A plan made
+    on a larger signature's profile learns none of it: its signature is profiled instead (:func:`reuse_failed`)."""
+    if entry.covered_note:
+        reuse_failed(entry, short)
+        return
     _reserve_for_caller(entry, entry.caller_reserve + max(0, int(short)),
                         f"a step run as plain autograd measured {int(short)} B above its prediction and went over the "
                         f"budget (the code between the model's forward and its backward, the loss, which the profile "
@@ -1407,6 +1429,7 @@ class Entry(ProgramSplit):
     # own, or the one of the signature it was planned on (None: not cached under a key, a join's)
     sizes_key: tuple | None = None
     covered_note: str = ""  # the plans' note where that is another signature's
+    reuse_failed: bool = False  # a measured step of a plan so made went over its budget (reuse_failed())
 
 
 # ---------------------------------------------------------------------------- the interpreter
@@ -2239,14 +2262,16 @@ def _check_profile_names(names: list[str], own: list[str]) -> None:
                      f"stages (drop profile=), or load the profile taken on them")
 
 
-def _check_profile_input(profile: dict, state, param_bytes: int) -> None:
+def _check_profile_input(profile: dict, state, param_bytes: int, shapes: bool = True) -> None:
     """A saved profile holds for the input it was taken on and the parameters it was taken with: other shapes,
     dtypes or another requires_grad make other activations (a batch-8 profile planned a batch-256 step 11.6x
     over its budget; a review, 2026-11-27), and so do other parameters behind the same stage names (a 64-wide
     MLP's profile ran the 512-wide one 16.9x over its budget: a review, 2026-11-28). Raises ``ValueError``
-    naming both; fields a profile lacks are not checked. ``param_bytes``: the stages' (:func:`param_bytes_of`)."""
+    naming both; fields a profile lacks are not checked. ``param_bytes``: the stages' (:func:`param_bytes_of`).
+    ``shapes`` False: the input's sizes are checked by the caller (Note [Sizes that vary between calls])."""
     now = input_facts(U.tensors(state)) | {"parameter bytes": param_bytes}
-    was = {"input shapes": (profile.get("args") or {}).get("input_shapes"), "dtype": profile.get("dtype"),
+    was = {"input shapes": (profile.get("args") or {}).get("input_shapes") if shapes else None,
+           "dtype": profile.get("dtype"),
            "input_requires_grad": profile.get("input_requires_grad"), "parameter bytes": profile.get("param_bytes")}
     for what, value in was.items():
         if value is not None and value != now[what]:
@@ -2367,7 +2392,14 @@ def check_schedule_fn(schedule_fn) -> None:
 #     on smaller tensors, every size the profile holds is an upper bound of the new one's, and a schedule's peak only
 #     grows with the sizes (sums and maxima of them), so the plan holds the budget; its measured steps are checked
 #     as every step is (the memory report compares them with the larger prediction). What the planned signature's
-#     steps taught (Note [The caller's turn], Note [Outputs without a gradient]) comes with it. The price is time:
+#     steps taught (Note [The caller's turn], Note [Outputs without a gradient]) comes with it, its last measured step
+#     recorded first. That holds for stages whose memory shrinks with the sizes, not for a stage that branches on a
+#     size (``if x.shape[0] < 16:`` taking a path that saves more): a review's such stage went 2.4 x over its budget at
+#     every step (bench/repros/rv22_seq_size_branch_over_budget.py). So a plan made so runs its first step measured
+#     on CUDA (the allocator's counters: free; on the CPU where ``measure_memory`` asks), and a measured step of it over
+#     the budget (:func:`reuse_failed`) learns nothing of the caller's turn: its signature is profiled at the next
+#     call, and every signature of the wrapper (and of auto_checkpoint's siblings) from then on, with a warning. That
+#     one step stays over its budget. The price is time:
 #     the plan recomputes as the larger sizes needed, which smaller ones might not. So the planned signature serves
 #     only where its tensors hold at most ``reuse_within`` (default :data:`REUSE_WITHIN`) times the new one's
 #     elements, the closest such one; further off, or larger, the new signature is profiled (and may serve others
@@ -2485,6 +2517,7 @@ class _PlannedModule(nn.Module):
                        network)
         self.budget = _budget_setting(budget)
         self._meter = StepMeter(cuda_steps=measure_steps)
+        self._measure_steps = measure_steps
         # Bytes the caller holds through each step beside the stages, made before the step (its meter
         # does not see them: each measured step adds them, StepRecord.held_before) and counted in every
         # plan as reserved: auto_checkpoint's side values, and the model's code before its blocks.
@@ -2589,6 +2622,14 @@ class _PlannedModule(nn.Module):
         cover = None
         if entry is None:
             cover = self._size_cover(key)  # Note [Sizes that vary between calls]
+            if cover is not None:  # what the cover's last measured step showed comes with it
+                for module in [self, *self.siblings]:
+                    if any(e is cover[2] for e in module._entries.values()):
+                        module._meter.record_ended()
+                        cover = self._size_cover(key)  # (a step over its budget may have ended the reuse)
+                        break
+            if cover is not None and self._measure_steps:  # its first step is measured where that is free
+                self._meter.cuda_steps = max(self._meter.cuda_steps, 1)
             entry = self._entries[key] = self._build(inputs) if cover is None else self._build_covered(inputs, *cover)
             if self.reuse_within is not None:
                 _profiled_on(entry, key if cover is None else cover[2].sizes_key)
@@ -2601,13 +2642,14 @@ class _PlannedModule(nn.Module):
         """Note [Sizes that vary between calls]: ``(ratio, its key, entry)`` of the planned input signature, of this
         wrapper or of a sibling whose model signature covers this one's (auto_checkpoint's), whose key covers ``key``
         with the fewest elements, at most :attr:`reuse_within` times this one's; None where there is none."""
-        if self.reuse_within is None:
+        modules = [self, *self.siblings]
+        if self.reuse_within is None or any(module.__dict__.get("_reuse_off") for module in modules):
             return None
         best = None
-        for module in [self, *self.siblings]:
-            if module is not self and (self.signature is None or module.signature is None
+        for module in modules:
+            if module is not self and (self.signature is None or module.signature is None or module.reuse_within is None
                                        or U.sizes_cover(module.signature, self.signature) is None):
-                continue
+                continue  # a join serves none (its entries are no chain's)
             for entry in module._entries.values():
                 if (entry.plan is None or entry.sizes_key is None
                         or [s["name"] for s in entry.profile["stages"]] != list(self.names)):
@@ -2617,13 +2659,24 @@ class _PlannedModule(nn.Module):
                     best = (ratio, entry.sizes_key, entry)
         return best
 
+    def _stop_reuse(self) -> None:
+        """Note [Sizes that vary between calls], :func:`reuse_failed`: no signature of this wrapper or its siblings is
+        planned on another's profile from now on, and those that were are profiled at their next call."""
+        for module in [self, *self.siblings]:
+            module._reuse_off = True
+            for key, entry in list(module._entries.items()):
+                if entry.covered_note:
+                    del module._entries[key]
+
     def _build_covered(self, inputs, ratio: float, key, cover):
-        """The entry of ``inputs`` built on ``cover``'s profile (Note [Sizes that vary between calls]), with what
-        ``cover``'s steps taught (Note [The caller's turn], Note [Outputs without a gradient])."""
-        entry = self._build(inputs, cover.profile)
+        """The entry of ``inputs`` built on the profile of the signature ``key`` (Note [Sizes that vary between calls]):
+        ``cover``'s entry, with what its steps taught (Note [The caller's turn], Note [Outputs without a gradient]),
+        or that profile given to :meth:`prepare`."""
+        entry = self._build(inputs, cover if isinstance(cover, dict) else cover.profile)
         for face in faces_of(entry):
-            _copy_learned(cover, face)
-            face.exec_chain = with_learned_outputs(face)
+            if not isinstance(cover, dict):
+                _copy_learned(cover, face)
+                face.exec_chain = with_learned_outputs(face)
             face.covered_note = (f"planned on the profile of the input signature with sizes {_sizes_text(key)} (its "
                                  f"tensors hold {ratio:.2f} x these elements, within reuse_within="
                                  f"{self.reuse_within:g}): no profile was taken for these sizes, and the plan holds "
@@ -2909,9 +2962,12 @@ class CheckpointedSequential(_PlannedModule):
         if profile is not None:
             profile = _profile_argument(profile)
             _check_profile_names([stage["name"] for stage in profile["stages"]], self.names)
-            _check_profile_input(profile, state, param_bytes_of(U.stage_state(self._fns, self._extras)))
             key = self._key(state)
-            self._entries[key] = _profiled_on(self._build(state, profile), key)  # checked against these sizes
+            covered = self._profile_covers(profile, key)  # Note [Sizes that vary between calls]
+            _check_profile_input(profile, state, param_bytes_of(U.stage_state(self._fns, self._extras)),
+                                 shapes=covered is None)
+            entry = self._build(state, profile) if covered is None else self._build_covered(state, *covered, profile)
+            self._entries[key] = _profiled_on(entry, key if covered is None else covered[1])
         entry = self._entry(state)
         self._last = entry
         return entry.plan
@@ -2919,6 +2975,17 @@ class CheckpointedSequential(_PlannedModule):
     def _key(self, state, walked: list | None = None):
         return (tuple((U.Sizes(t.shape), t.dtype, t.device, t.requires_grad) for t in U.tensors(state)),
                 isinstance(state, torch.Tensor), self._state_key(walked), U.autocast_key())
+
+    def _profile_covers(self, profile: dict, key) -> tuple | None:
+        """``(ratio, key)`` where a given profile was taken on other input sizes than ``key``'s that cover them within
+        :attr:`reuse_within` (a covered signature's ``last_profile``: Note [Sizes that vary between calls]): the key
+        :meth:`_key` makes of those sizes, and how many times these elements they hold; else None."""
+        shapes = (profile.get("args") or {}).get("input_shapes")
+        if self.reuse_within is None or not shapes or len(shapes) != len(key[0]):
+            return None
+        big = (tuple((U.Sizes(shape), *rest) for shape, (_, *rest) in zip(shapes, key[0])), *key[1:])
+        ratio = U.sizes_cover(big, key)
+        return None if ratio is None or big == key or ratio > self.reuse_within else (ratio, big)
 
     def _build(self, state, data: dict | None = None, merge_unsaved: bool = True, regroup: bool = True) -> Entry:
         """The entry of an input signature (profiled on ``state`` unless ``data`` is its profile). ``regroup``: with
@@ -3257,7 +3324,10 @@ class CheckpointedSequential(_PlannedModule):
         refuse_shared_hazards(() if entry.plain else entry.shared_params, "CheckpointedSequential")
         U.settle_deferred_hooks()  # a backward that raised left hooks suspended
         self._meter.record_ended()  # what the last measured step showed plans this one (Note [The caller's turn])
-        if entry.replan_due:  # Note [Outputs without a gradient], Note [The caller holds a_N], [The caller's turn]
+        if entry.reuse_failed:  # Note [Sizes that vary between calls]: this signature is profiled now
+            self._stop_reuse()
+            entry = self._entry(state)
+        elif entry.replan_due:  # Note [Outputs without a gradient], Note [The caller holds a_N], [The caller's turn]
             entry = self._entries[self._key(state)] = self._replan_learned(entry)
         self._last = entry
         if self._begin_step(entry, flat[0].device):

@@ -152,9 +152,9 @@ SCRIPTS = ("grad_hooks", "autograd_grad_measured", "returned_input", "measure_be
            "rv20r_auto_counter_block_fallback_refused", "rv20r_seq_counter_in_extra_module_not_refused",
            "rv20r_seq_replaced_stage_with_extras_not_followed",
            "rv20c_least_peak_fallback_only_when_table_empty", "rv20c_join_least_peak_fallback_only_when_table_empty",
-           # open, exit 1: a profile's own shortfall (spectral norm's power iteration) learned over two steps;
-           # grad-mode branches under a plan (docs/pytorch.md); a tensor attribute replaced at every step is captured
-           # again at every step (warned each time)
+           # open, exit 1: grad-mode branches under a plan (docs/pytorch.md); a tensor attribute replaced at every
+           # step is captured again at every step (warned each time). rv20a_caller_turn_learns_excess_not_shortfall:
+           # fixed in session 22 (the loss's backward counted at the caller's turn, whole, from the first step over)
            "rv20a_caller_turn_learns_excess_not_shortfall", "rv20a_seq_nograd_forward_takes_inference_path",
            "rv20r_auto_tensor_attribute_set_each_step_reexports",
            # session 21 (2026-11-29): randomness review (rv21d_seq_entropy_seeded_generator_recomputed left open, exit 1:
@@ -169,14 +169,16 @@ SCRIPTS = ("grad_hooks", "autograd_grad_measured", "returned_input", "measure_be
            "rv21d_hook_closure_generator_unseen",
            # session 21 (2026-11-29): stages whose sizes follow the data
            "rv21a_rows_selected_by_mask_over_budget",
-           # session 21 (2026-11-29): review of the session's change (left open, exit 1: a generator replaced inside a
-           # list; an unused lazy module under auto_checkpoint; a new generator at every step re-profiles every step;
-           # a schedule-based torch.profiler across measured CPU steps)
+           # session 21 (2026-11-29): review of the session's change (left open then, fixed in session 22: a generator
+           # replaced inside a list; an unused lazy module under auto_checkpoint; a new generator at every step
+           # re-profiles every step. Still open, exit 1: a schedule-based torch.profiler across measured CPU steps,
+           # Note [One profiler per thread] in torch_exec/meter.py)
            "rv21r_seq_moe_routing_refused", "rv21r_seq_constant_bool_mask_refused",
            "rv21r_seq_generator_in_list_replaced_unseen", "rv21r_seq_bincount_minlength_refused",
            "rv21r_auto_unused_lazy_module_fails", "rv21r_meter_acc_events_parse_cost",
            "rv21r_seq_new_generator_each_step_reprofiles", "rv21r_meter_schedule_profiler_across_measured_step",
-           # session 22 (2026-11-30): review of size reuse
+           # session 22 (2026-11-30): review of size reuse (Note [Sizes that vary between calls]), all fixed the same
+           # day (the size-dependent stage: one measured step over, then profiled, as the Note says)
            "rv22_seq_size_branch_over_budget", "rv22_auto_join_sibling_sizes_key_error",
            "rv22_seq_last_profile_covered_refused")
 

@@ -233,6 +233,53 @@ def test_block_fallback_holds_the_budget_over_the_whole_step_on_cuda(fraction):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-3, atol=1e-4, msg=key)
 
 
+class _SizeBranch(nn.Module):
+    """Below 256 rows another path, whose tape is 8 x wider: memory that does not shrink with the sizes."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(512, 512)
+
+    def forward(self, x):
+        if x.shape[0] < 256:
+            return torch.tanh(self.a(x).repeat(1, 8)).view(x.shape[0], 8, 512).mean(1)
+        return torch.tanh(self.a(x))
+
+
+@gpu
+@pytest.mark.parametrize("branch", [False, True])
+def test_a_covered_signature_is_measured_and_holds_or_is_profiled_on_cuda(branch):
+    """Note [Sizes that vary between calls] on the caching allocator: a smaller batch planned on a larger one's
+    profile runs its first step measured (after the wrapper's own measured steps are spent); monotone stages hold the
+    budget, and a stage that branches on the size makes that step go over, warn, and the next call profile."""
+    from torch_exec.report import MemoryBudgetWarning
+    torch.manual_seed(0)
+    stages = [_SizeBranch() if branch else nn.Sequential(nn.Linear(512, 512), nn.Tanh()) for _ in range(8)]
+    ref = nn.Sequential(*stages).cuda()
+    w = te.CheckpointedSequential(copy.deepcopy(ref), budget="60%", measure_steps=1)
+    big, small = torch.randn(384, 512, device="cuda"), torch.randn(224, 512, device="cuda")
+    for _ in range(2):  # the wrapper's one measured step, then one not measured
+        w(big).square().mean().backward()
+    assert len(w.memory_report()) == 1
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always", MemoryBudgetWarning)
+        for _ in range(3):
+            w.zero_grad(set_to_none=True)
+            w(small).square().mean().backward()
+    records = list(w.memory_report())[1:]
+    shrinks = [str(x.message) for x in seen if "does not shrink with the sizes" in str(x.message)]
+    if not branch:
+        assert len(records) == 1 and records[0].within_budget, records  # the covered signature's first step
+        assert not shrinks and any("reuse_within" in note for note in w.plan.notes)
+    else:
+        assert not records[0].within_budget and shrinks, (records, [str(x.message) for x in seen])
+        assert not any("reuse_within" in note for note in w.plan.notes)  # profiled for its own sizes
+    ref.zero_grad(set_to_none=True)
+    ref(small).square().mean().backward()
+    for p, q in zip(w.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6)
+
+
 @gpu
 @pytest.mark.parametrize("case", ["densenet_two_across", "bart_read_late"])
 def test_tuple_states_hold_the_budget_on_cuda(case, monkeypatch):

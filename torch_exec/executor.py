@@ -2643,8 +2643,9 @@ class _PlannedModule(nn.Module):
         wrapper or of a sibling whose model signature covers this one's (auto_checkpoint's), whose key covers ``key``
         with the fewest elements, at most :attr:`reuse_within` times this one's; None where there is none."""
         modules = [self, *self.siblings]
-        if self.reuse_within is None or any(module.__dict__.get("_reuse_off") for module in modules):
-            return None
+        if self.reuse_within is None or any(module.__dict__.get("_reuse_off") or any(
+                getattr(e, "reuse_failed", False) for e in module._entries.values()) for module in modules):
+            return None  # a plan so made went over its budget (reuse_failed): reuse ends at this call
         best = None
         for module in modules:
             if module is not self and (self.signature is None or module.signature is None or module.reuse_within is None

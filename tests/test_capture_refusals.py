@@ -728,3 +728,34 @@ def test_a_lazy_module_left_out_and_called_later_is_refused_by_name():
         run(x)
     from torch.nn.parameter import is_lazy
     assert is_lazy(model.eval_head.weight) and type(model.eval_head) is nn.LazyLinear  # left as it was
+
+
+@pytest.mark.parametrize("how", ["sample", "first call"])
+def test_a_lazy_head_the_forward_never_calls_does_not_stop_preparing(how):
+    """The model called once before wrapping, as the refusal asks, leaves an evaluation-only head lazy: ``sample=``
+    was still refused with that advice, and the first call ran as plain autograd outside the budget (review rv22b,
+    bench/repros/rv22b_auto_lazy_eval_head_prepare_refused.py). A forward without grad, the lazy tensors taken out
+    and guarded, tells that the forward never calls it: preparing goes on, leaving it out."""
+    from torch.nn.parameter import is_lazy
+    torch.manual_seed(0)
+    model = _EvalHead()
+    x = torch.randn(16, 8, D)
+    model(x).pow(2).mean().backward()  # the model's own first call materialises what its forward calls
+    ref = copy.deepcopy(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # no "runs as plain autograd, outside the budget"
+        warnings.filterwarnings("ignore", category=te.CPUTimingWarning)
+        run = te.auto_checkpoint(model, "60%", backend="cpu", sample=x if how == "sample" else None)
+        run.measure_memory(1)
+        model.zero_grad(set_to_none=True)
+        torch.manual_seed(5)  # the same dropout masks as the reference's
+        run(x).pow(2).mean().backward()
+    records = run.memory_report()
+    assert len(records) == 1 and records[0].within_budget and records[0].budget is not None, records
+    ref.zero_grad(set_to_none=True)
+    torch.manual_seed(5)
+    ref(x).pow(2).mean().backward()
+    for (name, p), (_, q) in zip(model.named_parameters(), ref.named_parameters(), strict=True):
+        if not name.startswith("eval_head"):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6, msg=name)
+    assert is_lazy(model.eval_head.weight)  # left as it was

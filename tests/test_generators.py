@@ -652,3 +652,8 @@ def test_a_generator_replaced_inside_a_container_is_replayed_with_one_profile(wr
     assert sum(executor._last.recomputed) > 0
     if wrapper == "sequential":
         assert profiles[0] <= 1 and len(run._entries) == 1
+    elif wrapper == "blocks":  # runs the modules live: one capture, one profile (review rv22b:
+        # bench/repros/rv22b_auto_blocks_new_generator_each_step_reprofiles.py, a capture and a profile per step)
+        assert profiles[0] <= 1 and len(run._captures) == 1
+    else:  # an exported graph holds the generator: captured again at each replacement, the capture replaced
+        assert profiles[0] == 3 and len(run._captures) == 1

@@ -177,7 +177,11 @@ Note [Lazy modules]
     all (materialising it there, without its parameters, would break it), and does nothing outside the
     wrapper's calls (an evaluation run materialises it as usual; the next call then keys, captures and profiles
     it). ``prepare`` and ``sample=`` before the first call refuse lazy modules, naming them: preparing would draw
-    their weights from its own seed.
+    their weights from its own seed. But lazy modules the forward does not call (the model called once before
+    wrapping, as the refusal asks, left an evaluation-only head lazy, and the refusal stood: review rv22b,
+    bench/repros/rv22b_auto_lazy_eval_head_prepare_refused.py) are found so first (:meth:`AutoCheckpointed.
+    _lazy_uncalled`: one forward without grad, their tensors taken out and guarded): then ``prepare``, ``sample=``
+    and the first call prepare at once, leaving them out.
 
 Note [Join detection]
     A model with several inputs whose branches meet (CLIP's image and text towers, a Siamese or
@@ -543,6 +547,7 @@ class Capture:
     kw_order: list[str]
     tensors: list[tuple[str, torch.Tensor]] = field(default_factory=list)  # (name, tensor) of the model it reads
     tensor_ids: tuple = ()                # ids of the model's parameters and buffers, in captured_state_key's walk
+    generator_ids: tuple = ()             # ids of the generators the model held (AutoCheckpointed._generator_key)
     # (module, attribute, tensor) of the plain tensor attributes the graph holds as constants (Note [What a captured
     # graph fixes])
     constants: list = field(default_factory=list)
@@ -1501,6 +1506,10 @@ def _lazy_tensors(model: nn.Module) -> list[tuple]:
             if t is not None and is_lazy(t)]
 
 
+class _LazyCalled(CaptureError):
+    """A lazy module whose tensors a wrapper's call took out was called (:class:`_LazyGuard`)."""
+
+
 class _LazyGuard:
     """A forward pre-hook put (once, first) on each lazy module the first call with grad left lazy (Note [Lazy
     modules]): while a wrapper's call has the module's tensors taken out (:func:`_lazy_left_out`), a forward that calls
@@ -1514,7 +1523,7 @@ class _LazyGuard:
 
     def __call__(self, module, args):
         if id(module) in _LazyGuard.taken:
-            raise CaptureError(f"auto_checkpoint: {self.name}, a lazy module the first call with grad did not call, is "
+            raise _LazyCalled(f"auto_checkpoint: {self.name}, a lazy module the first call with grad did not call, is "
                                f"called at this call, not materialised yet: its parameters were left out of the "
                                f"wrapper's steps; call it once (a forward through it) before wrapping the model, or "
                                f"before this call (Note [Lazy modules] in torch_exec/auto.py)")
@@ -1889,9 +1898,14 @@ def _first_line(exc: BaseException) -> str:
 
 def _users_hooks(hooks: dict) -> list:
     """The hooks of ``hooks`` that are not transformers' own output recorders (installed at the first forward asking
-    for hidden states, attentions or router logits: what they collect is among the graph's outputs)."""
-    return [h for h in hooks.values()
-            if not str(getattr(h, "__module__", "") or "").startswith("transformers.utils.output_capturing")]
+    for hidden states, attentions or router logits: what they collect is among the graph's outputs) nor this
+    wrapper's guards of lazy modules left out (:class:`_LazyGuard`, doing nothing in a call that does not call them:
+    a capture warned about them as the user's hooks), nor torch's own hook materialising a lazy module at its first
+    call (a lazy module the forward does not call keeps it: Note [Lazy modules])."""
+    from torch.nn.modules.lazy import LazyModuleMixin
+    return [h for h in hooks.values() if not isinstance(h, _LazyGuard)
+            and getattr(h, "__func__", None) is not LazyModuleMixin._infer_parameters
+            and not str(getattr(h, "__module__", "") or "").startswith("transformers.utils.output_capturing")]
 
 
 def _capture_export(model: nn.Module, args: tuple, kwargs: dict, max_stages: int, join=True,
@@ -2779,7 +2793,8 @@ class AutoCheckpointed(nn.Module):
         returns the plan. Parameters, buffers, gradients and RNG state are left as they were."""
         U.refuse_inference_mode("auto_checkpoint")
         lazy = [] if self.__dict__.get("_lazy_checked", True) else _lazy_modules(self._model)
-        if lazy:  # Note [Lazy modules]: preparing would draw their weights from its own seed, then put the RNG back
+        # Note [Lazy modules]: preparing would draw their weights from its own seed, then put the RNG back
+        if lazy and not self._lazy_uncalled(args, kwargs):
             raise CaptureError(f"auto_checkpoint: {U.first_few(lazy)} hold parameters not materialised yet (lazy "
                                f"modules), which a model's first call draws at their place in the forward; call the "
                                f"model once (a training step) before preparing it (Note [Lazy modules])")
@@ -2829,14 +2844,23 @@ class AutoCheckpointed(nn.Module):
             except TypeError:
                 return ("O", type(v).__name__, id(v))
         leaves, spec = pytree.tree_flatten((args, dict(sorted(kwargs.items()))))
-        sites = self.__dict__.get("_generator_sites")
-        if sites is None:  # Note [Generators of the model's own] in torch_exec/_util.py
-            sites = self._generator_sites = U.generator_sites([self._model])
         # the model's own modes and frozen parameters, not the wrapper's mode: model.train() or a layer
         # unfrozen after the first call changes them without the wrapper (a captured graph has them fixed),
-        # its attributes and forward hooks (Note [What a captured graph fixes]), and the generators it holds
+        # its attributes and forward hooks (Note [What a captured graph fixes]); the generators it holds are checked
+        # per capture (_generator_key: an exported graph holds them, the block fallback looks them up at each call)
         return (tuple(leaf_key(v) for v in leaves), str(spec),
-                U.captured_state_key(self._model, tensor_ids, self._unkeyed), sites.key(), U.autocast_key())
+                U.captured_state_key(self._model, tensor_ids, self._unkeyed), U.autocast_key())
+
+    def _generator_key(self) -> tuple:
+        """The identities of the generators the model holds now (Note [Generators of the model's own] in
+        torch_exec/_util.py): an exported graph holds those it was captured with as constants, so a call after one was
+        replaced captures again; the block fallback runs the modules, whose executor looks them up at each call
+        (keyed, a loop that sets a new generator at every step re-profiled at every step: review rv22b,
+        bench/repros/rv22b_auto_blocks_new_generator_each_step_reprofiles.py)."""
+        sites = self.__dict__.get("_generator_sites")
+        if sites is None:
+            sites = self._generator_sites = U.generator_sites([self._model])
+        return sites.key()
 
     def _build(self, args, kwargs, probe: _Probe | None = None) -> Capture:
         errors = []
@@ -2957,6 +2981,14 @@ class AutoCheckpointed(nn.Module):
                           f"(model.scale.fill_(v)): the graph reads it live (Note [What a captured graph fixes])",
                           UserWarning, stacklevel=5)
             cap = None
+        elif cap is not None and cap.method != "blocks" and cap.generator_ids != self._generator_key():
+            self._recaptures += 1  # Note [Generators of the model's own] in torch_exec/_util.py
+            warnings.warn(f"auto_checkpoint: a torch.Generator the model holds was replaced since the graph was "
+                          f"captured, which holds it as a constant: captured again, profiled and solved (seconds; "
+                          f"{self._recaptures} time(s) so far); reseed one generator instead "
+                          f"(self.gen.manual_seed(step)), or capture='blocks', which looks the generators up at each "
+                          f"call", UserWarning, stacklevel=5)
+            cap = None
         if cap is None:
             U.refuse_meta("auto_checkpoint", [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)],
                           self._model)
@@ -3011,6 +3043,7 @@ class AutoCheckpointed(nn.Module):
                 key = self._key(args, kwargs, after)
                 ids = tuple(after)
             cap.tensor_ids = ids
+            cap.generator_ids = self._generator_key()
             self._captures[key] = cap
             cap.executor.signature = key  # Note [Sizes that vary between calls] in torch_exec/executor.py
             if len(self._captures) == MANY_CAPTURES:
@@ -3046,7 +3079,7 @@ class AutoCheckpointed(nn.Module):
             return U.ran_without_grad(self._model(*args, **kwargs), "auto_checkpoint")
         if not self.__dict__.get("_lazy_checked", True):  # (a wrapper pickled before the check: none)
             lazy = _lazy_modules(self._model)
-            if lazy:  # Note [Lazy modules]
+            if lazy and not self._lazy_uncalled(args, kwargs):  # Note [Lazy modules]
                 warnings.warn(f"auto_checkpoint: {U.first_few(lazy)} hold parameters not materialised yet (lazy "
                               f"modules); this call runs as plain autograd, outside the budget, materialising them as "
                               f"the model's own first call does, and the wrapper prepares at the next call (call the "
@@ -3060,6 +3093,32 @@ class AutoCheckpointed(nn.Module):
             with _lazy_left_out(left):
                 return self._call_scheduled(args, kwargs)
         return self._call_scheduled(args, kwargs)
+
+    def _lazy_uncalled(self, args, kwargs) -> bool:
+        """Note [Lazy modules]: whether a forward on these inputs leaves every lazy module uncalled (an evaluation-only
+        head the training forward never calls, with the rest materialised by the model's own call before wrapping):
+        one forward without grad, their tensors taken out and guarded, the model's buffers, RNG state and scalar
+        attributes put back after. Then they are left out of this call and the later ones, which prepare at once."""
+        left = _lazy_tensors(self._model)
+        modules = {id(m): (name, m) for name, m, _, _ in left}.values()
+        guards = [m.register_forward_pre_hook(_LazyGuard(name), prepend=True) for name, m in modules
+                  if not any(isinstance(h, _LazyGuard) for h in m._forward_pre_hooks.values())]
+        snapshot = U.ModelSnapshot([self._model], values=False)
+        scalars = _scalar_state(self._model)
+        try:
+            with _lazy_left_out(left), torch.no_grad(), a_wrapper_step():
+                self._model(*args, **kwargs)
+        except Exception:  # noqa: BLE001 - _LazyCalled: the forward calls one; another error (code reading a lazy
+            # module's weight without calling it): not told, the first call runs as before. No guard is left on a
+            # module the forward may call (a hook the capture would see)
+            for guard in guards:
+                guard.remove()
+            return False
+        finally:
+            snapshot.restore()
+            _put_back_changed_scalars(scalars, self._model)
+        self._lazy_checked, self._lazy_left = True, left
+        return True
 
     def _lazy_left_now(self) -> list:
         """The parameters and buffers the first call with grad left lazy (Note [Lazy modules]), found once."""
@@ -3454,12 +3513,9 @@ def _warn_many_captures(before: tuple, key: tuple, args, kwargs) -> None:
     paths = [pytree.keystr(path) for path, _ in pytree.tree_flatten_with_path((args, dict(sorted(kwargs.items()))))[0]]
     where = [f"argument {_argument_name(path)} ({'shape' if a[0] == 'T' else 'value'})"
              for path, a, b in zip(paths, before[0], key[0]) if a != b] if len(before[0]) == len(key[0]) else []
-    if before[2] != key[2] or before[4:] != key[4:]:
+    if before[2:] != key[2:]:
         where.append("the modules' training modes, which parameters require grad, their dtypes, the modules' "
                      "attributes or forward hooks, or autocast")
-    if before[3] != key[3]:  # Note [Generators of the model's own] in torch_exec/_util.py
-        where.append("the torch.Generator objects the model holds (one the loop replaces: reseed one instead, "
-                     "self.gen.manual_seed(step))")
     warnings.warn(f"auto_checkpoint: {MANY_CAPTURES} input signatures captured so far, each captured once, and "
                   f"profiled and solved once unless a planned one with larger sizes serves it (reuse_within: Note "
                   f"[Sizes that vary between calls] in torch_exec/executor.py); the latest differs from the one before "

@@ -134,3 +134,23 @@ def test_a_turn_learned_is_counted_at_the_turn_alone():
     entry.replan_due = False
     learn_caller_turn(entry, peak=100, kept=10, grads=8, over=5, excess=5, slack=0)  # the same turn again
     assert (entry.caller_reserve, entry.caller_turn, entry.replan_due) == (2, 90, False)
+
+
+def test_the_least_after_a_failed_replan_is_the_one_the_error_names():
+    """A re-plan for what a measured step showed that fits no plan raises, naming the least budget with it counted;
+    ``min_budget_bytes`` gave the least without it (a review, rv22b: 920 928 B against the error's 1 099 788 B)."""
+
+    torch.manual_seed(0)
+    net = nn.Sequential(*[nn.Sequential(nn.Linear(64, 64), nn.Tanh()) for _ in range(8)])
+    x = torch.randn(64, 64, requires_grad=True)
+    probe = te.CheckpointedSequential(net, budget="100%", backend="cpu")
+    probe.prepare(x)
+    w = te.CheckpointedSequential(net, budget=int(probe.min_budget_bytes * 1.02), backend="cpu")
+    w.measure_memory(3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MemoryBudgetWarning)
+        with pytest.raises(gpusolve.InfeasibleBudgetError) as err:
+            for _ in range(3):
+                out = w(x)
+                (out.pow(2) * out.exp()).mean().backward()  # a loss whose backward holds several output-sized tensors
+    assert w.min_budget_bytes == err.value.min_bytes > probe.min_budget_bytes

@@ -2947,7 +2947,10 @@ class CheckpointedSequential(_PlannedModule):
             return None
         # Note [Two groupings of unsaved boundaries]: a given schedule is over the profile's own grouping
         faces = faces_of(self._last) if self.schedule_fn is None else (merged_face(self._last),)
-        model = min(max(least_budget_bytes(face.exec_chain, self._last.link), face.floor_bytes) for face in faces)
+        # what the measured steps showed and a re-plan that failed has not applied yet counts (the error named a least
+        # above the one given here: a review, rv22b)
+        model = min(max(least_budget_bytes(learned_chain(face, face.out_grads, face.out_dropped)[0] if face.replan_due
+                                           else face.exec_chain, self._last.link), face.floor_bytes) for face in faces)
         plain = plain_least_bytes(self._last)
         return model if plain is None else min(model, plain)
 

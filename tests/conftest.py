@@ -111,3 +111,17 @@ def random_policy(rng: random.Random, i: int, j: int, p_ckpt: float = 0.5, *, si
                         overlap=rng.random() < 0.5)
         return Checkpoint(k, right=right, left=random_policy(rng, i, k, p_ckpt, sigma=sigma, p_swap=p_swap))
     return Tape(random_policy(rng, i + 1, j, p_ckpt, p_swap=p_swap))
+
+
+@pytest.fixture
+def profiles(monkeypatch):
+    """The number of profiles taken (every chain stage profile goes through executor.profile_dict) (torch tests)."""
+    import torch_exec.executor as ex
+    count = [0]
+    real = ex.profile_dict
+
+    def counted(*args, **kwargs):
+        count[0] += 1
+        return real(*args, **kwargs)
+    monkeypatch.setattr(ex, "profile_dict", counted)
+    return count

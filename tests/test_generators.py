@@ -235,12 +235,13 @@ class _Replaced(nn.Module):
         return torch.tanh(self.l(h) + 0.5 * torch.randn(h.shape, generator=self.gen))
 
 
-@pytest.mark.parametrize("wrapper", ["sequential", "export", "blocks"])
-def test_a_generator_the_loop_replaces_between_steps_is_replayed(wrapper):
-    # the generators were found once per signature, and export kept the first one as a constant (review rv21d,
-    # bench/repros/rv21d_generator_replaced_between_steps.py): the signature keys a module's generator attributes
+def _replaced_each_step(block, wrapper, put, steps, profiles=None):
+    """Six ``block(generator)`` stages under ``wrapper`` ("sequential", "export" or "blocks") at 1.1 x their least
+    budget, and a plain copy; at each of ``steps`` steps ``put(block, gen)`` gives every block of both a new generator
+    (seeded with the step): the losses, gradients and the generators' end states must be equal. The wrapper;
+    ``profiles`` (the fixture's count) is counted from the steps on."""
     torch.manual_seed(0)
-    base = nn.Sequential(*[_Replaced(torch.Generator().manual_seed(1)) for _ in range(6)])
+    base = nn.Sequential(*[block(torch.Generator().manual_seed(1)) for _ in range(6)])
     x = torch.randn(512, 4, D, generator=torch.Generator().manual_seed(1))
 
     def make(budget, model=None):
@@ -251,12 +252,14 @@ def test_a_generator_the_loop_replaces_between_steps_is_replayed(wrapper):
 
     model, ref = copy.deepcopy(base), copy.deepcopy(base)
     run = make(_least_bytes(make, x), model)
-    for step in range(2):
+    if profiles is not None:
+        profiles[0] = 0
+    for step in range(steps):
         outs = []
         for m, r in ((model, run), (ref, ref)):
             gen = torch.Generator().manual_seed(100 * step)
-            for block in m:
-                block.gen = gen
+            for stage in m:
+                put(stage, gen)
             m.zero_grad(set_to_none=True)
             loss = r(x).pow(2).mean()
             loss.backward()
@@ -268,6 +271,14 @@ def test_a_generator_the_loop_replaces_between_steps_is_replayed(wrapper):
         assert torch.equal(got[2], want[2])
     executor = run if wrapper == "sequential" else run.executor
     assert sum(executor._last.recomputed) > 0
+    return run
+
+
+@pytest.mark.parametrize("wrapper", ["sequential", "export", "blocks"])
+def test_a_generator_the_loop_replaces_between_steps_is_replayed(wrapper):
+    # the generators were found once per signature, and export kept the first one as a constant (review rv21d,
+    # bench/repros/rv21d_generator_replaced_between_steps.py): the signature keys a module's generator attributes
+    run = _replaced_each_step(_Replaced, wrapper, lambda block, gen: setattr(block, "gen", gen), 2)
     if wrapper == "sequential":  # looked up at each call, not keyed: a signature per step re-profiled at every step
         assert len(run._entries) == 1  # (review rv21r: bench/repros/rv21r_seq_new_generator_each_step_reprofiles.py)
 
@@ -604,52 +615,14 @@ class _ReplacedIn(nn.Module):
 
 @pytest.mark.parametrize("wrapper", ["sequential", "export", "blocks"])
 @pytest.mark.parametrize("where", ["list", "object"])
-def test_a_generator_replaced_inside_a_container_is_replayed_with_one_profile(wrapper, where):
+def test_a_generator_replaced_inside_a_container_is_replayed_with_one_profile(wrapper, where, profiles):
     """The loop replaces the generator inside a list or a plain object (``self.gens[0] = new``): it was not followed,
     gradients 0.09-0.11 off plain autograd's (review rv21r, bench/repros/rv21r_seq_generator_in_list_replaced_unseen.py),
     and a direct attribute's replacement re-profiled CheckpointedSequential at every step (rv21r_seq_new_generator_each_
     step_reprofiles.py). Each call looks the generators up where profiling found them (U.GeneratorSites): one
     profile for CheckpointedSequential, whose stages run live; a captured graph, which holds the generator as a
     constant, is captured again."""
-    import torch_exec.executor as E
-    torch.manual_seed(0)
-    base = nn.Sequential(*[_ReplacedIn(torch.Generator().manual_seed(1), where) for _ in range(6)])
-    x = torch.randn(512, 4, D, generator=torch.Generator().manual_seed(1))
-
-    def make(budget, model=None):
-        model = copy.deepcopy(base) if model is None else model
-        if wrapper == "sequential":
-            return te.CheckpointedSequential(model, budget=budget, backend="cpu", profile_passes=1)
-        return te.auto_checkpoint(model, budget, backend="cpu", capture=wrapper, profile_passes=1)
-
-    model, ref = copy.deepcopy(base), copy.deepcopy(base)
-    run = make(_least_bytes(make, x), model)
-    profiles, orig = [0], E.profile_dict
-
-    def counted(*a, **k):
-        profiles[0] += 1
-        return orig(*a, **k)
-    E.profile_dict = counted
-    try:
-        for step in range(3):
-            outs = []
-            for m, r in ((model, run), (ref, ref)):
-                gen = torch.Generator().manual_seed(100 * step)
-                for block in m:
-                    block.put(gen)
-                m.zero_grad(set_to_none=True)
-                loss = r(x).pow(2).mean()
-                loss.backward()
-                outs.append((loss.detach(), [p.grad.clone() for p in m.parameters()], gen.get_state()))
-            (got, want) = outs
-            torch.testing.assert_close(got[0], want[0], rtol=0, atol=0)
-            for a, b in zip(got[1], want[1]):
-                torch.testing.assert_close(a, b, rtol=0, atol=0)
-            assert torch.equal(got[2], want[2])
-    finally:
-        E.profile_dict = orig
-    executor = run if wrapper == "sequential" else run.executor
-    assert sum(executor._last.recomputed) > 0
+    run = _replaced_each_step(lambda gen: _ReplacedIn(gen, where), wrapper, lambda block, gen: block.put(gen), 3, profiles)
     if wrapper == "sequential":
         assert profiles[0] <= 1 and len(run._entries) == 1
     elif wrapper == "blocks":  # runs the modules live: one capture, one profile (review rv22b:

@@ -12,7 +12,6 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 import torch_exec as te  # noqa: E402
-import torch_exec.executor as ex  # noqa: E402
 from gpusolve import InfeasibleBudgetError  # noqa: E402
 from _torch_helpers import DT  # noqa: E402
 
@@ -25,19 +24,6 @@ D = 16
 def mlp(seed=0, depth=5):
     torch.manual_seed(seed)
     return nn.Sequential(*[m for _ in range(depth) for m in (nn.Linear(D, D), nn.Tanh())], nn.Linear(D, 3)).to(DT)
-
-
-@pytest.fixture
-def profiles(monkeypatch):
-    """The number of profiles taken (every chain stage profile goes through executor.profile_dict)."""
-    count = [0]
-    real = ex.profile_dict
-
-    def counted(*args, **kwargs):
-        count[0] += 1
-        return real(*args, **kwargs)
-    monkeypatch.setattr(ex, "profile_dict", counted)
-    return count
 
 
 def step(model, x):

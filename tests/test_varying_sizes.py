@@ -28,19 +28,6 @@ OPTS = dict(profile_passes=1, profile_warmup=0, backend="cpu")
 D = 16
 
 
-@pytest.fixture
-def profiles(monkeypatch):
-    """The number of profiles taken (every chain stage profile goes through executor.profile_dict)."""
-    count = [0]
-    real = ex.profile_dict
-
-    def counted(*args, **kwargs):
-        count[0] += 1
-        return real(*args, **kwargs)
-    monkeypatch.setattr(ex, "profile_dict", counted)
-    return count
-
-
 def mlp(seed=0, depth=6):
     torch.manual_seed(seed)
     return nn.Sequential(*[m for _ in range(depth) for m in (nn.Linear(D, 4 * D), nn.Tanh(), nn.Linear(4 * D, D))

@@ -181,7 +181,8 @@ SCRIPTS = ("grad_hooks", "autograd_grad_measured", "returned_input", "measure_be
            # day (the size-dependent stage: one measured step over, then profiled, as the Note says)
            "rv22_seq_size_branch_over_budget", "rv22_auto_join_sibling_sizes_key_error",
            "rv22_seq_last_profile_covered_refused",
-           # session 22 (2026-11-30): review of the session's change (generators, lazy modules, the caller's turn)
+           # session 22 (2026-11-30): review of the session's change (generators, lazy modules, the caller's turn), both
+           # fixed the same day
            "rv22b_auto_blocks_new_generator_each_step_reprofiles", "rv22b_auto_lazy_eval_head_prepare_refused")
 
 

@@ -3224,7 +3224,7 @@ class AutoCheckpointed(nn.Module):
         # once the signature is profiled (the first call profiles inside the step, with meters of its own)
         if not any(m._meter.measuring for m in [executor, *executor.siblings]):
             found = U.tensors(pytree.tree_leaves((args, kwargs))) or list(self._model.parameters())
-            if found and not executor._unsettled():
+            if found and (not executor._unsettled() or executor._may_reuse()):  # (Note [Sizes that vary between calls])
                 executor._meter.open(found[0].device, executor.step_params())
             elif found and found[0].device.type != "cuda" and executor._meter.due(found[0].device):
                 # this call profiles, so its meter would start at the first block, and on the CPU a meter started

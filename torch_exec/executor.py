@@ -2643,9 +2643,8 @@ class _PlannedModule(nn.Module):
         wrapper or of a sibling whose model signature covers this one's (auto_checkpoint's), whose key covers ``key``
         with the fewest elements, at most :attr:`reuse_within` times this one's; None where there is none."""
         modules = [self, *self.siblings]
-        if self.reuse_within is None or any(module.__dict__.get("_reuse_off") or any(
-                getattr(e, "reuse_failed", False) for e in module._entries.values()) for module in modules):
-            return None  # a plan so made went over its budget (reuse_failed): reuse ends at this call
+        if self._reuse_stopped():
+            return None
         best = None
         for module in modules:
             if module is not self and (self.signature is None or module.signature is None or module.reuse_within is None
@@ -2659,6 +2658,28 @@ class _PlannedModule(nn.Module):
                 if ratio is not None and ratio <= self.reuse_within and (best is None or ratio < best[0]):
                     best = (ratio, entry.sizes_key, entry)
         return best
+
+    def _reuse_stopped(self) -> bool:
+        """Whether no signature is planned on another's profile (``reuse_within=None``, or a plan so made went over its
+        budget here or at a sibling: :func:`reuse_failed`, :meth:`_stop_reuse`)."""
+        return self.reuse_within is None or any(module.__dict__.get("_reuse_off") or any(
+            getattr(e, "reuse_failed", False) for e in module._entries.values()) for module in [self, *self.siblings])
+
+    def _may_reuse(self) -> bool:
+        """Note [Sizes that vary between calls]: whether this wrapper, with no signature yet, will likely plan its first
+        call on a sibling's profile (auto_checkpoint's captures: the model's call signature covered within
+        :attr:`reuse_within` by a planned sibling's), so that the call profiles nothing and its step may be metered
+        from the model's call (a guess: a call that profiles after all withdraws that meter, as any call that
+        profiles does; unguessed, the block fallback measured no such step, a review: bench/repros/
+        rv22c_hf_blocks_covered_step_unmeasured.py)."""
+        if self._entries or self.signature is None or self._reuse_stopped():
+            return False
+        for module in self.siblings:
+            ratio = None if module.signature is None else U.sizes_cover(module.signature, self.signature)
+            if ratio is not None and ratio <= self.reuse_within and any(
+                    e.plan is not None for e in module._entries.values()):
+                return True
+        return False
 
     def _stop_reuse(self) -> None:
         """Note [Sizes that vary between calls], :func:`reuse_failed`: no signature of this wrapper or its siblings is

@@ -260,3 +260,36 @@ def test_a_chain_capture_beside_a_join_capture_trains(profiles):
         assert (p.grad is None) == (q.grad is None)
         if p.grad is not None:
             torch.testing.assert_close(p.grad, q.grad)
+
+
+def test_an_encoder_decoder_whose_lengths_shrink_unevenly_is_cut_where_its_cover_was(profiles):
+    """review rv22c (bench/repros/rv22c_hf_encdec_export_never_covered.py): an export's cuts follow the bytes each
+    operation allocates, which moved with the encoder's and the decoder's lengths: the 28 x 20 call was cut elsewhere
+    than the 32 x 24 one, its stages named otherwise, and profiled. It is now cut at the covering capture's cuts."""
+    transformers = pytest.importorskip("transformers")
+    transformers.utils.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    model = transformers.BartForConditionalGeneration(transformers.BartConfig(
+        vocab_size=101, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64, pad_token_id=1,
+        bos_token_id=0, eos_token_id=2, decoder_start_token_id=2)).train()
+    ref = copy.deepcopy(model)
+    w = te.auto_checkpoint(model, "50%", backend="cpu", capture="export")
+    gen = torch.Generator().manual_seed(0)
+    grads = []
+    for enc, dec in ((32, 24), (28, 20)):
+        batch = dict(input_ids=torch.randint(3, 101, (4, enc), generator=gen),
+                     decoder_input_ids=torch.randint(3, 101, (4, dec), generator=gen))
+        batch["labels"] = batch["decoder_input_ids"]
+        for m in (w, ref):
+            torch.manual_seed(1)  # the same dropout masks
+            m.zero_grad(set_to_none=True)
+            m(**batch).loss.backward()
+        grads.append([(p.grad, q.grad) for p, q in zip(model.parameters(), ref.parameters(), strict=True)])
+    first, second = (cap.executor for cap in w._captures.values())
+    assert first.names == second.names
+    assert profiles[0] == 1 and any("reuse_within" in note for note in second.plan.notes), second.plan.notes
+    for a, b in grads[-1]:
+        assert (a is None) == (b is None)
+        if a is not None:
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

@@ -441,7 +441,7 @@ from gpusolve.units import check_flag, format_bytes
 
 from . import _util as U
 from .meter import MemoryMeter, ProfilerBusyError, measure_peak
-from .executor import (CheckpointedSequential, _backend_setting, _budget_setting,
+from .executor import (REUSE_WITHIN, CheckpointedSequential, _backend_setting, _budget_setting,
                        _compiler_disable, _offload_setting, _standin_params, check_offload_backend, check_schedule_fn,
                        check_sequential_settings, kept)
 from .join import CheckpointedJoin
@@ -517,6 +517,7 @@ class GraphStage(nn.Module):
         self.side_index = side_index
         self._side = side
         self.label = label
+        self.cut = None  # the name of the captured graph's node it ends at (_chain_of)
 
     def forward(self, *state):
         if len(state) > 1:  # a join's head, called with the k branch outputs
@@ -1200,16 +1201,22 @@ def _used_side(nodes: list, side_pos: dict, given: list) -> list:
 
 def _chain_of(gm: fx.GraphModule, g: _Graph, flat: list, main: list, grad_inputs: list, outs: list, side_pos: dict,
               side: U.CallData, max_stages: int, tuple_out: bool, fallback: fx.Node, inputs=None,
-              blockers: dict | None = None, limit: int | None = None) -> tuple[list, list, int]:
+              blockers: dict | None = None, limit: int | None = None, prefer: tuple = ()) -> tuple[list, list, int]:
     """``main`` (carrying nodes in program order) cut into at most ``max_stages`` stages computing
     ``outs`` (the last stage returns a tuple when ``tuple_out``): (the stages, their input a_0 as
     placeholders, the number of valid cuts). a_0 is ``grad_inputs`` and the other tensor inputs the
     first stage reads (its input then, so that the profiler sees them as the chain's input, which
     the budget leaves out); with ``inputs``, only those. When the first stage reads none (its data is
-    made inside), a_0 is ``fallback``, which it does not take. ``blockers``, ``limit``: as for :func:`_cuts`."""
+    made inside), a_0 is ``fallback``, which it does not take. ``blockers``, ``limit``: as for :func:`_cuts`.
+    ``prefer``: the names of the nodes to cut after, where each is a valid cut (Note [Sizes that vary between calls]
+    in torch_exec/executor.py: the cuts of another signature's capture, whose profile then serves this one); each
+    stage's ``cut`` names the node it ends at."""
     positions, crossing = _cuts(main, grad_inputs, outs, blockers, limit)
     weights = [_weight([n]) for n in main]
     chosen = _choose(positions, weights, max_stages)
+    valid = {main[p].name: p for p in positions}
+    if prefer and len(prefer) < max_stages and all(name in valid for name in prefer):
+        chosen = sorted(valid[name] for name in prefer)
     cross_at = dict(zip(positions, crossing))
     bounds = [-1] + chosen + [len(main) - 1]
     first = {a for n in main[:bounds[1] + 1] for a in _node_inputs(n)}
@@ -1227,6 +1234,7 @@ def _chain_of(gm: fx.GraphModule, g: _Graph, flat: list, main: list, grad_inputs
         sub = _subgraph(gm, nodes, carried + used_side, stage_outs, single_output=len(stage_outs) == 1 and not
                         (last and tuple_out))
         stages.append(GraphStage(sub, len(carried), [side_pos[a] for a in used_side], side, _label(nodes)))
+        stages[-1].cut = nodes[-1].name
         carried = list(stage_outs)
     return stages, a0 or [fallback], len(positions)
 
@@ -1909,10 +1917,10 @@ def _users_hooks(hooks: dict) -> list:
 
 
 def _capture_export(model: nn.Module, args: tuple, kwargs: dict, max_stages: int, join=True,
-                    backend: str = "auto", probe: _Probe | None = None) -> Capture:
+                    backend: str = "auto", probe: _Probe | None = None, prefer: tuple = ()) -> Capture:
     """The model's graph cut into a chain, or into a join network's branches and head (Note [Join
     detection]) when ``join`` is True; a string ``join`` says why a join is cut as one chain instead.
-    ``probe``: what :func:`_probe_model` saw of these inputs."""
+    ``probe``: what :func:`_probe_model` saw of these inputs. ``prefer``: a chain's cuts, where valid (:func:`_chain_of`)."""
     if probe is None:
         probe = _probe_forward(model, args, kwargs)
     functions = _custom_functions(model, args, kwargs, probe)
@@ -2026,7 +2034,7 @@ def _capture_export(model: nn.Module, args: tuple, kwargs: dict, max_stages: int
 
         def chain(limit: int, blockers: dict) -> tuple[list, list, int]:
             return _chain_of(gm, g, flat, g.main, g.grad_inputs, chain_outputs, side_pos, side, max_stages, True,
-                             first_tensor, blockers=blockers, limit=limit)
+                             first_tensor, blockers=blockers, limit=limit, prefer=prefer)
         limit, blockers = MAX_CROSSING, {}
         stages, a0, n_cuts = chain(limit, blockers)
         few = _long_lived_note(g.main, chain_outputs, blockers, limit)
@@ -2851,6 +2859,25 @@ class AutoCheckpointed(nn.Module):
         return (tuple(leaf_key(v) for v in leaves), str(spec),
                 U.captured_state_key(self._model, tensor_ids, self._unkeyed), U.autocast_key())
 
+    def _cover_cuts(self, key) -> tuple:
+        """Note [Sizes that vary between calls] in torch_exec/executor.py: the cuts of the exported capture whose
+        planned profile would serve the signature ``key`` (it covers ``key`` within ``reuse_within``, the closest), for
+        the new capture to cut there too; else (). An export's cuts are spread over the bytes each operation
+        allocates, which move with the sizes (an encoder-decoder whose two lengths changed in other proportions was cut
+        elsewhere, its stages named otherwise, and profiled: review rv22c,
+        bench/repros/rv22c_hf_encdec_export_never_covered.py)."""
+        within = self._executor_kwargs.get("reuse_within", REUSE_WITHIN)
+        best = None
+        for known, cap in self._captures.items():
+            executor = getattr(cap, "executor", None)
+            if (within is None or cap.method != "export" or cap.branches is not None or executor is None
+                    or executor._reuse_stopped() or not any(e.plan is not None for e in executor._entries.values())):
+                continue
+            ratio = U.sizes_cover(known, key)
+            if ratio is not None and ratio <= within and (best is None or ratio < best[0]):
+                best = (ratio, tuple(stage.cut for stage in cap.stages[:-1]))
+        return () if best is None or None in best[1] else best[1]
+
     def _generator_key(self) -> tuple:
         """The identities of the generators the model holds now (Note [Generators of the model's own] in
         torch_exec/_util.py): an exported graph holds those it was captured with as constants, so a call after one was
@@ -2862,13 +2889,13 @@ class AutoCheckpointed(nn.Module):
             sites = self._generator_sites = U.generator_sites([self._model])
         return sites.key()
 
-    def _build(self, args, kwargs, probe: _Probe | None = None) -> Capture:
+    def _build(self, args, kwargs, probe: _Probe | None = None, prefer: tuple = ()) -> Capture:
         errors = []
         cap = None
         if self.capture_method in ("auto", "export"):
             try:
                 cap = _capture_export(self._model, args, kwargs, self.max_stages, join=self._join_setting(),
-                                      backend=self.backend, probe=probe)
+                                      backend=self.backend, probe=probe, prefer=prefer)
             except CaptureError as exc:
                 errors.append(f"torch.export: {exc}")
             except Exception as exc:  # noqa: BLE001 - export's own errors are many; report the first line
@@ -3023,7 +3050,7 @@ class AutoCheckpointed(nn.Module):
                     after: list = []
                     key = self._key(args, kwargs, after)
                     ids = tuple(after)
-                    cap = self._build(args, kwargs, probe)
+                    cap = self._build(args, kwargs, probe, self._cover_cuts(key))
                     if cap.method == "blocks":
                         _check_blocks(self, cap, args, kwargs)
                         # Note [The rest of the model]; its backward on stand-ins for the parameters, whose

@@ -2406,8 +2406,12 @@ def check_schedule_fn(schedule_fn) -> None:
 #     from then on). A percentage budget is the planned signature's in bytes (one memory envelope for the model, as
 #     :meth:`_PlannedModule._percent_ceiling` has it). auto_checkpoint's captures (one per model call signature) reuse
 #     a sibling's profile where the model's call signature is covered as well (the masks and position ids beside
-#     the chain's input are smaller too) and the exported stages carry the same names; the capture itself (export)
-#     is still made per signature. ``reuse_within=None`` profiles every signature, as before.
+#     the chain's input are smaller too) and the exported stages carry the same names: a new export is cut where
+#     the covering one was (``AutoCheckpointed._cover_cuts``; cuts spread over the bytes each operation allocates
+#     moved with the sizes, and an encoder-decoder whose two lengths shrank unevenly was cut elsewhere and profiled,
+#     review rv22c). The capture itself (export) is still made per signature, and the block fallback meters a
+#     covered capture's first step from the model's call (:meth:`_PlannedModule._may_reuse`). ``reuse_within=None``
+#     profiles every signature, as before.
 REUSE_WITHIN = 2.0
 
 

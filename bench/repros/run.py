@@ -184,7 +184,7 @@ SCRIPTS = ("grad_hooks", "autograd_grad_measured", "returned_input", "measure_be
            # session 22 (2026-11-30): review of the session's change (generators, lazy modules, the caller's turn), both
            # fixed the same day
            "rv22b_auto_blocks_new_generator_each_step_reprofiles", "rv22b_auto_lazy_eval_head_prepare_refused",
-           # session 22 (2026-11-30): transformers with batches of varying length
+           # session 22 (2026-11-30): transformers with batches of varying length (both fixed the same day)
            "rv22c_hf_blocks_covered_step_unmeasured", "rv22c_hf_encdec_export_never_covered")
 
 

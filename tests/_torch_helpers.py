@@ -3,6 +3,8 @@
 Imported after ``pytest.importorskip("torch")`` by each test module."""
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import nn
 
@@ -14,6 +16,26 @@ from torch_exec.split import CrossEntropyStage
 DT = torch.float64
 
 
+
+
+
+@functools.cache
+def export_takes_generators() -> bool:
+    """Whether this torch's ``torch.export`` captures a draw from a module's own ``torch.Generator`` (2.13 does; 2.11,
+    the GPU machine's, raises NotImplementedError "argument of type: <class 'torch._C.Generator'>", and auto_checkpoint
+    then takes the block fallback, or with ``capture="export"`` raises CaptureError naming it)."""
+    class Draw(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gen = torch.Generator().manual_seed(0)
+
+        def forward(self, x):
+            return x + torch.randn(x.shape, generator=self.gen)
+    try:
+        torch.export.export(Draw(), (torch.zeros(2),), strict=False)
+    except NotImplementedError:
+        return False
+    return True
 
 
 # ---------------------------------------------------------------------------- models

@@ -17,6 +17,7 @@ from torch import nn  # noqa: E402
 
 import torch_exec as te  # noqa: E402
 from gpusolve.errors import InfeasibleBudgetError  # noqa: E402
+from _torch_helpers import export_takes_generators  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::torch_exec.CPUTimingWarning", "ignore::gpusolve.FallbackWarning",
                                         "ignore:auto_checkpoint. torch.export:UserWarning",
@@ -577,7 +578,10 @@ def test_a_generator_seeded_or_made_in_the_forward_takes_the_block_fallback(way)
     model, x = nn.Sequential(*[GenBlock(way) for _ in range(6)]), torch.randn(16, 8, D)
     reference = copy.deepcopy(model)
     match = r"seeds its torch\.Generator 0\.gen, 1\.gen" if way == "own" else r"none of its modules holds"
-    with pytest.raises(te.CaptureError, match=match + r".*capture='blocks'"):
+    match += r".*capture='blocks'"
+    if way == "fresh" and not export_takes_generators():  # torch 2.11's export refuses the draw itself
+        match = r"argument of type: <class 'torch\._C\.Generator'>"
+    with pytest.raises(te.CaptureError, match=match):
         te.auto_checkpoint(copy.deepcopy(model), "100%", backend="cpu", capture="export")(x)
     wrapped = te.auto_checkpoint(model, _least(model, x), backend="cpu")
     for step in range(2):

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import torch_exec as te
+from _torch_helpers import export_takes_generators
 
 D = 32
 
@@ -240,6 +241,8 @@ def _replaced_each_step(block, wrapper, put, steps, profiles=None):
     budget, and a plain copy; at each of ``steps`` steps ``put(block, gen)`` gives every block of both a new generator
     (seeded with the step): the losses, gradients and the generators' end states must be equal. The wrapper;
     ``profiles`` (the fixture's count) is counted from the steps on."""
+    if wrapper == "export" and not export_takes_generators():
+        pytest.skip("this torch's export takes no torch.Generator (torch 2.11): auto_checkpoint takes the block fallback")
     torch.manual_seed(0)
     base = nn.Sequential(*[block(torch.Generator().manual_seed(1)) for _ in range(6)])
     x = torch.randn(512, 4, D, generator=torch.Generator().manual_seed(1))

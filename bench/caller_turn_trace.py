@@ -14,46 +14,25 @@ import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "repros"))
-from _setup import nn, te, torch  # noqa: E402
+from _setup import te, torch  # noqa: E402
 import gpusolve  # noqa: E402
 from gpusolve.simulate import simulate  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 from torch_exec import opclock  # noqa: E402
 from torch_exec.meter import MemoryMeter  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+from models import ConvResidual, SpectralResidual  # noqa: E402
+
 
 D = 32
 
 
-class SN(nn.Module):
-    """rv20a's first model: 6 x ``x = relu(spectral_norm(Linear(32, 32))(x)) + x``."""
-
-    def __init__(self):
-        super().__init__()
-        self.l = nn.ModuleList(nn.utils.spectral_norm(nn.Linear(D, D)) for _ in range(6))
-
-    def forward(self, x):
-        for layer in self.l:
-            x = torch.relu(layer(x)) + x
-        return x
-
-
-class Conv(nn.Module):
-    """rv20a's second model: 5 residual Conv2d -> BatchNorm2d -> ReLU blocks (in channels_last)."""
-
-    def __init__(self):
-        super().__init__()
-        self.l = nn.ModuleList(nn.Sequential(nn.Conv2d(16, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU())
-                               for _ in range(5))
-
-    def forward(self, x):
-        for block in self.l:
-            x = block(x) + x
-        return x
+SN = SpectralResidual
 
 
 def conv_cl():
-    return Conv().to(memory_format=torch.channels_last)
+    return ConvResidual().to(memory_format=torch.channels_last)
 
 
 def sn_input(step):

@@ -618,4 +618,32 @@ def make(name: str, batch: int = 4, seed: int = 0):
                    f"siamese, triplet")
 
 
+
+class SpectralResidual(nn.Module):
+    """6 x ``x = relu(spectral_norm(Linear(32, 32))(x)) + x``: a forward pre-hook doing a power iteration on its
+    buffers in every forward and recomputation (review rv20a; tests/test_caller_turn.py, bench/caller_turn_trace.py)."""
+
+    def __init__(self):
+        super().__init__()
+        self.l = nn.ModuleList(nn.utils.spectral_norm(nn.Linear(32, 32)) for _ in range(6))
+
+    def forward(self, x):
+        for layer in self.l:
+            x = torch.relu(layer(x)) + x
+        return x
+
+
+class ConvResidual(nn.Module):
+    """5 residual Conv2d(16, 16, 3) -> BatchNorm2d -> ReLU blocks (review rv20a runs it in channels_last)."""
+
+    def __init__(self):
+        super().__init__()
+        self.l = nn.ModuleList(nn.Sequential(nn.Conv2d(16, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU())
+                               for _ in range(5))
+
+    def forward(self, x):
+        for block in self.l:
+            x = block(x) + x
+        return x
+
 NAMES = ("resnet", "densenet", "tvdensenet", "transformer", "gpt2")

@@ -7,7 +7,9 @@ grown a little at each step, let the next steps go over too)."""
 from __future__ import annotations
 
 import copy
+import sys
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -18,46 +20,21 @@ import gpusolve  # noqa: E402
 import torch_exec as te  # noqa: E402
 from torch_exec.report import MemoryBudgetWarning  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+import models as A  # noqa: E402  (examples/models.py)
+
 pytestmark = pytest.mark.filterwarnings("ignore::torch_exec.CPUTimingWarning", "ignore::gpusolve.FallbackWarning")
 
 
-class _SpectralResidual(nn.Module):
-    """6 x ``x = relu(spectral_norm(Linear(32, 32))(x)) + x``: a forward pre-hook doing a power iteration on its
-    buffers in every forward and recomputation."""
-
-    def __init__(self):
-        super().__init__()
-        self.l = nn.ModuleList(nn.utils.spectral_norm(nn.Linear(32, 32)) for _ in range(6))
-
-    def forward(self, x):
-        for layer in self.l:
-            x = torch.relu(layer(x)) + x
-        return x
-
-
-class _ConvResidual(nn.Module):
-    """5 residual Conv2d -> BatchNorm2d -> ReLU blocks (used in channels_last)."""
-
-    def __init__(self):
-        super().__init__()
-        self.l = nn.ModuleList(nn.Sequential(nn.Conv2d(16, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU())
-                               for _ in range(5))
-
-    def forward(self, x):
-        for block in self.l:
-            x = block(x) + x
-        return x
-
-
 def _spectral():
-    return _SpectralResidual(), lambda step: torch.randn(4, 16, 32, generator=torch.Generator().manual_seed(step))
+    return A.SpectralResidual(), lambda step: torch.randn(4, 16, 32, generator=torch.Generator().manual_seed(step))
 
 
 def _conv_channels_last():
     def inputs(step):
         x = torch.randn(2, 16, 12, 12, generator=torch.Generator().manual_seed(step))
         return x.contiguous(memory_format=torch.channels_last)
-    return _ConvResidual().to(memory_format=torch.channels_last), inputs
+    return A.ConvResidual().to(memory_format=torch.channels_last), inputs
 
 
 def _least_budget(make) -> int:

@@ -250,6 +250,18 @@ def sizes_cover(big, small) -> float | None:
     return 1.0 if elements[0] == elements[1] else (elements[0] / elements[1] if elements[1] else math.inf)
 
 
+def closest_cover(candidates, key, within: float) -> tuple | None:
+    """``(ratio, known, item)`` of the ``(known key, item)`` pairs of ``candidates`` whose key covers ``key``
+    (:func:`sizes_cover`) holding at most ``within`` times its elements, the one holding the fewest; None where none
+    does (Note [Sizes that vary between calls] in torch_exec/executor.py)."""
+    best = None
+    for known, item in candidates:
+        ratio = sizes_cover(known, key)
+        if ratio is not None and ratio <= within and (best is None or ratio < best[0]):
+            best = (ratio, known, item)
+    return best
+
+
 def check_state(state, where: str) -> None:
     """Refuse a state between stages, made with grad, that holds a tensor requiring grad where :func:`tensors` does
     not see it (a dict, a tuple inside the tuple): no checkpoint of it was made a leaf and no gradient crossed it,

@@ -1538,11 +1538,13 @@ class _LazyGuard:
 
 
 def _guard_lazy(left: list) -> list:
-    """:func:`_lazy_tensors`' ``left``, each of their modules guarded by a :class:`_LazyGuard` (once)."""
+    """Guard each module of :func:`_lazy_tensors`' ``left`` by a :class:`_LazyGuard` (once); the handles of the guards
+    put now."""
+    handles = []
     for name, m, _, _ in left:
         if not any(isinstance(h, _LazyGuard) for h in m._forward_pre_hooks.values()):
-            m.register_forward_pre_hook(_LazyGuard(name), prepend=True)
-    return left
+            handles.append(m.register_forward_pre_hook(_LazyGuard(name), prepend=True))
+    return handles
 
 
 @contextlib.contextmanager
@@ -2867,16 +2869,14 @@ class AutoCheckpointed(nn.Module):
         elsewhere, its stages named otherwise, and profiled: review rv22c,
         bench/repros/rv22c_hf_encdec_export_never_covered.py)."""
         within = self._executor_kwargs.get("reuse_within", REUSE_WITHIN)
-        best = None
-        for known, cap in self._captures.items():
-            executor = getattr(cap, "executor", None)
-            if (within is None or cap.method != "export" or cap.branches is not None or executor is None
-                    or executor._reuse_stopped() or not any(e.plan is not None for e in executor._entries.values())):
-                continue
-            ratio = U.sizes_cover(known, key)
-            if ratio is not None and ratio <= within and (best is None or ratio < best[0]):
-                best = (ratio, tuple(stage.cut for stage in cap.stages[:-1]))
-        return () if best is None or None in best[1] else best[1]
+        if within is None:
+            return ()
+        best = U.closest_cover(((known, cap) for known, cap in self._captures.items()
+                                if cap.method == "export" and cap.branches is None
+                                and getattr(cap, "executor", None) is not None
+                                and not cap.executor._reuse_stopped() and cap.executor._has_plan()), key, within)
+        cuts = () if best is None else tuple(stage.cut for stage in best[2].stages[:-1])
+        return () if None in cuts else cuts
 
     def _generator_key(self) -> tuple:
         """The identities of the generators the model holds now (Note [Generators of the model's own] in
@@ -3127,9 +3127,7 @@ class AutoCheckpointed(nn.Module):
         one forward without grad, their tensors taken out and guarded, the model's buffers, RNG state and scalar
         attributes put back after. Then they are left out of this call and the later ones, which prepare at once."""
         left = _lazy_tensors(self._model)
-        modules = {id(m): (name, m) for name, m, _, _ in left}.values()
-        guards = [m.register_forward_pre_hook(_LazyGuard(name), prepend=True) for name, m in modules
-                  if not any(isinstance(h, _LazyGuard) for h in m._forward_pre_hooks.values())]
+        guards = _guard_lazy(left)
         snapshot = U.ModelSnapshot([self._model], values=False)
         scalars = _scalar_state(self._model)
         try:
@@ -3151,7 +3149,8 @@ class AutoCheckpointed(nn.Module):
         """The parameters and buffers the first call with grad left lazy (Note [Lazy modules]), found once."""
         left = self.__dict__.get("_lazy_left", [])
         if left is None:
-            left = self._lazy_left = _guard_lazy(_lazy_tensors(self._model))
+            left = self._lazy_left = _lazy_tensors(self._model)
+            _guard_lazy(left)
         return left
 
     @_compiler_disable  # capture, profiling and the step run eagerly: Note [torch.compile] in the executor

@@ -2646,22 +2646,19 @@ class _PlannedModule(nn.Module):
         """Note [Sizes that vary between calls]: ``(ratio, its key, entry)`` of the planned input signature, of this
         wrapper or of a sibling whose model signature covers this one's (auto_checkpoint's), whose key covers ``key``
         with the fewest elements, at most :attr:`reuse_within` times this one's; None where there is none."""
-        modules = [self, *self.siblings]
         if self._reuse_stopped():
             return None
-        best = None
-        for module in modules:
-            if module is not self and (self.signature is None or module.signature is None or module.reuse_within is None
-                                       or U.sizes_cover(module.signature, self.signature) is None):
-                continue  # a join serves none (its entries are no chain's)
-            for entry in module._entries.values():
-                if (entry.plan is None or entry.sizes_key is None
-                        or [s["name"] for s in entry.profile["stages"]] != list(self.names)):
-                    continue
-                ratio = U.sizes_cover(entry.sizes_key, key)  # against the sizes its profile holds
-                if ratio is not None and ratio <= self.reuse_within and (best is None or ratio < best[0]):
-                    best = (ratio, entry.sizes_key, entry)
-        return best
+
+        def serves(module) -> bool:  # a join serves none (its entries are no chain's)
+            return module is self or (self.signature is not None and module.signature is not None
+                                      and module.reuse_within is not None
+                                      and U.sizes_cover(module.signature, self.signature) is not None)
+        names = list(self.names)
+        return U.closest_cover(((entry.sizes_key, entry)  # against the sizes its profile holds
+                                for module in [self, *self.siblings] if serves(module)
+                                for entry in module._entries.values()
+                                if entry.plan is not None and entry.sizes_key is not None
+                                and [s["name"] for s in entry.profile["stages"]] == names), key, self.reuse_within)
 
     def _reuse_stopped(self) -> bool:
         """Whether no signature is planned on another's profile (``reuse_within=None``, or a plan so made went over its
@@ -2678,12 +2675,9 @@ class _PlannedModule(nn.Module):
         rv22c_hf_blocks_covered_step_unmeasured.py)."""
         if self._entries or self.signature is None or self._reuse_stopped():
             return False
-        for module in self.siblings:
-            ratio = None if module.signature is None else U.sizes_cover(module.signature, self.signature)
-            if ratio is not None and ratio <= self.reuse_within and any(
-                    e.plan is not None for e in module._entries.values()):
-                return True
-        return False
+        planned = ((module.signature, module) for module in self.siblings
+                   if module.signature is not None and module._has_plan())
+        return U.closest_cover(planned, self.signature, self.reuse_within) is not None
 
     def _stop_reuse(self) -> None:
         """Note [Sizes that vary between calls], :func:`reuse_failed`: no signature of this wrapper or its siblings is
@@ -2709,6 +2703,10 @@ class _PlannedModule(nn.Module):
                                  f"the budget for those (Note [Sizes that vary between calls] in "
                                  f"torch_exec/executor.py)")
         return entry
+
+    def _has_plan(self) -> bool:
+        """Whether some input signature of this wrapper has a plan."""
+        return any(entry.plan is not None for entry in self._entries.values())
 
     def _unsettled(self) -> bool:
         """Whether a call may still profile or plan: no signature cached, or one without a plan."""
